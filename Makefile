@@ -1,0 +1,29 @@
+# reckon: `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo install fuzz clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+fuzz: $(STAMP)
+	RECKON_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/model -p no:cacheprovider
+
+demo: $(STAMP)
+	$(BIN)/reckon demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,356 @@
+"""The agent: every protocol decision on the agent side.
+
+It keeps local job records and the completion outbox (both durable through
+``StoreRecord`` / ``OutboxPut`` commands that precede any send they back),
+answers resync queries, retries completions with capped exponential backoff
+until the controller acks them, and holds heartbeats and outbox flushing back
+until a resync report is fully sent (Req 3.8).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from . import events as E
+from . import messages as M
+from .errors import LocalProtocolError, RemoteProtocolError
+from .jobs import JobSpec
+
+
+class LocalStatus(enum.Enum):
+    RUNNING = "running"  # the supervised process is (as far as we know) alive
+    FINISHED = "finished"  # the supervisor recorded its end: exit code / signal and time
+    INDETERMINATE = "indeterminate"  # after a restart we cannot tell: reported as unrecognized
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalJob:
+    """The agent's durable record of one attempt it was given."""
+
+    job: str
+    attempt: int
+    spec: JobSpec | None
+    status: LocalStatus = LocalStatus.RUNNING
+    started_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    finished_at: float | None = None
+    acked: bool = False  # the controller acknowledged the completion report
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job, self.attempt)
+
+    @property
+    def held(self) -> bool:
+        """Part of the set the controller should place here (heartbeat digest)."""
+        return self.status is not LocalStatus.FINISHED or not self.acked
+
+    def report(self) -> M.Finished:
+        assert self.status is LocalStatus.FINISHED and self.finished_at is not None
+        return M.Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
+                          finished_at=self.finished_at, started_at=self.started_at)
+
+
+class SessionState(enum.Enum):
+    DISCONNECTED = "disconnected"  # no connection to the controller
+    JOINING = "joining"  # connected, Join sent, waiting for Welcome
+    RESYNCING = "resyncing"  # a round is open: collecting the query, normal work held back
+    OPERATING = "operating"  # normal work: heartbeats, completion reports
+
+
+class SessionEvent(enum.Enum):
+    CONNECT = "connect"  # a connection to the controller is up
+    WELCOME_PLAIN = "welcome_plain"  # the controller has nothing to reconcile
+    WELCOME_RESYNC = "welcome_resync"  # a round is armed: query pages follow
+    QUERY_PAGE = "query_page"  # a query page arrived (of a round armed by join or heartbeat)
+    REPORT_SENT = "report_sent"  # the whole report has been handed to the connection
+    DISCONNECT = "disconnect"  # the connection is gone
+
+
+# The agent's session machine.  Join, then either work at once or answer a
+# round first; a query can also arrive while operating (anti-entropy), which
+# holds normal work back again until the report is out.  Every connected
+# state can lose the connection.  Anything else (a Welcome while operating, a
+# query before Welcome) is a protocol error from the controller.
+SESSION_TRANSITIONS: dict[tuple[SessionState, SessionEvent], SessionState] = {
+    (SessionState.DISCONNECTED, SessionEvent.CONNECT): SessionState.JOINING,
+    (SessionState.JOINING, SessionEvent.WELCOME_PLAIN): SessionState.OPERATING,
+    (SessionState.JOINING, SessionEvent.WELCOME_RESYNC): SessionState.RESYNCING,
+    (SessionState.RESYNCING, SessionEvent.QUERY_PAGE): SessionState.RESYNCING,
+    (SessionState.RESYNCING, SessionEvent.REPORT_SENT): SessionState.OPERATING,
+    (SessionState.OPERATING, SessionEvent.QUERY_PAGE): SessionState.RESYNCING,
+    (SessionState.JOINING, SessionEvent.DISCONNECT): SessionState.DISCONNECTED,
+    (SessionState.RESYNCING, SessionEvent.DISCONNECT): SessionState.DISCONNECTED,
+    (SessionState.OPERATING, SessionEvent.DISCONNECT): SessionState.DISCONNECTED,
+    (SessionState.DISCONNECTED, SessionEvent.DISCONNECT): SessionState.DISCONNECTED,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentConfig:
+    name: str
+    slots: int
+    page_size: int = 1000  # entries per resync report page
+    recent_window: float = 300.0  # seconds a finished job is still reported as an unqueried extra
+    retry_initial: float = 1.0  # first completion retry delay
+    retry_max: float = 30.0  # backoff cap
+    heartbeat_interval: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
+            raise ValueError(f"page_size must be in 1..{M.MAX_PAGE_ENTRIES}")
+        if not 0 < self.retry_initial <= self.retry_max:
+            raise ValueError("need 0 < retry_initial <= retry_max")
+        if self.recent_window < 0 or self.heartbeat_interval <= 0:
+            raise ValueError("recent_window must be >= 0 and heartbeat_interval > 0")
+
+
+@dataclass(slots=True)
+class OutboxEntry:
+    report: M.Finished
+    delay: float  # the wait after the next send
+    next_at: float | None = None  # when to resend; None: send at the next chance
+
+
+@dataclass(slots=True)
+class _Query:
+    token: bytes
+    pages: int
+    received: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, records: list[LocalJob] | None = None,
+                 outbox: list[M.Finished] | None = None) -> None:
+        """A fresh agent, or one restarted from its durable records and outbox."""
+        self.config = config
+        self.session = SessionState.DISCONNECTED
+        self.records: dict[tuple[str, int], LocalJob] = {r.key: r for r in records or ()}
+        self.outbox: dict[tuple[str, int], OutboxEntry] = {
+            (r.job, r.attempt): OutboxEntry(report=r, delay=config.retry_initial) for r in outbox or ()
+        }
+        self.seen_seq = 0
+        self._query: _Query | None = None
+        self._next_heartbeat = 0.0
+
+    # ---- entry point ---------------------------------------------------------
+
+    def handle(self, event: E.AgentEvent) -> list[E.Command]:
+        handler = self._HANDLERS.get(type(event))
+        if handler is None:
+            raise LocalProtocolError(f"the agent does not handle {type(event).__name__}")
+        out: list[E.Command] = []
+        handler(self, event, out)
+        return out
+
+    def _move(self, event: SessionEvent) -> None:
+        try:
+            self.session = SESSION_TRANSITIONS[(self.session, event)]
+        except KeyError:
+            raise RemoteProtocolError(f"{event.value} is not allowed while {self.session.value}") from None
+
+    def _store(self, out: list[E.Command], record: LocalJob) -> None:
+        self.records[record.key] = record
+        out.append(E.StoreRecord(record=record))
+
+    def _send(self, out: list[E.Command], message: M.AgentMessage) -> None:
+        out.append(E.Send(conn=0, message=message))
+
+    def held(self) -> list[tuple[str, int]]:
+        return [key for key, r in self.records.items() if r.held]
+
+    # ---- connection --------------------------------------------------------------
+
+    def _on_connected(self, ev: E.Connected, out: list[E.Command]) -> None:
+        self._move(SessionEvent.CONNECT)
+        self.seen_seq = 0
+        running = sum(1 for r in self.records.values() if r.status is LocalStatus.RUNNING)
+        self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
+                               running=running))
+
+    def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
+        self._move(SessionEvent.DISCONNECT)
+        self._query = None
+
+    def _on_message(self, ev: E.MessageFromController, out: list[E.Command]) -> None:
+        msg = ev.message
+        if self.session is SessionState.DISCONNECTED:
+            return  # a message from a connection that is gone
+        seq = getattr(msg, "seq", 0)
+        self.seen_seq = max(self.seen_seq, seq)
+        if isinstance(msg, M.Welcome):
+            if msg.token is None:
+                self._move(SessionEvent.WELCOME_PLAIN)
+                self._resume(ev.now, out)
+            else:
+                self._move(SessionEvent.WELCOME_RESYNC)
+                self._query = _Query(token=msg.token, pages=msg.query_pages)
+        elif isinstance(msg, M.ResyncQuery):
+            self._on_query_page(msg, ev.now, out)
+        elif isinstance(msg, M.ResyncDone):
+            pass  # the controller resolved the round; nothing is held back by then
+        elif isinstance(msg, M.Dispatch):
+            self._on_dispatch(msg, out)
+        elif isinstance(msg, M.Kill):
+            record = self.records.get((msg.job, msg.attempt))
+            if record is not None and record.status is LocalStatus.RUNNING:
+                out.append(E.KillProcess(job=msg.job, attempt=msg.attempt))
+        elif isinstance(msg, M.Ack):
+            self._on_ack(msg, out)
+        elif isinstance(msg, M.Error):
+            pass  # the daemon logs it; a fatal one is followed by a close
+        else:
+            raise RemoteProtocolError(f"unexpected {msg.TYPE} message from the controller")
+
+    def _resume(self, now: float, out: list[E.Command]) -> None:
+        """Normal operation starts: flush the whole outbox now, heartbeat soon."""
+        for entry in self.outbox.values():
+            entry.delay = self.config.retry_initial
+            entry.next_at = None
+        self._flush(now, 0.0, out)
+        self._next_heartbeat = now
+
+    # ---- resync ------------------------------------------------------------------
+
+    def _on_query_page(self, msg: M.ResyncQuery, now: float, out: list[E.Command]) -> None:
+        if self.session is SessionState.JOINING:
+            raise RemoteProtocolError("resync query before welcome")
+        q = self._query
+        if q is None or q.token != msg.token:
+            q = self._query = _Query(token=msg.token, pages=msg.pages)  # a new round supersedes
+        if msg.pages != q.pages:
+            raise RemoteProtocolError("resync query pages disagree on the page count")
+        self._move(SessionEvent.QUERY_PAGE)
+        q.received[msg.page] = msg.jobs
+        if len(q.received) < q.pages:
+            return
+        queried = [pair for page in range(q.pages) for pair in q.received[page]]
+        self._query = None
+        self._answer(q.token, queried, now, out)
+        self._move(SessionEvent.REPORT_SENT)
+        self._resume(now, out)
+
+    def _answer(self, token: bytes, queried: list[tuple[str, int]], now: float, out: list[E.Command]) -> None:
+        entries: list[M.ReportEntry] = []
+        asked = set()
+        for job, attempt in queried:
+            asked.add((job, attempt))
+            record = self.records.get((job, attempt))
+            entries.append(self._entry(record) if record is not None else
+                           M.ReportEntry(job=job, attempt=attempt, status=M.EntryStatus.UNRECOGNIZED))
+        horizon = now - self.config.recent_window
+        for key, record in self.records.items():
+            if key in asked or record.status is LocalStatus.INDETERMINATE:
+                continue
+            if record.status is LocalStatus.RUNNING or not record.acked or (record.finished_at or 0) >= horizon:
+                entries.append(self._entry(record))
+        chunks = M.pages(entries, self.config.page_size)
+        for i, chunk in enumerate(chunks):
+            self._send(out, M.ResyncReport(token=token, page=i, pages=len(chunks), entries=tuple(chunk)))
+        # Indeterminate records have now been told (if asked) or are not placed
+        # here at all: either way nobody can learn more of them.
+        for key in [k for k, r in self.records.items() if r.status is LocalStatus.INDETERMINATE]:
+            del self.records[key]
+            out.append(E.DeleteRecord(job=key[0], attempt=key[1]))
+
+    @staticmethod
+    def _entry(record: LocalJob) -> M.ReportEntry:
+        if record.status is LocalStatus.FINISHED:
+            return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.FINISHED,
+                                 exit_code=record.exit_code, signal=record.signal,
+                                 started_at=record.started_at, finished_at=record.finished_at)
+        if record.status is LocalStatus.RUNNING:
+            return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.RUNNING,
+                                 started_at=record.started_at)
+        # Req 3.3: what we cannot determine is reported as such, never guessed.
+        return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.UNRECOGNIZED)
+
+    # ---- jobs ----------------------------------------------------------------------
+
+    def _on_dispatch(self, msg: M.Dispatch, out: list[E.Command]) -> None:
+        if (msg.job, msg.attempt) in self.records:
+            return  # a duplicate dispatch: the attempt is already ours
+        self._store(out, LocalJob(job=msg.job, attempt=msg.attempt, spec=msg.spec))
+        out.append(E.StartProcess(job=msg.job, attempt=msg.attempt, spec=msg.spec))
+
+    def _on_started(self, ev: E.ProcessStarted, out: list[E.Command]) -> None:
+        record = self.records.get((ev.job, ev.attempt))
+        if record is None or record.status is not LocalStatus.RUNNING:
+            return
+        self._store(out, replace(record, started_at=ev.started_at))
+        if self.session is SessionState.OPERATING:
+            self._send(out, M.Started(job=ev.job, attempt=ev.attempt, started_at=ev.started_at))
+
+    def _on_exited(self, ev: E.ProcessExited, out: list[E.Command]) -> None:
+        record = self.records.get((ev.job, ev.attempt))
+        if record is None:
+            # The supervisor knows an attempt our records lost: keep its outcome anyway.
+            record = LocalJob(job=ev.job, attempt=ev.attempt, spec=None)
+        elif record.status is LocalStatus.FINISHED:
+            return  # already recorded: the supervisor's status was read twice
+        record = replace(record, status=LocalStatus.FINISHED, exit_code=ev.exit_code, signal=ev.signal,
+                         finished_at=ev.finished_at, acked=False)
+        self._store(out, record)
+        report = record.report()
+        self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)
+        out.append(E.OutboxPut(report=report))  # durable before it is ever sent
+        self._flush(ev.now, 0.0, out)
+
+    def _on_lost(self, ev: E.ProcessLost, out: list[E.Command]) -> None:
+        record = self.records.get((ev.job, ev.attempt))
+        if record is None or record.status is not LocalStatus.RUNNING:
+            return
+        self._store(out, replace(record, status=LocalStatus.INDETERMINATE))
+
+    def _on_ack(self, msg: M.Ack, out: list[E.Command]) -> None:
+        key = (msg.job, msg.attempt)
+        if self.outbox.pop(key, None) is not None:
+            out.append(E.OutboxDelete(job=msg.job, attempt=msg.attempt))
+        record = self.records.get(key)
+        if record is not None and record.status is LocalStatus.FINISHED and not record.acked:
+            self._store(out, replace(record, acked=True))
+
+    # ---- time ------------------------------------------------------------------------
+
+    def _flush(self, now: float, jitter: float, out: list[E.Command]) -> None:
+        """Send every outbox entry that is due, and schedule its retry."""
+        if self.session is not SessionState.OPERATING:
+            return  # held back: disconnected, joining or mid-resync (Req 3.8)
+        for entry in self.outbox.values():
+            if entry.next_at is not None and entry.next_at > now:
+                continue
+            self._send(out, entry.report)
+            entry.next_at = now + entry.delay * (1.0 + 0.25 * jitter)
+            entry.delay = min(entry.delay * 2, self.config.retry_max)
+
+    def _on_tick(self, ev: E.Tick, out: list[E.Command]) -> None:
+        self._flush(ev.now, ev.jitter, out)
+        if self.session is SessionState.OPERATING and ev.now >= self._next_heartbeat:
+            held = self.held()
+            self._send(out, M.Heartbeat(running=len(held), digest=M.running_digest(held), seen_seq=self.seen_seq))
+            self._next_heartbeat = ev.now + self.config.heartbeat_interval
+        horizon = ev.now - self.config.recent_window
+        for key in [k for k, r in self.records.items()
+                    if r.status is LocalStatus.FINISHED and r.acked and (r.finished_at or 0) < horizon]:
+            del self.records[key]
+            out.append(E.DeleteRecord(job=key[0], attempt=key[1]))
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time a Tick would do something (for the daemon's sleep)."""
+        times = [e.next_at for e in self.outbox.values() if e.next_at is not None]
+        if self.session is SessionState.OPERATING:
+            times.append(self._next_heartbeat)
+        return min(times) if times else None
+
+    _HANDLERS: dict[type, Callable] = {
+        E.Connected: _on_connected,
+        E.Disconnected: _on_disconnected,
+        E.MessageFromController: _on_message,
+        E.ProcessStarted: _on_started,
+        E.ProcessExited: _on_exited,
+        E.ProcessLost: _on_lost,
+        E.Tick: _on_tick,
+    }

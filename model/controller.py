@@ -1,0 +1,451 @@
+"""The controller: every protocol decision on the controller side.
+
+``Controller.handle(event) -> list[Command]`` is the only entry point.  Facts
+are applied at once through ``state.apply`` (the seam replay also runs) and
+returned in one ``Append`` that precedes every ``Send`` they cause: the daemon
+releases sends only once the facts are durable.  Connection state (who is
+connected, rounds, heartbeats) is volatile and rebuilt as agents rejoin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import events as E
+from . import facts as F
+from . import messages as M
+from .errors import LocalProtocolError, RemoteProtocolError
+from .jobs import JobRecord, JobState
+from .resync import ResyncRound
+from .scheduler import AgentNote, JobNote
+from .state import ControllerState, apply, replay, restore
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerConfig:
+    page_size: int = 1000  # jobs per resync query page
+    round_timeout: float = 30.0  # seconds a round may stay open
+    lost_after: float | None = None  # seconds of silence before a disconnected agent's jobs are requeued
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
+            raise ValueError(f"page_size must be in 1..{M.MAX_PAGE_ENTRIES}")
+        if not self.round_timeout > 0:
+            raise ValueError("round_timeout must be positive")
+        if self.lost_after is not None and not self.lost_after > 0:
+            raise ValueError("lost_after must be positive or None")
+
+
+@dataclass(slots=True)
+class AgentSession:
+    """Volatile: what the controller knows of an agent's current connection."""
+
+    name: str
+    conn: int | None = None  # None while disconnected
+    seq: int = 0  # messages sent on the current connection
+    round: ResyncRound | None = None
+    last_heard: float = 0.0
+    lost: bool = False
+
+    @property
+    def connected(self) -> bool:
+        return self.conn is not None
+
+    @property
+    def reconciling(self) -> bool:
+        return self.round is not None
+
+
+@dataclass(slots=True)
+class _Out:
+    """Commands of one ``handle`` call; facts gathered into one leading Append."""
+
+    facts: list[F.Fact] = field(default_factory=list)
+    commands: list[E.Command] = field(default_factory=list)
+
+    def result(self) -> list[E.Command]:
+        return ([E.Append(facts=tuple(self.facts))] if self.facts else []) + self.commands
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig | None = None, state: ControllerState | None = None) -> None:
+        self.config = config or ControllerConfig()
+        self.state = state or ControllerState()
+        self.sessions: dict[str, AgentSession] = {}
+        self._conns: dict[int, str] = {}  # live connection -> agent name
+        self.applied_rounds: list[bytes] = []  # tokens whose reports were applied (each at most once)
+
+    # ---- construction -----------------------------------------------------
+
+    @classmethod
+    def from_log(cls, facts: list[F.Fact], config: ControllerConfig | None = None,
+                 snapshot: dict | None = None) -> "Controller":
+        """Recover: restore the snapshot (if any), then replay the facts after it."""
+        state = restore(snapshot) if snapshot is not None else ControllerState()
+        return cls(config, replay(facts, state))
+
+    def initial_notes(self) -> list[E.Command]:
+        """Notifications that bring a fresh scheduler up to the current state."""
+        out = _Out()
+        for job in self.state.jobs.values():
+            if job.state is JobState.PENDING:
+                self._note_job(out, job)
+        for name in self.state.agents:
+            self._note_agent(out, name)
+        return out.commands
+
+    # ---- the entry point ------------------------------------------------------
+
+    def handle(self, event: E.ControllerEvent) -> list[E.Command]:
+        handler: Callable[[E.ControllerEvent, _Out], None] | None = self._HANDLERS.get(type(event))
+        if handler is None:
+            raise LocalProtocolError(f"the controller does not handle {type(event).__name__}")
+        out = _Out()
+        handler(self, event, out)
+        return out.result()
+
+    # ---- helpers --------------------------------------------------------------
+
+    def _apply(self, out: _Out, fact: F.Fact) -> None:
+        """Apply a fact now, queue it for durability, and notify the scheduler."""
+        changes = apply(self.state, fact)
+        out.facts.append(fact)
+        for job_id in changes.jobs:
+            self._note_job(out, self.state.jobs[job_id])
+        for name in changes.agents:
+            self._note_agent(out, name)
+
+    def _note_job(self, out: _Out, job: JobRecord) -> None:
+        out.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
+                                                  slots=job.spec.slots, agent=job.agent)))
+
+    def _note_agent(self, out: _Out, name: str) -> None:
+        info = self.state.agents.get(name)
+        session = self.sessions.get(name)
+        out.commands.append(E.Notify(note=AgentNote(
+            agent=name,
+            slots=info.slots if info else 0,
+            used=info.used if info else 0,
+            connected=bool(session and session.connected),
+            reconciling=bool(session and session.reconciling),
+        )))
+
+    def _send(self, out: _Out, session: AgentSession, make: Callable[[int], M.Message]) -> None:
+        assert session.conn is not None
+        session.seq += 1
+        out.commands.append(E.Send(conn=session.conn, message=make(session.seq)))
+
+    def _refuse(self, out: _Out, conn: int, reason: str) -> None:
+        """A fatal error: tell the peer why, close, and forget the connection."""
+        name = self._conns.get(conn)
+        session = self.sessions.get(name) if name else None
+        seq = session.seq + 1 if session and session.conn == conn else 0
+        out.commands.append(E.Send(conn=conn, message=M.Error(seq=seq, reason=reason, fatal=True)))
+        out.commands.append(E.Close(conn=conn, reason=reason))
+        self._drop_connection(out, conn)
+
+    def _drop_connection(self, out: _Out, conn: int) -> None:
+        name = self._conns.pop(conn, None)
+        if name is None:
+            return
+        session = self.sessions[name]
+        if session.conn != conn:
+            return
+        self._end_round(out, session, discard=True)
+        session.conn = None
+        self._note_agent(out, name)
+
+    def _end_round(self, out: _Out, session: AgentSession, *, discard: bool = False, expire: bool = False) -> None:
+        rnd = session.round
+        if rnd is None:
+            return
+        if discard:
+            rnd.discard()
+        elif expire:
+            rnd.expire()
+        session.round = None
+        out.commands.append(E.RoundEnded(agent=session.name, token=rnd.token))
+        # The RECONCILING flag is visible to the scheduler: clearing it must reach it too.
+        self._note_agent(out, session.name)
+
+    def placed_on(self, agent: str) -> dict[str, int]:
+        """job -> attempt of every non-terminal job placed on ``agent``."""
+        info = self.state.agents.get(agent)
+        if info is None:
+            return {}
+        return {job_id: self.state.jobs[job_id].attempt for job_id in info.running}
+
+    # ---- joins, rounds, connections --------------------------------------------
+
+    def _on_join(self, ev: E.AgentJoined, out: _Out) -> None:
+        join = ev.join
+        if ev.conn in self._conns:
+            raise RemoteProtocolError("this connection already joined")
+        if join.version not in M.SUPPORTED_VERSIONS:
+            out.commands.append(E.Send(conn=ev.conn, message=M.Error(
+                seq=0, reason=f"protocol version {join.version} not supported (supported: {sorted(M.SUPPORTED_VERSIONS)})")))
+            out.commands.append(E.Close(conn=ev.conn, reason="unsupported version"))
+            return
+        session = self.sessions.get(join.agent)
+        if session is not None and session.connected:
+            # The same agent again on a new connection: the old one is dead to us.
+            old = session.conn
+            assert old is not None
+            out.commands.append(E.Close(conn=old, reason="superseded by a new connection"))
+            self._drop_connection(out, old)
+        if session is None:
+            session = self.sessions[join.agent] = AgentSession(name=join.agent)
+        info = self.state.agents.get(join.agent)
+        if info is None or not info.registered or info.slots != join.slots:
+            self._apply(out, F.AgentRegistered(agent=join.agent, slots=join.slots))
+        self._conns[ev.conn] = join.agent
+        session.conn, session.seq, session.last_heard, session.lost = ev.conn, 0, ev.now, False
+        placed = self.placed_on(join.agent)
+        # Req 1: a round whenever we place non-terminal jobs here, whatever kind of
+        # join this is; also when the agent runs jobs we do not place here.
+        if placed or join.running:
+            self._arm_round(out, session, ev.token, placed, ev.now, welcome=True)
+        else:
+            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=join.version, token=None))
+        self._note_agent(out, join.agent)
+
+    def _arm_round(self, out: _Out, session: AgentSession, token: bytes, placed: dict[str, int], now: float,
+                   *, welcome: bool) -> None:
+        rnd = ResyncRound(agent=session.name, token=token, queried=placed, deadline=now + self.config.round_timeout)
+        session.round = rnd
+        chunks = M.pages(sorted(placed.items(), key=lambda p: (len(p[0]), p[0])), self.config.page_size)
+        if welcome:
+            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=M.PROTOCOL_VERSION, token=token,
+                                                           query_pages=len(chunks)))
+        for i, chunk in enumerate(chunks):
+            self._send(out, session, lambda seq, i=i, chunk=chunk: M.ResyncQuery(
+                seq=seq, token=token, page=i, pages=len(chunks), jobs=tuple(chunk)))
+        out.commands.append(E.StartRoundTimer(agent=session.name, token=token, deadline=rnd.deadline))
+        self._note_agent(out, session.name)
+
+    def _on_closed(self, ev: E.ConnectionClosed, out: _Out) -> None:
+        name = self._conns.get(ev.conn)
+        if name is not None:
+            self.sessions[name].last_heard = ev.now
+        self._drop_connection(out, ev.conn)
+
+    def _on_deadline(self, ev: E.RoundDeadlineExpired, out: _Out) -> None:
+        session = self.sessions.get(ev.agent)
+        if session is None or session.round is None or session.round.token != ev.token:
+            return  # a timer of a round that already ended: nothing to do
+        conn = session.conn
+        assert conn is not None
+        self._end_round(out, session, expire=True)
+        # Withholding the agent forever is not allowed (Req 5.3); trusting a
+        # silent agent is not either.  Close: its next join arms a fresh round.
+        self._refuse(out, conn, "resync round timed out")
+
+    def _on_tick(self, ev: E.Tick, out: _Out) -> None:
+        lost_after = self.config.lost_after
+        if lost_after is None:
+            return
+        for session in self.sessions.values():
+            if session.connected or session.lost or ev.now - session.last_heard <= lost_after:
+                continue
+            session.lost = True
+            for job_id in sorted(self.state.agents[session.name].running, key=lambda j: (len(j), j)):
+                job = self.state.jobs[job_id]
+                if job.cancel_requested:
+                    self._apply(out, F.JobCancelConfirmed(job=job_id, attempt=job.attempt))
+                else:
+                    self._apply(out, F.JobRequeued(job=job_id, attempt=job.attempt, reason="agent lost"))
+            self._note_agent(out, session.name)
+
+    # ---- agent messages ---------------------------------------------------------
+
+    def _on_message(self, ev: E.MessageFromAgent, out: _Out) -> None:
+        name = self._conns.get(ev.conn)
+        if name is None:
+            return  # the connection is gone (or never joined): nothing it says counts
+        session = self.sessions[name]
+        session.last_heard = ev.now
+        msg = ev.message
+        try:
+            if isinstance(msg, M.Finished):
+                self._on_finished(session, msg, out)
+            elif isinstance(msg, M.Started):
+                self._on_started(session, msg, out)
+            elif isinstance(msg, M.ResyncReport):
+                self._on_report_page(session, msg, ev.now, out)
+            elif isinstance(msg, M.Heartbeat):
+                self._on_heartbeat(session, msg, ev, out)
+            else:
+                raise RemoteProtocolError(f"unexpected {msg.TYPE} message from a joined agent")
+        except RemoteProtocolError as exc:
+            self._refuse(out, ev.conn, str(exc))
+
+    def _on_finished(self, session: AgentSession, msg: M.Finished, out: _Out) -> None:
+        entry = M.ReportEntry(job=msg.job, attempt=msg.attempt, status=M.EntryStatus.FINISHED,
+                              exit_code=msg.exit_code, signal=msg.signal, started_at=msg.started_at,
+                              finished_at=msg.finished_at)
+        outcome = self._reconcile(session, entry, queried=False, out=out)
+        self._send(out, session, lambda seq: M.Ack(seq=seq, job=msg.job, attempt=msg.attempt, outcome=outcome))
+
+    def _on_started(self, session: AgentSession, msg: M.Started, out: _Out) -> None:
+        job = self.state.jobs.get(msg.job)
+        if (job is not None and job.state is JobState.RUNNING and job.agent == session.name
+                and job.attempt == msg.attempt and job.started_at is None):
+            self._apply(out, F.JobStarted(job=msg.job, attempt=msg.attempt, started_at=msg.started_at))
+
+    def _on_heartbeat(self, session: AgentSession, msg: M.Heartbeat, ev: E.MessageFromAgent, out: _Out) -> None:
+        if session.round is not None or msg.seen_seq != session.seq or ev.token is None:
+            return  # a round is open, or the agent has not seen all we sent: no fair comparison yet
+        placed = self.placed_on(session.name)
+        if msg.running == len(placed) and msg.digest == M.running_digest(placed.items()):
+            return
+        # Anti-entropy: the agent's set and ours disagree at a quiet moment.
+        self._arm_round(out, session, ev.token, placed, ev.now, welcome=False)
+
+    def _on_report_page(self, session: AgentSession, page: M.ResyncReport, now: float, out: _Out) -> None:
+        rnd = session.round
+        if rnd is None or rnd.token != page.token:
+            # A page of a round that ended or never was: discard it, say so, change nothing.
+            self._send(out, session, lambda seq: M.Error(seq=seq, reason="stale resync round token", fatal=False))
+            return
+        entries = rnd.add_page(page)
+        if entries is None:
+            return
+        self._apply_report(session, rnd, entries, out)
+
+    def _apply_report(self, session: AgentSession, rnd: ResyncRound, entries: list[M.ReportEntry], out: _Out) -> None:
+        """Apply a whole report once, then resolve the round."""
+        self.applied_rounds.append(rnd.token)
+        for entry in entries:
+            queried = rnd.queried.get(entry.job) == entry.attempt
+            self._reconcile(session, entry, queried=queried, out=out)
+        session.round = None
+        token = rnd.token
+        out.commands.append(E.RoundEnded(agent=session.name, token=token))
+        self._send(out, session, lambda seq: M.ResyncDone(seq=seq, token=token))
+        self._note_agent(out, session.name)
+        # Cancels requested while the agent was away: repeat the kill now.
+        for job_id, attempt in self.placed_on(session.name).items():
+            if self.state.jobs[job_id].cancel_requested:
+                self._send(out, session, lambda seq, j=job_id, a=attempt: M.Kill(seq=seq, job=j, attempt=a))
+
+    # ---- reconciling one fact from an agent -----------------------------------------
+
+    def _reconcile(self, session: AgentSession, entry: M.ReportEntry, *, queried: bool, out: _Out) -> M.AckOutcome:
+        """The one path for what an agent says about (job, attempt): completion
+        reports, round entries for queried jobs and unqueried extras alike."""
+        job = self.state.jobs.get(entry.job)
+        if job is None:
+            return M.AckOutcome.UNKNOWN_JOB
+        if job.terminal:
+            if entry.status is M.EntryStatus.RUNNING:
+                self._kill_orphan(session, entry, out)
+            return M.AckOutcome.ALREADY_TERMINAL
+        here = job.state is JobState.RUNNING and job.agent == session.name and job.attempt == entry.attempt
+        adoptable = job.state is JobState.PENDING and job.attempt == entry.attempt and not job.cancel_requested
+        status = entry.status
+        if status is M.EntryStatus.UNRECOGNIZED:
+            # Only a queried attempt can be unrecognized; the agent knows nothing
+            # of it, so no outcome is invented: requeue (or finish a cancel).
+            if here and queried:
+                if job.cancel_requested:
+                    self._apply(out, F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+                else:
+                    self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="unrecognized by agent"))
+            return M.AckOutcome.STALE_ATTEMPT
+        if not here and not adoptable:
+            if status is M.EntryStatus.RUNNING:
+                self._kill_orphan(session, entry, out)
+            return M.AckOutcome.STALE_ATTEMPT
+        if not here:  # adoptable: the agent proves it ran an attempt we never placed
+            self._apply(out, F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name,
+                                          started_at=entry.started_at))
+        if status is M.EntryStatus.RUNNING:
+            if entry.started_at is not None and job.started_at is None:
+                self._apply(out, F.JobStarted(job=job.id, attempt=job.attempt, started_at=entry.started_at))
+            return M.AckOutcome.APPLIED
+        assert entry.finished_at is not None
+        self._apply(out, F.JobFinished(job=job.id, attempt=job.attempt, exit_code=entry.exit_code,
+                                       signal=entry.signal, finished_at=entry.finished_at,
+                                       started_at=entry.started_at))
+        return M.AckOutcome.APPLIED
+
+    def _kill_orphan(self, session: AgentSession, entry: M.ReportEntry, out: _Out) -> None:
+        """The agent runs an attempt that is no longer current anywhere: stop it."""
+        if session.connected:
+            self._send(out, session, lambda seq: M.Kill(seq=seq, job=entry.job, attempt=entry.attempt))
+
+    # ---- clients and the scheduler -----------------------------------------------
+
+    def _on_submit(self, ev: E.SubmitJob, out: _Out) -> None:
+        self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now))
+
+    def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:
+        job = self.state.job(ev.job)  # LocalProtocolError for an unknown job
+        if job.state is JobState.PENDING:
+            self._apply(out, F.JobCancelled(job=job.id))
+        elif job.state is JobState.RUNNING:
+            if job.cancel_requested:
+                return  # already asked: cancelling twice changes nothing
+            self._apply(out, F.JobCancelRequested(job=job.id))
+            session = self.sessions.get(job.agent or "")
+            if session is not None and session.connected and session.round is None:
+                self._send(out, session, lambda seq: M.Kill(seq=seq, job=job.id, attempt=job.attempt))
+        else:
+            raise LocalProtocolError(f"job {job.id} is already {job.state.value}")
+
+    def _on_dispatch(self, ev: E.DispatchProposed, out: _Out) -> None:
+        job = self.state.jobs.get(ev.job)
+        session = self.sessions.get(ev.agent)
+        info = self.state.agents.get(ev.agent)
+        ok = (
+            job is not None and job.state is JobState.PENDING
+            and session is not None and session.connected and not session.reconciling
+            and info is not None and info.slots - info.used >= job.spec.slots
+        )
+        if not ok:
+            # Req 5.4: fail at once; the job stays PENDING.  Re-send the truth so
+            # the scheduler's tentative view is corrected.
+            if job is not None:
+                self._note_job(out, job)
+            self._note_agent(out, ev.agent)
+            return
+        assert job is not None and session is not None
+        self._apply(out, F.JobDispatched(job=job.id, attempt=job.attempt, agent=ev.agent))
+        spec = job.spec
+        self._send(out, session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec))
+
+    # ---- views ---------------------------------------------------------------------
+
+    def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
+        """What the scheduler's view must equal once notifications drain."""
+        pending = tuple(j.id for j in sorted(
+            (j for j in self.state.jobs.values() if j.state is JobState.PENDING), key=lambda j: int(j.id)))
+        agents = {}
+        for name, info in self.state.agents.items():
+            session = self.sessions.get(name)
+            available = bool(session and session.connected and not session.reconciling)
+            agents[name] = (info.slots, info.used, available)
+        return pending, agents
+
+    def node_state(self, name: str) -> str:
+        """IDLE, BUSY, RECONCILING, DISCONNECTED or LOST (the CLI's node state)."""
+        session = self.sessions.get(name)
+        info = self.state.agents.get(name)
+        if session is None or not session.connected:
+            return "LOST" if session is not None and session.lost else "DISCONNECTED"
+        if session.reconciling:
+            return "RECONCILING"
+        return "BUSY" if info is not None and info.used > 0 else "IDLE"
+
+    _HANDLERS: dict[type, Callable] = {
+        E.AgentJoined: _on_join,
+        E.MessageFromAgent: _on_message,
+        E.ConnectionClosed: _on_closed,
+        E.RoundDeadlineExpired: _on_deadline,
+        E.Tick: _on_tick,
+        E.SubmitJob: _on_submit,
+        E.CancelJob: _on_cancel,
+        E.DispatchProposed: _on_dispatch,
+    }
+

@@ -1,0 +1,229 @@
+"""Facts: the controller's durable history.
+
+Every change to the job table is one of these.  ``state.apply`` is the only
+code that turns a fact into a change, and the daemon runs that same function
+live and during replay.  A fact encodes to a plain map of ints, floats,
+strings, lists and None (``encode``), tagged with its kind and a version, so
+the daemon can store it in any codec; ``decode`` still reads every older
+version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Union
+
+from ._check import check_int, check_opt_int, check_opt_time, check_str, check_time, require_keys
+from .jobs import JobSpec
+
+
+def _job_attempt(fact: Any) -> None:
+    check_str("job", fact.job)
+    check_int("attempt", fact.attempt, minimum=1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSubmitted:
+    KIND: ClassVar[str] = "job_submitted"
+    VERSION: ClassVar[int] = 1
+    job: str
+    spec: JobSpec
+    submitted_at: float
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        if not isinstance(self.spec, JobSpec):
+            raise ValueError("spec must be a JobSpec")
+        check_time("submitted_at", self.submitted_at)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobDispatched:
+    KIND: ClassVar[str] = "job_dispatched"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int
+    agent: str
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        check_str("agent", self.agent)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobStarted:
+    """The agent reported when the process really started."""
+
+    KIND: ClassVar[str] = "job_started"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int
+    started_at: float
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        check_time("started_at", self.started_at)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobAdopted:
+    """An agent proved it runs an attempt that the controller had not placed there."""
+
+    KIND: ClassVar[str] = "job_adopted"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int
+    agent: str
+    started_at: float | None = None
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        check_str("agent", self.agent)
+        check_opt_time("started_at", self.started_at)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFinished:
+    """The process of (job, attempt) ended as the agent observed it."""
+
+    KIND: ClassVar[str] = "job_finished"
+    VERSION: ClassVar[int] = 2  # v1 had no signal and no started_at
+    job: str
+    attempt: int
+    exit_code: int | None
+    signal: int | None
+    finished_at: float
+    started_at: float | None = None
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        check_opt_int("exit_code", self.exit_code, minimum=-(1 << 31), maximum=(1 << 31) - 1)
+        check_opt_int("signal", self.signal, minimum=1, maximum=255)
+        if self.exit_code is None and self.signal is None:
+            raise ValueError("a finished job needs an exit code or a signal")
+        check_time("finished_at", self.finished_at)
+        check_opt_time("started_at", self.started_at)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCancelRequested:
+    """A user cancelled a running job: the agent is told to kill it."""
+
+    KIND: ClassVar[str] = "job_cancel_requested"
+    VERSION: ClassVar[int] = 1
+    job: str
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCancelled:
+    """A pending job was cancelled before it ever ran (again)."""
+
+    KIND: ClassVar[str] = "job_cancelled"
+    VERSION: ClassVar[int] = 1
+    job: str
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCancelConfirmed:
+    """A cancelled running job's process is gone, its outcome unknown to the agent."""
+
+    KIND: ClassVar[str] = "job_cancel_confirmed"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRequeued:
+    """The current attempt is lost; the job goes back to PENDING with attempt + 1."""
+
+    KIND: ClassVar[str] = "job_requeued"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int  # the attempt that was lost
+    reason: str
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        check_str("reason", self.reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentRegistered:
+    """An agent joined for the first time or with a different slot count."""
+
+    KIND: ClassVar[str] = "agent_registered"
+    VERSION: ClassVar[int] = 1
+    agent: str
+    slots: int
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
+        check_int("slots", self.slots, minimum=0, maximum=1 << 20)
+
+
+Fact = Union[
+    JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
+    JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered,
+]
+FACT_TYPES: dict[str, type] = {
+    cls.KIND: cls
+    for cls in (
+        JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
+        JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered,
+    )
+}
+
+
+def encode(fact: Fact) -> dict[str, Any]:
+    """A plain map: ``k`` the kind, ``v`` the version, then the fields."""
+    out: dict[str, Any] = {"k": fact.KIND, "v": fact.VERSION}
+    for f in fields(fact):
+        value = getattr(fact, f.name)
+        out[f.name] = value.to_dict() if isinstance(value, JobSpec) else value
+    return out
+
+
+def _upgrade(kind: str, version: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older version's fields to the current shape."""
+    if kind == JobFinished.KIND and version == 1:
+        # v1 stored only the exit code; a negative code meant "killed by signal -code".
+        data = dict(data)
+        code = data.get("exit_code")
+        if isinstance(code, int) and code < 0:
+            data["exit_code"], data["signal"] = None, -code
+        else:
+            data.setdefault("signal", None)
+        data.setdefault("started_at", None)
+    return data
+
+
+def decode(data: Any) -> Fact:
+    """Read a stored fact of any version; ``ValueError`` on anything else."""
+    require_keys("fact", data, ("k", "v"))
+    cls = FACT_TYPES.get(data["k"])
+    if cls is None:
+        raise ValueError(f"unknown fact kind {data['k']!r}")
+    version = data["v"]
+    if not isinstance(version, int) or not 1 <= version <= cls.VERSION:
+        raise ValueError(f"unsupported version {version!r} of fact {cls.KIND}")
+    data = _upgrade(cls.KIND, version, data)
+    kwargs = {}
+    for f in fields(cls):
+        if f.name in data:
+            kwargs[f.name] = data[f.name]
+    if "spec" in kwargs:
+        kwargs["spec"] = JobSpec.from_dict(kwargs["spec"])
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"fact {cls.KIND} has wrong fields: {exc}") from None

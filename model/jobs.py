@@ -1,0 +1,180 @@
+"""Jobs: their states, the one transition table, the spec and the record."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._check import check_int, check_str, check_tuple_of, require_keys
+from .errors import LocalProtocolError
+
+
+class JobState(enum.Enum):
+    PENDING = "PENDING"  # waiting for the scheduler; owned by no agent
+    RUNNING = "RUNNING"  # dispatched to one agent for the current attempt
+    COMPLETED = "COMPLETED"  # the process exited 0 (terminal)
+    FAILED = "FAILED"  # the process exited non-zero or died by a signal (terminal)
+    CANCELLED = "CANCELLED"  # cancelled before it ran, or its process is confirmed gone after a cancel (terminal)
+
+
+TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+
+
+class JobTransition(enum.Enum):
+    DISPATCH = "dispatch"  # the scheduler placed the job and the controller sent it
+    ADOPT = "adopt"  # an agent reported running an attempt the controller had not placed there
+    CANCEL = "cancel"  # a user cancelled a job that was not running
+    FINISH_OK = "finish_ok"  # the agent saw exit code 0
+    FINISH_FAILED = "finish_failed"  # the agent saw a non-zero exit or a signal
+    FINISH_CANCELLED = "finish_cancelled"  # the process is gone after a cancel was requested
+    REQUEUE = "requeue"  # the attempt is lost (unrecognized, lost agent): run it again
+
+
+# The job machine.  A job starts PENDING; the only way out of PENDING towards
+# an agent is DISPATCH (or ADOPT when an agent proves it already runs the
+# attempt); RUNNING ends in one of the three terminal states or goes back to
+# PENDING with a new attempt.  Terminal states have no entries at all, so
+# nothing can ever move a finished job: a missing entry raises and changes
+# nothing.
+JOB_TRANSITIONS: dict[tuple[JobState, JobTransition], JobState] = {
+    (JobState.PENDING, JobTransition.DISPATCH): JobState.RUNNING,
+    (JobState.PENDING, JobTransition.ADOPT): JobState.RUNNING,
+    (JobState.PENDING, JobTransition.CANCEL): JobState.CANCELLED,
+    (JobState.RUNNING, JobTransition.FINISH_OK): JobState.COMPLETED,
+    (JobState.RUNNING, JobTransition.FINISH_FAILED): JobState.FAILED,
+    (JobState.RUNNING, JobTransition.FINISH_CANCELLED): JobState.CANCELLED,
+    (JobState.RUNNING, JobTransition.REQUEUE): JobState.PENDING,
+}
+
+
+def next_state(state: JobState, transition: JobTransition) -> JobState:
+    """Look the transition up in the table; a missing entry is a protocol error."""
+    try:
+        return JOB_TRANSITIONS[(state, transition)]
+    except KeyError:
+        raise LocalProtocolError(f"job transition {transition.value!r} is not allowed from {state.value}") from None
+
+
+def allowed(state: JobState, transition: JobTransition) -> bool:
+    return (state, transition) in JOB_TRANSITIONS
+
+
+MAX_SLOTS = 1 << 16
+MAX_ARGS = 4096
+MAX_ARG_LEN = 1 << 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What a user submitted: immutable for the job's whole life."""
+
+    name: str
+    command: tuple[str, ...]
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    slots: int = 1
+
+    def __post_init__(self) -> None:
+        check_str("name", self.name)
+        check_tuple_of("command", self.command, str)
+        if not self.command:
+            raise ValueError("command must not be empty")
+        if len(self.command) > MAX_ARGS:
+            raise ValueError(f"command has more than {MAX_ARGS} arguments")
+        for i, arg in enumerate(self.command):
+            check_str(f"command[{i}]", arg, allow_empty=i > 0, max_len=MAX_ARG_LEN)
+        if self.cwd is not None:
+            check_str("cwd", self.cwd, max_len=4096)
+        check_tuple_of("env", self.env, tuple)
+        for i, pair in enumerate(self.env):
+            if len(pair) != 2:
+                raise ValueError(f"env[{i}] must be a (key, value) pair")
+            check_str(f"env[{i}] key", pair[0], max_len=4096)
+            check_str(f"env[{i}] value", pair[1], allow_empty=True, max_len=MAX_ARG_LEN)
+            if "=" in pair[0]:
+                raise ValueError(f"env[{i}] key must not contain '='")
+        check_int("slots", self.slots, minimum=1, maximum=MAX_SLOTS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "command": list(self.command),
+            "cwd": self.cwd,
+            "env": [list(p) for p in self.env],
+            "slots": self.slots,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "JobSpec":
+        require_keys("job spec", data, ("name", "command", "slots"))
+        command = data["command"]
+        env = data.get("env") or []
+        if not isinstance(command, (list, tuple)) or not isinstance(env, (list, tuple)):
+            raise ValueError("job spec command and env must be lists")
+        return cls(
+            name=data["name"],
+            command=tuple(command),
+            cwd=data.get("cwd"),
+            env=tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in env),
+            slots=data["slots"],
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class JobRecord:
+    """The controller's record of one job.  Only ``state.apply`` mutates it."""
+
+    id: str
+    spec: JobSpec
+    state: JobState = JobState.PENDING
+    attempt: int = 1  # the attempt the next (or current) dispatch carries
+    agent: str | None = None  # set exactly while RUNNING
+    submitted_at: float = 0.0
+    started_at: float | None = None  # as the agent reported it
+    finished_at: float | None = None  # as the agent observed the process end
+    exit_code: int | None = None
+    signal: int | None = None
+    cancel_requested: bool = False
+    requeues: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job object of the CLI contract."""
+        return {
+            "id": self.id,
+            "name": self.spec.name,
+            "state": self.state.value,
+            "agent": self.agent,
+            "attempt": self.attempt,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "slots": self.spec.slots,
+            "command": list(self.spec.command),
+            "cwd": self.spec.cwd,
+            "cancel_requested": self.cancel_requested,
+            "requeues": self.requeues,
+        }
+
+    def snapshot_key(self) -> tuple:
+        """Everything that defines this record, for equality checks."""
+        return (
+            self.id, self.spec, self.state, self.attempt, self.agent, self.submitted_at,
+            self.started_at, self.finished_at, self.exit_code, self.signal,
+            self.cancel_requested, self.requeues,
+        )
+
+
+def finish_transition(*, exit_code: int | None, signal: int | None, cancel_requested: bool) -> JobTransition:
+    """Which terminal transition a finished process means."""
+    if cancel_requested:
+        return JobTransition.FINISH_CANCELLED
+    if signal is None and exit_code == 0:
+        return JobTransition.FINISH_OK
+    return JobTransition.FINISH_FAILED

@@ -1,0 +1,372 @@
+"""Wire messages, both directions, and their validating codec.
+
+Every message is a frozen dataclass that checks its own fields.  ``to_wire``
+gives a plain map with a ``type`` key (the daemon CBOR-encodes it);
+``from_wire`` turns a peer's map back into a message or raises
+``RemoteProtocolError`` naming what is wrong.  Messages from the controller
+carry ``seq``, its per-connection send counter, so the agent can tell it in a
+heartbeat how much of the controller's stream it has processed.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Iterable, Union
+
+from ._check import (
+    check_bytes, check_int, check_opt_int, check_opt_time, check_str, check_time, check_tuple_of,
+)
+from .errors import RemoteProtocolError
+from .jobs import JobSpec
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
+TOKEN_BYTES = 16
+
+
+class AckOutcome(enum.Enum):
+    APPLIED = "applied"  # the report changed the job: it is now terminal with this outcome
+    ALREADY_TERMINAL = "already_terminal"  # the job was already finished: nothing changed
+    STALE_ATTEMPT = "stale_attempt"  # the report names an attempt (or agent) that is no longer current
+    UNKNOWN_JOB = "unknown_job"  # the controller never had such a job
+
+
+class EntryStatus(enum.Enum):
+    RUNNING = "running"  # the agent's process for this attempt is alive
+    FINISHED = "finished"  # the process ended; exit code / signal and finish time attached
+    UNRECOGNIZED = "unrecognized"  # the agent has no record of this attempt, or cannot tell
+
+
+def _job_attempt(msg: Any) -> None:
+    check_str("job", msg.job)
+    check_int("attempt", msg.attempt, minimum=1)
+
+
+def _outcome(msg: Any) -> None:
+    check_opt_int("exit_code", msg.exit_code, minimum=-(1 << 31), maximum=(1 << 31) - 1)
+    check_opt_int("signal", msg.signal, minimum=1, maximum=255)
+    if msg.exit_code is None and msg.signal is None:
+        raise ValueError("a finished job needs an exit code or a signal")
+    check_time("finished_at", msg.finished_at)
+    check_opt_time("started_at", msg.started_at)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportEntry:
+    """One job in a resync report."""
+
+    job: str
+    attempt: int
+    status: EntryStatus
+    exit_code: int | None = None
+    signal: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        if not isinstance(self.status, EntryStatus):
+            raise ValueError("status must be an EntryStatus")
+        if self.status is EntryStatus.FINISHED:
+            _outcome(self)
+        else:
+            if self.exit_code is not None or self.signal is not None or self.finished_at is not None:
+                raise ValueError(f"a {self.status.value} entry carries no outcome")
+            check_opt_time("started_at", self.started_at)
+
+    def to_wire(self) -> list[Any]:
+        return [self.job, self.attempt, self.status.value, self.exit_code, self.signal, self.started_at, self.finished_at]
+
+    @classmethod
+    def from_wire(cls, row: Any) -> "ReportEntry":
+        if not isinstance(row, (list, tuple)) or len(row) != 7:
+            raise ValueError("a report entry is a list of 7 fields")
+        job, attempt, status, code, sig, started, finished = row
+        if status not in _STATUS_VALUES:
+            raise ValueError(f"unknown entry status {status!r}")
+        return cls(job=job, attempt=attempt, status=EntryStatus(status), exit_code=code, signal=sig,
+                   started_at=started, finished_at=finished)
+
+
+_STATUS_VALUES = {s.value for s in EntryStatus}
+_OUTCOME_VALUES = {o.value for o in AckOutcome}
+
+
+# ---- agent -> controller -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join:
+    TYPE: ClassVar[str] = "join"
+    agent: str
+    slots: int
+    version: int
+    running: int = 0  # how many job processes the agent holds alive right now
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent, max_len=100)
+        check_int("slots", self.slots, minimum=0, maximum=1 << 20)
+        check_int("version", self.version, minimum=0)
+        check_int("running", self.running, minimum=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResyncReport:
+    TYPE: ClassVar[str] = "resync_report"
+    token: bytes
+    page: int
+    pages: int
+    entries: tuple[ReportEntry, ...]
+
+    def __post_init__(self) -> None:
+        check_bytes("token", self.token, min_len=TOKEN_BYTES, max_len=TOKEN_BYTES)
+        check_int("pages", self.pages, minimum=1)
+        check_int("page", self.page, minimum=0, maximum=self.pages - 1)
+        check_tuple_of("entries", self.entries, ReportEntry)
+        if len(self.entries) > MAX_PAGE_ENTRIES:
+            raise ValueError(f"a page holds at most {MAX_PAGE_ENTRIES} entries")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started:
+    TYPE: ClassVar[str] = "started"
+    job: str
+    attempt: int
+    started_at: float
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        check_time("started_at", self.started_at)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """A completion report: sent from the durable outbox until acked."""
+
+    TYPE: ClassVar[str] = "finished"
+    job: str
+    attempt: int
+    exit_code: int | None
+    signal: int | None
+    finished_at: float
+    started_at: float | None = None
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        _outcome(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    TYPE: ClassVar[str] = "heartbeat"
+    running: int  # count of (job, attempt) the agent holds: alive or finished but unacked
+    digest: int  # running_digest() of that set
+    seen_seq: int  # the last controller message the agent processed
+
+    def __post_init__(self) -> None:
+        check_int("running", self.running, minimum=0)
+        check_int("digest", self.digest, minimum=0, maximum=(1 << 64) - 1)
+        check_int("seen_seq", self.seen_seq, minimum=0)
+
+
+# ---- controller -> agent -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Welcome:
+    TYPE: ClassVar[str] = "welcome"
+    seq: int
+    version: int
+    token: bytes | None  # set when a resync round is armed: the query follows
+    query_pages: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        check_int("version", self.version, minimum=1)
+        if self.token is not None:
+            check_bytes("token", self.token, min_len=TOKEN_BYTES, max_len=TOKEN_BYTES)
+            check_int("query_pages", self.query_pages, minimum=1)
+        else:
+            check_int("query_pages", self.query_pages, minimum=0, maximum=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResyncQuery:
+    TYPE: ClassVar[str] = "resync_query"
+    seq: int
+    token: bytes
+    page: int
+    pages: int
+    jobs: tuple[tuple[str, int], ...]  # (job, attempt) the controller places on this agent
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        check_bytes("token", self.token, min_len=TOKEN_BYTES, max_len=TOKEN_BYTES)
+        check_int("pages", self.pages, minimum=1)
+        check_int("page", self.page, minimum=0, maximum=self.pages - 1)
+        check_tuple_of("jobs", self.jobs, tuple)
+        if len(self.jobs) > MAX_PAGE_ENTRIES:
+            raise ValueError(f"a page holds at most {MAX_PAGE_ENTRIES} entries")
+        for pair in self.jobs:
+            if len(pair) != 2:
+                raise ValueError("a query entry is (job, attempt)")
+            check_str("job", pair[0])
+            check_int("attempt", pair[1], minimum=1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResyncDone:
+    TYPE: ClassVar[str] = "resync_done"
+    seq: int
+    token: bytes
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        check_bytes("token", self.token, min_len=TOKEN_BYTES, max_len=TOKEN_BYTES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dispatch:
+    TYPE: ClassVar[str] = "dispatch"
+    seq: int
+    job: str
+    attempt: int
+    spec: JobSpec
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        _job_attempt(self)
+        if not isinstance(self.spec, JobSpec):
+            raise ValueError("spec must be a job spec")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kill:
+    TYPE: ClassVar[str] = "kill"
+    seq: int
+    job: str
+    attempt: int
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        _job_attempt(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack:
+    TYPE: ClassVar[str] = "ack"
+    seq: int
+    job: str
+    attempt: int
+    outcome: AckOutcome
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        _job_attempt(self)
+        if not isinstance(self.outcome, AckOutcome):
+            raise ValueError("outcome must be an AckOutcome")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Error:
+    """A refusal: what was wrong.  ``fatal`` errors are followed by a close."""
+
+    TYPE: ClassVar[str] = "error"
+    seq: int
+    reason: str
+    fatal: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=0)
+        check_str("reason", self.reason, max_len=2000)
+        if not isinstance(self.fatal, bool):
+            raise ValueError("fatal must be a boolean")
+
+
+AgentMessage = Union[Join, ResyncReport, Started, Finished, Heartbeat]
+ControllerMessage = Union[Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error]
+Message = Union[AgentMessage, ControllerMessage]
+
+TO_CONTROLLER: dict[str, type] = {c.TYPE: c for c in (Join, ResyncReport, Started, Finished, Heartbeat)}
+TO_AGENT: dict[str, type] = {c.TYPE: c for c in (Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error)}
+
+
+def to_wire(msg: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": msg.TYPE}
+    for f in fields(msg):
+        value = getattr(msg, f.name)
+        if isinstance(value, JobSpec):
+            value = value.to_dict()
+        elif isinstance(value, enum.Enum):
+            value = value.value
+        elif f.name == "entries":
+            value = [e.to_wire() for e in value]
+        elif f.name == "jobs":
+            value = [list(p) for p in value]
+        out[f.name] = value
+    return out
+
+
+def _from_wire(data: Any, table: dict[str, type]) -> Message:
+    if not isinstance(data, dict):
+        raise ValueError(f"a message must be a map, got {type(data).__name__}")
+    kind = data.get("type")
+    cls = table.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown message type {kind!r}")
+    names = {f.name for f in fields(cls)}
+    extra = set(data) - names - {"type"}
+    if extra:
+        raise ValueError(f"{kind} message has unknown fields {sorted(map(str, extra))}")
+    kwargs = {k: v for k, v in data.items() if k != "type"}
+    if "spec" in kwargs:
+        kwargs["spec"] = JobSpec.from_dict(kwargs["spec"])
+    if "outcome" in kwargs:
+        if kwargs["outcome"] not in _OUTCOME_VALUES:
+            raise ValueError(f"unknown ack outcome {kwargs['outcome']!r}")
+        kwargs["outcome"] = AckOutcome(kwargs["outcome"])
+    if "entries" in kwargs:
+        if not isinstance(kwargs["entries"], list):
+            raise ValueError("entries must be a list")
+        kwargs["entries"] = tuple(ReportEntry.from_wire(e) for e in kwargs["entries"])
+    if "jobs" in kwargs:
+        if not isinstance(kwargs["jobs"], list):
+            raise ValueError("jobs must be a list")
+        kwargs["jobs"] = tuple(tuple(p) if isinstance(p, list) else p for p in kwargs["jobs"])
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{kind} message: {exc}") from None
+
+
+def from_wire(data: Any, *, to: str) -> Message:
+    """Decode a peer's map.  ``to`` is ``"controller"`` or ``"agent"`` (the receiver)."""
+    table = TO_CONTROLLER if to == "controller" else TO_AGENT
+    try:
+        return _from_wire(data, table)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RemoteProtocolError(f"malformed message: {exc}") from None
+
+
+def pair_hash(job: str, attempt: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{job}\0{attempt}".encode(), digest_size=8).digest(), "little")
+
+
+def running_digest(pairs: Iterable[tuple[str, int]]) -> int:
+    """An order-free digest of a set of (job, attempt): XOR of 64-bit hashes."""
+    acc = 0
+    for job, attempt in pairs:
+        acc ^= pair_hash(job, attempt)
+    return acc
+
+
+def pages(items: list[Any], page_size: int) -> list[list[Any]]:
+    """Split into pages of at most ``page_size``; an empty list is one empty page."""
+    if page_size < 1:
+        raise ValueError("page size must be >= 1")
+    if not items:
+        return [[]]
+    return [items[i : i + page_size] for i in range(0, len(items), page_size)]

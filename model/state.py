@@ -1,0 +1,249 @@
+"""The controller's durable state and ``apply``, the one seam that mutates it.
+
+``apply`` is strict: a fact that would not change anything (a second finish,
+a dispatch of a running job, a report of an old attempt) raises
+``LocalProtocolError`` before touching anything.  The controller only emits
+facts that apply, so the log holds no duplicates by construction, and replay
+runs exactly the same function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import facts as F
+from .errors import LocalProtocolError
+from .jobs import JobRecord, JobSpec, JobState, JobTransition, finish_transition, next_state
+
+
+@dataclass(slots=True)
+class AgentInfo:
+    """The durable part of what the controller knows of an agent."""
+
+    name: str
+    slots: int
+    registered: bool = False  # an AgentRegistered fact named it (not only a job placement)
+    used: int = 0  # slots of the RUNNING jobs placed here, kept by apply
+    running: set[str] = field(default_factory=set)  # ids of RUNNING jobs placed here
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What one fact changed, for the scheduler's notifications."""
+
+    jobs: tuple[str, ...] = ()
+    agents: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ControllerState:
+    jobs: dict[str, JobRecord] = field(default_factory=dict)  # insertion order = submit order
+    agents: dict[str, AgentInfo] = field(default_factory=dict)
+    next_job: int = 1
+    facts_applied: int = 0
+
+    def job(self, job_id: str) -> JobRecord:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise LocalProtocolError(f"unknown job {job_id!r}") from None
+
+    def agent(self, name: str) -> AgentInfo:
+        info = self.agents.get(name)
+        if info is None:
+            info = self.agents[name] = AgentInfo(name=name, slots=0)
+        return info
+
+    def next_job_id(self) -> str:
+        return str(self.next_job)
+
+    def digest(self) -> tuple:
+        """A value equal for equal states: used to compare replay with live."""
+        return (
+            self.next_job,
+            tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
+            tuple(sorted((a.name, a.slots, a.registered, a.used, tuple(sorted(a.running))) for a in self.agents.values())),
+        )
+
+
+def _require_running(state: ControllerState, job_id: str, attempt: int) -> JobRecord:
+    job = state.job(job_id)
+    if job.state is not JobState.RUNNING or job.attempt != attempt:
+        raise LocalProtocolError(
+            f"job {job_id} attempt {attempt} is not running (state {job.state.value}, attempt {job.attempt})"
+        )
+    return job
+
+
+def _place(state: ControllerState, job: JobRecord, agent: str) -> None:
+    info = state.agent(agent)
+    info.running.add(job.id)
+    info.used += job.spec.slots
+    job.agent = agent
+
+
+def _release(state: ControllerState, job: JobRecord) -> str:
+    """Give a job's slots back to its agent: every way out of RUNNING calls this."""
+    assert job.agent is not None
+    info = state.agents[job.agent]
+    info.running.discard(job.id)
+    info.used -= job.spec.slots
+    agent, job.agent = job.agent, None
+    return agent
+
+
+def apply(state: ControllerState, fact: F.Fact) -> Changes:
+    """Apply one fact.  Raises ``LocalProtocolError`` and changes nothing if it does not apply."""
+    changes = _APPLY[type(fact)](state, fact)
+    state.facts_applied += 1
+    return changes
+
+
+def _submitted(state: ControllerState, fact: F.JobSubmitted) -> Changes:
+    if fact.job in state.jobs:
+        raise LocalProtocolError(f"job {fact.job} already exists")
+    if fact.job != state.next_job_id():
+        raise LocalProtocolError(f"job id {fact.job} out of sequence (expected {state.next_job_id()})")
+    state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at)
+    state.next_job += 1
+    return Changes(jobs=(fact.job,))
+
+
+def _dispatched(state: ControllerState, fact: F.JobDispatched) -> Changes:
+    job = state.job(fact.job)
+    if job.attempt != fact.attempt:
+        raise LocalProtocolError(f"dispatch of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
+    job.state = next_state(job.state, JobTransition.DISPATCH)
+    _place(state, job, fact.agent)
+    return Changes(jobs=(job.id,), agents=(fact.agent,))
+
+
+def _adopted(state: ControllerState, fact: F.JobAdopted) -> Changes:
+    job = state.job(fact.job)
+    if job.attempt != fact.attempt:
+        raise LocalProtocolError(f"adoption of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
+    job.state = next_state(job.state, JobTransition.ADOPT)
+    _place(state, job, fact.agent)
+    if fact.started_at is not None:
+        job.started_at = fact.started_at
+    return Changes(jobs=(job.id,), agents=(fact.agent,))
+
+
+def _started(state: ControllerState, fact: F.JobStarted) -> Changes:
+    job = _require_running(state, fact.job, fact.attempt)
+    if job.started_at is not None:
+        raise LocalProtocolError(f"job {fact.job} attempt {fact.attempt} already has a start time")
+    job.started_at = fact.started_at
+    return Changes(jobs=(job.id,))
+
+
+def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
+    job = _require_running(state, fact.job, fact.attempt)
+    transition = finish_transition(exit_code=fact.exit_code, signal=fact.signal, cancel_requested=job.cancel_requested)
+    job.state = next_state(job.state, transition)
+    job.exit_code, job.signal, job.finished_at = fact.exit_code, fact.signal, fact.finished_at
+    if fact.started_at is not None and job.started_at is None:
+        job.started_at = fact.started_at
+    agent = _release(state, job)
+    return Changes(jobs=(job.id,), agents=(agent,))
+
+
+def _cancel_requested(state: ControllerState, fact: F.JobCancelRequested) -> Changes:
+    job = state.job(fact.job)
+    if job.state is not JobState.RUNNING or job.cancel_requested:
+        raise LocalProtocolError(f"job {fact.job} is not a running job without a cancel request")
+    job.cancel_requested = True
+    return Changes(jobs=(job.id,))
+
+
+def _cancelled(state: ControllerState, fact: F.JobCancelled) -> Changes:
+    job = state.job(fact.job)
+    job.state = next_state(job.state, JobTransition.CANCEL)
+    job.cancel_requested = True
+    return Changes(jobs=(job.id,))
+
+
+def _cancel_confirmed(state: ControllerState, fact: F.JobCancelConfirmed) -> Changes:
+    job = _require_running(state, fact.job, fact.attempt)
+    if not job.cancel_requested:
+        raise LocalProtocolError(f"job {fact.job} has no cancel request to confirm")
+    job.state = next_state(job.state, JobTransition.FINISH_CANCELLED)
+    agent = _release(state, job)
+    return Changes(jobs=(job.id,), agents=(agent,))
+
+
+def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
+    job = _require_running(state, fact.job, fact.attempt)
+    job.state = next_state(job.state, JobTransition.REQUEUE)
+    agent = _release(state, job)  # no allocation survives into the next attempt
+    job.attempt += 1
+    job.started_at = None
+    job.requeues += 1
+    return Changes(jobs=(job.id,), agents=(agent,))
+
+
+def _registered(state: ControllerState, fact: F.AgentRegistered) -> Changes:
+    existing = state.agents.get(fact.agent)
+    if existing is not None and existing.registered and existing.slots == fact.slots:
+        raise LocalProtocolError(f"agent {fact.agent} is already registered with {fact.slots} slots")
+    info = state.agent(fact.agent)
+    info.slots, info.registered = fact.slots, True
+    return Changes(agents=(fact.agent,))
+
+
+_APPLY: dict[type, Any] = {
+    F.JobSubmitted: _submitted,
+    F.JobDispatched: _dispatched,
+    F.JobAdopted: _adopted,
+    F.JobStarted: _started,
+    F.JobFinished: _finished,
+    F.JobCancelRequested: _cancel_requested,
+    F.JobCancelled: _cancelled,
+    F.JobCancelConfirmed: _cancel_confirmed,
+    F.JobRequeued: _requeued,
+    F.AgentRegistered: _registered,
+}
+
+
+def replay(facts: list[F.Fact], state: ControllerState | None = None) -> ControllerState:
+    """Rebuild state by applying facts in order: the same code as live."""
+    state = state if state is not None else ControllerState()
+    for fact in facts:
+        apply(state, fact)
+    return state
+
+
+def snapshot(state: ControllerState) -> dict[str, Any]:
+    """A plain map of the whole state, for fast restart."""
+    return {
+        "v": 1,
+        "next_job": state.next_job,
+        "facts_applied": state.facts_applied,
+        "agents": [[a.name, a.slots, a.registered] for a in state.agents.values()],
+        "jobs": [
+            [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.submitted_at, j.started_at,
+             j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues]
+            for j in state.jobs.values()
+        ],
+    }
+
+
+def restore(data: dict[str, Any]) -> ControllerState:
+    """The inverse of ``snapshot``; derived fields (used, running) are recomputed."""
+    if data.get("v") != 1:
+        raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
+    state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"])
+    for name, slots, registered in data["agents"]:
+        state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered)
+    for row in data["jobs"]:
+        (jid, spec, st, attempt, agent, submitted, started, finished, code, sig, cancel, requeues) = row
+        job = JobRecord(
+            id=jid, spec=JobSpec.from_dict(spec), state=JobState(st), attempt=attempt,
+            submitted_at=submitted, started_at=started, finished_at=finished, exit_code=code,
+            signal=sig, cancel_requested=cancel, requeues=requeues,
+        )
+        state.jobs[jid] = job
+        if agent is not None:
+            _place(state, job, agent)
+    return state

@@ -1,0 +1,21 @@
+import os
+
+from hypothesis import HealthCheck, settings
+
+# Two profiles: `ci` fits `make test` on 2 cores; `fuzz` is for long runs
+# (RECKON_HYPOTHESIS_PROFILE=fuzz, see the README).
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("RECKON_FUZZ_EXAMPLES", "100000")),
+    stateful_step_count=120,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+settings.load_profile(os.environ.get("RECKON_HYPOTHESIS_PROFILE", "ci"))
