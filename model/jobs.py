@@ -130,6 +130,7 @@ class JobRecord:
     state: JobState = JobState.PENDING
     attempt: int = 1  # the attempt the next (or current) dispatch carries
     agent: str | None = None  # set exactly while RUNNING
+    ran_on: str | None = None  # the agent of the latest attempt that ran (kept after it ends)
     submitted_at: float = 0.0
     started_at: float | None = None  # as the agent reported it
     finished_at: float | None = None  # as the agent observed the process end
@@ -148,7 +149,7 @@ class JobRecord:
             "id": self.id,
             "name": self.spec.name,
             "state": self.state.value,
-            "agent": self.agent,
+            "agent": self.agent or self.ran_on,
             "attempt": self.attempt,
             "exit_code": self.exit_code,
             "signal": self.signal,
@@ -165,7 +166,7 @@ class JobRecord:
     def snapshot_key(self) -> tuple:
         """Everything that defines this record, for equality checks."""
         return (
-            self.id, self.spec, self.state, self.attempt, self.agent, self.submitted_at,
+            self.id, self.spec, self.state, self.attempt, self.agent, self.ran_on, self.submitted_at,
             self.started_at, self.finished_at, self.exit_code, self.signal,
             self.cancel_requested, self.requeues,
         )

@@ -80,7 +80,7 @@ def _place(state: ControllerState, job: JobRecord, agent: str) -> None:
     info = state.agent(agent)
     info.running.add(job.id)
     info.used += job.spec.slots
-    job.agent = agent
+    job.agent = job.ran_on = agent
 
 
 def _release(state: ControllerState, job: JobRecord) -> str:
@@ -222,7 +222,7 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
         "facts_applied": state.facts_applied,
         "agents": [[a.name, a.slots, a.registered] for a in state.agents.values()],
         "jobs": [
-            [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.submitted_at, j.started_at,
+            [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.ran_on, j.submitted_at, j.started_at,
              j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues]
             for j in state.jobs.values()
         ],
@@ -237,9 +237,9 @@ def restore(data: dict[str, Any]) -> ControllerState:
     for name, slots, registered in data["agents"]:
         state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered)
     for row in data["jobs"]:
-        (jid, spec, st, attempt, agent, submitted, started, finished, code, sig, cancel, requeues) = row
+        (jid, spec, st, attempt, agent, ran_on, submitted, started, finished, code, sig, cancel, requeues) = row
         job = JobRecord(
-            id=jid, spec=JobSpec.from_dict(spec), state=JobState(st), attempt=attempt,
+            id=jid, spec=JobSpec.from_dict(spec), state=JobState(st), attempt=attempt, ran_on=ran_on,
             submitted_at=submitted, started_at=started, finished_at=finished, exit_code=code,
             signal=sig, cancel_requested=cancel, requeues=requeues,
         )

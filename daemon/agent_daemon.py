@@ -1,0 +1,249 @@
+"""The agent daemon: one connection to the controller, real processes, a durable outbox.
+
+One core task owns the model and executes its commands in order; durable
+commands (records, outbox) are written in one transaction before any message
+that follows them is sent, so a completion is on disk before it is ever on
+the wire.  A connection task connects with jittered backoff (capped at about
+2 s so an agent is back within moments of the controller's return), feeds
+what it reads to the core, and reconnects when the connection ends.  There is
+one delivery loop (the model's outbox, driven by ticks), not a task per job.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+from trio_websocket import ConnectionClosed as WSClosed
+from trio_websocket import HandshakeError, WebSocketConnection, open_websocket_url
+
+from model import events as E
+from model import messages as M
+from model.agent import Agent, AgentConfig, LocalStatus
+from model.errors import ProtocolError, RemoteProtocolError
+
+from . import wire
+from .agentstore import AgentStore
+from .runner import ExitStatus, JobLost, JobRunner, LaunchError, NullRunner
+
+log = logging.getLogger("reckon.agent")
+
+_DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentOptions:
+    name: str
+    slots: int
+    state_dir: Path
+    controller: str = "ws://127.0.0.1:7420"
+    token: str | None = None
+    executor: str = "process"  # "process": real jobs; "null": finish at once (benchmarks)
+    reconnect_initial: float = 0.1
+    reconnect_max: float = 2.0  # raise for large clusters so a controller restart is not stampeded
+    kill_grace: float = 10.0
+    model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
+
+
+@dataclass(slots=True)
+class _Connection:
+    ws: WebSocketConnection
+    generation: int
+
+
+class AgentDaemon:
+    def __init__(self, options: AgentOptions, store: AgentStore, runner: Any, agent: Agent) -> None:
+        self.options = options
+        self.store = store
+        self.runner = runner
+        self.model = agent
+        self._events_send, self._events_recv = trio.open_memory_channel[tuple[Any, Any]](100_000)
+        self._conn: _Connection | None = None
+        self._generation = 0
+        self._wake = trio.Event()
+        self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
+
+    # ---- the core ----------------------------------------------------------------
+
+    async def feed(self, event: Any, conn: _Connection | None = None) -> None:
+        await self._events_send.send((event, conn))
+
+    async def core_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            batch = [await self._events_recv.receive()]
+            while len(batch) < 1000:
+                try:
+                    batch.append(self._events_recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            commands: list[tuple[E.Command, _Connection | None]] = []
+            for event, conn in batch:
+                if isinstance(event, E.Connected):
+                    self._conn = conn
+                elif isinstance(event, (E.Disconnected, E.MessageFromController)) and conn is not self._conn:
+                    continue  # about a connection we already left behind
+                try:
+                    cmds = self.model.handle(event)
+                except RemoteProtocolError as exc:
+                    log.warning("controller sent something invalid: %s; reconnecting", exc)
+                    await self._hang_up()
+                    continue
+                if isinstance(event, E.Disconnected):
+                    self._conn = None
+                commands.extend((c, self._conn) for c in cmds)
+            await self._execute(commands, nursery)
+            if self.model.session.value == "operating":
+                self.joined.set()
+            self._wake.set()
+
+    async def _execute(self, commands: list[tuple[E.Command, _Connection | None]], nursery: trio.Nursery) -> None:
+        durable: list[E.Command] = []
+        for cmd, conn in commands:
+            if isinstance(cmd, _DURABLE):
+                durable.append(cmd)
+                continue
+            if durable:
+                await self.store.apply(durable)  # durable before anything that follows it
+                durable = []
+            if isinstance(cmd, E.Send):
+                if conn is not None and conn is self._conn:
+                    try:
+                        await conn.ws.send_message(wire.encode(cmd.message))
+                    except WSClosed:
+                        pass  # the connection task notices and reports Disconnected
+            elif isinstance(cmd, E.StartProcess):
+                nursery.start_soon(self._start, cmd)
+            elif isinstance(cmd, E.KillProcess):
+                await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
+            else:
+                raise TypeError(f"agent cannot execute {cmd!r}")
+        if durable:
+            await self.store.apply(durable)
+
+    async def _start(self, cmd: E.StartProcess) -> None:
+        try:
+            started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec)
+        except LaunchError as exc:
+            # Nothing ran and nothing is known: say so, never invent an exit code.
+            log.error("job %s attempt %s could not be launched: %s", cmd.job, cmd.attempt, exc)
+            await self.feed(E.ProcessLost(job=cmd.job, attempt=cmd.attempt, now=time.time()))
+            return
+        await self.feed(E.ProcessStarted(job=cmd.job, attempt=cmd.attempt, started_at=started_at))
+
+    async def _hang_up(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            with trio.move_on_after(1):
+                try:
+                    await conn.ws.aclose()
+                except WSClosed:
+                    pass
+
+    # ---- time and processes --------------------------------------------------------
+
+    async def ticker(self) -> None:
+        """Heartbeats, outbox retries and record expiry: the model says when."""
+        while True:
+            wakeup = self.model.next_wakeup()
+            delay = 1.0 if wakeup is None else min(1.0, max(0.0, wakeup - time.time()))
+            with trio.move_on_after(delay):
+                self._wake = trio.Event()
+                await self._wake.wait()
+                continue
+            await self.feed(E.Tick(now=time.time(), jitter=random.random()))
+
+    async def exits(self) -> None:
+        async for outcome in self.runner.exits:
+            if isinstance(outcome, JobLost):
+                log.warning("job %s attempt %s: outcome unknown (%s)", outcome.job, outcome.attempt, outcome.reason)
+                await self.feed(E.ProcessLost(job=outcome.job, attempt=outcome.attempt, now=time.time()))
+            else:
+                await self.feed(_exited(outcome))
+
+    # ---- the connection -------------------------------------------------------------
+
+    async def connection_loop(self) -> None:
+        delay = self.options.reconnect_initial
+        url = self.options.controller.rstrip("/") + "/agent"
+        headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
+        while True:
+            try:
+                async with open_websocket_url(url, extra_headers=headers,
+                                              max_message_size=wire.MAX_AGENT_MESSAGE,
+                                              connect_timeout=5, disconnect_timeout=2) as ws:
+                    delay = self.options.reconnect_initial
+                    self._generation += 1
+                    conn = _Connection(ws=ws, generation=self._generation)
+                    log.info("connected to %s", self.options.controller)
+                    await self.feed(E.Connected(now=time.time()), conn)
+                    try:
+                        await self._read(conn)
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await self.feed(E.Disconnected(now=time.time()), conn)
+            except HandshakeError as exc:
+                log.warning("cannot join %s: %s", self.options.controller, exc)
+            except (OSError, WSClosed) as exc:
+                log.debug("connection to %s failed: %s", self.options.controller, exc)
+            # Jittered, capped backoff: quick to return, no thundering herd.
+            await trio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, self.options.reconnect_max)
+
+    async def _read(self, conn: _Connection) -> None:
+        while True:
+            try:
+                data = await conn.ws.get_message()
+            except WSClosed as exc:
+                log.info("controller connection closed: %s", exc.reason)
+                return
+            try:
+                msg = wire.decode(data, to="agent")
+            except ProtocolError as exc:
+                log.warning("invalid message from the controller: %s", exc)
+                return
+            if isinstance(msg, M.Error):
+                log.warning("controller says: %s", msg.reason)
+            await self.feed(E.MessageFromController(message=msg, now=time.time()), conn)
+
+
+def _exited(status: ExitStatus) -> E.ProcessExited:
+    return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
+                           signal=status.signal, finished_at=status.finished_at, now=time.time())
+
+
+async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Recover local records, re-adopt jobs, then connect and work until cancelled."""
+    options.state_dir.mkdir(parents=True, exist_ok=True)
+    store = await AgentStore.open(options.state_dir)
+    try:
+        records, outbox = await store.load()
+        runner_cls = NullRunner if options.executor == "null" else JobRunner
+        async with runner_cls(options.state_dir) as runner:
+            config = AgentConfig(name=options.name, slots=options.slots,
+                                 log_dir=str(options.state_dir / "jobs"), **options.model)
+            agent = Agent(config, records, outbox)
+            daemon = AgentDaemon(options, store, runner, agent)
+            running = [r.key for r in records if r.status is LocalStatus.RUNNING]
+            if running:
+                adopted = await runner.adopt(running)
+                now = time.time()
+                for key, what in adopted.items():
+                    if isinstance(what, ExitStatus):
+                        await daemon.feed(_exited(what))
+                    elif what == "lost" or isinstance(what, JobLost):
+                        await daemon.feed(E.ProcessLost(job=key[0], attempt=key[1], now=now))
+                log.info("re-adopted %d job(s) from before the restart", len(running))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(daemon.core_loop, nursery)
+                nursery.start_soon(daemon.exits)
+                nursery.start_soon(daemon.ticker)
+                nursery.start_soon(daemon.connection_loop)
+                task_status.started(daemon)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()

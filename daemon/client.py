@@ -1,0 +1,86 @@
+"""The client side of the controller's `/client` endpoint (used by the CLI, dev mode, demo, bench)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import trio
+from trio_websocket import ConnectionClosed as WSClosed
+from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
+
+from . import wire
+
+DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
+
+
+class ClientError(Exception):
+    """A one-line reason for the user: unreachable, refused, unknown job, ..."""
+
+
+def resolve_controller(url: str | None) -> str:
+    return url or os.environ.get("RECKON_CONTROLLER") or DEFAULT_CONTROLLER
+
+
+def resolve_token(token_file: str | None) -> str | None:
+    """--token-file, else $RECKON_TOKEN_FILE, else $RECKON_TOKEN, else none."""
+    path = token_file or os.environ.get("RECKON_TOKEN_FILE")
+    if path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ClientError(f"cannot read token file {path}: {exc.strerror}") from None
+        if not token:
+            raise ClientError(f"token file {path} is empty")
+        return token
+    return os.environ.get("RECKON_TOKEN") or None
+
+
+def auth_headers(token: str | None) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {token}".encode())] if token else []
+
+
+class Client:
+    """One connection, many requests: `async with Client(url, token) as c: await c.call(...)`."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self._cm: Any = None
+        self._ws: Any = None
+
+    async def __aenter__(self) -> "Client":
+        self._cm = open_websocket_url(self.url + "/client", extra_headers=auth_headers(self.token),
+                                      max_message_size=wire.MAX_CLIENT_MESSAGE, connect_timeout=5,
+                                      disconnect_timeout=2)
+        try:
+            self._ws = await self._cm.__aenter__()
+        except ConnectionRejected as exc:
+            body = (exc.body or b"").decode(errors="replace").strip()
+            raise ClientError(f"controller at {self.url} refused the connection: {body or exc.status_code}") from None
+        except (OSError, HandshakeError, trio.TooSlowError) as exc:
+            raise ClientError(f"controller unreachable at {self.url}: {exc}") from None
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            await self._cm.__aexit__(*exc_info)
+        except (WSClosed, OSError):
+            pass
+
+    async def call(self, op: str, **fields: Any) -> dict:
+        try:
+            await self._ws.send_message(wire.dumps({"op": op, **fields}))
+            data = await self._ws.get_message()
+        except WSClosed as exc:
+            raise ClientError(f"controller at {self.url} closed the connection: {exc.reason}") from None
+        reply = wire.loads(data, limit=wire.MAX_CLIENT_MESSAGE)
+        if not reply.get("ok"):
+            raise ClientError(str(reply.get("error", "request failed")))
+        return reply
+
+
+async def call(url: str, token: str | None, op: str, **fields: Any) -> dict:
+    async with Client(url, token) as client:
+        return await client.call(op, **fields)

@@ -1,0 +1,455 @@
+"""The controller daemon: WebSocket server, the serial core loop, durable facts.
+
+Shape (after trio's own servers): ``serve_controller(..., task_status=...)``
+opens the fact store, replays it into the model, and only then listens.  One
+core task owns the model: it takes every pending event in one batch, lets the
+model decide, runs the scheduler, appends the batch's facts in ONE durable
+transaction (group commit), and only then releases the batch's effects
+(messages, client replies).  Each connection has its own nursery; each resync
+round runs in its own cancel scope inside that nursery, so a disconnect ends
+the round and its deadline is a ``move_on_after``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import itertools
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+from trio_websocket import ConnectionClosed as WSClosed
+from trio_websocket import WebSocketConnection, WebSocketRequest, serve_websocket
+
+from model import events as E
+from model import messages as M
+from model.controller import Controller, ControllerConfig
+from model.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from model.facts import Fact
+from model.jobs import JobSpec, JobState
+from model.scheduler import Scheduler
+
+from . import wire
+from .factstore import FactStore
+
+log = logging.getLogger("reckon.controller")
+
+OUTGOING_QUEUE = 100_000  # messages buffered per connection before it counts as stuck
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerOptions:
+    host: str = "127.0.0.1"
+    port: int = 7420
+    state_dir: Path = Path("reckon-state/controller")
+    token: str | None = None
+    model: ControllerConfig = field(default_factory=ControllerConfig)
+    heartbeat_timeout: float = 10.0  # an agent silent this long is disconnected
+    snapshot_every: int = 200_000  # facts between snapshots
+    max_batch: int = 5_000  # events decided per group commit
+
+
+@dataclass(slots=True)
+class _Work:
+    """One item for the core loop: a model event or a client read/act."""
+
+    event: Any = None
+    call: Callable[[], Any] | None = None  # a read run in loop order (sees only durable state)
+    reply: "trio.MemorySendChannel[Any] | None" = None
+    commands: list[E.Command] = field(default_factory=list)
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Conn:
+    """A live agent connection as the core loop sees it."""
+
+    id: int
+    ws: WebSocketConnection
+    nursery: trio.Nursery
+    outgoing: trio.MemorySendChannel[bytes]
+    flushed: trio.Event = field(default_factory=trio.Event)  # the writer is done
+    agent: str | None = None
+    rounds: dict[bytes, trio.Event] = field(default_factory=dict)
+    closing: bool = False
+
+
+class ControllerDaemon:
+    def __init__(self, options: ControllerOptions, store: FactStore, controller: Controller) -> None:
+        self.options = options
+        self.store = store
+        self.model = controller
+        self.scheduler = Scheduler()
+        self._work_send, self._work_recv = trio.open_memory_channel[_Work](1_000_000)
+        self._conns: dict[int, _Conn] = {}
+        self._conn_ids = itertools.count(1)
+        self.log_dirs: dict[str, str] = {}
+        self.started_at = time.time()
+        for cmd in controller.initial_notes():
+            assert isinstance(cmd, E.Notify)
+            self.scheduler.notify(cmd.note)
+
+    # ---- the core loop ------------------------------------------------------------
+
+    async def submit(self, work: _Work) -> None:
+        await self._work_send.send(work)
+
+    async def call(self, event: Any = None, call: Callable[[], Any] | None = None) -> Any:
+        """Run an event or a read through the core loop; return once its effects are durable."""
+        send, recv = trio.open_memory_channel[Any](1)
+        await self._work_send.send(_Work(event=event, call=call, reply=send))
+        async with recv:
+            work: _Work = await recv.receive()
+        if work.error is not None:
+            raise LocalProtocolError(work.error)
+        return work.result
+
+    async def core_loop(self) -> None:
+        while True:
+            batch = [await self._work_recv.receive()]
+            while len(batch) < self.options.max_batch:
+                try:
+                    batch.append(self._work_recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            commands: list[E.Command] = []
+            for work in batch:
+                self._decide(work)
+                commands.extend(work.commands)
+            commands.extend(self._schedule())
+            facts: list[Fact] = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+            if facts:
+                # Commit before effect: nothing below leaves this process until the
+                # facts behind it are durable.  A failed commit kills the daemon.
+                await self.store.append(facts)
+            for cmd in commands:
+                self._release(cmd)
+            for work in batch:
+                if work.reply is not None:
+                    work.reply.send_nowait(work)
+            if self.store.facts_since_snapshot >= self.options.snapshot_every:
+                await self._snapshot()
+
+    def _decide(self, work: _Work) -> None:
+        try:
+            if work.event is not None:
+                work.commands = self.model.handle(work.event)
+                work.result = work.commands
+            if work.call is not None:
+                work.result = work.call()
+        except LocalProtocolError as exc:
+            work.error = str(exc)
+        except RemoteProtocolError as exc:
+            conn = getattr(work.event, "conn", None)
+            log.warning("connection %s: %s", conn, exc)
+            if conn is not None:
+                work.commands = [
+                    E.Send(conn=conn, message=M.Error(seq=0, reason=str(exc))),
+                    E.Close(conn=conn, reason=str(exc)),
+                ]
+                work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time()))
+
+    def _schedule(self) -> list[E.Command]:
+        """Feed notifications to the scheduler and dispatch what it proposes, until quiet."""
+        out: list[E.Command] = []
+        pending_notes = True
+        while pending_notes:
+            proposals = self.scheduler.place()
+            if not proposals:
+                break
+            now = time.time()
+            pending_notes = False
+            for job, agent in proposals:
+                cmds = self.model.handle(E.DispatchProposed(job=job, agent=agent, now=now))
+                for cmd in cmds:
+                    if isinstance(cmd, E.Notify):
+                        self.scheduler.notify(cmd.note)
+                        pending_notes = True
+                out.extend(cmds)
+        return out
+
+    def _release(self, cmd: E.Command) -> None:
+        if isinstance(cmd, E.Notify):
+            self.scheduler.notify(cmd.note)
+        elif isinstance(cmd, E.Send):
+            conn = self._conns.get(cmd.conn)
+            if conn is not None and not conn.closing:
+                try:
+                    conn.outgoing.send_nowait(wire.encode(cmd.message))
+                except trio.WouldBlock:
+                    log.warning("connection %s is not reading; closing it", cmd.conn)
+                    self._close(conn, "send queue full")
+        elif isinstance(cmd, E.Close):
+            conn = self._conns.get(cmd.conn)
+            if conn is not None:
+                self._close(conn, cmd.reason)
+        elif isinstance(cmd, E.StartRoundTimer):
+            self._start_round_timer(cmd)
+        elif isinstance(cmd, E.RoundEnded):
+            for conn in self._conns.values():
+                ended = conn.rounds.pop(cmd.token, None)
+                if ended is not None:
+                    ended.set()
+        elif isinstance(cmd, E.Append):
+            pass  # already durable
+        else:
+            raise TypeError(f"controller cannot execute {cmd!r}")
+
+    def _close(self, conn: _Conn, reason: str) -> None:
+        if conn.closing:
+            return
+        conn.closing = True
+        # Closing the outgoing channel lets the writer flush what is queued (the
+        # error message) and then close the WebSocket.
+        conn.outgoing.close()
+
+    def _start_round_timer(self, cmd: E.StartRoundTimer) -> None:
+        conn = next((c for c in self._conns.values() if c.agent == cmd.agent and not c.closing), None)
+        if conn is None:
+            return
+        ended = trio.Event()
+        conn.rounds[cmd.token] = ended
+        conn.nursery.start_soon(self._round_timer, cmd, ended)
+
+    async def _round_timer(self, cmd: E.StartRoundTimer, ended: trio.Event) -> None:
+        """The round's own cancel scope: ended by resolution, by the deadline, or by the connection going."""
+        with trio.move_on_after(max(0.0, cmd.deadline - time.time())):
+            await ended.wait()
+            return
+        await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time())))
+
+    async def _snapshot(self) -> None:
+        from model.state import snapshot
+
+        snap = snapshot(self.model.state)
+        await self.store.write_snapshot(snap, self.store.last_seq)
+
+    # ---- connections ----------------------------------------------------------------
+
+    def _authorized(self, request: WebSocketRequest) -> str | None:
+        """None if the request may connect, else the reason it may not."""
+        token = self.options.token
+        if token is None:
+            remote = request.remote
+            host = getattr(remote, "address", None)
+            try:
+                if host is not None and ipaddress.ip_address(host).is_loopback:
+                    return None
+            except ValueError:
+                pass
+            return "no token is configured, so only loopback connections are accepted"
+        for key, value in request.headers:
+            if key.lower() == b"authorization":
+                offered = value.decode("latin-1").removeprefix("Bearer ").strip()
+                if hmac.compare_digest(offered.encode(), token.encode()):
+                    return None
+                return "bad token"
+        return "missing token"
+
+    async def handle_request(self, request: WebSocketRequest) -> None:
+        refused = self._authorized(request)
+        if refused is not None:
+            await request.reject(401, body=refused.encode())
+            return
+        path = request.path
+        ws = await request.accept()
+        try:
+            if path.startswith("/agent"):
+                await self._agent_connection(ws)
+            elif path.startswith("/client"):
+                await self._client_connection(ws)
+            else:
+                await ws.aclose(code=1008, reason=f"unknown path {path!r}")
+        except WSClosed:
+            pass
+
+    async def _agent_connection(self, ws: WebSocketConnection) -> None:
+        conn_id = next(self._conn_ids)
+        send, recv = trio.open_memory_channel[bytes](OUTGOING_QUEUE)
+        try:
+            async with trio.open_nursery() as nursery:
+                conn = _Conn(id=conn_id, ws=ws, nursery=nursery, outgoing=send)
+                self._conns[conn_id] = conn
+                nursery.start_soon(self._writer, conn, recv)
+                await self._reader(conn)
+                if conn.closing:  # let the writer flush the error that explains the close
+                    with trio.move_on_after(2):
+                        await conn.flushed.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._conns.pop(conn_id, None)
+            with trio.CancelScope(shield=True):
+                await self.submit(_Work(event=E.ConnectionClosed(conn=conn_id, now=time.time())))
+                with trio.move_on_after(1):
+                    await ws.aclose()
+
+    async def _writer(self, conn: _Conn, recv: trio.MemoryReceiveChannel[bytes]) -> None:
+        async with recv:
+            async for data in recv:
+                try:
+                    await conn.ws.send_message(data)
+                except WSClosed:
+                    break
+        # The channel was closed (a Close command): everything queued is flushed; hang up.
+        with trio.move_on_after(2):
+            await conn.ws.aclose(code=1008, reason="closed by controller")
+        conn.flushed.set()
+        conn.nursery.cancel_scope.cancel()
+
+    async def _reader(self, conn: _Conn) -> None:
+        while not conn.closing:
+            with trio.move_on_after(self.options.heartbeat_timeout) as idle:
+                try:
+                    data = await conn.ws.get_message()
+                except WSClosed:
+                    return
+            if idle.cancelled_caught:
+                log.warning("agent %s silent for %.0fs: disconnecting", conn.agent, self.options.heartbeat_timeout)
+                return
+            now = time.time()
+            try:
+                msg = wire.decode(data, to="controller")
+                if conn.agent is None:
+                    if not isinstance(msg, M.Join):
+                        raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
+                    conn.agent = msg.agent
+                    if msg.log_dir:
+                        self.log_dirs[msg.agent] = msg.log_dir
+                    event: Any = E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now)
+                elif isinstance(msg, M.Join):
+                    raise RemoteProtocolError("join sent twice on one connection")
+                else:
+                    event = E.MessageFromAgent(conn=conn.id, message=msg, now=now,
+                                               token=secrets.token_bytes(M.TOKEN_BYTES))
+            except RemoteProtocolError as exc:
+                log.warning("agent connection %s (%s): %s", conn.id, conn.agent, exc)
+                if not conn.closing:
+                    conn.outgoing.send_nowait(wire.encode(M.Error(seq=0, reason=str(exc))))
+                    self._close(conn, str(exc))
+                return
+            await self.submit(_Work(event=event))
+
+    async def ticker(self) -> None:
+        """Time for the model: lost-agent detection when ``lost_after`` is set."""
+        if self.options.model.lost_after is None:
+            return
+        while True:
+            await trio.sleep(min(1.0, self.options.model.lost_after / 4))
+            await self.submit(_Work(event=E.Tick(now=time.time())))
+
+    # ---- clients ----------------------------------------------------------------------
+
+    async def _client_connection(self, ws: WebSocketConnection) -> None:
+        while True:
+            try:
+                data = await ws.get_message()
+            except WSClosed:
+                return
+            try:
+                request = wire.loads(data, limit=wire.MAX_AGENT_MESSAGE)
+                reply = {"ok": True, **await self._client_op(request)}
+            except (ProtocolError, ValueError, TypeError, KeyError) as exc:
+                reply = {"ok": False, "error": str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"}
+            await ws.send_message(wire.dumps(reply))
+
+    async def _client_op(self, request: dict) -> dict:
+        op = request.get("op")
+        if op == "submit":
+            spec = JobSpec.from_dict(request["spec"])
+            commands = await self.call(event=E.SubmitJob(spec=spec, now=time.time()))
+            job_id = next(f.job for c in commands if isinstance(c, E.Append) for f in c.facts)
+            return {"job": await self.call(call=lambda: self.job_object(job_id))}
+        if op == "submit_many":
+            specs = [JobSpec.from_dict(s) for s in request["specs"]]
+            return {"jobs": await self._submit_batch(specs)}
+        if op == "cancel":
+            await self.call(event=E.CancelJob(job=str(request["job"]), now=time.time()))
+            return {"job": await self.call(call=lambda: self.job_object(str(request["job"])))}
+        if op == "show":
+            return {"job": await self.call(call=lambda: self.job_object(str(request["job"])))}
+        if op == "jobs":
+            state = request.get("state")
+            if state is not None and state not in JobState.__members__:
+                raise ValueError(f"unknown state {state!r}; one of {', '.join(JobState.__members__)}")
+            return {"jobs": await self.call(call=lambda: self.job_objects(state))}
+        if op == "nodes":
+            return {"nodes": await self.call(call=self.node_objects)}
+        if op == "status":
+            return {"status": await self.call(call=self.status)}
+        raise ValueError(f"unknown op {op!r}")
+
+    async def _submit_batch(self, specs: list[JobSpec]) -> list[str]:
+        """Submit many jobs through one group commit: used by benchmarks and scripts."""
+        send, recv = trio.open_memory_channel[Any](len(specs) + 1)
+        now = time.time()
+        for spec in specs:
+            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now), reply=send))
+        ids = []
+        async with recv:
+            for _ in specs:
+                work = await recv.receive()
+                if work.error is not None:
+                    raise LocalProtocolError(work.error)
+                ids.append(next(f.job for c in work.commands if isinstance(c, E.Append) for f in c.facts))
+        return ids
+
+    def job_object(self, job_id: str) -> dict:
+        job = self.model.state.job(job_id)
+        obj = job.to_dict()
+        log_dir = self.log_dirs.get(job.agent or job.ran_on or "")
+        if log_dir is not None:
+            base = Path(log_dir) / f"{job.id}.{job.attempt}"
+            obj["stdout"], obj["stderr"] = str(base / "stdout"), str(base / "stderr")
+        else:
+            obj["stdout"] = obj["stderr"] = None
+        return obj
+
+    def job_objects(self, state: str | None) -> list[dict]:
+        return [j.to_dict() for j in self.model.state.jobs.values() if state is None or j.state.value == state]
+
+    def node_objects(self) -> list[dict]:
+        return [
+            {"name": name, "state": self.model.node_state(name), "slots": info.slots, "used": info.used}
+            for name, info in sorted(self.model.state.agents.items())
+        ]
+
+    def status(self) -> dict:
+        counts: dict[str, int] = {}
+        for job in self.model.state.jobs.values():
+            counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
+
+
+async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
+    t0 = time.perf_counter()
+    store = await FactStore.open(options.state_dir)
+    try:
+        snapshot, facts, _ = await store.load()
+        controller = Controller.from_log(facts, options.model, snapshot)
+        daemon = ControllerDaemon(options, store, controller)
+        log.info("recovered %d jobs from %d facts in %.2fs", len(controller.state.jobs),
+                 len(facts), time.perf_counter() - t0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(daemon.core_loop)
+            nursery.start_soon(daemon.ticker)
+            server = await nursery.start(
+                lambda task_status: serve_websocket(
+                    daemon.handle_request, options.host, options.port, None,
+                    handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE,
+                    task_status=task_status,
+                )
+            )
+            if options.token is None:
+                log.warning("no token configured: accepting loopback connections only")
+            task_status.started((server.port, daemon))
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
