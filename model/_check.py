@@ -37,7 +37,7 @@ def check_opt_int(name: str, value: Any, **kw: Any) -> None:
 def check_time(name: str, value: Any) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise ValueError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if value != value or value < 0:  # NaN or negative
+    if value != value or value < 0 or value == float("inf"):  # NaN, negative or infinite
         raise ValueError(f"{name} must be a non-negative number, got {value!r}")
 
 

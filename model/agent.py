@@ -45,7 +45,15 @@ class LocalJob:
 
     @property
     def held(self) -> bool:
-        """Part of the set the controller should place here (heartbeat digest)."""
+        """Part of the set the controller should place here (heartbeat digest).
+
+        An indeterminate attempt is not: the agent cannot vouch for it, so the
+        digest disagrees with the controller's placement, an anti-entropy round
+        asks about it, and it is reported unrecognized (Req 3.3, 4.6) instead of
+        sitting RUNNING forever behind matching heartbeats.
+        """
+        if self.status is LocalStatus.INDETERMINATE:
+            return False
         return self.status is not LocalStatus.FINISHED or not self.acked
 
     def report(self) -> M.Finished:
@@ -98,6 +106,7 @@ class AgentConfig:
     retry_initial: float = 1.0  # first completion retry delay
     retry_max: float = 30.0  # backoff cap
     heartbeat_interval: float = 2.0
+    log_dir: str | None = None  # told to the controller at join, for `reckon show`
 
     def __post_init__(self) -> None:
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
@@ -169,7 +178,7 @@ class Agent:
         self.seen_seq = 0
         running = sum(1 for r in self.records.values() if r.status is LocalStatus.RUNNING)
         self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
-                               running=running))
+                               running=running, log_dir=self.config.log_dir))
 
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)
@@ -179,8 +188,6 @@ class Agent:
         msg = ev.message
         if self.session is SessionState.DISCONNECTED:
             return  # a message from a connection that is gone
-        seq = getattr(msg, "seq", 0)
-        self.seen_seq = max(self.seen_seq, seq)
         if isinstance(msg, M.Welcome):
             if msg.token is None:
                 self._move(SessionEvent.WELCOME_PLAIN)
@@ -204,6 +211,8 @@ class Agent:
             pass  # the daemon logs it; a fatal one is followed by a close
         else:
             raise RemoteProtocolError(f"unexpected {msg.TYPE} message from the controller")
+        # Counted only once handled: a message refused above changes nothing, not even this.
+        self.seen_seq = max(self.seen_seq, getattr(msg, "seq", 0))
 
     def _resume(self, now: float, out: list[E.Command]) -> None:
         """Normal operation starts: flush the whole outbox now, heartbeat soon."""

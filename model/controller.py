@@ -245,6 +245,11 @@ class Controller:
         lost_after = self.config.lost_after
         if lost_after is None:
             return
+        for name in self.state.agents:
+            if name not in self.sessions:
+                # An agent known only from the log (we restarted and it has not come
+                # back yet): its silence counts from the first tick we see.
+                self.sessions[name] = AgentSession(name=name, last_heard=ev.now)
         for session in self.sessions.values():
             if session.connected or session.lost or ev.now - session.last_heard <= lost_after:
                 continue
@@ -408,7 +413,8 @@ class Controller:
             # the scheduler's tentative view is corrected.
             if job is not None:
                 self._note_job(out, job)
-            self._note_agent(out, ev.agent)
+            if info is not None:  # never teach the scheduler an agent the controller does not know
+                self._note_agent(out, ev.agent)
             return
         assert job is not None and session is not None
         self._apply(out, F.JobDispatched(job=job.id, attempt=job.attempt, agent=ev.agent))

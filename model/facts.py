@@ -210,13 +210,17 @@ def _upgrade(kind: str, version: int, data: dict[str, Any]) -> dict[str, Any]:
 def decode(data: Any) -> Fact:
     """Read a stored fact of any version; ``ValueError`` on anything else."""
     require_keys("fact", data, ("k", "v"))
-    cls = FACT_TYPES.get(data["k"])
+    cls = FACT_TYPES.get(data["k"]) if isinstance(data["k"], str) else None
     if cls is None:
         raise ValueError(f"unknown fact kind {data['k']!r}")
     version = data["v"]
-    if not isinstance(version, int) or not 1 <= version <= cls.VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= cls.VERSION:
         raise ValueError(f"unsupported version {version!r} of fact {cls.KIND}")
     data = _upgrade(cls.KIND, version, data)
+    # A field this version does not have is corruption, not something to drop silently.
+    extra = set(data) - {f.name for f in fields(cls)} - {"k", "v"}
+    if extra:
+        raise ValueError(f"fact {cls.KIND} v{version} has unknown fields {sorted(map(str, extra))}")
     kwargs = {}
     for f in fields(cls):
         if f.name in data:

@@ -105,9 +105,12 @@ class Join:
     slots: int
     version: int
     running: int = 0  # how many job processes the agent holds alive right now
+    log_dir: str | None = None  # where the agent keeps job output, shown by `reckon show`
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent, max_len=100)
+        if self.log_dir is not None:
+            check_str("log_dir", self.log_dir, max_len=4096)
         check_int("slots", self.slots, minimum=0, maximum=1 << 20)
         check_int("version", self.version, minimum=0)
         check_int("running", self.running, minimum=0)

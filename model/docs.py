@@ -1,0 +1,228 @@
+"""Render the protocol reference from the model itself, so docs/protocol.md cannot drift.
+
+The state machines come from ``JOB_TRANSITIONS``, ``ROUND_TRANSITIONS`` and
+``SESSION_TRANSITIONS`` plus the comment on each enum member; the message
+reference comes from the message dataclasses (their fields, defaults, field
+comments and docstrings).  Rendering is a pure function of the model's code;
+the only thing it reads is the model's own source text (``inspect``), for the
+comments.
+
+    python -m model.docs                           # print every generated block
+    python -m model.docs --write docs/protocol.md  # refresh the blocks in place
+    python -m model.docs --check docs/protocol.md  # exit 1 if they are stale
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import inspect
+import io
+import re
+import textwrap
+import tokenize
+from dataclasses import MISSING, fields
+from typing import Callable, Mapping
+
+from . import messages as M
+from .agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
+from .jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
+from .resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
+
+BEGIN = "<!-- BEGIN GENERATED: {name} -->"
+END = "<!-- END GENERATED -->"
+
+
+# ---- comments from source ------------------------------------------------------------
+
+
+def comments_in_class(source: str) -> dict[str, str]:
+    """``name -> trailing comment`` for every assignment in the first class of ``source``."""
+    source = textwrap.dedent(source)
+    tree = ast.parse(source)
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef))
+    by_line = {
+        tok.start[0]: tok.string.lstrip("#").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    out: dict[str, str] = {}
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            name = node.target.id
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+        else:
+            continue
+        comment = by_line.get(node.lineno) or by_line.get(node.end_lineno or node.lineno)
+        if comment:
+            out[name] = comment
+    return out
+
+
+def _comments(cls: type) -> dict[str, str]:
+    return comments_in_class(inspect.getsource(cls))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _doc(cls: type) -> str:
+    doc = cls.__dict__.get("__doc__")
+    if not doc or doc.startswith(f"{cls.__name__}("):  # none, or the signature dataclasses make up
+        return ""
+    return " ".join(inspect.cleandoc(doc).split())
+
+
+# ---- state machines ---------------------------------------------------------------------
+
+
+def render_machine(title: str, table: Mapping[tuple[enum.Enum, enum.Enum], enum.Enum], states: type[enum.Enum],
+                   events: type[enum.Enum], initial: enum.Enum, final: frozenset, *, table_name: str,
+                   event_word: str = "event") -> str:
+    """One machine: its states, its events, its transition table and a mermaid diagram."""
+    state_notes, event_notes = _comments(states), _comments(events)
+    lines = [f"### {title}", "", f"States (`{states.__name__}`); the machine starts in `{initial.name}`:", "",
+             "| state | end state | meaning |", "| --- | --- | --- |"]
+    for s in states:
+        lines.append(f"| `{s.name}` | {'yes' if s in final else ''} | {_cell(state_notes.get(s.name, ''))} |")
+    lines += ["", f"{event_word.capitalize()}s (`{events.__name__}`):", "", f"| {event_word} | meaning |",
+              "| --- | --- |"]
+    for e in events:
+        lines.append(f"| `{e.value}` | {_cell(event_notes.get(e.name, ''))} |")
+    lines += ["", f"The table (`{table_name}`); any pair not listed is a protocol error that changes nothing:",
+              "", f"| from | {event_word} | to |", "| --- | --- | --- |"]
+    for (src, ev), dst in table.items():
+        lines.append(f"| `{src.name}` | `{ev.value}` | `{dst.name}` |")
+    lines += ["", "```mermaid", "stateDiagram-v2", f"    [*] --> {initial.name}"]
+    for (src, ev), dst in table.items():
+        lines.append(f"    {src.name} --> {dst.name} : {ev.value}")
+    for s in states:
+        if s in final:
+            lines.append(f"    {s.name} --> [*]")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def render_state_tables() -> str:
+    """The job, resync round and agent session machines, straight from their tables."""
+    job_initial = JobRecord.__dataclass_fields__["state"].default
+    round_initial = ResyncRound.__dataclass_fields__["state"].default
+    session_initial = Agent(AgentConfig(name="doc", slots=0)).session
+    return "\n".join([
+        render_machine("Job", JOB_TRANSITIONS, JobState, JobTransition, job_initial, TERMINAL_STATES,
+                       table_name="model.jobs.JOB_TRANSITIONS", event_word="transition"),
+        render_machine("Resync round (controller side)", ROUND_TRANSITIONS, RoundState, RoundEvent, round_initial,
+                       ROUND_END_STATES, table_name="model.resync.ROUND_TRANSITIONS"),
+        render_machine("Agent session", SESSION_TRANSITIONS, SessionState, SessionEvent, session_initial,
+                       frozenset(), table_name="model.agent.SESSION_TRANSITIONS"),
+    ]).rstrip("\n") + "\n"
+
+
+# ---- messages --------------------------------------------------------------------------------
+
+
+def _default(f: object) -> str:
+    default = getattr(f, "default")
+    if default is MISSING:
+        return "required"
+    return f"`{default!r}`"
+
+
+def render_message(cls: type) -> str:
+    notes = _comments(cls)
+    lines = [f"#### `{cls.TYPE}` (`{cls.__name__}`)", ""]  # type: ignore[attr-defined]
+    if _doc(cls):
+        lines += [_doc(cls), ""]
+    lines += ["| field | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for f in fields(cls):
+        lines.append(f"| `{f.name}` | `{_cell(str(f.type))}` | {_default(f)} | {_cell(notes.get(f.name, ''))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _render_enum(cls: type[enum.Enum]) -> str:
+    notes = _comments(cls)
+    lines = [f"`{cls.__name__}`:", "", "| value | meaning |", "| --- | --- |"]
+    lines += [f"| `{m.value}` | {_cell(notes.get(m.name, ''))} |" for m in cls]
+    return "\n".join(lines) + "\n"
+
+
+def render_message_tables() -> str:
+    """Every wire message, both directions, with its fields."""
+    entry = M.ReportEntry
+    parts = [
+        f"Protocol version {M.PROTOCOL_VERSION}; round tokens are {M.TOKEN_BYTES} bytes; "
+        f"a page holds at most {M.MAX_PAGE_ENTRIES} entries.",
+        "",
+        "### Agent → controller",
+        "",
+    ]
+    parts += [render_message(cls) for cls in M.TO_CONTROLLER.values()]
+    parts += ["### Controller → agent", ""]
+    parts += [render_message(cls) for cls in M.TO_AGENT.values()]
+    parts += [
+        "### Report entries and enumerations",
+        "",
+        "A `resync_report` entry travels as the list "
+        f"`[{', '.join(f.name for f in fields(entry))}]`.",
+        "",
+        _render_enum(M.EntryStatus),
+        _render_enum(M.AckOutcome),
+    ]
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+GENERATED: dict[str, Callable[[], str]] = {
+    "state tables": render_state_tables,
+    "messages": render_message_tables,
+}
+
+
+# ---- splicing into a document ------------------------------------------------------------------
+
+
+def _block_re(name: str) -> re.Pattern[str]:
+    return re.compile(re.escape(BEGIN.format(name=name)) + r"\n(.*?)" + re.escape(END), re.S)
+
+
+def extract(document: str, name: str) -> str:
+    """The current text of generated block ``name`` in ``document``."""
+    match = _block_re(name).search(document)
+    if match is None:
+        raise ValueError(f"no generated block {name!r} in the document")
+    return match.group(1)
+
+
+def splice(document: str, blocks: Mapping[str, str] | None = None) -> str:
+    """``document`` with every named generated block replaced by fresh output."""
+    blocks = blocks if blocks is not None else {name: render() for name, render in GENERATED.items()}
+    for name, text in blocks.items():
+        extract(document, name)  # raises if the markers are missing
+        document = _block_re(name).sub(lambda _m, n=name, t=text: f"{BEGIN.format(name=n)}\n{t}{END}", document)
+    return document
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] in ("--write", "--check"):
+        with open(argv[1], encoding="utf-8") as fh:
+            current = fh.read()
+        fresh = splice(current)
+        if argv[0] == "--check":
+            return 0 if fresh == current else 1
+        if fresh != current:
+            with open(argv[1], "w", encoding="utf-8") as fh:
+                fh.write(fresh)
+        return 0
+    if argv:
+        print(__doc__)
+        return 2
+    for name, render in GENERATED.items():
+        print(f"{BEGIN.format(name=name)}\n{render()}{END}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
