@@ -29,7 +29,7 @@ from model.errors import ProtocolError, RemoteProtocolError
 
 from . import wire
 from .agentstore import AgentStore
-from .runner import ExitStatus, JobLost, JobRunner, LaunchError, NullRunner
+from .runner import ExitStatus, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
 
@@ -102,14 +102,19 @@ class AgentDaemon:
             self._wake.set()
 
     async def _execute(self, commands: list[tuple[E.Command, _Connection | None]], nursery: trio.Nursery) -> None:
-        durable: list[E.Command] = []
+        # One transaction for the batch's durable commands, before ANY of its
+        # effects: every send is then preceded by the writes it depends on.
+        # (Writing a later record before an earlier send is safe: a crash in
+        # between looks like that send being lost, which the protocol absorbs.)
+        durable = [cmd for cmd, _ in commands if isinstance(cmd, _DURABLE)]
+        if durable:
+            await self.store.apply(durable)
+            for cmd in durable:
+                if isinstance(cmd, E.DeleteRecord):
+                    self._forget(cmd.job, cmd.attempt)
         for cmd, conn in commands:
             if isinstance(cmd, _DURABLE):
-                durable.append(cmd)
                 continue
-            if durable:
-                await self.store.apply(durable)  # durable before anything that follows it
-                durable = []
             if isinstance(cmd, E.Send):
                 if conn is not None and conn is self._conn:
                     try:
@@ -122,13 +127,18 @@ class AgentDaemon:
                 await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
-        if durable:
-            await self.store.apply(durable)
+
+    def _forget(self, job: str, attempt: int) -> None:
+        """The record is gone for good: the supervisor's status and pid files may go too."""
+        try:
+            self.runner.forget(job, attempt)
+        except (RunnerError, OSError) as exc:
+            log.debug("keeping the files of job %s attempt %s: %s", job, attempt, exc)
 
     async def _start(self, cmd: E.StartProcess) -> None:
         try:
             started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec)
-        except LaunchError as exc:
+        except RunnerError as exc:
             # Nothing ran and nothing is known: say so, never invent an exit code.
             log.error("job %s attempt %s could not be launched: %s", cmd.job, cmd.attempt, exc)
             await self.feed(E.ProcessLost(job=cmd.job, attempt=cmd.attempt, now=time.time()))

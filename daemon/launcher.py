@@ -1,0 +1,396 @@
+"""The launcher: a small single-threaded fork server, one per agent.
+
+Started once by ``daemon.runner.JobRunner``: ``python -m daemon.launcher``
+works, the runner runs ``python -I -S -c "...; main()"`` with the project's
+directory put on ``sys.path`` (independent of the agent's cwd, of site and of
+PYTHON* variables).  It imports nothing but the standard library pieces below,
+so forking it is cheap: every launch request
+becomes one ``os.fork()`` of this process (no interpreter start-up), and the
+child turns into the job's **supervisor**:
+
+* ``os.setsid()``: its own session, so the job outlives the agent and the
+  launcher (a SIGKILL of the agent, Ctrl-C in the agent's terminal, ...);
+* closes every descriptor it inherited, points 0/1/2 at /dev/null;
+* starts the command (``subprocess.Popen``: vfork + exec) in its own process
+  group with stdin /dev/null, stdout and stderr redirected to files in the
+  job's directory, cwd = the job's cwd, env = the launcher's environment (the
+  agent's) plus the job's pairs, no other descriptor, default signal
+  dispositions and an empty signal mask;
+* writes ``pid`` (tmp + rename): its own pid and /proc start time, the job's
+  pid and start time, the boot id, so a reused pid is never mistaken for it;
+* forwards SIGTERM / SIGINT / SIGHUP to the job's process group (and turns
+  SIGUSR1 into a SIGKILL of it);
+* waits for the job's main process (``waitid(WNOWAIT)``), takes
+  ``finished_at = time.time()`` at once, SIGKILLs whatever is left in the
+  job's process group (the job is over), reaps the main process and writes
+  ``status`` durably (tmp + fsync + rename + fsync of the directory and of its
+  parent), then ``os._exit``\\ s.
+
+A command that cannot be executed (not found, not executable, bad cwd)
+finishes like in a shell: exit code 127 when something does not exist
+(ENOENT), 126 otherwise, with the explanation in the job's stderr file.
+
+Wire (both directions: one JSON object per line, UTF-8):
+
+agent -> launcher::
+
+    {"k": [job, attempt], "dir": "/abs/job/dir", "cmd": [...],
+     "cwd": str | null, "env": [[key, value], ...]}
+
+launcher -> agent::
+
+    {"t": "S", "k": [job, attempt], "pid": supervisor_pid, "at": started_at}
+    {"t": "E", "k": [job, attempt], "err": "why the launch failed"}   # nothing runs
+    {"t": "F", "k": [job, attempt], "pid": supervisor_pid, "ws": wait_status}
+
+"S" always precedes the "F" of the same key.  The launcher exits at EOF on its
+stdin (the agent closed the pipe or died); its supervisors keep running.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import json
+import os
+import select
+import signal
+import stat
+import subprocess
+import time
+
+#: Signals a supervisor sets back to their default disposition, so that the
+#: job does not inherit them ignored (an agent started with ``&`` ignores
+#: SIGINT and SIGQUIT, one under nohup SIGHUP, ...).  SIGPIPE and SIGXFSZ,
+#: which Python ignores, are restored by subprocess; the forwarded signals
+#: are caught, hence default again after exec.
+_RESET_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGQUIT", "SIGUSR2", "SIGALRM", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGWINCH",
+                 "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR", "SIGSYS", "SIGTRAP", "SIGCONT")
+    if hasattr(signal, name)
+)
+#: Signals a supervisor forwards to the job's process group (SIGUSR1 becomes
+#: SIGKILL: the way to escalate a cancel through the supervisor).
+_FORWARD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+
+_OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_BASE_ENV: dict[str, str] = {}  # the launcher's (= the agent's) environment, copied once
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    try:
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def write_atomic(path: str, data: bytes, *, durable: bool) -> None:
+    """Write ``data`` to ``path`` via a temporary file and a rename.
+
+    With ``durable`` the file is fsynced before the rename and the directory
+    after it, so the new content survives a power loss once this returns.
+    """
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    if durable:
+        fsync_dir(os.path.dirname(path))
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---- the supervisor (runs in a forked child of the launcher) -----------------
+
+
+def _resolve(cmd0: str, path_var: str | None) -> str:
+    """Find the executable like execvp does, in the job's PATH; raise OSError."""
+    if not cmd0:
+        raise FileNotFoundError(errno.ENOENT, "empty command")
+    if "/" in cmd0:
+        st = os.stat(cmd0)  # FileNotFoundError / PermissionError / NotADirectoryError
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory")
+        if not os.access(cmd0, os.X_OK):
+            raise PermissionError(errno.EACCES, "permission denied")
+        return cmd0
+    denied = False
+    for entry in (path_var if path_var is not None else os.defpath).split(":"):
+        candidate = os.path.join(entry or ".", cmd0)
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and os.access(candidate, os.X_OK):
+            return candidate
+        denied = True
+    if denied:
+        raise PermissionError(errno.EACCES, "permission denied")
+    raise FileNotFoundError(errno.ENOENT, "command not found")
+
+
+class _CannotRun(Exception):
+    def __init__(self, errno_: int | None, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno_
+        self.message = message
+
+
+def _status_bytes(key: list, exit_code: int | None, sig: int | None, started_at: float, finished_at: float,
+                  job_pid: int | None) -> bytes:
+    return json.dumps({
+        "v": 1, "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
+        "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid,
+    }).encode()
+
+
+def supervise(req: dict, started_at: float, boot: str) -> int:
+    """Run one job to its end and record how it ended.  Returns the supervisor's exit code."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Nothing of the launcher's: its request/answer pipes, its wakeup pipe,
+    # the agent's stderr (a pipe held open here would outlive the agent).
+    os.closerange(3, 1 << 20)
+    devnull = os.open(os.devnull, os.O_RDWR)  # non-inheritable (PEP 446)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+    state = {"pid": 0, "pending": 0}
+
+    def forward(signum: int, frame: object) -> None:
+        signum = signal.SIGKILL if signum == signal.SIGUSR1 else signum
+        pid = state["pid"]
+        if pid:
+            try:
+                os.killpg(pid, signum)
+            except OSError:
+                pass
+        elif state["pending"] != signal.SIGKILL:
+            state["pending"] = signum
+
+    for signum in _RESET_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    for signum in _FORWARD_SIGNALS:
+        signal.signal(signum, forward)
+    # The launcher keeps these blocked so that none can hit a supervisor
+    # before its handlers are in place; now they are.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD_SIGNALS)
+
+    key = req["k"]
+    jdir = req["dir"]
+    argv = req["cmd"]
+    out_fd = os.open(os.path.join(jdir, "stdout"), _OUT_FLAGS, 0o644)
+    err_fd = os.open(os.path.join(jdir, "stderr"), _OUT_FLAGS, 0o644)
+
+    env = _BASE_ENV
+    if req.get("env"):
+        env = dict(env)
+        env.update((k, v) for k, v in req["env"])
+
+    job_pid = 0
+    try:
+        cwd = req.get("cwd")
+        if cwd is not None:
+            try:
+                os.chdir(cwd)
+            except (OSError, ValueError) as e:
+                raise _CannotRun(getattr(e, "errno", None),
+                                 f"cannot change to directory {cwd!r}: {getattr(e, 'strerror', None) or e}") from None
+        try:
+            path = _resolve(argv[0], env.get("PATH"))
+            # subprocess (vfork + exec in C) rather than os.posix_spawn: as
+            # fast, and glibc's posix_spawn leaves its internal signals 32
+            # and 33 ignored in the child.  close_fds: nothing but 0, 1, 2.
+            job = subprocess.Popen(argv, executable=path, stdin=devnull, stdout=out_fd, stderr=err_fd, env=env,
+                                   close_fds=True, restore_signals=True, process_group=0)
+            job_pid = job.pid
+        except (OSError, ValueError, subprocess.SubprocessError) as e:  # ValueError: a NUL byte, a bad string
+            raise _CannotRun(getattr(e, "errno", None),
+                             f"cannot execute {argv[0]!r}: {getattr(e, 'strerror', None) or e}") from None
+    except _CannotRun as e:
+        # Like a shell: 127 when something does not exist, 126 when it cannot be run.
+        code = 127 if e.errno == errno.ENOENT else 126
+        try:
+            os.write(err_fd, f"reckon: {e.message} (exit {code})\n".encode("utf-8", "backslashreplace"))
+        except OSError:
+            pass
+        write_atomic(os.path.join(jdir, "status"),
+                     _status_bytes(key, code, None, started_at, time.time(), None), durable=True)
+        fsync_dir(os.path.dirname(jdir))
+        return 0
+    state["pid"] = job_pid
+    if state["pending"]:
+        try:
+            os.killpg(job_pid, state["pending"])
+        except OSError:
+            pass
+    os.close(out_fd)
+    os.close(err_fd)
+
+    # Not fsynced: it only matters while processes live, and a power loss
+    # ends them all (a missing pid file then rightly means "lost").  A
+    # failure to write it must not end the supervision of a running job.
+    try:
+        write_atomic(os.path.join(jdir, "pid"), json.dumps({
+            "v": 1, "supervisor": os.getpid(), "supervisor_start": proc_start_time(os.getpid()),
+            "job_pid": job_pid, "job_start": proc_start_time(job_pid), "boot_id": boot, "started_at": started_at,
+        }).encode(), durable=False)
+    except OSError:
+        pass
+
+    # Wait without reaping: while the main process is a zombie its pid (and
+    # so its process group id) cannot be reused, so the cleanup kill below
+    # cannot hit a stranger.
+    info = os.waitid(os.P_PID, job_pid, os.WEXITED | os.WNOWAIT)
+    finished_at = time.time()
+    if info.si_code == os.CLD_EXITED:
+        exit_code, sig = info.si_status, None
+    else:  # CLD_KILLED / CLD_DUMPED
+        exit_code, sig = None, info.si_status
+    try:
+        os.killpg(job_pid, signal.SIGKILL)  # leftovers of the job's process group
+    except OSError:
+        pass
+    os.waitpid(job_pid, 0)
+    job.returncode = exit_code if sig is None else -sig  # reaped here: subprocess must not try again
+    state["pid"] = 0
+    write_atomic(os.path.join(jdir, "status"),
+                 _status_bytes(key, exit_code, sig, started_at, finished_at, job_pid), durable=True)
+    fsync_dir(os.path.dirname(jdir))
+    return 0
+
+
+def _run_supervisor(req: dict, started_at: float, boot: str) -> None:
+    """The forked child: never returns, never runs the launcher's cleanup."""
+    code = 70
+    try:
+        gc.disable()
+        code = supervise(req, started_at, boot)
+    except BaseException:  # noqa: BLE001 - a supervisor must end in os._exit
+        code = 71
+        try:
+            import traceback
+
+            fd = os.open(os.path.join(req["dir"], "supervisor-error"), _OUT_FLAGS, 0o644)
+            os.write(fd, traceback.format_exc().encode("utf-8", "backslashreplace"))
+            os.close(fd)
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(code)
+
+
+# ---- the launcher loop -----------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Blocked (not ignored) so forked supervisors inherit the block and can
+    # install their forwarding handlers before any of these is delivered.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARD_SIGNALS)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    boot = boot_id()
+    _BASE_ENV.update(os.environ)
+    gc.freeze()  # keep the collector from touching (and copying) shared pages in the children
+
+    poller = select.poll()
+    poller.register(0, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    children: dict[int, list] = {}
+    buf = b""
+    eof = False
+    dumps = json.dumps
+    while not eof:
+        out: list[bytes] = []
+        for fd, _ in poller.poll():
+            if fd == wake_r:
+                try:
+                    while os.read(wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                continue
+            data = os.read(0, 1 << 18)
+            if not data:
+                eof = True
+                continue
+            buf += data
+            if b"\n" not in data:
+                continue
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if not line:
+                    continue
+                key = None
+                try:
+                    req = json.loads(line)
+                    key = req["k"]
+                    started_at = time.time()
+                    pid = os.fork()
+                    if pid == 0:
+                        _run_supervisor(req, started_at, boot)
+                    children[pid] = key
+                    out.append(dumps({"t": "S", "k": key, "pid": pid, "at": started_at}).encode() + b"\n")
+                except Exception as e:  # noqa: BLE001 - a bad request or a failed fork must not end the launcher
+                    out.append(dumps({"t": "E", "k": key, "err": f"{type(e).__name__}: {e}"}).encode() + b"\n")
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            key = children.pop(pid, None)
+            if key is not None:
+                out.append(dumps({"t": "F", "k": key, "pid": pid, "ws": status}).encode() + b"\n")
+        if out:
+            try:
+                _write_all(1, b"".join(out))
+            except BrokenPipeError:
+                return  # the agent is gone; the supervisors carry on
+    # EOF: the agent closed the pipe (or died).  The supervisors are in their
+    # own sessions and keep running; whoever inherits them reaps them.
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,664 @@
+"""Jobs as real OS processes: the agent's side of the launcher and supervisors.
+
+``JobRunner`` starts one launcher (``daemon/launcher.py``, a fork server) and
+talks to it over its stdin/stdout pipes.  Each job runs under its own
+supervisor process (forked by the launcher, its own session) which records the
+job's end durably in ``state_dir/jobs/<job>.<attempt>/status``; the agent only
+ever *reads* outcomes, so an outcome exists on disk whether or not the agent is
+alive when the job ends.
+
+Files of one attempt, ``state_dir/jobs/<job>.<attempt>/``:
+
+``stdout``, ``stderr``
+    the job's output (kept until the agent deletes the directory).
+``pid``
+    JSON: supervisor pid and /proc start time, job pid (= its process group)
+    and start time, boot id, started_at.  Written with tmp + rename.
+``status``
+    JSON: exit_code or signal, started_at, finished_at.  tmp + fsync + rename
+    + fsync of the directory and of ``jobs/``.
+
+How an exit reaches ``exits``:
+
+* jobs started by this runner: the launcher reaps the supervisor and says so;
+  the runner reads ``status``;
+* jobs taken over by ``adopt()`` (not our children): the runner waits on a
+  pidfd of the supervisor (or polls, where pidfd_open is unavailable) and then
+  reads ``status``;
+* a supervisor that ended without a ``status`` (SIGKILLed, disk failure) gives
+  a ``JobLost`` item instead: nobody can know the outcome, and none is made up.
+  If the job's process group is still there it is SIGKILLed first, so a job
+  reported lost does not go on running unsupervised.
+
+Every finished (job, attempt) a runner knows of is delivered at most once on
+``exits`` (exactly once while the runner stays open).  For the model:
+``ExitStatus`` becomes ``events.ProcessExited``, ``JobLost`` and an
+``adopt()`` answer of ``"lost"`` become ``events.ProcessLost``.
+
+Other rules worth knowing:
+
+* the end of a job is the end of its main process; whatever is left in its
+  process group then is SIGKILLed by the supervisor;
+* ``kill()`` signals the job's process group (never the supervisor, which must
+  live to record the signal); it is a no-op for an attempt this runner does
+  not know as running (so call ``adopt()`` first after a restart);
+* if the launcher dies under an open runner, the runner watches the running
+  supervisors itself and starts a new launcher; the jobs are not affected;
+* leaving the runner (``__aexit__``) stops the launcher, the watchers and any
+  pending kill escalation, never a job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence, Union
+
+import trio
+
+from model.jobs import JobSpec
+
+from . import launcher as _launcher
+
+__all__ = ["ExitStatus", "JobLost", "RunnerError", "LaunchError", "AlreadyLaunched", "JobRunner", "NullRunner",
+           "check_key"]
+
+Key = tuple[str, int]
+
+MAX_JOB_ID_LEN = 200
+ADOPT_POLL_INTERVAL = 0.25  # seconds, only where pidfd_open is unavailable
+PID_FILE_WAIT = 2.0  # seconds a supervisor may take to write its pid file (launcher death mid-launch only)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    """How a job ended, as its supervisor recorded it."""
+
+    job: str
+    attempt: int
+    exit_code: int | None  # None when killed by a signal
+    signal: int | None  # None when it exited
+    started_at: float | None
+    finished_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobLost:
+    """A supervisor ended without recording an outcome: the outcome is unknown."""
+
+    job: str
+    attempt: int
+    reason: str
+
+
+Outcome = Union[ExitStatus, JobLost]
+
+
+class RunnerError(Exception):
+    """Misuse of the runner or a failure of its machinery."""
+
+
+class LaunchError(RunnerError):
+    """The launch failed before anything ran (fork failed, launcher gone)."""
+
+
+class AlreadyLaunched(LaunchError):
+    """This (job, attempt) was launched before (its directory exists): it is not run twice."""
+
+
+def check_key(job: str, attempt: int) -> None:
+    """Job ids become directory names: refuse anything that is not a plain name."""
+    if not isinstance(job, str) or not job:
+        raise ValueError("job id must be a non-empty string")
+    if (len(job) > MAX_JOB_ID_LEN or "/" in job or "\0" in job or ".." in job or job.startswith(".")
+            or "\n" in job):
+        raise ValueError(f"job id {job!r} cannot be used as a file name")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise ValueError(f"attempt must be an integer >= 1, got {attempt!r}")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _status_from(key: Key, obj: dict) -> ExitStatus | None:
+    try:
+        exit_code, sig, finished_at = obj["exit_code"], obj["signal"], obj["finished_at"]
+        started_at = obj.get("started_at")
+    except KeyError:
+        return None
+    if (exit_code is None) == (sig is None) or not isinstance(finished_at, (int, float)):
+        return None
+    return ExitStatus(job=key[0], attempt=key[1], exit_code=exit_code, signal=sig,
+                      started_at=started_at, finished_at=float(finished_at))
+
+
+_BOOT_ID = _launcher.boot_id()
+
+
+def _proc_alive(pid: object, start: object) -> bool:
+    """``pid`` is still the process that started at ``start`` and has not exited."""
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(start, int):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        return int(fields[19]) == start and fields[0] not in (b"Z", b"X", b"x")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _pidinfo_current(info: dict | None) -> bool:
+    return bool(info) and info.get("boot_id") == _BOOT_ID
+
+
+@dataclass(slots=True)
+class _Running:
+    supervisor: int | None  # from the launcher's answer (ours); None when adopted
+    adopted: bool  # watched through its pid file, not through the launcher
+    escalation: trio.CancelScope | None = None  # the pending SIGKILL of a kill in progress
+    escalate_at: float = math.inf  # its trio time
+
+
+@dataclass(slots=True)
+class _Waiter:
+    event: trio.Event
+    started_at: float | None = None
+    error: str | None = None
+
+
+class JobRunner:
+    """Runs jobs under supervisors; see the module docstring."""
+
+    def __init__(self, state_dir: Path | str) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        self.jobs_dir = self.state_dir / "jobs"
+        self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
+        self._running: dict[Key, _Running] = {}
+        self._waiters: dict[Key, _Waiter] = {}
+        self._requests: list[bytes] = []
+        self._request_ready = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm = None
+        self._proc: trio.Process | None = None
+        self._closing = False
+        self._launcher_restarts = 0
+
+    # ---- lifetime ----------------------------------------------------------------
+
+    async def __aenter__(self) -> "JobRunner":
+        if self._nursery_cm is not None:
+            raise RunnerError("a JobRunner can be entered once")
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        try:
+            await self._nursery.start(self._launcher_task)
+        except BaseException:
+            self._nursery.cancel_scope.cancel()
+            await self._nursery_cm.__aexit__(*sys.exc_info())
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool:
+        """Stop the launcher; running jobs go on (their supervisors are independent)."""
+        assert self._nursery is not None and self._nursery_cm is not None
+        self._closing = True
+        # Shielded: a cancelled agent still stops its launcher cleanly.
+        with trio.CancelScope(shield=True):
+            proc = self._proc
+            if proc is not None:
+                with trio.move_on_after(5):
+                    if proc.stdin is not None:
+                        await proc.stdin.aclose()  # EOF: the launcher exits
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        # Watchers and kill escalations stop here; the jobs do not.
+        self._nursery.cancel_scope.cancel()
+        await self._nursery_cm.__aexit__(None, None, None)
+        for waiter in self._waiters.values():
+            waiter.error = "the runner closed"
+            waiter.event.set()
+        self._send_exit.close()
+        return False
+
+    # ---- the launcher ------------------------------------------------------------
+
+    def _launcher_command(self) -> list[str]:
+        # -I -S: no site, no PYTHON* variables, no cwd on sys.path (the
+        # launcher imports nothing outside the standard library).  The path
+        # is given explicitly so this works whatever the agent's cwd is.
+        root = str(Path(_launcher.__file__).resolve().parent.parent)
+        return [sys.executable, "-I", "-S", "-c",
+                f"import sys; sys.path.insert(0, {root!r}); from daemon.launcher import main; main()"]
+
+    async def _launcher_task(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        while True:
+            proc = await trio.lowlevel.open_process(
+                self._launcher_command(), stdin=-1, stdout=-1, stderr=None,
+                close_fds=True, start_new_session=True,
+            )
+            self._proc = proc
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, proc)
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await self._reader(proc)
+                    nursery.cancel_scope.cancel()
+            finally:
+                if self._closing or proc.returncode is None:
+                    with trio.CancelScope(shield=True):
+                        if not self._closing:
+                            proc.kill()
+                        await proc.wait()
+            if self._closing:
+                return
+            # The launcher died under us (killed, OOM): our jobs are unharmed.
+            await self._launcher_died()
+            self._launcher_restarts += 1
+            if self._launcher_restarts > 20:
+                raise RunnerError("the launcher keeps dying")
+            await trio.sleep(min(0.05 * self._launcher_restarts, 1.0))
+
+    async def _writer(self, proc: trio.Process) -> None:
+        assert proc.stdin is not None
+        while True:
+            await self._request_ready.wait()
+            self._request_ready = trio.Event()
+            batch, self._requests = b"".join(self._requests), []
+            if batch:
+                try:
+                    await proc.stdin.send_all(batch)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return  # the reader sees the EOF and deals with it
+
+    async def _reader(self, proc: trio.Process) -> None:
+        assert proc.stdout is not None
+        buf = b""
+        while True:
+            try:
+                data = await proc.stdout.receive_some(1 << 16)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                return
+            buf += data
+            if b"\n" not in data:
+                continue
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line:
+                    self._on_launcher_message(json.loads(line))
+
+    def _on_launcher_message(self, msg: dict) -> None:
+        kind = msg["t"]
+        key = tuple(msg["k"]) if msg.get("k") is not None else None
+        if kind == "S":
+            self._running[key] = _Running(supervisor=msg["pid"], adopted=False)
+            waiter = self._waiters.pop(key, None)
+            if waiter is not None:
+                waiter.started_at = msg["at"]
+                waiter.event.set()
+        elif kind == "F":
+            run = self._running.get(key)
+            if run is not None and not run.adopted:
+                self._done(key)
+                self._collect(key, f"the supervisor ended (wait status {msg['ws']:#x}) without recording an outcome")
+        elif kind == "E":
+            waiter = self._waiters.pop(key, None) if key is not None else None
+            if waiter is None:
+                print(f"reckon launcher: {msg.get('err')}", file=sys.stderr)
+                return
+            waiter.error = msg["err"]
+            waiter.event.set()
+            try:
+                os.rmdir(self._dir(*key))  # nothing ran: the attempt may be tried again
+            except OSError:
+                pass
+
+    async def _launcher_died(self) -> None:
+        """Carry on after an unexpected launcher exit: watch our supervisors ourselves."""
+        assert self._nursery is not None
+        inflight = list(self._waiters.items())
+        self._waiters.clear()
+        self._requests.clear()  # never sent, or sent to the dead launcher: settled below
+        for key, run in list(self._running.items()):
+            if not run.adopted:
+                run.adopted = True
+                self._nursery.start_soon(self._watch, key)
+        for key, waiter in inflight:
+            self._nursery.start_soon(self._settle_inflight, key, waiter)
+
+    async def _settle_inflight(self, key: Key, waiter: _Waiter) -> None:
+        """A launch the dead launcher never answered: did its supervisor start?"""
+        d = self._dir(*key)
+        found = None
+        with trio.move_on_after(PID_FILE_WAIT):
+            while found is None:
+                found = _read_json(d / "pid") or _read_json(d / "status")
+                if found is None:
+                    await trio.sleep(0.05)
+        started_at = found.get("started_at") if found is not None else None
+        if isinstance(started_at, (int, float)):
+            self._running[key] = _Running(supervisor=None, adopted=True)
+            assert self._nursery is not None
+            self._nursery.start_soon(self._watch, key)
+            waiter.started_at = float(started_at)
+        else:
+            waiter.error = "the launcher died before it launched the job"
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        waiter.event.set()
+
+    # ---- reading outcomes ----------------------------------------------------------
+
+    def _collect(self, key: Key, why_lost: str) -> None:
+        """The supervisor of ``key`` is gone: deliver its status, or JobLost."""
+        d = self._dir(*key)
+        status = _read_json(d / "status")
+        outcome: Outcome | None = _status_from(key, status) if status is not None else None
+        if outcome is None:
+            self._kill_orphan(_read_json(d / "pid"))
+            outcome = JobLost(job=key[0], attempt=key[1], reason=why_lost)
+        self._send_exit.send_nowait(outcome)
+
+    @staticmethod
+    def _kill_orphan(info: dict | None) -> None:
+        if _pidinfo_current(info) and _proc_alive(info.get("job_pid"), info.get("job_start")):
+            try:
+                os.killpg(info["job_pid"], signal.SIGKILL)
+            except OSError:
+                pass
+
+    async def _watch(self, key: Key) -> None:
+        """Wait for the end of a supervisor that is not the launcher's child."""
+        d = self._dir(*key)
+        try:
+            info = _read_json(d / "pid")
+            if info is None:
+                # Only after a launcher death mid-launch: a supervisor may be
+                # about to write its pid file.  Give it a moment.
+                with trio.move_on_after(PID_FILE_WAIT):
+                    while info is None and not (d / "status").exists():
+                        await trio.sleep(0.05)
+                        info = _read_json(d / "pid")
+            if _pidinfo_current(info):
+                await self._wait_process_end(info.get("supervisor"), info.get("supervisor_start"))
+        finally:
+            run = self._done(key)
+        if run is not None:
+            self._collect(key, "the supervisor ended without recording an outcome")
+
+    def _done(self, key: Key) -> _Running | None:
+        run = self._running.pop(key, None)
+        if run is not None and run.escalation is not None:
+            run.escalation.cancel()
+        return run
+
+    @staticmethod
+    async def _wait_process_end(pid: object, start: object) -> None:
+        if not _proc_alive(pid, start):
+            return
+        assert isinstance(pid, int)
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            fd = None
+        if fd is None:
+            while _proc_alive(pid, start):
+                await trio.sleep(ADOPT_POLL_INTERVAL)
+            return
+        try:
+            if not _proc_alive(pid, start):  # the pid was reused between the check and the open
+                return
+            await trio.lowlevel.wait_readable(fd)
+        finally:
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+
+    # ---- the API ---------------------------------------------------------------------
+
+    def _dir(self, job: str, attempt: int) -> Path:
+        return self.jobs_dir / f"{job}.{attempt}"
+
+    def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
+        check_key(job, attempt)
+        d = self._dir(job, attempt)
+        return d / "stdout", d / "stderr"
+
+    @property
+    def exits(self) -> trio.MemoryReceiveChannel[Outcome]:
+        return self._recv_exit
+
+    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+        """Launch ``spec`` as (job, attempt); return started_at (wall clock).
+
+        Raises ``LaunchError`` if nothing was started now: ``AlreadyLaunched``
+        when this attempt was launched before (its directory exists; an
+        attempt never runs twice), or the fork failed, or the launcher died
+        first.  ``RunnerError`` if it is running under this runner already.  A
+        command that cannot be executed is *not* an error here: it starts and
+        finishes with exit code 127/126.
+        """
+        check_key(job, attempt)
+        if self._nursery is None or self._closing:
+            raise RunnerError("the runner is not open")
+        key = (job, attempt)
+        if key in self._running or key in self._waiters:
+            raise RunnerError(f"{job}.{attempt} is already running")
+        d = self._dir(job, attempt)
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            raise AlreadyLaunched(f"{job}.{attempt} was launched before ({d} exists)") from None
+        request = {"k": [job, attempt], "dir": str(d), "cmd": list(spec.command), "cwd": spec.cwd,
+                   "env": [list(p) for p in spec.env]}
+        waiter = self._waiters[key] = _Waiter(event=trio.Event())
+        self._requests.append(json.dumps(request).encode() + b"\n")
+        self._request_ready.set()
+        await waiter.event.wait()
+        if waiter.error is not None:
+            raise LaunchError(f"cannot launch {job}.{attempt}: {waiter.error}")
+        assert waiter.started_at is not None
+        return waiter.started_at
+
+    async def kill(self, job: str, attempt: int, grace: float = 10.0) -> None:
+        """SIGTERM the job's process group now, SIGKILL it after ``grace`` s if it is still running.
+
+        Returns at once.  A job this runner does not know as running (never
+        launched or adopted here, or already finished) is left alone.
+        """
+        check_key(job, attempt)
+        key = (job, attempt)
+        run = self._running.get(key)
+        if run is None:
+            return
+        self._signal(key, run, signal.SIGTERM)
+        assert self._nursery is not None
+        deadline = trio.current_time() + max(grace, 0.0)
+        if deadline < run.escalate_at:  # a later kill() can only bring the SIGKILL forward
+            if run.escalation is not None:
+                run.escalation.cancel()
+            run.escalate_at = deadline
+            run.escalation = trio.CancelScope(deadline=math.inf)
+            self._nursery.start_soon(self._escalate, key, run, run.escalation)
+
+    async def _escalate(self, key: Key, run: _Running, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_until(run.escalate_at)
+            if self._running.get(key) is run:
+                self._signal(key, run, signal.SIGKILL)
+
+    def _signal(self, key: Key, run: _Running, sig: int) -> None:
+        d = self._dir(*key)
+        if (d / "status").exists():
+            return  # over; its exit is on its way
+        info = _read_json(d / "pid")
+        if _pidinfo_current(info) and _proc_alive(info.get("job_pid"), info.get("job_start")):
+            try:
+                os.killpg(info["job_pid"], sig)
+            except OSError:
+                pass
+            return
+        # No pid file yet (the supervisor is just starting the job): the
+        # supervisor forwards SIGTERM, and turns SIGUSR1 into a SIGKILL.
+        sup = run.supervisor
+        if sup is not None and not run.adopted:
+            try:
+                os.kill(sup, signal.SIGUSR1 if sig == signal.SIGKILL else sig)
+            except OSError:
+                pass
+
+    async def adopt(self, keys: Sequence[Key]) -> dict[Key, Literal["running", "lost"] | ExitStatus]:
+        """After an agent restart: what became of the attempts the agent's records call running.
+
+        * ``ExitStatus``: it finished (possibly while the agent was down).  It is
+          returned here only, never also on ``exits``.
+        * ``"running"``: its supervisor is alive; its end arrives on ``exits``.
+        * ``"lost"``: no status and no live supervisor; nobody can tell.  A job
+          process left without its supervisor is SIGKILLed.
+        """
+        for job, attempt in keys:
+            check_key(job, attempt)
+        if self._nursery is None or self._closing:
+            raise RunnerError("the runner is not open")
+        todo = [k for k in dict.fromkeys((j, a) for j, a in keys) if k not in self._running]
+        probed = await trio.to_thread.run_sync(self._probe_many, todo)
+        answer: dict[Key, Literal["running", "lost"] | ExitStatus] = {}
+        for job, attempt in keys:
+            key = (job, attempt)
+            if key in self._running:
+                answer[key] = "running"
+                continue
+            # Absent: it was ours when adopt() began and ended meanwhile; its
+            # exit went to ``exits``.
+            result = probed.get(key, "running")
+            if result == "running" and key in probed:
+                self._running[key] = _Running(supervisor=None, adopted=True)
+                self._nursery.start_soon(self._watch, key)
+            answer[key] = result
+        return answer
+
+    def _probe_many(self, keys: list[Key]) -> dict[Key, Literal["running", "lost"] | ExitStatus]:
+        out: dict[Key, Literal["running", "lost"] | ExitStatus] = {}
+        for key in keys:
+            d = self._dir(*key)
+            for attempt_no in range(2):
+                status = _read_json(d / "status")
+                if status is not None and (st := _status_from(key, status)) is not None:
+                    out[key] = st
+                    break
+                if attempt_no:
+                    info = _read_json(d / "pid")
+                    self._kill_orphan(info)
+                    out[key] = "lost"
+                    break
+                info = _read_json(d / "pid")
+                if _pidinfo_current(info) and _proc_alive(info.get("supervisor"), info.get("supervisor_start")):
+                    out[key] = "running"
+                    break
+                # Not alive: look at the status once more (it may have ended
+                # between the two reads), then call it lost.
+        return out
+
+    def on_disk(self) -> list[Key]:
+        """Attempts with a pid or status file that were not forgotten (for the agent's restart scan)."""
+        out: list[Key] = []
+        try:
+            entries = os.listdir(self.jobs_dir)
+        except FileNotFoundError:
+            return out
+        for name in entries:
+            job, _, attempt = name.rpartition(".")
+            if not job or not attempt.isdigit():
+                continue
+            d = self.jobs_dir / name
+            if (d / "status").exists() or (d / "pid").exists():
+                out.append((job, int(attempt)))
+        return out
+
+    def forget(self, job: str, attempt: int) -> None:
+        """Delete the status and pid files of a finished attempt; the logs stay."""
+        check_key(job, attempt)
+        if (job, attempt) in self._running:
+            raise RunnerError(f"{job}.{attempt} is still running")
+        d = self._dir(job, attempt)
+        for name in ("status", "pid", "status.tmp", "pid.tmp", "supervisor-error"):
+            try:
+                os.unlink(d / name)
+            except FileNotFoundError:
+                pass
+
+
+class NullRunner:
+    """The JobRunner API without processes: every job "exits 0" as soon as it starts.
+
+    For benchmarks of the controller and the protocol alone.
+    """
+
+    def __init__(self, state_dir: Path | str | None = None) -> None:
+        self.state_dir = Path(state_dir).absolute() if state_dir is not None else Path(os.devnull)
+        self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
+        self._started: set[Key] = set()
+
+    async def __aenter__(self) -> "NullRunner":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool:
+        self._send_exit.close()
+        return False
+
+    @property
+    def exits(self) -> trio.MemoryReceiveChannel[Outcome]:
+        return self._recv_exit
+
+    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+        check_key(job, attempt)
+        if (job, attempt) in self._started:
+            raise AlreadyLaunched(f"{job}.{attempt} was launched before")
+        self._started.add((job, attempt))
+        now = time.time()
+        self._send_exit.send_nowait(ExitStatus(job=job, attempt=attempt, exit_code=0, signal=None,
+                                               started_at=now, finished_at=now))
+        return now
+
+    async def kill(self, job: str, attempt: int, grace: float = 10.0) -> None:
+        check_key(job, attempt)
+
+    async def adopt(self, keys: Sequence[Key]) -> dict[Key, Literal["running", "lost"] | ExitStatus]:
+        for job, attempt in keys:
+            check_key(job, attempt)
+        return {(job, attempt): "lost" for job, attempt in keys}
+
+    def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
+        check_key(job, attempt)
+        d = self.state_dir / "jobs" / f"{job}.{attempt}"
+        return d / "stdout", d / "stderr"
+
+    def on_disk(self) -> list[Key]:
+        return []
+
+    def forget(self, job: str, attempt: int) -> None:
+        check_key(job, attempt)
