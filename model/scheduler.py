@@ -8,6 +8,7 @@ drain, ``view()`` equals ``Controller.scheduler_view()``: an invariant.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -49,7 +50,9 @@ class Scheduler:
 
     def __init__(self) -> None:
         self._pending: dict[str, tuple[int, int]] = {}  # job -> (order, slots)
-        self._pending_sorted: list[tuple[int, str]] | None = []
+        # FIFO queue with lazy deletion: entries of jobs no longer pending are
+        # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
+        self._queue: list[tuple[int, str]] = []
         self._agents: dict[str, _AgentView] = {}
 
     def notify(self, note: JobNote | AgentNote) -> None:
@@ -57,20 +60,16 @@ class Scheduler:
             if note.state is JobState.PENDING:
                 if note.job not in self._pending:
                     self._pending[note.job] = (note.order, note.slots)
-                    self._pending_sorted = None
-            elif self._pending.pop(note.job, None) is not None:
-                self._pending_sorted = None
+                    heapq.heappush(self._queue, (note.order, note.job))
+            else:
+                self._pending.pop(note.job, None)
         elif isinstance(note, AgentNote):
             self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling)
         else:
             raise TypeError(f"not a scheduler note: {note!r}")
 
     def _fifo(self) -> Iterator[str]:
-        if self._pending_sorted is None:
-            self._pending_sorted = sorted((order, job) for job, (order, _) in self._pending.items())
-        for _, job in self._pending_sorted:
-            if job in self._pending:
-                yield job
+        return iter(sorted(self._pending, key=lambda job: self._pending[job][0]))
 
     def place(self, limit: int | None = None) -> list[tuple[str, str]]:
         """Propose (job, agent) pairs in FIFO order, first fit by free slots."""
@@ -78,7 +77,13 @@ class Scheduler:
         proposals: list[tuple[str, str]] = []
         if not free:
             return proposals
-        for job in self._fifo():
+        examined: dict[str, tuple[int, str]] = {}
+        queue = self._queue
+        while queue and free and (limit is None or len(proposals) < limit):
+            order, job = heapq.heappop(queue)
+            if job in examined or self._pending.get(job, (None,))[0] != order:
+                continue  # a job that left the queue, or a second entry of one
+            examined[job] = (order, job)
             slots = self._pending[job][1]
             for name in sorted(free, key=lambda n: (-free[n], n)):
                 if free[name] >= slots:
@@ -87,8 +92,10 @@ class Scheduler:
                     if not free[name]:
                         del free[name]
                     break
-            if not free or (limit is not None and len(proposals) >= limit):
-                break
+        # Proposals are not decisions: every examined job stays queued until a
+        # note says it left PENDING (the controller may refuse a proposal).
+        for entry in examined.values():
+            heapq.heappush(queue, entry)
         return proposals
 
     def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
