@@ -60,7 +60,9 @@ class Client:
             body = (exc.body or b"").decode(errors="replace").strip()
             raise ClientError(f"controller at {self.url} refused the connection: {body or exc.status_code}") from None
         except (OSError, HandshakeError, trio.TooSlowError) as exc:
-            raise ClientError(f"controller unreachable at {self.url}: {exc}") from None
+            # HandshakeError carries its reason in __cause__ (e.g. "all attempts to connect ... failed").
+            reason = str(exc) or str(exc.__cause__ or "") or type(exc).__name__
+            raise ClientError(f"controller unreachable at {self.url}: {reason}") from None
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

@@ -123,6 +123,11 @@ class ControllerDaemon:
             for work in batch:
                 self._decide(work)
                 commands.extend(work.commands)
+            # The scheduler places against what this batch decided (new jobs, agents
+            # that joined or freed slots), not against the batch before it.
+            for cmd in commands:
+                if isinstance(cmd, E.Notify):
+                    self.scheduler.notify(cmd.note)
             commands.extend(self._schedule())
             facts: list[Fact] = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
             if facts:
@@ -177,7 +182,7 @@ class ControllerDaemon:
 
     def _release(self, cmd: E.Command) -> None:
         if isinstance(cmd, E.Notify):
-            self.scheduler.notify(cmd.note)
+            pass  # fed to the scheduler when decided (core_loop, _schedule): it is no outward effect
         elif isinstance(cmd, E.Send):
             conn = self._conns.get(cmd.conn)
             if conn is not None and not conn.closing:
@@ -191,8 +196,10 @@ class ControllerDaemon:
             if conn is not None:
                 self._close(conn, cmd.reason)
         elif isinstance(cmd, E.StartRoundTimer):
+            log.info("resync round %s with agent %s started", cmd.token.hex()[:8], cmd.agent)
             self._start_round_timer(cmd)
         elif isinstance(cmd, E.RoundEnded):
+            log.info("resync round %s with agent %s ended", cmd.token.hex()[:8], cmd.agent)
             for conn in self._conns.values():
                 ended = conn.rounds.pop(cmd.token, None)
                 if ended is not None:
@@ -219,8 +226,13 @@ class ControllerDaemon:
         conn.nursery.start_soon(self._round_timer, cmd, ended)
 
     async def _round_timer(self, cmd: E.StartRoundTimer, ended: trio.Event) -> None:
-        """The round's own cancel scope: ended by resolution, by the deadline, or by the connection going."""
-        with trio.move_on_after(max(0.0, cmd.deadline - time.time())):
+        """The round's own cancel scope: ended by resolution, by the deadline, or by the connection going.
+
+        The deadline runs on trio's clock alone, ``round_timeout`` from now (the query
+        goes out with this release).  ``cmd.deadline - time.time()`` mixed the wall
+        clock into a trio timeout: a wall-clock step between the join and its commit
+        stretched or cut the round by the size of the step."""
+        with trio.move_on_after(self.model.config.round_timeout):
             await ended.wait()
             return
         await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time())))

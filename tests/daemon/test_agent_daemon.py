@@ -1,0 +1,214 @@
+"""The agent daemon (daemon/agent_daemon.py) under trio's mock clock.
+
+``run_agent`` itself runs, with its real AgentStore (SQLite under tmp_path)
+and its real connection loop.  What is replaced: the network
+(``open_websocket_url`` connects over memory streams, to a scripted controller
+or to a real ``ControllerDaemon``), the runner (``ManualRunner``: the test says
+when a job ends) and the ``time`` module (wall time moving with the fake clock,
+since the agent model schedules heartbeats and retries in wall time).  See
+trio_harness.py.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from daemon import agent_daemon, controller_server
+from daemon.agent_daemon import AgentOptions, run_agent
+from model import events as E
+from model import facts as F
+from model import messages as M
+from model.jobs import JobState
+from trio_harness import (
+    SPEC, TOKEN, FakeNet, HeldAgentStore, ManualRunner, TrioWall, agent_disk, controller, until,
+)
+
+GUARD = 1_000  # fake seconds
+FINISHED_AT = 1_650_000_000.25
+
+
+def options(state_dir, **model) -> AgentOptions:
+    return AgentOptions(name="n1", slots=2, state_dir=state_dir, controller="ws://controller.test", token=TOKEN,
+                        executor="null", reconnect_initial=0.1, reconnect_max=2.0,
+                        model={"heartbeat_interval": 2.0, "retry_initial": 1.0, "retry_max": 4.0, **model})
+
+
+def install(monkeypatch, net: FakeNet) -> TrioWall:
+    wall = TrioWall()
+    monkeypatch.setattr(agent_daemon, "open_websocket_url", net.open_websocket_url)
+    monkeypatch.setattr(agent_daemon, "AgentStore", HeldAgentStore)
+    monkeypatch.setattr(agent_daemon, "NullRunner", ManualRunner)
+    monkeypatch.setattr(agent_daemon, "time", wall)
+    return wall
+
+
+async def start_agent(nursery: trio.Nursery, opts: AgentOptions):
+    """run_agent in a cancel scope of its own: (daemon, scope, stopped event)."""
+    scope = trio.CancelScope()
+    stopped = trio.Event()
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with scope:
+                await run_agent(opts, task_status=task_status)
+        finally:
+            stopped.set()
+
+    daemon = await nursery.start(run)
+    return daemon, scope, stopped
+
+
+def check_backoff(gaps: list[float], initial: float, cap: float) -> None:
+    """Gap i (between failed attempts i and i+1, the first after a disconnect being 0) is
+    ``min(initial * 2**(i+1), cap)`` scaled by a jitter in [0.5, 1]."""
+    assert gaps, "no reconnect attempts"
+    for i, gap in enumerate(gaps):
+        nominal = min(initial * 2 ** (i + 1), cap)
+        assert 0.5 * nominal - 1e-9 <= gap <= nominal + 1e-9, (i, gap, nominal)
+    capped = [g for i, g in enumerate(gaps) if initial * 2 ** (i + 1) >= cap]
+    assert len(capped) >= 5 and max(capped) <= cap
+    assert len({round(g, 9) for g in capped}) > 1  # jittered, not in lockstep
+
+
+# ---- 7. reconnect, hold back, deliver after reconnect, delete after the ack ----------------------------------
+
+
+async def test_agent_reconnects_holds_back_and_delivers(tmp_path, autojump_clock, monkeypatch):
+    state = tmp_path / "agent"
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            wall = install(monkeypatch, net)
+            net.up = True
+            agent, _, _ = await start_agent(nursery, options(state))
+            runner: ManualRunner = agent.runner
+
+            # First session: join, plain welcome, a dispatch; the job starts.
+            ctl = await net.accepted.receive()
+            assert (b"authorization", f"Bearer {TOKEN}".encode()) in net.headers[0]
+            join = await ctl.receive()
+            assert (join.agent, join.slots, join.running) == ("n1", 2, 0)
+            await ctl.send(M.Welcome(seq=1, version=1, token=None))
+            assert (await ctl.receive()) == M.Heartbeat(running=0, digest=0, seen_seq=1)
+            await ctl.send(M.Dispatch(seq=2, job="1", attempt=1, spec=SPEC))
+            started = await ctl.expect(M.Started)
+            assert (started.job, started.attempt) == ("1", 1)
+
+            # The controller's host dies.  The job ends while nobody listens: the
+            # completion is on disk, in the outbox, before anything else.
+            net.up = False
+            await net.cut()
+            assert (await ctl.wait_closed()) == []
+            t_cut = trio.current_time()
+            await until(lambda: agent.model.session.value == "disconnected")
+            finished_at = round(wall.time(), 3)  # recent: kept (acked) for recent_window after the ack
+            runner.finish("1", 1, exit_code=3, finished_at=finished_at)
+            await until(lambda: agent_disk(state)[0] != [])
+            outbox, records = agent_disk(state)
+            assert outbox == [("1", 1, 3, None, finished_at)]
+            assert records == [("1", 1, "finished", 3, finished_at, 0)]
+
+            # Reconnect attempts over 30 fake seconds: jittered exponential backoff, capped at 2 s.
+            await trio.sleep(30)
+            attempts = [t for t in net.attempts if t > t_cut]
+            assert len(net.attempts) - len(attempts) == 1  # the first, successful connect
+            assert 0 < attempts[0] - t_cut <= 0.1 + 1e-9
+            check_backoff([b - a for a, b in zip(attempts, attempts[1:])], initial=0.1, cap=2.0)
+            assert 15 <= len(attempts) <= 35  # ~1.5 s apart once capped, not a busy loop
+
+            # The controller is back and arms a round.  Until the report is out, the agent
+            # sends nothing: no completion, no heartbeat, although both are long due.
+            net.up = True
+            ctl = await net.accepted.receive()
+            join = await ctl.receive()
+            assert (join.agent, join.running) == ("n1", 0)
+            token = b"T" * M.TOKEN_BYTES
+            await ctl.send(M.Welcome(seq=1, version=1, token=token, query_pages=1))
+            assert await ctl.arrivals_within(20) == []
+            await ctl.send(M.ResyncQuery(seq=2, token=token, page=0, pages=1, jobs=(("1", 1),)))
+            report = await ctl.receive()  # first thing out: the report
+            assert report == M.ResyncReport(token=token, page=0, pages=1, entries=(M.ReportEntry(
+                job="1", attempt=1, status=M.EntryStatus.FINISHED, exit_code=3,
+                started_at=1_600_000_000.0, finished_at=finished_at),))
+            done_reporting = trio.current_time()
+            first = await ctl.expect(M.Finished)  # then the outbox, at once
+            assert first == M.Finished(job="1", attempt=1, exit_code=3, signal=None, finished_at=finished_at,
+                                       started_at=1_600_000_000.0)
+            assert trio.current_time() == done_reporting
+
+            # Not acked: retried (retry_initial 1 s, jitter up to 25%), and still on disk.
+            t0 = trio.current_time()
+            assert (await ctl.expect(M.Finished)) == first
+            assert 1.0 - 1e-6 <= trio.current_time() - t0 <= 1.25 + 1e-6
+            assert agent_disk(state)[0] == [("1", 1, 3, None, finished_at)]
+
+            # The ack removes it from the durable outbox (seen by a heartbeat that has seen the ack).
+            await ctl.send(M.Ack(seq=3, job="1", attempt=1, outcome=M.AckOutcome.APPLIED))
+            while True:
+                msg = await ctl.receive()
+                if isinstance(msg, M.Heartbeat) and msg.seen_seq >= 3:
+                    break
+                assert isinstance(msg, (M.Heartbeat, M.Finished))  # a retry may cross the ack
+            assert msg.running == 0
+            outbox, records = agent_disk(state)
+            assert outbox == []
+            assert records == [("1", 1, "finished", 3, finished_at, 1)]
+            later = await ctl.arrivals_within(20)
+            assert later and all(isinstance(m, M.Heartbeat) for m in later)  # no more retries
+            nursery.cancel_scope.cancel()
+
+
+# ---- 8. restart durability --------------------------------------------------------------------------------------
+
+
+async def test_completion_survives_an_agent_restart(tmp_path, autojump_clock, monkeypatch):
+    state = tmp_path / "agent"
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path / "controller", heartbeat_timeout=10, round_timeout=30) as ctl:
+            net = FakeNet(ctl.nursery, server=ctl.daemon)
+            wall = install(monkeypatch, net)
+            monkeypatch.setattr(controller_server, "time", wall)  # one wall clock for both sides
+            net.up = True
+            agent, scope, stopped = await start_agent(ctl.nursery, options(state))
+            await agent.joined.wait()
+            job = await ctl.submit()
+            runner: ManualRunner = agent.runner
+            await until(lambda: (job, 1) in runner.running and ctl.job(job).started_at is not None)
+            assert ctl.job(job).state is JobState.RUNNING and ctl.job(job).agent == "n1"
+
+            # The controller becomes unreachable; the job ends; the agent is stopped.
+            net.up = False
+            await net.cut()
+            await until(lambda: agent.model.session.value == "disconnected" and ctl.node("n1") == "DISCONNECTED")
+            runner.finish(job, 1, exit_code=7, finished_at=FINISHED_AT)
+            await until(lambda: agent_disk(state)[0] != [])
+            scope.cancel()
+            await stopped.wait()
+            assert agent_disk(state)[0] == [(job, 1, 7, None, FINISHED_AT)]
+
+            # While it is down (a minute of fake time), nothing is invented for the job.
+            await trio.sleep(60)
+            assert ctl.job(job).state is JobState.RUNNING
+            assert not any(isinstance(f, F.JobFinished) for f in await ctl.store.durable())
+
+            # A new agent process on the same state dir, the controller still unreachable ...
+            agent2, _, _ = await start_agent(ctl.nursery, options(state))
+            assert agent2 is not agent and agent2.model.outbox  # the outbox came back from disk
+            await trio.sleep(5)
+            assert agent_disk(state)[0] == [(job, 1, 7, None, FINISHED_AT)]
+            # ... then reachable: the completion is delivered and only then leaves the outbox.
+            net.up = True
+            await until(lambda: ctl.job(job).state is JobState.FAILED)
+            record = ctl.job(job)
+            assert (record.exit_code, record.signal, record.finished_at) == (7, None, FINISHED_AT)
+            assert record.started_at == 1_600_000_000.0 and record.attempt == 1
+            await until(lambda: agent_disk(state)[0] == [])
+            finished = [f for f in await ctl.store.durable() if isinstance(f, F.JobFinished)]
+            assert len(finished) == 1 and (finished[0].job, finished[0].exit_code) == (job, 7)
+            # The restarted agent's outbox Finished reached the controller too, and was acked.
+            reports = [e.message for e in ctl.events if isinstance(e, E.MessageFromAgent)
+                       and isinstance(e.message, M.Finished)]
+            assert reports and all((m.job, m.exit_code, m.finished_at) == (job, 7, FINISHED_AT) for m in reports)
+            await until(lambda: ctl.node("n1") == "IDLE")
+            assert agent2.model.session.value == "operating"
+            ctl.nursery.cancel_scope.cancel()
