@@ -1,0 +1,175 @@
+"""The agent's durable local job records and completion outbox.
+
+The model says what to write (``StoreRecord``, ``DeleteRecord``,
+``OutboxPut``, ``OutboxDelete``); this module only makes a list of those
+durable in one transaction.  The daemon must let ``apply`` return before it
+sends anything those commands back (a completion is on disk before it is
+ever sent, and leaves only after an ack).
+
+Records keep their first-insertion order (an upsert keeps the rowid), so a
+restarted agent sees them in the order its model had them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, Sequence
+
+import cbor2
+
+from model import events as E
+from model.agent import LocalJob, LocalStatus
+from model.jobs import JobSpec
+from model.messages import Finished
+
+from .sqlite_thread import SqliteThread, StoreError, transaction
+
+SCHEMA_VERSION = 1
+_SCHEMA = (
+    """CREATE TABLE local_job (
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        spec BLOB,                 -- CBOR of JobSpec.to_dict(), or NULL when the agent never had it
+        status TEXT NOT NULL,      -- LocalStatus value
+        started_at REAL,
+        exit_code INTEGER,
+        signal INTEGER,
+        finished_at REAL,
+        acked INTEGER NOT NULL,    -- 0 / 1
+        PRIMARY KEY (job, attempt))""",
+    """CREATE TABLE outbox (
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        exit_code INTEGER,
+        signal INTEGER,
+        finished_at REAL NOT NULL,
+        started_at REAL,
+        PRIMARY KEY (job, attempt))""",
+)
+
+_RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked"
+_OUTBOX_COLS = "job, attempt, exit_code, signal, finished_at, started_at"
+_PUT_RECORD = (
+    f"INSERT INTO local_job ({_RECORD_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (job, attempt) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
+    "started_at = excluded.started_at, exit_code = excluded.exit_code, signal = excluded.signal, "
+    "finished_at = excluded.finished_at, acked = excluded.acked"
+)
+_DELETE_RECORD = "DELETE FROM local_job WHERE job = ? AND attempt = ?"
+_PUT_OUTBOX = (
+    f"INSERT INTO outbox ({_OUTBOX_COLS}) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (job, attempt) DO UPDATE SET exit_code = excluded.exit_code, signal = excluded.signal, "
+    "finished_at = excluded.finished_at, started_at = excluded.started_at"
+)
+_DELETE_OUTBOX = "DELETE FROM outbox WHERE job = ? AND attempt = ?"
+
+StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete
+
+
+class AgentStore:
+    def __init__(self, db: SqliteThread) -> None:
+        self.db = db  # public for inspection (tests, diagnostics); use only through db.run
+
+    @classmethod
+    async def open(cls, state_dir: Path) -> "AgentStore":
+        """Open (creating if needed) ``state_dir/agent.db``."""
+        db = await SqliteThread.open(Path(state_dir) / "agent.db", name="reckon-sqlite-agent",
+                                     version=SCHEMA_VERSION, ddl=_SCHEMA)
+        return cls(db)
+
+    async def load(self) -> tuple[list[LocalJob], list[Finished]]:
+        """The records and the outbox, for ``Agent(config, records, outbox)``."""
+        return await self.db.run(_load, self.db.path)
+
+    async def apply(self, commands: Sequence[StoreCommand]) -> None:
+        """Make the commands durable in one transaction (all or none) before returning."""
+        ops = [_op(command) for command in commands]  # check everything before touching the database
+        if ops:
+            await self.db.run(_apply, ops)
+
+    async def aclose(self) -> None:
+        await self.db.aclose()
+
+    async def __aenter__(self) -> "AgentStore":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _op(command: Any) -> tuple[str, tuple]:
+    """One command as (SQL, parameters); ``TypeError`` for anything that is not a store command."""
+    if isinstance(command, E.StoreRecord):
+        r = command.record
+        if not isinstance(r, LocalJob):
+            raise TypeError(f"StoreRecord must carry a LocalJob, not {type(r).__name__}")
+        spec = None if r.spec is None else cbor2.dumps(r.spec.to_dict())
+        return _PUT_RECORD, (r.job, r.attempt, spec, r.status.value, r.started_at, r.exit_code, r.signal,
+                             r.finished_at, int(r.acked))
+    if isinstance(command, E.DeleteRecord):
+        return _DELETE_RECORD, (command.job, command.attempt)
+    if isinstance(command, E.OutboxPut):
+        f = command.report
+        if not isinstance(f, Finished):
+            raise TypeError(f"OutboxPut must carry a Finished report, not {type(f).__name__}")
+        return _PUT_OUTBOX, (f.job, f.attempt, f.exit_code, f.signal, f.finished_at, f.started_at)
+    if isinstance(command, E.OutboxDelete):
+        return _DELETE_OUTBOX, (command.job, command.attempt)
+    raise TypeError(f"the agent store does not apply {type(command).__name__}")
+
+
+# ---- on the database thread ------------------------------------------------------
+
+
+def _apply(conn: sqlite3.Connection, ops: list[tuple[str, tuple]]) -> None:
+    with transaction(conn):
+        for sql, params in ops:
+            conn.execute(sql, params)
+
+
+def _load(conn: sqlite3.Connection, path: Path) -> tuple[list[LocalJob], list[Finished]]:
+    with transaction(conn, write=False):
+        records = [_record(row, path) for row in conn.execute(
+            f"SELECT {_RECORD_COLS} FROM local_job ORDER BY rowid")]
+        outbox = [_report(row, path) for row in conn.execute(
+            f"SELECT {_OUTBOX_COLS} FROM outbox ORDER BY rowid")]
+    return records, outbox
+
+
+def _check_key(job: Any, attempt: Any) -> None:
+    if not isinstance(job, str) or not job or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError("bad job id or attempt")
+
+
+def _record(row: tuple, path: Path) -> LocalJob:
+    job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked = row
+    try:
+        _check_key(job, attempt)
+        if acked not in (0, 1):
+            raise ValueError(f"acked is {acked!r}")
+        record = LocalJob(
+            job=job, attempt=attempt, spec=None if spec is None else JobSpec.from_dict(cbor2.loads(spec)),
+            status=LocalStatus(status), started_at=started_at, exit_code=exit_code, signal=signal,
+            finished_at=finished_at, acked=bool(acked),
+        )
+        if record.status is LocalStatus.FINISHED:
+            _finished(record)  # validates the outcome fields the way the wire does
+    except Exception as exc:
+        raise StoreError(f"{path}: local job record ({job!r}, {attempt!r}) is corrupt: {exc}") from exc
+    return record
+
+
+def _finished(r: LocalJob) -> Finished:
+    return Finished(job=r.job, attempt=r.attempt, exit_code=r.exit_code, signal=r.signal,
+                    finished_at=r.finished_at, started_at=r.started_at)  # type: ignore[arg-type]
+
+
+def _report(row: tuple, path: Path) -> Finished:
+    job, attempt, exit_code, signal, finished_at, started_at = row
+    try:
+        _check_key(job, attempt)
+        return Finished(job=job, attempt=attempt, exit_code=exit_code, signal=signal, finished_at=finished_at,
+                        started_at=started_at)
+    except Exception as exc:
+        raise StoreError(f"{path}: outbox entry ({job!r}, {attempt!r}) is corrupt: {exc}") from exc
