@@ -29,6 +29,7 @@ from model.errors import ProtocolError, RemoteProtocolError
 
 from . import wire
 from .agentstore import AgentStore
+from .statelock import hold_state_dir
 from .runner import ExitStatus, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
@@ -228,7 +229,11 @@ def _exited(status: ExitStatus) -> E.ProcessExited:
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Recover local records, re-adopt jobs, then connect and work until cancelled."""
-    options.state_dir.mkdir(parents=True, exist_ok=True)
+    with hold_state_dir(options.state_dir, "agent"):
+        await _run(options, task_status)
+
+
+async def _run(options: AgentOptions, task_status) -> None:
     store = await AgentStore.open(options.state_dir)
     try:
         records, outbox = await store.load()

@@ -21,6 +21,7 @@ from model.controller import ControllerConfig
 from model.jobs import JobSpec
 
 from .client import ClientError, call, resolve_controller, resolve_token
+from .statelock import StateDirBusy
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -266,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_demo(args)
         return trio.run(_client_command, args)
-    except ClientError as exc:
+    except (ClientError, StateDirBusy) as exc:
         print(f"reckon: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -37,6 +37,7 @@ from model.scheduler import Scheduler
 
 from . import wire
 from .factstore import FactStore
+from .statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
 
@@ -442,6 +443,11 @@ class ControllerDaemon:
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
     t0 = time.perf_counter()
+    with hold_state_dir(options.state_dir, "controller"):
+        await _serve(options, t0, task_status)
+
+
+async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
     store = await FactStore.open(options.state_dir)
     try:
         snapshot, facts, _ = await store.load()
