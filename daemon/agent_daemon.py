@@ -30,7 +30,7 @@ from model.errors import ProtocolError, RemoteProtocolError
 from . import wire
 from .agentstore import AgentStore
 from .statelock import hold_state_dir
-from .runner import ExitStatus, JobLost, JobRunner, NullRunner, RunnerError
+from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
 
@@ -44,7 +44,7 @@ class AgentOptions:
     state_dir: Path
     controller: str = "ws://127.0.0.1:7420"
     token: str | None = None
-    executor: str = "process"  # "process": real jobs; "null": finish at once (benchmarks)
+    executor: str = "process"  # "process": real jobs; "null": finish at once; "hold": finish on SIGUSR1 (benchmarks)
     reconnect_initial: float = 0.1
     reconnect_max: float = 2.0  # raise for large clusters so a controller restart is not stampeded
     kill_grace: float = 10.0
@@ -222,6 +222,14 @@ class AgentDaemon:
             await self.feed(E.MessageFromController(message=msg, now=time.time()), conn)
 
 
+async def _release_on_sigusr1(runner: HoldRunner) -> None:
+    import signal
+
+    with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+        async for _ in signals:
+            log.info("released %d held job(s)", runner.release_all())
+
+
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
                            signal=status.signal, finished_at=status.finished_at, now=time.time())
@@ -237,7 +245,7 @@ async def _run(options: AgentOptions, task_status) -> None:
     store = await AgentStore.open(options.state_dir)
     try:
         records, outbox = await store.load()
-        runner_cls = NullRunner if options.executor == "null" else JobRunner
+        runner_cls = {"null": NullRunner, "hold": HoldRunner}.get(options.executor, JobRunner)
         async with runner_cls(options.state_dir) as runner:
             config = AgentConfig(name=options.name, slots=options.slots,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
@@ -258,6 +266,8 @@ async def _run(options: AgentOptions, task_status) -> None:
                 nursery.start_soon(daemon.exits)
                 nursery.start_soon(daemon.ticker)
                 nursery.start_soon(daemon.connection_loop)
+                if isinstance(runner, HoldRunner):
+                    nursery.start_soon(_release_on_sigusr1, runner)
                 task_status.started(daemon)
     finally:
         with trio.CancelScope(shield=True):

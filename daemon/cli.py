@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True)
     p.add_argument("--slots", type=int, required=True)
     p.add_argument("--state-dir", type=Path, required=True)
-    p.add_argument("--executor", choices=("process", "null"), default="process",
-                   help="process: run real jobs; null: finish each job at once (benchmarks)")
+    p.add_argument("--executor", choices=("process", "null", "hold"), default="process",
+                   help="process: run real jobs; null: finish each job at once; "
+                        "hold: finish all jobs on SIGUSR1 (benchmarks)")
     p.add_argument("--reconnect-max", type=_positive, default=2.0,
                    help="reconnect backoff cap in seconds (raise for large clusters)")
     p.add_argument("--page-size", type=int, default=1000, help="entries per resync report page")

@@ -92,6 +92,8 @@ class ControllerDaemon:
         self._conns: dict[int, _Conn] = {}
         self._conn_ids = itertools.count(1)
         self.log_dirs: dict[str, str] = {}
+        self._round_started: dict[bytes, tuple[float, int]] = {}  # token -> (trio time, jobs queried)
+        self._joined_at: dict[str, float] = {}  # agent -> trio time its latest Join arrived
         self.started_at = time.time()
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
@@ -197,10 +199,18 @@ class ControllerDaemon:
             if conn is not None:
                 self._close(conn, cmd.reason)
         elif isinstance(cmd, E.StartRoundTimer):
-            log.info("resync round %s with agent %s started", cmd.token.hex()[:8], cmd.agent)
+            session = self.model.sessions.get(cmd.agent)
+            queried = len(session.round.queried) if session is not None and session.round is not None else 0
+            self._round_started[cmd.token] = (trio.current_time(), queried)
+            log.info("resync round %s with agent %s started: %d job(s) queried", cmd.token.hex()[:8],
+                     cmd.agent, queried)
             self._start_round_timer(cmd)
         elif isinstance(cmd, E.RoundEnded):
-            log.info("resync round %s with agent %s ended", cmd.token.hex()[:8], cmd.agent)
+            started, queried = self._round_started.pop(cmd.token, (trio.current_time(), 0))
+            now = trio.current_time()
+            log.info("resync round %s with agent %s ended after %.3fs, %.3fs since its join (%d job(s) queried)",
+                     cmd.token.hex()[:8], cmd.agent, now - started, now - self._joined_at.get(cmd.agent, started),
+                     queried)
             for conn in self._conns.values():
                 ended = conn.rounds.pop(cmd.token, None)
                 if ended is not None:
@@ -333,6 +343,7 @@ class ControllerDaemon:
                     if not isinstance(msg, M.Join):
                         raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
                     conn.agent = msg.agent
+                    self._joined_at[msg.agent] = trio.current_time()
                     if msg.log_dir:
                         self.log_dirs[msg.agent] = msg.log_dir
                     event: Any = E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now)

@@ -12,11 +12,7 @@ time the job really had.  Exit status 0 only when the verdict holds.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,7 +21,9 @@ from pathlib import Path
 import trio
 
 from .client import Client, ClientError
+from .procs import LocalCluster
 
+AGENT_ARGS = ("--kill-grace", "2")
 FINISH_TOLERANCE = 1.0  # seconds between the job's own last timestamp and the recorded finish
 
 
@@ -55,59 +53,7 @@ def demo_jobs(count: int) -> list[DemoJob]:
     return jobs
 
 
-class Cluster:
-    """The demo's processes; every one is killed on exit, whatever happens."""
-
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.port = 0
-
-    def _spawn(self, key: str, argv: list[str]) -> subprocess.Popen:
-        logf = open(self.base / f"{key}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", *argv], stdout=subprocess.PIPE,
-                                stderr=logf, start_new_session=True)
-        logf.close()
-        self.procs[key] = proc
-        return proc
-
-    async def start_controller(self) -> float:
-        t0 = time.monotonic()
-        proc = self._spawn("controller", ["controller", "--listen", f"127.0.0.1:{self.port}",
-                                          "--state-dir", str(self.base / "controller")])
-        line = await trio.to_thread.run_sync(proc.stdout.readline)
-        if not line.startswith(b"reckon controller listening"):
-            raise RuntimeError(f"controller did not start: {line!r}; see {self.base / 'controller.log'}")
-        self.port = int(line.rsplit(b":", 1)[1])
-        return time.monotonic() - t0
-
-    async def start_agent(self, name: str) -> None:
-        proc = self._spawn(name, ["agent", "--name", name, "--slots", "4", "--state-dir", str(self.base / name),
-                                  "--controller", self.url, "--kill-grace", "2"])
-        await trio.to_thread.run_sync(proc.stdout.readline)
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    def kill(self, key: str) -> None:
-        proc = self.procs.pop(key)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-
-    def stop_all(self) -> None:
-        for key in list(self.procs):
-            proc = self.procs.pop(key)
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-async def _query(cluster: Cluster, op: str, **kw) -> dict | None:
+async def _query(cluster: LocalCluster, op: str, **kw) -> dict | None:
     try:
         async with Client(cluster.url, None) as client:
             return await client.call(op, **kw)
@@ -130,7 +76,7 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
     truth_dir = base / "truth"
     truth_dir.mkdir()
     jobs = demo_jobs(args.jobs)
-    cluster = Cluster(base)
+    cluster = LocalCluster(base)
     try:
         with trio.fail_after(120):
             return await _scenario(cluster, jobs, truth_dir, base)
@@ -138,11 +84,11 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
         cluster.stop_all()
 
 
-async def _scenario(cluster: Cluster, jobs: list[DemoJob], truth_dir: Path, base: Path) -> int:
+async def _scenario(cluster: LocalCluster, jobs: list[DemoJob], truth_dir: Path, base: Path) -> int:
     print(f"reckon demo: a controller and 2 agents (4 slots each) in {base}")
     await cluster.start_controller()
     for name in ("agent-1", "agent-2"):
-        await cluster.start_agent(name)
+        await cluster.start_agent(name, 4, *AGENT_ARGS)
     async with Client(cluster.url, None) as client:
         specs = [{"name": j.name, "command": j.command(truth_dir), "cwd": None, "env": [], "slots": 1}
                  for j in jobs]
@@ -178,7 +124,7 @@ async def _scenario(cluster: Cluster, jobs: list[DemoJob], truth_dir: Path, base
             busy = [j for j in listing["jobs"] if j["state"] == "RUNNING" and j["agent"] == "agent-2"]
             if busy:
                 cluster.kill("agent-2")
-                await cluster.start_agent("agent-2")
+                await cluster.start_agent("agent-2", 4, *AGENT_ARGS)
                 agent_restarted = True
                 note = f"<- agent-2 killed (SIGKILL) with {len(busy)} job(s) running, restarted"
             else:

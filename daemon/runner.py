@@ -662,3 +662,31 @@ class NullRunner:
 
     def forget(self, job: str, attempt: int) -> None:
         check_key(job, attempt)
+
+
+class HoldRunner(NullRunner):
+    """Like NullRunner, but every job keeps "running" until ``release_all()``.
+
+    For the resync benchmark: jobs are placed, the agent is cut off, then they
+    all finish at once while it is away (the agent calls ``release_all`` on SIGUSR1).
+    """
+
+    def __init__(self, state_dir: Path | str | None = None) -> None:
+        super().__init__(state_dir)
+        self._held: list[Key] = []
+
+    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+        check_key(job, attempt)
+        if (job, attempt) in self._started:
+            raise AlreadyLaunched(f"{job}.{attempt} was launched before")
+        self._started.add((job, attempt))
+        self._held.append((job, attempt))
+        return time.time()
+
+    def release_all(self) -> int:
+        now = time.time()
+        held, self._held = self._held, []
+        for job, attempt in held:
+            self._send_exit.send_nowait(ExitStatus(job=job, attempt=attempt, exit_code=0, signal=None,
+                                                   started_at=None, finished_at=now))
+        return len(held)
