@@ -34,7 +34,7 @@ from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, Runn
 
 log = logging.getLogger("reckon.agent")
 
-_DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete)
+_DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreCluster)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +113,8 @@ class AgentDaemon:
             for cmd in durable:
                 if isinstance(cmd, E.DeleteRecord):
                     self._forget(cmd.job, cmd.attempt)
+                elif isinstance(cmd, E.StoreCluster) and cmd.previous is not None:
+                    self._retire_job_files(cmd.previous)
         for cmd, conn in commands:
             if isinstance(cmd, _DURABLE):
                 continue
@@ -128,6 +130,16 @@ class AgentDaemon:
                 await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
+
+    def _retire_job_files(self, previous: str) -> None:
+        """A new controller history reuses job ids: keep the old one's files apart."""
+        jobs = self.options.state_dir / "jobs"
+        retired = self.options.state_dir / f"jobs.cluster-{previous}"
+        if jobs.exists() and not retired.exists():
+            jobs.rename(retired)
+            jobs.mkdir()
+        log.warning("joined controller history %s; the files of history %s are in %s",
+                    self.model.cluster, previous, retired)
 
     def _forget(self, job: str, attempt: int) -> None:
         """The record is gone for good: the supervisor's status and pid files may go too."""
@@ -245,11 +257,12 @@ async def _run(options: AgentOptions, task_status) -> None:
     store = await AgentStore.open(options.state_dir)
     try:
         records, outbox = await store.load()
+        cluster = await store.load_cluster()
         runner_cls = {"null": NullRunner, "hold": HoldRunner}.get(options.executor, JobRunner)
         async with runner_cls(options.state_dir) as runner:
             config = AgentConfig(name=options.name, slots=options.slots,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
-            agent = Agent(config, records, outbox)
+            agent = Agent(config, records, outbox, cluster)
             daemon = AgentDaemon(options, store, runner, agent)
             running = [r.key for r in records if r.status is LocalStatus.RUNNING]
             if running:

@@ -46,6 +46,9 @@ _SCHEMA = (
         finished_at REAL NOT NULL,
         started_at REAL,
         PRIMARY KEY (job, attempt))""",
+    """CREATE TABLE meta (
+        key TEXT PRIMARY KEY,      -- 'cluster': the controller history the records belong to
+        value TEXT NOT NULL)""",
 )
 
 _RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked"
@@ -64,7 +67,8 @@ _PUT_OUTBOX = (
 )
 _DELETE_OUTBOX = "DELETE FROM outbox WHERE job = ? AND attempt = ?"
 
-StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete
+StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete | E.StoreCluster
+_PUT_META = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
 class AgentStore:
@@ -81,6 +85,10 @@ class AgentStore:
     async def load(self) -> tuple[list[LocalJob], list[Finished]]:
         """The records and the outbox, for ``Agent(config, records, outbox)``."""
         return await self.db.run(_load, self.db.path)
+
+    async def load_cluster(self) -> str | None:
+        """The controller history this agent's records belong to (None: never joined)."""
+        return await self.db.run(_load_cluster)
 
     async def apply(self, commands: Sequence[StoreCommand]) -> None:
         """Make the commands durable in one transaction (all or none) before returning."""
@@ -116,6 +124,8 @@ def _op(command: Any) -> tuple[str, tuple]:
         return _PUT_OUTBOX, (f.job, f.attempt, f.exit_code, f.signal, f.finished_at, f.started_at)
     if isinstance(command, E.OutboxDelete):
         return _DELETE_OUTBOX, (command.job, command.attempt)
+    if isinstance(command, E.StoreCluster):
+        return _PUT_META, ("cluster", command.cluster)
     raise TypeError(f"the agent store does not apply {type(command).__name__}")
 
 
@@ -126,6 +136,12 @@ def _apply(conn: sqlite3.Connection, ops: list[tuple[str, tuple]]) -> None:
     with transaction(conn):
         for sql, params in ops:
             conn.execute(sql, params)
+
+
+def _load_cluster(conn: sqlite3.Connection) -> str | None:
+    with transaction(conn, write=False):
+        row = conn.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
+    return None if row is None else row[0]
 
 
 def _load(conn: sqlite3.Connection, path: Path) -> tuple[list[LocalJob], list[Finished]]:

@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
+    from .bench import add_parser as add_bench_parser
+
+    add_bench_parser(sub, common)
     return parser
 
 
@@ -252,7 +255,7 @@ async def _dev_command(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
-    if args.command not in ("controller", "agent", "dev", "demo"):
+    if args.command not in ("controller", "agent", "dev", "demo", "bench"):
         level = logging.WARNING
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -267,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args)
+        if args.command == "bench":
+            from .bench import run_bench
+
+            return run_bench(args)
         return trio.run(_client_command, args)
     except (ClientError, StateDirBusy) as exc:
         print(f"reckon: {exc}", file=sys.stderr)

@@ -31,7 +31,8 @@ from model import events as E
 from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from model.facts import Fact
+from model.facts import ClusterCreated, Fact
+from model.state import apply
 from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
 
@@ -463,6 +464,11 @@ async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
     try:
         snapshot, facts, _ = await store.load()
         controller = Controller.from_log(facts, options.model, snapshot)
+        if controller.state.cluster is None:
+            # A new history: name it, so agents never confuse it with another one.
+            created = ClusterCreated(cluster=secrets.token_hex(8))
+            apply(controller.state, created)
+            await store.append([created])
         daemon = ControllerDaemon(options, store, controller)
         log.info("recovered %d jobs from %d facts in %.2fs", len(controller.state.jobs),
                  len(facts), time.perf_counter() - t0)

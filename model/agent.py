@@ -133,9 +133,10 @@ class _Query:
 
 class Agent:
     def __init__(self, config: AgentConfig, records: list[LocalJob] | None = None,
-                 outbox: list[M.Finished] | None = None) -> None:
-        """A fresh agent, or one restarted from its durable records and outbox."""
+                 outbox: list[M.Finished] | None = None, cluster: str | None = None) -> None:
+        """A fresh agent, or one restarted from its durable records, outbox and cluster."""
         self.config = config
+        self.cluster = cluster  # the controller history our records belong to
         self.session = SessionState.DISCONNECTED
         self.records: dict[tuple[str, int], LocalJob] = {r.key: r for r in records or ()}
         self.outbox: dict[tuple[str, int], OutboxEntry] = {
@@ -189,6 +190,7 @@ class Agent:
         if self.session is SessionState.DISCONNECTED:
             return  # a message from a connection that is gone
         if isinstance(msg, M.Welcome):
+            self._check_cluster(msg, out)
             if msg.token is None:
                 self._move(SessionEvent.WELCOME_PLAIN)
                 self._resume(ev.now, out)
@@ -213,6 +215,30 @@ class Agent:
             raise RemoteProtocolError(f"unexpected {msg.TYPE} message from the controller")
         # Counted only once handled: a message refused above changes nothing, not even this.
         self.seen_seq = max(self.seen_seq, getattr(msg, "seq", 0))
+
+    def _check_cluster(self, msg: M.Welcome, out: list[E.Command]) -> None:
+        """Never mix two controller histories: job ids restart with a new one.
+
+        Records of another history that still matter (running, or an outcome
+        not yet acknowledged) make us refuse the controller: nothing is lost
+        and nothing is reported to a history it does not belong to.  Records
+        that no longer matter are let go, and we join the new history.
+        """
+        if msg.cluster is None or msg.cluster == self.cluster:
+            return
+        if self.cluster is not None:
+            live = [r.key for r in self.records.values()
+                    if r.status is not LocalStatus.FINISHED or not r.acked]
+            if live or self.outbox:
+                raise RemoteProtocolError(
+                    f"the controller serves cluster {msg.cluster}, but this agent still holds "
+                    f"{len(live)} job(s) of cluster {self.cluster}: refusing to mix them; bring back "
+                    f"that controller's state, or clear this agent's state directory to start over")
+            for key in list(self.records):
+                del self.records[key]
+                out.append(E.DeleteRecord(job=key[0], attempt=key[1]))
+        out.append(E.StoreCluster(cluster=msg.cluster, previous=self.cluster))
+        self.cluster = msg.cluster
 
     def _resume(self, now: float, out: list[E.Command]) -> None:
         """Normal operation starts: flush the whole outbox now, heartbeat soon."""

@@ -207,7 +207,8 @@ class Controller:
         if placed or join.running:
             self._arm_round(out, session, ev.token, placed, ev.now, welcome=True)
         else:
-            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=join.version, token=None))
+            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=join.version, token=None,
+                                                                      cluster=self.state.cluster))
         self._note_agent(out, join.agent)
 
     def _arm_round(self, out: _Out, session: AgentSession, token: bytes, placed: dict[str, int], now: float,
@@ -216,7 +217,7 @@ class Controller:
         session.round = rnd
         chunks = M.pages(sorted(placed.items(), key=lambda p: (len(p[0]), p[0])), self.config.page_size)
         if welcome:
-            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=M.PROTOCOL_VERSION, token=token,
+            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=M.PROTOCOL_VERSION, token=token, cluster=self.state.cluster,
                                                            query_pages=len(chunks)))
         for i, chunk in enumerate(chunks):
             self._send(out, session, lambda seq, i=i, chunk=chunk: M.ResyncQuery(

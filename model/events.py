@@ -287,7 +287,15 @@ class OutboxDelete:
     attempt: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreCluster:
+    """Agent: from now on this agent's records belong to this controller history."""
+
+    cluster: str
+    previous: str | None  # the history whose records were just let go, if any
+
+
 Command = Union[
     Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartProcess, KillProcess, StoreRecord,
-    DeleteRecord, OutboxPut, OutboxDelete,
+    DeleteRecord, OutboxPut, OutboxDelete, StoreCluster,
 ]

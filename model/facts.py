@@ -171,15 +171,27 @@ class AgentRegistered:
         check_int("slots", self.slots, minimum=0, maximum=1 << 20)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterCreated:
+    """The first fact of a history: its identity, so agents never mix two histories."""
+
+    KIND: ClassVar[str] = "cluster_created"
+    VERSION: ClassVar[int] = 1
+    cluster: str
+
+    def __post_init__(self) -> None:
+        check_str("cluster", self.cluster, max_len=64)
+
+
 Fact = Union[
     JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
-    JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered,
+    JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, ClusterCreated,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
     for cls in (
         JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
-        JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered,
+        JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, ClusterCreated,
     )
 }
 

@@ -185,10 +185,13 @@ class Welcome:
     version: int
     token: bytes | None  # set when a resync round is armed: the query follows
     query_pages: int = 0
+    cluster: str | None = None  # the identity of the controller's history (its fact log)
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
         check_int("version", self.version, minimum=1)
+        if self.cluster is not None:
+            check_str("cluster", self.cluster, max_len=64)
         if self.token is not None:
             check_bytes("token", self.token, min_len=TOKEN_BYTES, max_len=TOKEN_BYTES)
             check_int("query_pages", self.query_pages, minimum=1)

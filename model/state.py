@@ -42,6 +42,7 @@ class ControllerState:
     agents: dict[str, AgentInfo] = field(default_factory=dict)
     next_job: int = 1
     facts_applied: int = 0
+    cluster: str | None = None  # set by the history's first fact, ClusterCreated
 
     def job(self, job_id: str) -> JobRecord:
         try:
@@ -61,6 +62,7 @@ class ControllerState:
     def digest(self) -> tuple:
         """A value equal for equal states: used to compare replay with live."""
         return (
+            self.cluster,
             self.next_job,
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
             tuple(sorted((a.name, a.slots, a.registered, a.used, tuple(sorted(a.running))) for a in self.agents.values())),
@@ -192,7 +194,15 @@ def _registered(state: ControllerState, fact: F.AgentRegistered) -> Changes:
     return Changes(agents=(fact.agent,))
 
 
+def _cluster_created(state: ControllerState, fact: F.ClusterCreated) -> Changes:
+    if state.cluster is not None:
+        raise LocalProtocolError(f"this history already is cluster {state.cluster}")
+    state.cluster = fact.cluster
+    return Changes()
+
+
 _APPLY: dict[type, Any] = {
+    F.ClusterCreated: _cluster_created,
     F.JobSubmitted: _submitted,
     F.JobDispatched: _dispatched,
     F.JobAdopted: _adopted,
@@ -219,6 +229,7 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
     return {
         "v": 1,
         "next_job": state.next_job,
+        "cluster": state.cluster,
         "facts_applied": state.facts_applied,
         "agents": [[a.name, a.slots, a.registered] for a in state.agents.values()],
         "jobs": [
@@ -233,7 +244,8 @@ def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running) are recomputed."""
     if data.get("v") != 1:
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
-    state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"])
+    state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
+                            cluster=data.get("cluster"))
     for name, slots, registered in data["agents"]:
         state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered)
     for row in data["jobs"]:

@@ -201,6 +201,10 @@ class HeldAgentStore(AgentStore):
         with clock_held():
             return await super().load()
 
+    async def load_cluster(self):
+        with clock_held():
+            return await super().load_cluster()
+
     async def apply(self, commands) -> None:
         with clock_held():
             await super().apply(commands)

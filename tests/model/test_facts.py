@@ -29,6 +29,7 @@ SAMPLES = [
     F.JobCancelConfirmed(job="1", attempt=4),
     F.JobRequeued(job="1", attempt=1, reason="agent lost"),
     F.AgentRegistered(agent="a1", slots=0),
+    F.ClusterCreated(cluster="3f2a9c01d4e5b6a7"),
 ]
 
 

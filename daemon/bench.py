@@ -1,0 +1,309 @@
+"""`reckon bench`: figures measured the same way every time.
+
+Every benchmark runs the real controller and agents as separate processes on
+loopback (the production code, durable storage on), repeats its measurement
+(`--runs`, default 5) and reports min / median / max.  `--json` prints one
+JSON object of figures instead of the human summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from .client import Client
+from .procs import LocalCluster
+
+HANG_GUARD = 1800.0  # seconds: no single run may take longer than this
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("bench", parents=[common], help="benchmarks: real processes on loopback, figures")
+    which = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+
+    def bench(name: str, help: str) -> argparse.ArgumentParser:
+        q = which.add_parser(name, help=help)
+        q.add_argument("--runs", type=int, default=5, help="repetitions (default 5)")
+        q.add_argument("--json", action="store_true", help="print one JSON object of figures")
+        q.add_argument("--keep", action="store_true", help="keep the temporary directories")
+        return q
+
+    q = bench("throughput", "submit N jobs at once; jobs/s until all are terminal")
+    q.add_argument("--jobs", type=int, default=2000)
+    q.add_argument("--agents", type=int, default=2)
+    q.add_argument("--slots", type=int, default=32, help="slots per agent (default 32)")
+    q.add_argument("--executor", choices=("process", "null"), default="process")
+
+    q = bench("resync", "N jobs finish while their agent is cut off; time from its rejoin to the round resolved")
+    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
+
+    q = bench("recovery", "a job finishes while the controller is down; time from its return to the job final")
+    q.add_argument("--outages", type=float, nargs="+", default=[5.0, 20.0, 60.0])
+
+    q = bench("restart", "controller restart time with N facts of history")
+    q.add_argument("--facts", type=int, nargs="+", default=[100_000, 1_000_000])
+
+    q = bench("memory", "controller resident memory per job")
+    q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000])
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": len(values)}
+
+
+def _fmt(s: dict[str, float], unit: str, scale: float = 1.0, digits: int = 2) -> str:
+    return (f"median {s['median'] * scale:.{digits}f} {unit} (min {s['min'] * scale:.{digits}f}, "
+            f"max {s['max'] * scale:.{digits}f}, {s['runs']} runs)")
+
+
+async def _with_cluster(keep: bool, body: Callable[[LocalCluster], Awaitable[Any]]) -> Any:
+    base = Path(tempfile.mkdtemp(prefix="reckon-bench-"))
+    cluster = LocalCluster(base)
+    try:
+        with trio.fail_after(HANG_GUARD):
+            return await body(cluster)
+    finally:
+        cluster.stop_all()
+        if keep:
+            print(f"(kept {base})", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+async def _wait(predicate: Callable[[], Awaitable[bool]], what: str, timeout: float = 600.0,
+                interval: float = 0.02) -> None:
+    with trio.move_on_after(timeout):
+        while not await predicate():
+            await trio.sleep(interval)
+        return
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+async def _counts(client: Client) -> dict[str, int]:
+    return (await client.call("status"))["status"]["jobs"]
+
+
+async def _submit(client: Client, specs: list[dict], chunk: int = 10_000) -> list[str]:
+    ids: list[str] = []
+    for i in range(0, len(specs), chunk):
+        ids += (await client.call("submit_many", specs=specs[i:i + chunk]))["jobs"]
+    return ids
+
+
+def _spec(command: list[str], name: str = "bench") -> dict:
+    return {"name": name, "command": command, "cwd": None, "env": [], "slots": 1}
+
+
+# ---- throughput -------------------------------------------------------------------------
+
+
+async def _throughput_run(args: argparse.Namespace) -> float:
+    async def body(cluster: LocalCluster) -> float:
+        await cluster.start_controller()
+        for i in range(args.agents):
+            await cluster.start_agent(f"agent-{i}", args.slots, "--executor", args.executor)
+        async with Client(cluster.url, None) as client:
+            async def all_joined() -> bool:
+                nodes = (await client.call("nodes"))["nodes"]
+                return sum(n["state"] == "IDLE" for n in nodes) == args.agents
+            await _wait(all_joined, "agents to join")
+            specs = [_spec(["true"])] * args.jobs
+            t0 = time.perf_counter()
+            await _submit(client, specs)
+
+            async def done() -> bool:
+                counts = await _counts(client)
+                return sum(counts.get(s, 0) for s in TERMINAL) >= args.jobs
+            await _wait(done, "all jobs to finish", interval=0.05)
+            elapsed = time.perf_counter() - t0
+            failed = (await _counts(client)).get("FAILED", 0)
+            if failed:
+                raise RuntimeError(f"{failed} benchmark job(s) failed: see the agents' logs")
+            return args.jobs / elapsed
+    return await _with_cluster(args.keep, body)
+
+
+# ---- resync -----------------------------------------------------------------------------
+
+_ROUND_LINE = re.compile(rb"ended after ([0-9.]+)s, ([0-9.]+)s since its join \((\d+) job")
+
+
+def _outbox_count(agent_dir: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{agent_dir / 'agent.db'}?mode=ro", uri=True) as db:
+            return db.execute("SELECT count(*) FROM outbox").fetchone()[0]
+    except sqlite3.Error:
+        return -1
+
+
+async def _resync_run(args: argparse.Namespace, jobs: int) -> float:
+    async def body(cluster: LocalCluster) -> float:
+        await cluster.start_controller()
+        await cluster.start_agent("agent-1", jobs, "--executor", "hold")
+        async with Client(cluster.url, None) as client:
+            await _submit(client, [_spec(["true"])] * jobs)
+
+            async def all_running() -> bool:
+                return (await _counts(client)).get("RUNNING", 0) == jobs
+            await _wait(all_running, f"{jobs} jobs to run", interval=0.1)
+        cluster.kill("controller")  # the agent is cut off...
+        cluster.signal("agent-1", signal.SIGUSR1)  # ...while every job finishes
+
+        async def all_in_outbox() -> bool:
+            return await trio.to_thread.run_sync(_outbox_count, cluster.base / "agent-1") == jobs
+        await _wait(all_in_outbox, "the completions to reach the outbox", interval=0.1)
+        await cluster.start_controller()
+        log = cluster.log_path("controller")
+
+        async def round_done() -> bool:
+            return any(int(m.group(3)) == jobs for m in _ROUND_LINE.finditer(log.read_bytes()))
+        await _wait(round_done, "the rejoin round", interval=0.05)
+        match = next(m for m in _ROUND_LINE.finditer(log.read_bytes()) if int(m.group(3)) == jobs)
+        async with Client(cluster.url, None) as client:
+            counts = await _counts(client)
+        if counts.get("COMPLETED", 0) != jobs:
+            raise RuntimeError(f"after the round: {counts}, expected {jobs} COMPLETED")
+        return float(match.group(2))
+    return await _with_cluster(args.keep, body)
+
+
+# ---- recovery ---------------------------------------------------------------------------
+
+
+async def _recovery_run(args: argparse.Namespace, outage: float) -> float:
+    async def body(cluster: LocalCluster) -> float:
+        await cluster.start_controller()
+        await cluster.start_agent("agent-1", 2)
+        async with Client(cluster.url, None) as client:
+            job = (await client.call("submit", spec=_spec(["sleep", "0.5"])))["job"]["id"]
+
+            async def running() -> bool:
+                return (await client.call("show", job=job))["job"]["state"] == "RUNNING"
+            await _wait(running, "the job to start", interval=0.01)
+        cluster.kill("controller")
+        await trio.sleep(outage)  # the outage itself: the job ends inside it
+        t0 = time.monotonic()
+        serving = await cluster.start_controller()
+        async with Client(cluster.url, None) as client:
+            async def final() -> bool:
+                return (await client.call("show", job=job))["job"]["state"] in TERMINAL
+            await _wait(final, "the job to be recorded", interval=0.005)
+        return time.monotonic() - t0 - serving
+    return await _with_cluster(args.keep, body)
+
+
+# ---- restart ----------------------------------------------------------------------------
+
+
+async def _restart_run(args: argparse.Namespace, facts: int, prepared: Path) -> float:
+    async def body(cluster: LocalCluster) -> float:
+        shutil.copytree(prepared, cluster.base / "controller")
+        return await cluster.start_controller()
+    return await _with_cluster(args.keep, body)
+
+
+def _prepare_history(facts: int, where: Path) -> dict[str, Any]:
+    """Write `facts` facts of realistic history with the production store and
+    snapshot policy: jobs submitted, dispatched, started and finished."""
+    from .history import write_history
+
+    return trio.run(write_history, where, facts)
+
+
+# ---- memory -----------------------------------------------------------------------------
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def _memory_run(args: argparse.Namespace, jobs: int) -> float:
+    async def body(cluster: LocalCluster) -> float:
+        await cluster.start_controller()
+        pid = cluster.pid("controller")
+        async with Client(cluster.url, None) as client:
+            await client.call("status")
+            before = _rss(pid)
+            await _submit(client, [_spec(["sleep", "1"], name=f"job-{i}") for i in range(jobs)])
+            await client.call("status")
+            after = _rss(pid)
+        return (after - before) / jobs
+    return await _with_cluster(args.keep, body)
+
+
+# ---- driver -----------------------------------------------------------------------------
+
+
+async def _runs(n: int, run: Callable[[], Awaitable[float]], label: str, quiet: bool) -> dict[str, float]:
+    values = []
+    for i in range(n):
+        values.append(await run())
+        if not quiet:
+            print(f"  {label} run {i + 1}/{n}: {values[-1]:.4g}", file=sys.stderr, flush=True)
+    return summary(values)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    quiet = args.json
+    out: dict[str, Any] = {"bench": args.bench, "machine": machine}
+    lines: list[str] = []
+    if args.bench == "throughput":
+        s = trio.run(_runs, args.runs, lambda: _throughput_run(args), "throughput", quiet)
+        out.update(jobs=args.jobs, agents=args.agents, slots=args.slots, executor=args.executor, jobs_per_s=s)
+        lines.append(f"throughput, {args.executor} executor, {args.agents} agents x {args.slots} slots, "
+                     f"{args.jobs} jobs: {_fmt(s, 'jobs/s', digits=0)}")
+    elif args.bench == "resync":
+        out["rounds"] = []
+        for n in args.jobs:
+            s = trio.run(_runs, args.runs, lambda n=n: _resync_run(args, n), f"resync {n}", quiet)
+            per_job = {k: (v / n if k != "runs" else v) for k, v in s.items()}
+            out["rounds"].append({"jobs": n, "seconds": s, "per_job_seconds": per_job})
+            lines.append(f"resync, {n} jobs: {_fmt(s, 's', digits=3)}; per job {per_job['median'] * 1e6:.1f} us")
+    elif args.bench == "recovery":
+        out["outages"] = []
+        for outage in args.outages:
+            s = trio.run(_runs, args.runs, lambda o=outage: _recovery_run(args, o), f"outage {outage:g}s", quiet)
+            out["outages"].append({"outage_s": outage, "recovery_s": s})
+            lines.append(f"recovery after a {outage:g} s outage (from serving again to the job final): "
+                         f"{_fmt(s, 's', digits=3)}")
+    elif args.bench == "restart":
+        out["histories"] = []
+        for n in args.facts:
+            with tempfile.TemporaryDirectory(prefix="reckon-history-") as tmp:
+                info = _prepare_history(n, Path(tmp))
+                s = trio.run(_runs, args.runs, lambda n=n, tmp=tmp: _restart_run(args, n, Path(tmp)),
+                             f"restart {n}", quiet)
+            out["histories"].append({"facts": n, **info, "restart_s": s})
+            lines.append(f"restart with {n} facts ({info['jobs']} jobs, {info['facts_after_snapshot']} facts "
+                         f"after the last snapshot): {_fmt(s, 's')}")
+    elif args.bench == "memory":
+        out["sizes"] = []
+        for n in args.jobs:
+            s = trio.run(_runs, args.runs, lambda n=n: _memory_run(args, n), f"memory {n}", quiet)
+            out["sizes"].append({"jobs": n, "bytes_per_job": s})
+            lines.append(f"controller memory at {n} jobs: {_fmt(s, 'bytes/job', digits=0)}")
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"reckon bench {args.bench} on {machine['cpus']} CPUs, Python {machine['python']}")
+        for line in lines:
+            print("  " + line)
+    return 0

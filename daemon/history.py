@@ -1,0 +1,58 @@
+"""Realistic controller history for the restart benchmark.
+
+Drives the real model (joins, submits, dispatches, starts, finishes) and
+writes its facts with the production fact store and snapshot policy, exactly
+as a controller that had lived through that history would have left them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from model import events as E
+from model import messages as M
+from model.controller import Controller
+from model.jobs import JobSpec
+from model.state import snapshot
+
+from .controller_server import ControllerOptions
+from .factstore import FactStore
+
+BATCH_JOBS = 2_500
+
+
+async def write_history(state_dir: Path, facts: int) -> dict[str, Any]:
+    options = ControllerOptions()
+    controller = Controller()
+    spec = JobSpec(name="history", command=("true",))
+    store = await FactStore.open(state_dir)
+    try:
+        join = M.Join(agent="agent-1", slots=BATCH_JOBS, version=M.PROTOCOL_VERSION)
+        pending = _facts(controller.handle(E.AgentJoined(conn=1, join=join, token=bytes(16), now=1.0)))
+        written, jobs, now = 0, 0, 2.0
+        while written + len(pending) < facts:
+            batch: list[str] = []
+            for _ in range(BATCH_JOBS):
+                pending += _facts(controller.handle(E.SubmitJob(spec=spec, now=now)))
+                batch.append(controller.state.next_job_id())
+                jobs += 1
+            for job in [str(int(j) - 1) for j in batch]:
+                pending += _facts(controller.handle(E.DispatchProposed(job=job, agent="agent-1", now=now)))
+                for msg in (M.Started(job=job, attempt=1, started_at=now),
+                            M.Finished(job=job, attempt=1, exit_code=0, signal=None, finished_at=now + 0.5)):
+                    pending += _facts(controller.handle(E.MessageFromAgent(conn=1, message=msg, now=now)))
+            take = pending[: facts - written]
+            pending = pending[len(take):]
+            await store.append(take)
+            written += len(take)
+            now += 1.0
+            if store.facts_since_snapshot >= options.snapshot_every:
+                await store.write_snapshot(snapshot(controller.state), store.last_seq)
+        return {"jobs": jobs, "facts_written": written, "facts_after_snapshot": store.facts_since_snapshot}
+    finally:
+        await store.aclose()
+
+
+def _facts(commands: list[E.Command]) -> list:
+    return [f for c in commands if isinstance(c, E.Append) for f in c.facts]
