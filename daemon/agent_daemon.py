@@ -3,9 +3,10 @@
 One core task owns the model and executes its commands in order; durable
 commands (records, outbox) are written in one transaction before any message
 that follows them is sent, so a completion is on disk before it is ever on
-the wire.  A connection task connects with jittered backoff (capped at about
-2 s so an agent is back within moments of the controller's return), feeds
-what it reads to the core, and reconnects when the connection ends.  There is
+the wire.  A connection task connects with jittered backoff (capped at 1 s by
+default, so an agent is back within a second of the controller's return:
+recovery time must not depend on how long the outage was), feeds what it
+reads to the core, and reconnects when the connection ends.  There is
 one delivery loop (the model's outbox, driven by ticks), not a task per job.
 """
 
@@ -46,7 +47,7 @@ class AgentOptions:
     token: str | None = None
     executor: str = "process"  # "process": real jobs; "null": finish at once; "hold": finish on SIGUSR1 (benchmarks)
     reconnect_initial: float = 0.1
-    reconnect_max: float = 2.0  # raise for large clusters so a controller restart is not stampeded
+    reconnect_max: float = 1.0  # so an agent is back within a second of the controller; raise for large clusters
     kill_grace: float = 10.0
     model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
 

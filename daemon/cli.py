@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=("process", "null", "hold"), default="process",
                    help="process: run real jobs; null: finish each job at once; "
                         "hold: finish all jobs on SIGUSR1 (benchmarks)")
-    p.add_argument("--reconnect-max", type=_positive, default=2.0,
-                   help="reconnect backoff cap in seconds (raise for large clusters)")
+    p.add_argument("--reconnect-max", type=_positive, default=1.0,
+                   help="reconnect backoff cap in seconds (default 1; raise for large clusters)")
     p.add_argument("--page-size", type=int, default=1000, help="entries per resync report page")
     p.add_argument("--recent-window", type=float, default=300.0,
                    help="seconds a finished job is still reported to a rejoin round unasked")

@@ -145,6 +145,10 @@ class Agent:
         self.seen_seq = 0
         self._query: _Query | None = None
         self._next_heartbeat = 0.0
+        # Starts not yet told to the controller.  They go out with the next tick,
+        # so a job that ends before it costs no message at all: its completion
+        # report carries the start time anyway.
+        self._unreported_starts: set[tuple[str, int]] = set()
 
     # ---- entry point ---------------------------------------------------------
 
@@ -316,8 +320,7 @@ class Agent:
         if record is None or record.status is not LocalStatus.RUNNING:
             return
         self._store(out, replace(record, started_at=ev.started_at))
-        if self.session is SessionState.OPERATING:
-            self._send(out, M.Started(job=ev.job, attempt=ev.attempt, started_at=ev.started_at))
+        self._unreported_starts.add(record.key)
 
     def _on_exited(self, ev: E.ProcessExited, out: list[E.Command]) -> None:
         record = self.records.get((ev.job, ev.attempt))
@@ -363,6 +366,12 @@ class Agent:
 
     def _on_tick(self, ev: E.Tick, out: list[E.Command]) -> None:
         self._flush(ev.now, ev.jitter, out)
+        if self.session is SessionState.OPERATING and self._unreported_starts:
+            for key in sorted(self._unreported_starts):
+                record = self.records.get(key)
+                if record is not None and record.status is LocalStatus.RUNNING and record.started_at is not None:
+                    self._send(out, M.Started(job=record.job, attempt=record.attempt, started_at=record.started_at))
+            self._unreported_starts.clear()
         if self.session is SessionState.OPERATING and ev.now >= self._next_heartbeat:
             held = self.held()
             self._send(out, M.Heartbeat(running=len(held), digest=M.running_digest(held), seen_seq=self.seen_seq))

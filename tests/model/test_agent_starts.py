@@ -1,0 +1,39 @@
+"""Start times reach the controller without a message per short job."""
+
+from __future__ import annotations
+
+from model import events as E
+from model import messages as M
+from model.agent import Agent, AgentConfig
+from model.jobs import JobSpec
+
+SPEC = JobSpec(name="x", command=("true",))
+
+
+def _operating_agent() -> Agent:
+    agent = Agent(AgentConfig(name="a", slots=2))
+    agent.handle(E.Connected(now=0.0))
+    agent.handle(E.MessageFromController(message=M.Welcome(seq=1, version=1, token=None), now=0.0))
+    for job in ("1", "2"):
+        agent.handle(E.MessageFromController(message=M.Dispatch(seq=1 + int(job), job=job, attempt=1, spec=SPEC),
+                                             now=0.0))
+        agent.handle(E.ProcessStarted(job=job, attempt=1, started_at=1.0))
+    return agent
+
+
+def _sent(commands: list[E.Command], kind: type) -> list:
+    return [c.message for c in commands if isinstance(c, E.Send) and isinstance(c.message, kind)]
+
+
+def test_a_job_that_ends_before_the_next_tick_costs_no_started_message():
+    agent = _operating_agent()
+    exited = agent.handle(E.ProcessExited(job="1", attempt=1, exit_code=0, signal=None, finished_at=1.2, now=1.2))
+    assert _sent(exited, M.Finished)[0].started_at == 1.0  # the start time travels with the outcome
+    started = _sent(agent.handle(E.Tick(now=1.5)), M.Started)
+    assert [(m.job, m.started_at) for m in started] == [("2", 1.0)]  # only the job still running
+
+
+def test_unreported_starts_go_out_once():
+    agent = _operating_agent()
+    assert len(_sent(agent.handle(E.Tick(now=1.5)), M.Started)) == 2
+    assert _sent(agent.handle(E.Tick(now=5.0)), M.Started) == []
