@@ -155,8 +155,10 @@ def test_an_agent_cannot_report_on_another_agents_job(cluster, truth_dir):
     cluster.start_agent("a1", slots=2)
     gate = truth_dir / "go"
     job = cluster.submit("sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 7")
-    before = cluster.wait_job(job, states=("RUNNING",))
-    assert before["agent"] == "a1" and before["attempt"] == 1
+    cluster.wait_for(lambda: cluster.job(job)["started_at"] is not None,
+                     what="the agent to report the start (it does so at its next tick)")
+    before = cluster.job(job)
+    assert before["agent"] == "a1" and before["attempt"] == 1 and before["state"] == "RUNNING"
 
     welcome, ack, ack_next, stale_round = trio.run(_intrude, cluster.url, job, 1)
     assert isinstance(welcome, M.Welcome) and welcome.token is None
