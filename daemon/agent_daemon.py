@@ -13,6 +13,7 @@ one delivery loop (the model's outbox, driven by ticks), not a task per job.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 import trio
 from trio_websocket import ConnectionClosed as WSClosed
-from trio_websocket import HandshakeError, WebSocketConnection, open_websocket_url
+from trio_websocket import ConnectionRejected, HandshakeError, WebSocketConnection, open_websocket_url
 
 from model import events as E
 from model import messages as M
@@ -36,6 +37,8 @@ from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, Runn
 log = logging.getLogger("reckon.agent")
 
 _DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreCluster)
+DEFER_WRITES_FOR = 0.05  # seconds a write with no effect may wait for company
+MAX_DEFERRED = 5_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +71,7 @@ class AgentDaemon:
         self._conn: _Connection | None = None
         self._generation = 0
         self._wake = trio.Event()
+        self._deferred: list[E.Command] = []  # durable writes no effect depends on yet
         self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
 
     # ---- the core ----------------------------------------------------------------
@@ -77,7 +81,12 @@ class AgentDaemon:
 
     async def core_loop(self, nursery: trio.Nursery) -> None:
         while True:
-            batch = [await self._events_recv.receive()]
+            batch: list[tuple[Any, Any]] = []
+            with trio.move_on_after(DEFER_WRITES_FOR if self._deferred else math.inf):
+                batch.append(await self._events_recv.receive())
+            if not batch:
+                await self._commit([])  # a quiet moment: write what was deferred
+                continue
             while len(batch) < 1000:
                 try:
                     batch.append(self._events_recv.receive_nowait())
@@ -104,21 +113,23 @@ class AgentDaemon:
             self._wake.set()
 
     async def _execute(self, commands: list[tuple[E.Command, _Connection | None]], nursery: trio.Nursery) -> None:
-        # One transaction for the batch's durable commands, before ANY of its
-        # effects: every send is then preceded by the writes it depends on.
-        # (Writing a later record before an earlier send is safe: a crash in
-        # between looks like that send being lost, which the protocol absorbs.)
+        """Durable writes first, in one transaction, then the effects.
+
+        Every send is preceded by the writes it depends on.  (Writing a later
+        record before an earlier send is safe: a crash in between looks like
+        that send being lost, which the protocol absorbs.)  A batch with no
+        effect at all (an ack's outbox delete, a start time) may wait a moment
+        to share the next transaction: nothing outside has seen its result, so
+        losing it in a crash is the same as crashing a moment earlier, and the
+        next effect commits it first anyway.
+        """
         durable = [cmd for cmd, _ in commands if isinstance(cmd, _DURABLE)]
-        if durable:
-            await self.store.apply(durable)
-            for cmd in durable:
-                if isinstance(cmd, E.DeleteRecord):
-                    self._forget(cmd.job, cmd.attempt)
-                elif isinstance(cmd, E.StoreCluster) and cmd.previous is not None:
-                    self._retire_job_files(cmd.previous)
-        for cmd, conn in commands:
-            if isinstance(cmd, _DURABLE):
-                continue
+        effects = [(cmd, conn) for cmd, conn in commands if not isinstance(cmd, _DURABLE)]
+        if not effects and len(self._deferred) + len(durable) < MAX_DEFERRED:
+            self._deferred.extend(durable)
+            return
+        await self._commit(durable)
+        for cmd, conn in effects:
             if isinstance(cmd, E.Send):
                 if conn is not None and conn is self._conn:
                     try:
@@ -131,6 +142,17 @@ class AgentDaemon:
                 await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
+
+    async def _commit(self, durable: list[E.Command]) -> None:
+        durable, self._deferred = self._deferred + durable, []
+        if not durable:
+            return
+        await self.store.apply(durable)
+        for cmd in durable:
+            if isinstance(cmd, E.DeleteRecord):
+                self._forget(cmd.job, cmd.attempt)
+            elif isinstance(cmd, E.StoreCluster) and cmd.previous is not None:
+                self._retire_job_files(cmd.previous)
 
     def _retire_job_files(self, previous: str) -> None:
         """A new controller history reuses job ids: keep the old one's files apart."""
@@ -210,8 +232,11 @@ class AgentDaemon:
                     finally:
                         with trio.CancelScope(shield=True):
                             await self.feed(E.Disconnected(now=time.time()), conn)
+            except ConnectionRejected as exc:
+                body = (exc.body or b"").decode(errors="replace").strip()
+                log.warning("controller %s refused us (%s): %s", self.options.controller, exc.status_code, body)
             except HandshakeError as exc:
-                log.warning("cannot join %s: %s", self.options.controller, exc)
+                log.warning("cannot join %s: %s", self.options.controller, exc.__cause__ or exc or type(exc).__name__)
             except (OSError, WSClosed) as exc:
                 log.debug("connection to %s failed: %s", self.options.controller, exc)
             # Jittered, capped backoff: quick to return, no thundering herd.
@@ -275,14 +300,18 @@ async def _run(options: AgentOptions, task_status) -> None:
                     elif what == "lost" or isinstance(what, JobLost):
                         await daemon.feed(E.ProcessLost(job=key[0], attempt=key[1], now=now))
                 log.info("re-adopted %d job(s) from before the restart", len(running))
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(daemon.core_loop, nursery)
-                nursery.start_soon(daemon.exits)
-                nursery.start_soon(daemon.ticker)
-                nursery.start_soon(daemon.connection_loop)
-                if isinstance(runner, HoldRunner):
-                    nursery.start_soon(_release_on_sigusr1, runner)
-                task_status.started(daemon)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(daemon.core_loop, nursery)
+                    nursery.start_soon(daemon.exits)
+                    nursery.start_soon(daemon.ticker)
+                    nursery.start_soon(daemon.connection_loop)
+                    if isinstance(runner, HoldRunner):
+                        nursery.start_soon(_release_on_sigusr1, runner)
+                    task_status.started(daemon)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await daemon._commit([])  # a clean stop writes what was deferred
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()

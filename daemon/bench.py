@@ -142,10 +142,11 @@ async def _throughput_run(args: argparse.Namespace) -> float:
 _ROUND_LINE = re.compile(rb"ended after ([0-9.]+)s, ([0-9.]+)s since its join \((\d+) job")
 
 
-def _outbox_count(agent_dir: Path) -> int:
+def _agent_count(agent_dir: Path, sql: str) -> int:
+    """Read the agent's own durable records (read-only; WAL lets us share the file)."""
     try:
         with sqlite3.connect(f"file:{agent_dir / 'agent.db'}?mode=ro", uri=True) as db:
-            return db.execute("SELECT count(*) FROM outbox").fetchone()[0]
+            return db.execute(sql).fetchone()[0]
     except sqlite3.Error:
         return -1
 
@@ -157,14 +158,16 @@ async def _resync_run(args: argparse.Namespace, jobs: int) -> float:
         async with Client(cluster.url, None) as client:
             await _submit(client, [_spec(["true"])] * jobs)
 
-            async def all_running() -> bool:
-                return (await _counts(client)).get("RUNNING", 0) == jobs
+            async def all_running() -> bool:  # on the agent itself, not only dispatched
+                return await trio.to_thread.run_sync(
+                    _agent_count, cluster.base / "agent-1", "SELECT count(*) FROM local_job") == jobs
             await _wait(all_running, f"{jobs} jobs to run", interval=0.1)
         cluster.kill("controller")  # the agent is cut off...
         cluster.signal("agent-1", signal.SIGUSR1)  # ...while every job finishes
 
         async def all_in_outbox() -> bool:
-            return await trio.to_thread.run_sync(_outbox_count, cluster.base / "agent-1") == jobs
+            return await trio.to_thread.run_sync(
+                _agent_count, cluster.base / "agent-1", "SELECT count(*) FROM outbox") == jobs
         await _wait(all_in_outbox, "the completions to reach the outbox", interval=0.1)
         await cluster.start_controller()
         log = cluster.log_path("controller")
@@ -261,6 +264,7 @@ async def _runs(n: int, run: Callable[[], Awaitable[float]], label: str, quiet: 
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a killed bench still stops its cluster
     machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     quiet = args.json
     out: dict[str, Any] = {"bench": args.bench, "machine": machine}

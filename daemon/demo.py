@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -196,6 +197,7 @@ def _verdict(final: list[dict], by_id: dict[str, DemoJob], truth_dir: Path, fini
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a killed demo still stops its cluster
     base = Path(tempfile.mkdtemp(prefix="reckon-demo-"))
     try:
         return trio.run(_demo, args, base)
