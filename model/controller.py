@@ -63,6 +63,11 @@ class _Out:
 
     facts: list[F.Fact] = field(default_factory=list)
     commands: list[E.Command] = field(default_factory=list)
+    # Changed jobs and agents not yet noted to the scheduler.  Noted once per
+    # handle with their final values: a round applying 100k facts to one agent
+    # sends one agent note, not 100k.
+    changed_jobs: dict[str, JobRecord] = field(default_factory=dict)
+    changed_agents: dict[str, None] = field(default_factory=dict)
 
     def result(self) -> list[E.Command]:
         return ([E.Append(facts=tuple(self.facts))] if self.facts else []) + self.commands
@@ -93,6 +98,7 @@ class Controller:
                 self._note_job(out, job)
         for name in self.state.agents:
             self._note_agent(out, name)
+        self._flush_notes(out)
         return out.commands
 
     # ---- the entry point ------------------------------------------------------
@@ -103,6 +109,7 @@ class Controller:
             raise LocalProtocolError(f"the controller does not handle {type(event).__name__}")
         out = _Out()
         handler(self, event, out)
+        self._flush_notes(out)
         return out.result()
 
     # ---- helpers --------------------------------------------------------------
@@ -117,19 +124,28 @@ class Controller:
             self._note_agent(out, name)
 
     def _note_job(self, out: _Out, job: JobRecord) -> None:
-        out.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
-                                                  slots=job.spec.slots, agent=job.agent)))
+        out.changed_jobs[job.id] = job
 
     def _note_agent(self, out: _Out, name: str) -> None:
-        info = self.state.agents.get(name)
-        session = self.sessions.get(name)
-        out.commands.append(E.Notify(note=AgentNote(
-            agent=name,
-            slots=info.slots if info else 0,
-            used=info.used if info else 0,
-            connected=bool(session and session.connected),
-            reconciling=bool(session and session.reconciling),
-        )))
+        out.changed_agents[name] = None
+
+    def _flush_notes(self, out: _Out) -> None:
+        """Hand every pending change to the scheduler's notification path, with current values."""
+        for job in out.changed_jobs.values():
+            out.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
+                                                      slots=job.spec.slots, agent=job.agent)))
+        for name in out.changed_agents:
+            info = self.state.agents.get(name)
+            session = self.sessions.get(name)
+            out.commands.append(E.Notify(note=AgentNote(
+                agent=name,
+                slots=info.slots if info else 0,
+                used=info.used if info else 0,
+                connected=bool(session and session.connected),
+                reconciling=bool(session and session.reconciling),
+            )))
+        out.changed_jobs.clear()
+        out.changed_agents.clear()
 
     def _send(self, out: _Out, session: AgentSession, make: Callable[[int], M.Message]) -> None:
         assert session.conn is not None
@@ -165,9 +181,10 @@ class Controller:
         elif expire:
             rnd.expire()
         session.round = None
-        out.commands.append(E.RoundEnded(agent=session.name, token=rnd.token))
         # The RECONCILING flag is visible to the scheduler: clearing it must reach it too.
         self._note_agent(out, session.name)
+        self._flush_notes(out)
+        out.commands.append(E.RoundEnded(agent=session.name, token=rnd.token))
 
     def placed_on(self, agent: str) -> dict[str, int]:
         """job -> attempt of every non-terminal job placed on ``agent``."""
@@ -327,9 +344,12 @@ class Controller:
             self._reconcile(session, entry, queried=queried, out=out)
         session.round = None
         token = rnd.token
+        # Req 7.3: every change of the round (and the cleared RECONCILING flag) is
+        # on the scheduler's notification path before the round counts as done.
+        self._note_agent(out, session.name)
+        self._flush_notes(out)
         out.commands.append(E.RoundEnded(agent=session.name, token=token))
         self._send(out, session, lambda seq: M.ResyncDone(seq=seq, token=token))
-        self._note_agent(out, session.name)
         # Cancels requested while the agent was away: repeat the kill now.
         for job_id, attempt in self.placed_on(session.name).items():
             if self.state.jobs[job_id].cancel_requested:
