@@ -50,6 +50,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
     q = bench("resync", "N jobs finish while their agent is cut off; time from its rejoin to the round resolved")
     q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
+    q.add_argument("--plot", type=Path, help="also write an SVG plot of round time against job count here")
 
     q = bench("recovery", "a job finishes while the controller is down; time from its return to the job final")
     q.add_argument("--outages", type=float, nargs="+", default=[5.0, 20.0, 60.0])
@@ -281,6 +282,14 @@ def run_bench(args: argparse.Namespace) -> int:
             per_job = {k: (v / n if k != "runs" else v) for k, v in s.items()}
             out["rounds"].append({"jobs": n, "seconds": s, "per_job_seconds": per_job})
             lines.append(f"resync, {n} jobs: {_fmt(s, 's', digits=3)}; per job {per_job['median'] * 1e6:.1f} us")
+        if args.plot is not None:
+            from .plot import line_plot
+
+            args.plot.write_text(line_plot(
+                [(r["jobs"], r["seconds"]["median"]) for r in out["rounds"]],
+                title="Rejoin resync: join to round resolved (median)", xlabel="jobs on the agent (log scale)",
+                ylabel="seconds"))
+            lines.append(f"plot written to {args.plot}")
     elif args.bench == "recovery":
         out["outages"] = []
         for outage in args.outages:

@@ -13,6 +13,7 @@ from typing import Any
 from model import events as E
 from model import messages as M
 from model.controller import Controller
+from model.facts import JobSubmitted
 from model.jobs import JobSpec
 from model.state import snapshot
 
@@ -36,7 +37,6 @@ async def write_history(state_dir: Path, facts: int) -> dict[str, Any]:
             for _ in range(BATCH_JOBS):
                 pending += _facts(controller.handle(E.SubmitJob(spec=spec, now=now)))
                 batch.append(controller.state.next_job_id())
-                jobs += 1
             for job in [str(int(j) - 1) for j in batch]:
                 pending += _facts(controller.handle(E.DispatchProposed(job=job, agent="agent-1", now=now)))
                 for msg in (M.Started(job=job, attempt=1, started_at=now),
@@ -46,6 +46,7 @@ async def write_history(state_dir: Path, facts: int) -> dict[str, Any]:
             pending = pending[len(take):]
             await store.append(take)
             written += len(take)
+            jobs += sum(isinstance(f, JobSubmitted) for f in take)
             now += 1.0
             if store.facts_since_snapshot >= options.snapshot_every:
                 await store.write_snapshot(snapshot(controller.state), store.last_seq)

@@ -1,0 +1,76 @@
+"""`reckon bench` at small N: every benchmark runs end to end and reports sane figures.
+
+Figures themselves are never asserted against targets here (shared, noisy machines):
+only that each benchmark measures what it says and cleans up after itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from daemon.plot import line_plot
+
+pytestmark = pytest.mark.e2e
+
+
+def bench(*args: str, timeout: float = 180) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "daemon.cli", "bench", *args, "--runs", "1", "--json"],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def _sane(summary: dict) -> None:
+    assert summary["runs"] == 1 and 0 < summary["min"] <= summary["median"] <= summary["max"]
+
+
+def test_throughput_null_executor():
+    out = bench("throughput", "--jobs", "60", "--agents", "2", "--slots", "4", "--executor", "null")
+    assert (out["jobs"], out["agents"], out["executor"]) == (60, 2, "null")
+    _sane(out["jobs_per_s"])
+
+
+def test_throughput_process_executor():
+    out = bench("throughput", "--jobs", "20", "--agents", "1", "--slots", "4")
+    _sane(out["jobs_per_s"])
+
+
+def test_resync_with_plot(tmp_path):
+    plot = tmp_path / "resync.svg"
+    out = bench("resync", "--jobs", "10", "40", "--plot", str(plot))
+    assert [r["jobs"] for r in out["rounds"]] == [10, 40]
+    for r in out["rounds"]:
+        _sane(r["seconds"])
+        assert r["per_job_seconds"]["median"] == pytest.approx(r["seconds"]["median"] / r["jobs"])
+    assert ET.parse(plot).getroot().tag.endswith("svg")
+
+
+def test_recovery_short_outage():
+    out = bench("recovery", "--outages", "0.5")
+    assert out["outages"][0]["outage_s"] == 0.5
+    _sane(out["outages"][0]["recovery_s"])
+
+
+def test_restart_with_history():
+    out = bench("restart", "--facts", "3000")
+    h = out["histories"][0]
+    assert h["facts"] == 3000 and h["facts_written"] == 3000 and 3000 // 4 <= h["jobs"] <= 3000 // 4 + 1
+    _sane(h["restart_s"])
+
+
+def test_memory_per_job():
+    out = bench("memory", "--jobs", "2000")
+    _sane(out["sizes"][0]["bytes_per_job"])
+
+
+def test_plot_rejects_a_single_point():
+    with pytest.raises(ValueError):
+        line_plot([(1, 1.0)], title="t", xlabel="x", ylabel="y")
+    svg = line_plot([(1_000, 0.1), (100_000, 2.0)], title="a<b", xlabel="x", ylabel="y")
+    root = ET.fromstring(svg)
+    assert len([e for e in root.iter() if e.tag.endswith("circle")]) == 2
