@@ -48,7 +48,7 @@ async def write_history(state_dir: Path, facts: int) -> dict[str, Any]:
             written += len(take)
             jobs += sum(isinstance(f, JobSubmitted) for f in take)
             now += 1.0
-            if store.facts_since_snapshot >= options.snapshot_every:
+            if not pending and store.facts_since_snapshot >= options.snapshot_every:
                 await store.write_snapshot(snapshot(controller.state), store.last_seq)
         return {"jobs": jobs, "facts_written": written, "facts_after_snapshot": store.facts_since_snapshot}
     finally:
