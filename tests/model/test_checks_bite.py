@@ -1,0 +1,239 @@
+"""Checks that bite: re-inject the bug stories of the seeds and watch the machine catch them.
+
+Each test monkeypatches one known bug back into the model (seed 000: the
+3-tries drop; seed 002: lost exit codes, finish time replaced by processing
+time, the scheduler flag never cleared, the query that never paginated, stale
+allocations on requeue, the extra-job guard that regressed terminal jobs, the
+report applied twice; Req 5.1: dispatch to a reconciling agent), runs the
+stateful machine of ``test_stateful.py`` and asserts that Hypothesis reports a
+failure naming the invariant that is meant to catch it.  A bite test passes
+only if the invariants fail: if someone weakens an invariant until it no
+longer notices its bug, the bite test goes red.
+
+The runs are derandomized (the same examples every time) and skip shrinking:
+all we need is *a* failure and the ID in its message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from model import controller as C
+from model import events as E
+from model import facts as F
+from model import messages as M
+from model import state as S
+from model.agent import Agent
+from model.controller import AgentSession, Controller
+from model.jobs import JOB_TRANSITIONS, JobState, JobTransition
+from model.scheduler import AgentNote
+
+from test_stateful import ReckonMachine
+
+BITE_SETTINGS = settings(
+    settings.get_profile("ci"),
+    max_examples=2000,  # an upper bound: each run stops at the first failure
+    stateful_step_count=80,  # longer runs reach the rarer interleavings sooner
+    database=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    report_multiple_bugs=False,
+    print_blob=False,
+)
+
+
+def assert_bites(*inv_ids: str) -> None:
+    """Run the machine; it must fail with one of ``inv_ids`` in the error."""
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(ReckonMachine, settings=BITE_SETTINGS)
+    text = str(info.value)
+    assert any(i in text for i in inv_ids), f"failed, but not by {inv_ids}: {text[:1500]}"
+
+
+def test_plain_machine_does_not_fail():
+    """The control: without a re-injected bug the same settings find nothing."""
+    run_state_machine_as_test(ReckonMachine, settings=settings(BITE_SETTINGS, max_examples=100))
+
+
+def test_bite_outbox_gives_up_after_three_sends(monkeypatch):
+    """Seed 000: the completion report was retried 3 times, then dropped for good."""
+    flush = Agent._flush
+
+    def three_tries(self, now, jitter, out):
+        start = len(out)
+        flush(self, now, jitter, out)
+        tries = self.__dict__.setdefault("_tries", {})  # in memory, as in the original
+        for cmd in out[start:]:
+            if isinstance(cmd, E.Send) and isinstance(cmd.message, M.Finished):
+                key = (cmd.message.job, cmd.message.attempt)
+                tries[key] = tries.get(key, 0) + 1
+                if tries[key] >= 3 and self.outbox.pop(key, None) is not None:
+                    out.append(E.OutboxDelete(job=key[0], attempt=key[1]))
+
+    monkeypatch.setattr(Agent, "_flush", three_tries)
+    assert_bites("INV-OUTBOX-DURABLE")
+
+
+def test_bite_failed_exit_code_not_applied(monkeypatch):
+    """Seed 002 (bug-1754): no apply seam recorded a failed job's exit code."""
+    finished = S._APPLY[F.JobFinished]
+
+    def no_fail_code(state, fact):
+        changes = finished(state, fact)
+        job = state.jobs[fact.job]
+        if job.state is JobState.FAILED and job.exit_code:
+            job.exit_code = None
+        return changes
+
+    monkeypatch.setitem(S._APPLY, F.JobFinished, no_fail_code)
+    assert_bites("INV-TRUE-OUTCOME")
+
+
+def test_bite_replay_seam_drops_exit_code(monkeypatch):
+    """Seed 002: the replay seam (apply_wal_entry) ran other code than the live one and lost the code."""
+
+    def drifting_replay(facts, state=None):
+        state = state if state is not None else S.ControllerState()
+        for fact in facts:
+            S.apply(state, fact)
+            if isinstance(fact, F.JobFinished) and fact.exit_code:
+                state.jobs[fact.job].exit_code = None
+        return state
+
+    monkeypatch.setattr(S, "replay", drifting_replay)
+    monkeypatch.setattr(C, "replay", drifting_replay)
+    assert_bites("INV-REPLAY-EQUALS-LIVE")
+
+
+def test_bite_decode_loses_exit_code(monkeypatch):
+    """Seed 002: the stored fail fact carried no code trailer, so it read back as code 0."""
+    decode = F.decode
+
+    def lossy_decode(data):
+        if data.get("k") == F.JobFinished.KIND and data.get("exit_code"):
+            data = {**data, "exit_code": 0}
+        return decode(data)
+
+    monkeypatch.setattr(F, "decode", lossy_decode)
+    assert_bites("INV-FACT-CODEC", "INV-REPLAY-EQUALS-LIVE")
+
+
+def test_bite_finish_time_is_processing_time(monkeypatch):
+    """Seed 002 (bug-1747, Req 4.2): the controller recorded when it processed the report."""
+    on_finished = Controller._on_finished
+
+    def processing_time(self, session, msg, out):
+        return on_finished(self, session, dataclasses.replace(msg, finished_at=session.last_heard), out)
+
+    monkeypatch.setattr(Controller, "_on_finished", processing_time)
+    assert_bites("INV-TRUE-OUTCOME")
+
+
+def test_bite_scheduler_never_told_round_resolved(monkeypatch):
+    """Seed 002: resolving a round cleared RECONCILING on the controller but never told the scheduler."""
+    apply_report = Controller._apply_report
+
+    def silent_resolve(self, session, rnd, entries, out):
+        start = len(out.commands)
+        apply_report(self, session, rnd, entries, out)
+        for k in range(len(out.commands) - 1, start - 1, -1):
+            cmd = out.commands[k]
+            if isinstance(cmd, E.Notify) and isinstance(cmd.note, AgentNote) and cmd.note.agent == session.name:
+                del out.commands[k]
+                break
+
+    monkeypatch.setattr(Controller, "_apply_report", silent_resolve)
+    assert_bites("INV-SCHEDULER-VIEW", "INV-LIVENESS-SCHEDULES")
+
+
+def test_bite_query_never_paginates(monkeypatch):
+    """Seed 002 (bug-1755): the query was sent with no page limit, one unbounded page."""
+    arm_round = Controller._arm_round
+
+    def one_page(self, out, session, token, placed, now, *, welcome):
+        configured = self.config
+        self.config = dataclasses.replace(configured, page_size=M.MAX_PAGE_ENTRIES)
+        try:
+            arm_round(self, out, session, token, placed, now, welcome=welcome)
+        finally:
+            self.config = configured
+
+    monkeypatch.setattr(Controller, "_arm_round", one_page)
+    assert_bites("INV-PAGE-SIZE")
+
+
+def test_bite_requeue_keeps_allocation(monkeypatch):
+    """Seed 002 (bug-1631): a job returned to PENDING carried its allocation into the next attempt."""
+
+    def requeue_keeping_slots(state, fact):
+        job = S._require_running(state, fact.job, fact.attempt)
+        job.state = JobState.PENDING
+        agent, job.agent = job.agent, None  # forgets the agent, keeps its slots and running entry
+        job.attempt += 1
+        job.started_at = None
+        job.requeues += 1
+        return S.Changes(jobs=(job.id,), agents=(agent,))
+
+    monkeypatch.setitem(S._APPLY, F.JobRequeued, requeue_keeping_slots)
+    assert_bites("INV-SLOTS-ACCOUNTED", "INV-SINGLE-OWNER")
+
+
+def test_bite_extra_job_guard_regresses_terminal(monkeypatch):
+    """Seed 002 (bug-1748): the unqueried-extra guard re-assigned an already finished job to RUNNING."""
+    for terminal in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED):
+        monkeypatch.setitem(JOB_TRANSITIONS, (terminal, JobTransition.ADOPT), JobState.RUNNING)
+    reconcile = Controller._reconcile
+    apply_report = Controller._apply_report
+
+    def in_report(self, session, rnd, entries, out):
+        self.__dict__["_in_report"] = rnd.queried
+        try:
+            apply_report(self, session, rnd, entries, out)
+        finally:
+            self.__dict__["_in_report"] = None
+
+    def assignment_guard(self, session, entry, *, queried, out):
+        job = self.state.jobs.get(entry.job)
+        extra = self.__dict__.get("_in_report") is not None and not queried  # an unqueried extra of a report
+        if (extra and job is not None and job.terminal and job.attempt == entry.attempt
+                and entry.status is not M.EntryStatus.UNRECOGNIZED):
+            # "not assigned to this worker" -> record it as assigned to the reporter
+            self._apply(out, F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name,
+                                          started_at=entry.started_at))
+            return M.AckOutcome.APPLIED
+        return reconcile(self, session, entry, queried=queried, out=out)
+
+    monkeypatch.setattr(Controller, "_reconcile", assignment_guard)
+    monkeypatch.setattr(Controller, "_apply_report", in_report)
+    assert_bites("INV-TERMINAL-STABLE", "INV-FACTS-NO-DUPLICATE")
+
+
+def test_bite_report_applied_twice(monkeypatch):
+    """Seed 002: a reassembled report must reach resync_apply_report() exactly once."""
+    apply_report = Controller._apply_report
+    on_page = Controller._on_report_page
+
+    def remembering_apply(self, session, rnd, entries, out):
+        self.__dict__.setdefault("_reassembled", {})[rnd.token] = (rnd, entries)
+        apply_report(self, session, rnd, entries, out)
+
+    def reapplying_page(self, session, page, now, out):
+        seen = self.__dict__.get("_reassembled", {})
+        if page.token in seen and (session.round is None or session.round.token != page.token):
+            rnd, entries = seen[page.token]
+            return self._apply_report(session, rnd, entries, out)  # a duplicate last page re-applies
+        return on_page(self, session, page, now, out)
+
+    monkeypatch.setattr(Controller, "_apply_report", remembering_apply)
+    monkeypatch.setattr(Controller, "_on_report_page", reapplying_page)
+    assert_bites("INV-REPORT-APPLIED-ONCE")
+
+
+def test_bite_dispatch_to_reconciling_agent(monkeypatch):
+    """Req 5.1: the dispatch gate forgot that a reconciling agent must get no new work."""
+    monkeypatch.setattr(AgentSession, "reconciling", property(lambda self: False))
+    assert_bites("INV-DISPATCH-GATED")

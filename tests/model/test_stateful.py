@@ -1,0 +1,1135 @@
+"""The whole protocol under faults: a Hypothesis ``RuleBasedStateMachine``.
+
+The machine owns one ``Controller`` (and its durable fact log), one
+``Scheduler``, two or three ``Agent`` models with a durable "disk" each, the
+messages in flight on every connection in both directions, a fake world of OS
+processes (the ground truth of every exit code, signal and finish time) and a
+clock that only moves forward.  Rules inject work (submit, cancel, schedule,
+processes ending) and faults (drop, duplicate, reorder, stale delivery, a
+report presented twice, late scheduler proposals, lost supervisors,
+disconnects, controller crash + replay, agent crash + restart, time jumps).
+
+What the harness never does, because a real daemon cannot: deliver a message
+of a closed connection to the agent's newer connection, accept a Join on a
+connection that is already gone, or lose a connection's close notification
+(a close may be late, never lost).
+
+After every step the ``inv_*`` methods check the invariants of
+``docs/invariants.md``; each names its ID in its docstring and in every
+assertion message.  Checks that can only be made at the moment something is
+emitted (a Dispatch sent to a reconciling agent, an oversized page) are
+recorded as violations when the harness processes the command and reported by
+the invariant method of that ID.  ``teardown`` stops the faults, reconnects
+every agent, delivers everything and lets time pass until the system is quiet,
+then checks liveness: every outcome an agent observed is recorded, truly.
+
+Run ``RECKON_HYPOTHESIS_PROFILE=fuzz`` for long runs; ``ci`` is the default.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import (
+    RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
+)
+
+from model import events as E
+from model import facts as F
+from model import messages as M
+from model import state as S
+from model.agent import Agent, AgentConfig, LocalStatus, SessionState
+from model.controller import Controller, ControllerConfig
+from model.errors import LocalProtocolError, RemoteProtocolError
+from model.jobs import JobSpec, JobState
+from model.scheduler import Scheduler
+
+AGENT_NAMES = ("a1", "a2", "a3")
+# (exit_code, signal) of a process end: success, failures, killed by a signal.
+OUTCOMES = ((0, None), (1, None), (3, None), (None, 9), (None, 15))
+KILL_SIGNAL = 9
+TIME_STEPS = (0.5, 1.0, 2.5, 6.0, 31.0, 301.0)
+TERMINAL_FACTS = (F.JobFinished, F.JobCancelled, F.JobCancelConfirmed)
+INDEX = st.integers(min_value=0, max_value=1 << 16)
+
+
+def cbor_like(value: Any) -> Any:
+    """What a CBOR round trip gives back: tuples become lists, maps are copied."""
+    if isinstance(value, (list, tuple)):
+        return [cbor_like(v) for v in value]
+    if isinstance(value, dict):
+        return {k: cbor_like(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class Wire:
+    """One item in flight: a wire map, or ``data=None`` for "the peer closed this connection"."""
+
+    to: str  # "controller" or the receiving agent's name
+    conn: int
+    agent: str
+    data: dict | None
+    uid: int
+
+    @property
+    def channel(self) -> tuple[str, int]:
+        return (self.to, self.conn)
+
+
+@dataclass
+class Proc:
+    """A process of the fake world: the ground truth."""
+
+    pid: int
+    agent: str
+    job: str
+    attempt: int
+    started_at: float
+    alive: bool = True
+    lost: bool = False  # its supervisor's record vanished: the outcome can never be observed
+    exit_code: int | None = None
+    signal: int | None = None
+    finished_at: float | None = None
+
+    @property
+    def ended(self) -> bool:
+        """It ended and the end was (or will be) observed by the supervisor."""
+        return not self.alive and not self.lost
+
+    @property
+    def outcome(self) -> tuple:
+        return (self.exit_code, self.signal, self.finished_at)
+
+
+@dataclass
+class Side:
+    """One machine: the agent model (None while crashed), its disk, its connection."""
+
+    name: str
+    config: AgentConfig
+    agent: Agent | None = None
+    records: dict = field(default_factory=dict)  # durable local job records
+    outbox: dict = field(default_factory=dict)  # durable completion outbox
+    conn: int | None = None  # the connection the agent uses now
+    pending_exits: list = field(default_factory=list)  # ends recorded while the agent was down
+    cluster: str | None = None  # durable: the controller history the records belong to
+
+
+class ReckonMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = False
+
+    # ---- set-up ---------------------------------------------------------------
+
+    @initialize(
+        n_agents=st.integers(2, 3),
+        slots=st.lists(st.integers(1, 3), min_size=3, max_size=3),
+        ctrl_page=st.integers(1, 3),
+        agent_page=st.integers(1, 3),
+        round_timeout=st.sampled_from([5.0, 30.0]),
+        lost_after=st.sampled_from([None, 10.0, 60.0]),
+        recent_window=st.sampled_from([5.0, 300.0]),
+        retry_max=st.sampled_from([4.0, 30.0]),
+        initial_jobs=st.lists(st.integers(1, 2), max_size=4),
+    )
+    def setup(self, n_agents, slots, ctrl_page, agent_page, round_timeout, lost_after, recent_window, retry_max,
+              initial_jobs):
+        self.now = 100.0
+        self.cconf = ControllerConfig(page_size=ctrl_page, round_timeout=round_timeout, lost_after=lost_after)
+        self.controller = Controller(self.cconf)
+        self.scheduler = Scheduler()
+        self.notes: list = []
+        self.log: list[F.Fact] = []  # the controller's durable fact log (decoded facts)
+        self.durable = S.ControllerState()  # the log applied incrementally: what is durable right now
+        # A new history is named first, as the daemon does (agents never mix two histories).
+        created = F.ClusterCreated(cluster="c1a55e5")
+        S.apply(self.controller.state, created)
+        self._append(created)
+        self.names = AGENT_NAMES[:n_agents]
+        self.sides: dict[str, Side] = {}
+        for name, n in zip(self.names, slots):
+            cfg = AgentConfig(name=name, slots=n, page_size=agent_page, recent_window=recent_window,
+                              retry_initial=1.0, retry_max=retry_max, heartbeat_interval=2.0)
+            self.sides[name] = Side(name=name, config=cfg, agent=Agent(cfg))
+        self.wire: list[Wire] = []
+        self.uid = 0
+        self.next_conn = 1
+        self.next_token = 1
+        self.conn_agent: dict[int, str] = {}
+        self.ctrl_open: dict[int, bool] = {}  # the controller side still has the connection
+        self.ctrl_joined: dict[int, bool] = {}  # its Join reached the controller
+        self.agent_open: dict[int, bool] = {}  # the agent side still reads the connection
+        self.timers: dict[tuple[str, bytes], float] = {}  # armed round timers
+        self.ended_timers: list[tuple[str, bytes]] = []  # timers of rounds that ended (stale if fired)
+        self.procs: list[Proc] = []
+        self.terminal_seen: dict[str, tuple] = {}
+        self.applied_tokens: list[bytes] = []  # every applied round, across controller lives
+        self.queries: dict[tuple[str, bytes], dict[int, tuple]] = {}  # query pages an agent processed
+        self.violations: dict[str, list[str]] = defaultdict(list)
+        self.proposals: list[tuple[str, str]] = []  # scheduler proposals not yet seen by the controller
+        self.last_report: dict[str, tuple[int, list[dict]]] = {}  # agent -> (conn, pages) of its last report
+        self.ready = True
+        # Start from a working cluster: every agent joined, some jobs queued.
+        for name in self.names:
+            self._connect(self.sides[name])
+        self._deliver_all()
+        for n in initial_jobs:
+            self._submit(n, ("true",))
+        self._schedule(None)
+
+    # ---- plumbing: tokens, violations, the controller side ----------------------
+
+    def _token(self) -> bytes:
+        self.next_token += 1
+        return self.next_token.to_bytes(16, "big")
+
+    def _violate(self, inv_id: str, text: str) -> None:
+        self.violations[inv_id].append(text)
+
+    def _take(self, inv_id: str) -> None:
+        found, self.violations[inv_id] = self.violations[inv_id], []
+        assert not found, f"{inv_id}: " + "; ".join(found[:3])
+
+    def _enqueue(self, to: str, conn: int, data: dict | None) -> None:
+        self.uid += 1
+        self.wire.append(Wire(to=to, conn=conn, agent=self.conn_agent[conn], data=data, uid=self.uid))
+
+    def _ctrl(self, event: Any) -> list:
+        cmds = self.controller.handle(event)
+        self._ctrl_commands(cmds)
+        return cmds
+
+    def _ctrl_commands(self, cmds: list) -> None:
+        appends = [i for i, c in enumerate(cmds) if isinstance(c, E.Append)]
+        if appends and appends != [0]:
+            self._violate("INV-COMMIT-BEFORE-EFFECT", f"Append not first and only: at {appends}")
+        sent_queries: dict[bytes, list[M.ResyncQuery]] = defaultdict(list)
+        for cmd in cmds:
+            if isinstance(cmd, E.Append):
+                for fact in cmd.facts:
+                    self._append(fact)
+            elif isinstance(cmd, E.Send):
+                msg = cmd.message
+                self._check_controller_send(cmd.conn, msg)
+                if isinstance(msg, M.ResyncQuery):
+                    sent_queries[msg.token].append(msg)
+                data = self._wire_roundtrip(msg, to="agent")
+                if self.agent_open.get(cmd.conn):
+                    self._enqueue(self.conn_agent[cmd.conn], cmd.conn, data)
+            elif isinstance(cmd, E.Close):
+                self.ctrl_open[cmd.conn] = False
+                if self.agent_open.get(cmd.conn):
+                    self._enqueue(self.conn_agent[cmd.conn], cmd.conn, None)
+            elif isinstance(cmd, E.Notify):
+                self.notes.append(cmd.note)
+            elif isinstance(cmd, E.StartRoundTimer):
+                self.timers[(cmd.agent, cmd.token)] = cmd.deadline
+            elif isinstance(cmd, E.RoundEnded):
+                if self.timers.pop((cmd.agent, cmd.token), None) is not None:
+                    self.ended_timers.append((cmd.agent, cmd.token))
+            else:
+                raise AssertionError(f"unexpected controller command {cmd!r}")
+        for token, pages in sent_queries.items():
+            self._check_query(token, pages)
+
+    def _append(self, fact: F.Fact) -> None:
+        stored = json.loads(json.dumps(F.encode(fact)))
+        back = F.decode(stored)
+        if back != fact:
+            self._violate("INV-FACT-CODEC", f"{fact!r} decodes as {back!r}")
+        if isinstance(fact, F.JobDispatched):
+            info = self.controller.state.agents.get(fact.agent)
+            if info is not None and info.used > info.slots:
+                self._violate("INV-CAPACITY", f"dispatch of {fact.job} made {fact.agent} use {info.used}/{info.slots}")
+        self.log.append(back)
+        S.apply(self.durable, back)
+
+    def _wire_roundtrip(self, msg: M.Message, *, to: str) -> dict:
+        data = cbor_like(M.to_wire(msg))
+        back = M.from_wire(copy.deepcopy(data), to=to)
+        if back != msg:
+            self._violate("INV-MESSAGE-CODEC", f"{msg!r} arrives as {back!r}")
+        return data
+
+    def _check_controller_send(self, conn: int, msg: M.Message) -> None:
+        name = self.conn_agent.get(conn)
+        if isinstance(msg, M.Dispatch):
+            sess = self.controller.sessions.get(name or "")
+            if sess is None or sess.conn != conn or not self.ctrl_open.get(conn):
+                self._violate("INV-DISPATCH-GATED", f"Dispatch of {msg.job} on conn {conn} of a disconnected agent")
+            elif sess.round is not None:
+                self._violate("INV-DISPATCH-GATED", f"Dispatch of {msg.job} to {name} while it is reconciling")
+            job = self.durable.jobs.get(msg.job)
+            if job is None or job.state is not JobState.RUNNING or job.attempt != msg.attempt or job.agent != name:
+                self._violate("INV-COMMIT-BEFORE-EFFECT", f"Dispatch {msg.job}/{msg.attempt} to {name} not durable")
+        elif isinstance(msg, M.Ack) and msg.outcome in (M.AckOutcome.APPLIED, M.AckOutcome.ALREADY_TERMINAL):
+            # APPLIED: this attempt's end is durable.  ALREADY_TERMINAL: the job's end is
+            # (possibly of a later attempt: a late report of a superseded run).
+            job = self.durable.jobs.get(msg.job)
+            applied = msg.outcome is M.AckOutcome.APPLIED
+            if job is None or not job.terminal or (applied and job.attempt != msg.attempt):
+                self._violate("INV-COMMIT-BEFORE-EFFECT",
+                              f"Ack {msg.outcome.value} of {msg.job}/{msg.attempt} before a durable terminal fact")
+        elif isinstance(msg, M.Kill):
+            job = self.controller.state.jobs.get(msg.job)
+            if (job is not None and not job.terminal and not job.cancel_requested and job.attempt == msg.attempt
+                    and job.agent == name):
+                self._violate("INV-NO-WRONG-KILL", f"Kill of live, uncancelled {msg.job}/{msg.attempt} on {name}")
+        elif isinstance(msg, M.ResyncQuery):
+            if len(msg.jobs) > self.cconf.page_size:
+                self._violate("INV-PAGE-SIZE", f"query page of {len(msg.jobs)} jobs > page size {self.cconf.page_size}")
+
+    def _check_query(self, token: bytes, pages: list[M.ResyncQuery]) -> None:
+        """INV-QUERY-COMPLETE, at emission: one query names every placed job exactly once."""
+        name = next((n for n, s in self.controller.sessions.items() if s.round is not None and s.round.token == token),
+                    None)
+        if name is None:
+            self._violate("INV-QUERY-COMPLETE", "query sent for a round that is not open")
+            return
+        numbers = sorted(p.page for p in pages)
+        if numbers != list(range(pages[0].pages)) or any(p.pages != pages[0].pages for p in pages):
+            self._violate("INV-QUERY-COMPLETE", f"query pages {numbers} of {pages[0].pages}")
+        pairs = [pair for p in sorted(pages, key=lambda p: p.page) for pair in p.jobs]
+        placed = sorted(self.controller.placed_on(name).items())
+        if sorted(pairs) != placed or len(set(pairs)) != len(pairs):
+            self._violate("INV-QUERY-COMPLETE", f"query {sorted(pairs)} but {name} holds {placed}")
+
+    # ---- plumbing: the agent side ------------------------------------------------
+
+    def _agent(self, side: Side, event: Any) -> list:
+        """Feed one event (and the process events its commands cause) to an agent."""
+        assert side.agent is not None
+        queue = [event]
+        all_cmds: list = []
+        while queue:
+            ev = queue.pop(0)
+            before = side.agent.session
+            try:
+                cmds = side.agent.handle(ev)
+            except RemoteProtocolError:
+                # The daemon closes the connection the bad message came on.
+                assert isinstance(ev, E.MessageFromController), ev
+                if side.conn is not None:
+                    self._agent_drops_conn(side)
+                continue
+            all_cmds.extend(cmds)
+            self._check_held_back(side, before, cmds)
+            queue.extend(self._agent_commands(side, cmds))
+        return all_cmds
+
+    def _check_held_back(self, side: Side, before: SessionState, cmds: list) -> None:
+        """INV-RESYNC-HOLDS-BACK (Req 3.8): no normal traffic until the whole report is out."""
+        if before is SessionState.OPERATING:
+            return
+        sends = [c.message for c in cmds if isinstance(c, E.Send)]
+        last_report = max((k for k, m in enumerate(sends) if isinstance(m, M.ResyncReport)), default=-1)
+        for k, msg in enumerate(sends):
+            if isinstance(msg, (M.Heartbeat, M.Finished, M.Started)):
+                released = last_report >= 0 and k > last_report or (
+                    before is SessionState.JOINING and side.agent.session is SessionState.OPERATING)
+                if not released:
+                    self._violate("INV-RESYNC-HOLDS-BACK", f"{side.name} sent {msg.TYPE} while {before.value}")
+
+    def _agent_commands(self, side: Side, cmds: list) -> list:
+        follow: list = []
+        reports: dict[bytes, list[M.ResyncReport]] = defaultdict(list)
+        for cmd in cmds:
+            if isinstance(cmd, E.StoreRecord):
+                side.records[cmd.record.key] = cmd.record
+            elif isinstance(cmd, E.DeleteRecord):
+                side.records.pop((cmd.job, cmd.attempt), None)
+            elif isinstance(cmd, E.OutboxPut):
+                side.outbox[(cmd.report.job, cmd.report.attempt)] = cmd.report
+            elif isinstance(cmd, E.OutboxDelete):
+                side.outbox.pop((cmd.job, cmd.attempt), None)
+            elif type(cmd).__name__ == "StoreCluster":
+                side.cluster = cmd.cluster
+            elif isinstance(cmd, E.Send):
+                msg = cmd.message
+                if isinstance(msg, M.ResyncReport):
+                    reports[msg.token].append(msg)
+                    if len(msg.entries) > side.config.page_size:
+                        self._violate("INV-PAGE-SIZE",
+                                      f"report page of {len(msg.entries)} > page size {side.config.page_size}")
+                    for entry in msg.entries:
+                        if entry.status is M.EntryStatus.FINISHED:
+                            self._check_reported_outcome(side.name, entry.job, entry.attempt,
+                                                         (entry.exit_code, entry.signal, entry.finished_at))
+                elif isinstance(msg, M.Finished):
+                    self._check_reported_outcome(side.name, msg.job, msg.attempt,
+                                                 (msg.exit_code, msg.signal, msg.finished_at))
+                data = self._wire_roundtrip(msg, to="controller")
+                if side.conn is not None:
+                    self._enqueue("controller", side.conn, data)
+                    if isinstance(msg, M.ResyncReport):
+                        if msg.page == 0:
+                            self.last_report[side.name] = (side.conn, [])
+                        self.last_report[side.name][1].append(data)
+            elif isinstance(cmd, E.StartProcess):
+                if not any(isinstance(f, F.JobDispatched) and (f.job, f.attempt, f.agent) == (cmd.job, cmd.attempt,
+                                                                                              side.name)
+                           for f in self.log):
+                    self._violate("INV-NO-INVENTED-WORK", f"{side.name} starts {cmd.job}/{cmd.attempt}, never dispatched")
+                alive = [p for p in self.procs if p.alive and p.agent == side.name
+                         and (p.job, p.attempt) == (cmd.job, cmd.attempt)]
+                if alive:
+                    self._violate("INV-SINGLE-PROCESS", f"{side.name} starts {cmd.job}/{cmd.attempt} twice")
+                self.procs.append(Proc(pid=len(self.procs) + 1, agent=side.name, job=cmd.job, attempt=cmd.attempt,
+                                       started_at=self.now))
+                follow.append(E.ProcessStarted(job=cmd.job, attempt=cmd.attempt, started_at=self.now))
+            elif isinstance(cmd, E.KillProcess):
+                for p in self.procs:
+                    if p.alive and p.agent == side.name and (p.job, p.attempt) == (cmd.job, cmd.attempt):
+                        p.alive, p.exit_code, p.signal, p.finished_at = False, None, KILL_SIGNAL, self.now
+                        follow.append(self._exited(p))
+            else:
+                raise AssertionError(f"unexpected agent command {cmd!r}")
+        for token, pages in reports.items():
+            self._check_report(side, token, pages)
+        return follow
+
+    def _exited(self, p: Proc) -> E.ProcessExited:
+        return E.ProcessExited(job=p.job, attempt=p.attempt, exit_code=p.exit_code, signal=p.signal,
+                               finished_at=p.finished_at, now=self.now)
+
+    def _check_reported_outcome(self, agent: str, job: str, attempt: int, outcome: tuple) -> None:
+        truths = [p.outcome for p in self.procs if p.agent == agent and p.ended and (p.job, p.attempt) == (job, attempt)]
+        if outcome not in truths:
+            self._violate("INV-TRUE-OUTCOME", f"{agent} reports {job}/{attempt} as {outcome}, world saw {truths}")
+
+    def _check_report(self, side: Side, token: bytes, pages: list[M.ResyncReport]) -> None:
+        """INV-REPORT-COMPLETE, at emission: the report answers every queried (job, attempt) once."""
+        numbers = sorted(p.page for p in pages)
+        if numbers != list(range(pages[0].pages)):
+            self._violate("INV-REPORT-COMPLETE", f"report pages {numbers} of {pages[0].pages}")
+        keys = [(e.job, e.attempt) for p in pages for e in p.entries]
+        if len(set(keys)) != len(keys):
+            self._violate("INV-REPORT-COMPLETE", f"report names a job twice: {sorted(keys)}")
+        asked = self.queries.get((side.name, token), {})
+        queried = {pair for page in asked.values() for pair in page}
+        if not queried <= set(keys):
+            self._violate("INV-REPORT-COMPLETE", f"report lacks queried {sorted(queried - set(keys))}")
+
+    def _connect(self, side: Side) -> int:
+        assert side.agent is not None and side.conn is None
+        conn = self.next_conn
+        self.next_conn += 1
+        self.conn_agent[conn] = side.name
+        self.ctrl_open[conn], self.ctrl_joined[conn], self.agent_open[conn] = True, False, True
+        side.conn = conn
+        self._agent(side, E.Connected(now=self.now))
+        return conn
+
+    def _agent_drops_conn(self, side: Side) -> None:
+        """The agent's side of its connection ends (cut, refused, or its process died)."""
+        conn = side.conn
+        assert conn is not None
+        side.conn = None
+        self.agent_open[conn] = False
+        if self.ctrl_open.get(conn):
+            self._enqueue("controller", conn, None)  # the controller learns of it in order
+        if side.agent is not None:
+            self._agent(side, E.Disconnected(now=self.now))
+
+    # ---- plumbing: delivery ---------------------------------------------------------
+
+    def _heads(self) -> list[Wire]:
+        seen: set = set()
+        heads = []
+        for item in self.wire:
+            if item.channel not in seen:
+                seen.add(item.channel)
+                heads.append(item)
+        return heads
+
+    def _deliver(self, item: Wire) -> None:
+        self.wire.remove(item)
+        if item.to == "controller":
+            self._deliver_to_controller(item)
+        else:
+            self._deliver_to_agent(item)
+
+    def _deliver_to_controller(self, item: Wire) -> None:
+        conn = item.conn
+        if item.data is None:
+            if self.ctrl_open.get(conn):
+                self.ctrl_open[conn] = False
+                self._ctrl(E.ConnectionClosed(conn=conn, now=self.now))
+            return
+        msg = M.from_wire(item.data, to="controller")
+        if not self.ctrl_open.get(conn):
+            if isinstance(msg, M.Join):
+                return  # the daemon never accepts a join on a connection that is gone
+            # Stale delivery: a message of a connection the controller no longer has.
+            before = self.controller.state.digest()
+            cmds = self._ctrl(E.MessageFromAgent(conn=conn, message=msg, now=self.now, token=self._token()))
+            if cmds or self.controller.state.digest() != before:
+                self._violate("INV-STALE-IGNORED", f"message {msg.TYPE} of closed conn {conn} caused {cmds}")
+            return
+        if not self.ctrl_joined[conn]:
+            if isinstance(msg, M.Join):
+                self.ctrl_joined[conn] = True
+                placed = self.controller.placed_on(msg.agent)
+                cmds = self._ctrl(E.AgentJoined(conn=conn, join=msg, token=self._token(), now=self.now))
+                welcomes = [c.message for c in cmds if isinstance(c, E.Send) and isinstance(c.message, M.Welcome)]
+                armed = bool(welcomes) and welcomes[0].token is not None
+                if welcomes and armed != bool(placed or msg.running):
+                    self._violate("INV-ROUND-TRIGGER", f"join of {msg.agent} with {placed} placed, "
+                                                       f"{msg.running} running: round armed={armed}")
+            else:
+                # The daemon insists on a Join first: it refuses and closes the connection.
+                self.ctrl_open[conn] = False
+                if self.agent_open.get(conn):
+                    self._enqueue(item.agent, conn, None)
+            return
+        self._ctrl(E.MessageFromAgent(conn=conn, message=msg, now=self.now, token=self._token()))
+
+    def _deliver_to_agent(self, item: Wire) -> None:
+        side = self.sides[item.to]
+        if side.agent is None:
+            return  # the agent process is gone: nobody reads this socket
+        if item.data is None:
+            if side.conn == item.conn:
+                self._agent_drops_conn(side)
+            return
+        if side.conn is not None and side.conn != item.conn:
+            return  # the socket of an older connection: it is closed, its data is gone
+        msg = M.from_wire(item.data, to="agent")
+        if side.conn is None:
+            # Stale delivery to a disconnected agent: it must change nothing.
+            cmds = self._agent(side, E.MessageFromController(message=msg, now=self.now))
+            if cmds:
+                self._violate("INV-STALE-IGNORED", f"{msg.TYPE} to disconnected {side.name} caused {cmds}")
+            return
+        if isinstance(msg, M.ResyncQuery):
+            self.queries.setdefault((side.name, msg.token), {})[msg.page] = msg.jobs
+        self._agent(side, E.MessageFromController(message=msg, now=self.now))
+
+    def _deliver_all(self, limit: int = 400) -> None:
+        for _ in range(limit):
+            heads = self._heads()
+            if not heads:
+                return
+            self._deliver(heads[0])
+
+    # ---- plumbing: scheduler, time, crashes ----------------------------------------
+
+    def _drain_notes(self) -> None:
+        notes, self.notes = self.notes, []
+        for note in notes:
+            self.scheduler.notify(note)
+
+    def _schedule(self, limit: int | None) -> None:
+        self._drain_notes()
+        for job, agent in self.scheduler.place(limit):
+            self._ctrl(E.DispatchProposed(job=job, agent=agent, now=self.now))
+
+    def _fire_due_timers(self) -> None:
+        for (agent, token), deadline in sorted(self.timers.items(), key=lambda kv: kv[1]):
+            if deadline <= self.now and (agent, token) in self.timers:
+                self._ctrl(E.RoundDeadlineExpired(agent=agent, token=token, now=self.now))
+
+    def _advance(self, dt: float, jitter: float, fire: bool) -> None:
+        self.now += dt
+        for name in self.names:
+            side = self.sides[name]
+            if side.agent is not None:
+                self._agent(side, E.Tick(now=self.now, jitter=jitter))
+        if fire:
+            self._fire_due_timers()
+        self._ctrl(E.Tick(now=self.now))
+
+    def _restart_agent(self, side: Side, lost: list[bool], slots: int | None = None) -> None:
+        assert side.agent is None
+        if slots is not None and slots != side.config.slots:
+            # The operator reconfigured the machine: it joins with another slot count.
+            side.config = replace(side.config, slots=slots)
+        durable: dict[str, Any] = {"cluster": side.cluster} if side.cluster is not None else {}
+        side.agent = Agent(side.config, records=list(side.records.values()), outbox=list(side.outbox.values()),
+                           **durable)
+        pending, side.pending_exits = side.pending_exits, []
+        running = sorted(k for k, r in side.records.items() if r.status is LocalStatus.RUNNING)
+        lost_keys = {k for k, flag in zip(running, lost) if flag}
+        for p in self.procs:
+            if p.agent == side.name and (p.job, p.attempt) in lost_keys and (p.alive or p in pending):
+                # The supervisor's record is gone: whatever became of it, nobody will know.
+                p.alive, p.lost = False, True
+        for p in pending:
+            if not p.lost:
+                self._agent(side, self._exited(p))
+        for job, attempt in sorted(lost_keys):
+            self._agent(side, E.ProcessLost(job=job, attempt=attempt, now=self.now))
+
+    # ---- rules: work ----------------------------------------------------------------
+
+    def _submit(self, slots: int, command: tuple) -> None:
+        spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots)
+        self._ctrl(E.SubmitJob(spec=spec, now=self.now))
+
+    @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
+          command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2))
+    def submit(self, slots, command):
+        for n in slots:
+            self._submit(n, tuple(command))
+
+    @precondition(lambda self: self.controller.state.jobs)
+    @rule(i=INDEX, running_only=st.booleans())
+    def cancel(self, i, running_only):
+        jobs = list(self.controller.state.jobs.values())
+        if running_only:
+            jobs = [j for j in jobs if j.state is JobState.RUNNING] or jobs
+        job = jobs[i % len(jobs)]
+        was_terminal = job.terminal
+        try:
+            self._ctrl(E.CancelJob(job=job.id, now=self.now))
+        except LocalProtocolError:
+            assert was_terminal, f"cancel of non-terminal job {job.id} refused"
+        else:
+            assert not was_terminal, f"cancel of terminal job {job.id} accepted"
+
+    @rule(limit=st.none() | st.integers(1, 2), defer=st.booleans())
+    def scheduler_pass(self, limit, defer):
+        """Place pending jobs; with ``defer`` the proposals reach the controller later, maybe stale."""
+        if not defer:
+            self._schedule(limit)
+            return
+        self._drain_notes()
+        self.proposals.extend(self.scheduler.place(limit))
+
+    @precondition(lambda self: self.proposals)
+    @rule(i=INDEX)
+    def late_proposal(self, i):
+        job, agent = self.proposals.pop(i % len(self.proposals))
+        self._ctrl(E.DispatchProposed(job=job, agent=agent, now=self.now))
+
+    @rule()
+    def work(self):
+        """No fault: deliver everything, schedule, deliver again (a fast way to busy states)."""
+        self._deliver_all()
+        self._schedule(None)
+        self._deliver_all()
+
+    @precondition(lambda self: any(p.alive for p in self.procs))
+    @rule(i=INDEX, outcome=st.sampled_from(OUTCOMES))
+    def process_ends(self, i, outcome):
+        alive = [p for p in self.procs if p.alive]
+        p = alive[i % len(alive)]
+        p.alive = False
+        p.exit_code, p.signal = outcome
+        p.finished_at = self.now
+        side = self.sides[p.agent]
+        if side.agent is not None:
+            self._agent(side, self._exited(p))
+        else:
+            side.pending_exits.append(p)
+
+    @precondition(lambda self: any(p.alive and self.sides[p.agent].agent is not None for p in self.procs))
+    @rule(i=INDEX)
+    def supervisor_lost(self, i):
+        """A job's supervisor vanishes under a running agent: the outcome can never be known."""
+        alive = [p for p in self.procs if p.alive and self.sides[p.agent].agent is not None]
+        p = alive[i % len(alive)]
+        p.alive, p.lost = False, True
+        self._agent(self.sides[p.agent], E.ProcessLost(job=p.job, attempt=p.attempt, now=self.now))
+
+    # ---- rules: the network ----------------------------------------------------------
+
+    @precondition(lambda self: self.wire)
+    @rule(i=INDEX, keep_copy=st.booleans())
+    def deliver(self, i, keep_copy):
+        """Deliver the oldest message of some connection; with ``keep_copy`` a duplicate stays in flight."""
+        item = self._heads()[i % len(self._heads())]
+        if keep_copy and item.data is not None:
+            self.uid += 1
+            self.wire.append(Wire(to=item.to, conn=item.conn, agent=item.agent, data=copy.deepcopy(item.data),
+                                  uid=self.uid))
+        self._deliver(item)
+
+    @precondition(lambda self: self.wire)
+    @rule(n=st.integers(1, 8))
+    def deliver_many(self, n):
+        for _ in range(n):
+            heads = self._heads()
+            if not heads:
+                break
+            self._deliver(heads[0])
+
+    @precondition(lambda self: self.wire)
+    @rule()
+    def settle(self):
+        self._deliver_all()
+
+    @precondition(lambda self: self.wire)
+    @rule(i=INDEX)
+    def deliver_out_of_order(self, i):
+        self._deliver(self.wire[i % len(self.wire)])
+
+    @precondition(lambda self: any(w.data is not None for w in self.wire))
+    @rule(i=INDEX)
+    def drop(self, i):
+        items = [w for w in self.wire if w.data is not None]
+        self.wire.remove(items[i % len(items)])
+
+    @precondition(lambda self: any(w.data is not None for w in self.wire))
+    @rule(i=INDEX, late=st.booleans())
+    def duplicate(self, i, late):
+        """A copy right behind the original, or a late one behind everything now in flight."""
+        items = [w for w in self.wire if w.data is not None]
+        item = items[i % len(items)]
+        self.uid += 1
+        twin = Wire(to=item.to, conn=item.conn, agent=item.agent, data=copy.deepcopy(item.data), uid=self.uid)
+        self.wire.insert(len(self.wire) if late else self.wire.index(item) + 1, twin)
+
+    @precondition(lambda self: any(self.agent_open.get(conn) for conn, _ in self.last_report.values()))
+    @rule(i=INDEX)
+    def report_again(self, i):
+        """Req 6.2: a report is presented to the controller again (a retry), on the same connection."""
+        live = sorted(name for name, (conn, _) in self.last_report.items() if self.agent_open.get(conn))
+        conn, pages = self.last_report[live[i % len(live)]]
+        for data in pages:
+            self._enqueue("controller", conn, copy.deepcopy(data))
+
+    @precondition(lambda self: any(s.conn is not None for s in self.sides.values()))
+    @rule(i=INDEX, lose_in_flight=st.booleans())
+    def disconnect(self, i, lose_in_flight):
+        sides = [s for s in self.sides.values() if s.conn is not None]
+        side = sides[i % len(sides)]
+        conn = side.conn
+        if lose_in_flight:
+            self.wire = [w for w in self.wire if w.conn != conn]
+        self._agent_drops_conn(side)
+
+    @precondition(lambda self: any(s.agent is not None and s.conn is None for s in self.sides.values()))
+    @rule(i=INDEX, deliver_join=st.booleans(), then_schedule=st.booleans())
+    def rejoin(self, i, deliver_join, then_schedule):
+        """Connect; optionally the Join arrives at once, and the scheduler runs while its round is open."""
+        sides = [s for s in self.sides.values() if s.agent is not None and s.conn is None]
+        side = sides[i % len(sides)]
+        conn = self._connect(side)
+        if deliver_join:
+            joins = [w for w in self.wire if w.to == "controller" and w.conn == conn]
+            if joins:
+                self._deliver(joins[0])
+            if then_schedule:
+                self._schedule(None)
+
+    # ---- rules: crashes ----------------------------------------------------------------
+
+    @rule(keep_stale=st.booleans(), snapshot_at=st.none() | INDEX)
+    def controller_crash(self, keep_stale, snapshot_at):
+        """The controller dies: every connection and timer is gone; it recovers from its log."""
+        for conn, is_open in list(self.ctrl_open.items()):
+            if is_open:
+                self.ctrl_open[conn] = False
+                if self.agent_open.get(conn):
+                    self._enqueue(self.conn_agent[conn], conn, None)
+        if not keep_stale:
+            self.wire = [w for w in self.wire if w.to != "controller"]
+        self.timers.clear()
+        self.applied_tokens.extend(self.controller.applied_rounds)
+        snapshot = None
+        rest = self.log
+        if snapshot_at is not None:
+            k = snapshot_at % (len(self.log) + 1)
+            snapshot = json.loads(json.dumps(S.snapshot(S.replay(self.log[:k]))))
+            rest = self.log[k:]
+        self.controller = Controller.from_log(list(rest), self.cconf, snapshot=snapshot)
+        self.scheduler = Scheduler()
+        self.notes = []
+        self.proposals = []
+        self._ctrl_commands(self.controller.initial_notes())
+
+    @precondition(lambda self: any(s.agent is not None for s in self.sides.values()))
+    @rule(i=INDEX, restart_now=st.booleans(), lost=st.lists(st.booleans(), max_size=4),
+          slots=st.none() | st.integers(1, 3))
+    def agent_crash(self, i, restart_now, lost, slots):
+        """An agent process dies; its job processes keep running under their supervisors."""
+        sides = [s for s in self.sides.values() if s.agent is not None]
+        side = sides[i % len(sides)]
+        side.agent = None
+        if side.conn is not None:
+            self._agent_drops_conn(side)
+        if restart_now:
+            self._restart_agent(side, lost, slots)
+
+    @precondition(lambda self: any(s.agent is None for s in self.sides.values()))
+    @rule(i=INDEX, lost=st.lists(st.booleans(), max_size=4), slots=st.none() | st.integers(1, 3))
+    def agent_restart(self, i, lost, slots):
+        sides = [s for s in self.sides.values() if s.agent is None]
+        self._restart_agent(sides[i % len(sides)], lost, slots)
+
+    # ---- rules: time -------------------------------------------------------------------
+
+    @rule(dt=st.sampled_from(TIME_STEPS), jitter=st.floats(0.0, 0.99), fire=st.booleans())
+    def advance_time(self, dt, jitter, fire):
+        self._advance(dt, jitter, fire)
+
+    @precondition(lambda self: any(d <= self.now for d in self.timers.values()))
+    @rule()
+    def fire_timers(self):
+        self._fire_due_timers()
+
+    @precondition(lambda self: self.ended_timers)
+    @rule(i=INDEX)
+    def fire_stale_timer(self, i):
+        agent, token = self.ended_timers[i % len(self.ended_timers)]
+        before = self.controller.state.digest()
+        cmds = self._ctrl(E.RoundDeadlineExpired(agent=agent, token=token, now=self.now))
+        if cmds or self.controller.state.digest() != before:
+            self._violate("INV-STALE-IGNORED", f"deadline of an ended round caused {cmds}")
+
+    # ---- invariants --------------------------------------------------------------------
+
+    @invariant()
+    def inv_terminal_stable(self):
+        """INV-TERMINAL-STABLE: a terminal job's state, exit code, signal and finish time never change."""
+        for job in self.controller.state.jobs.values():
+            seen = self.terminal_seen.get(job.id)
+            now = (job.state, job.exit_code, job.signal, job.finished_at)
+            if seen is not None:
+                assert now == seen, f"INV-TERMINAL-STABLE: job {job.id} went from {seen} to {now}"
+            elif job.terminal:
+                self.terminal_seen[job.id] = now
+        missing = set(self.terminal_seen) - set(self.controller.state.jobs)
+        assert not missing, f"INV-TERMINAL-STABLE: terminal jobs {sorted(missing)} vanished"
+
+    @invariant()
+    def inv_facts_no_duplicate(self):
+        """INV-FACTS-NO-DUPLICATE: every logged fact applied; one terminal fact per job; one placement per attempt."""
+        assert self.controller.state.facts_applied == len(self.log), (
+            f"INV-FACTS-NO-DUPLICATE: {self.controller.state.facts_applied} facts applied, log holds {len(self.log)}")
+        terminal: dict[str, int] = defaultdict(int)
+        placed: dict[tuple[str, int], int] = defaultdict(int)
+        for fact in self.log:
+            if isinstance(fact, TERMINAL_FACTS):
+                terminal[fact.job] += 1
+            elif isinstance(fact, (F.JobDispatched, F.JobAdopted)):
+                placed[(fact.job, fact.attempt)] += 1
+        dup_t = {j: n for j, n in terminal.items() if n > 1}
+        dup_p = {k: n for k, n in placed.items() if n > 1}
+        assert not dup_t, f"INV-FACTS-NO-DUPLICATE: several terminal facts for {dup_t}"
+        assert not dup_p, f"INV-FACTS-NO-DUPLICATE: several placements of {dup_p}"
+
+    @invariant()
+    def inv_fact_codec(self):
+        """INV-FACT-CODEC: every fact reads back from its stored form as itself."""
+        self._take("INV-FACT-CODEC")
+
+    @invariant()
+    def inv_message_codec(self):
+        """INV-MESSAGE-CODEC: every message sent arrives, through the wire codec, as itself."""
+        self._take("INV-MESSAGE-CODEC")
+
+    @invariant()
+    def inv_replay_equals_live(self):
+        """INV-REPLAY-EQUALS-LIVE: replaying the fact log gives the live state."""
+        live = self.controller.state.digest()
+        assert S.replay(list(self.log)).digest() == live, "INV-REPLAY-EQUALS-LIVE: replayed state differs from live"
+        assert self.durable.digest() == live, "INV-REPLAY-EQUALS-LIVE: incrementally applied log differs from live"
+
+    @invariant()
+    def inv_snapshot_equals_live(self):
+        """INV-SNAPSHOT-EQUALS-LIVE: restore(snapshot(state)) equals the state it was taken of."""
+        state = self.controller.state
+        snap = json.loads(json.dumps(S.snapshot(state)))
+        restored = S.restore(snap)
+        assert restored.digest() == state.digest(), "INV-SNAPSHOT-EQUALS-LIVE: restored snapshot differs"
+        assert restored.facts_applied == state.facts_applied, "INV-SNAPSHOT-EQUALS-LIVE: fact count differs"
+
+    @invariant()
+    def inv_true_outcome(self):
+        """INV-TRUE-OUTCOME: a recorded (and a reported) outcome is what the world observed for that attempt."""
+        self._take("INV-TRUE-OUTCOME")
+        placed = self._placements()
+        for job in self.controller.state.jobs.values():
+            if job.finished_at is None and job.exit_code is None and job.signal is None:
+                continue
+            where = placed.get((job.id, job.attempt))
+            truths = [p.outcome for p in self.procs
+                      if p.ended and (p.agent, p.job, p.attempt) == (where, job.id, job.attempt)]
+            got = (job.exit_code, job.signal, job.finished_at)
+            assert got in truths, (
+                f"INV-TRUE-OUTCOME: job {job.id} attempt {job.attempt} recorded {got}, world observed {truths}")
+            assert job.terminal, f"INV-TRUE-OUTCOME: job {job.id} has an outcome but is {job.state.value}"
+
+    def _placements(self) -> dict[tuple[str, int], str]:
+        """(job, attempt) -> the agent the log placed it on."""
+        return {(f.job, f.attempt): f.agent for f in self.log if isinstance(f, (F.JobDispatched, F.JobAdopted))}
+
+    @invariant()
+    def inv_true_start_time(self):
+        """INV-TRUE-START-TIME: a recorded start time is when a process of that attempt really started."""
+        placed = self._placements()
+        for job in self.controller.state.jobs.values():
+            if job.started_at is None:
+                continue
+            where = placed.get((job.id, job.attempt))
+            truths = [p.started_at for p in self.procs if (p.agent, p.job, p.attempt) == (where, job.id, job.attempt)]
+            assert job.started_at in truths, (
+                f"INV-TRUE-START-TIME: job {job.id}/{job.attempt} started_at {job.started_at}, world {truths}")
+
+    @invariant()
+    def inv_dispatch_gated(self):
+        """INV-DISPATCH-GATED: a Dispatch goes only to a connected agent with no round open."""
+        self._take("INV-DISPATCH-GATED")
+
+    @invariant()
+    def inv_commit_before_effect(self):
+        """INV-COMMIT-BEFORE-EFFECT: acks and dispatches leave only after the facts behind them are durable."""
+        self._take("INV-COMMIT-BEFORE-EFFECT")
+
+    @invariant()
+    def inv_scheduler_view(self):
+        """INV-SCHEDULER-VIEW: once notifications drain, the scheduler's view is the controller's."""
+        sched = copy.deepcopy(self.scheduler)
+        for note in self.notes:
+            sched.notify(note)
+        got, want = sched.view(), self.controller.scheduler_view()
+        assert got == want, f"INV-SCHEDULER-VIEW: scheduler sees {got}, controller says {want}"
+
+    @invariant()
+    def inv_slots_accounted(self):
+        """INV-SLOTS-ACCOUNTED: an agent's used slots and running set are exactly its RUNNING jobs."""
+        state = self.controller.state
+        for name, info in state.agents.items():
+            mine = {j.id for j in state.jobs.values() if j.state is JobState.RUNNING and j.agent == name}
+            assert info.running == mine, f"INV-SLOTS-ACCOUNTED: {name} running set {info.running}, jobs {mine}"
+            used = sum(state.jobs[j].spec.slots for j in mine)
+            assert info.used == used, f"INV-SLOTS-ACCOUNTED: {name} used {info.used}, its RUNNING jobs use {used}"
+
+    @invariant()
+    def inv_capacity(self):
+        """INV-CAPACITY: a dispatch never makes an agent use more than its slots.
+
+        Checked when each JobDispatched is appended, and at every step for every
+        agent whose registered slot count never went down (a join with fewer
+        slots, e.g. a reconfigured machine or a late Join of an older
+        connection): its dispatched jobs fit, and so does everything it runs
+        unless some of it was adopted (adoption records what an agent really
+        runs, it is not a placement decision).
+        """
+        self._take("INV-CAPACITY")
+        state = self.controller.state
+        how: dict[tuple[str, int], type] = {}
+        registered: dict[str, int] = {}
+        shrunk: set[str] = set()
+        for fact in self.log:
+            if isinstance(fact, (F.JobDispatched, F.JobAdopted)):
+                how[(fact.job, fact.attempt)] = type(fact)
+            elif isinstance(fact, F.AgentRegistered):
+                if fact.slots < registered.get(fact.agent, 0):
+                    shrunk.add(fact.agent)
+                registered[fact.agent] = fact.slots
+        for name, info in state.agents.items():
+            if name in shrunk:
+                continue
+            jobs = [state.jobs[j] for j in info.running]
+            dispatched = sum(j.spec.slots for j in jobs if how.get((j.id, j.attempt)) is F.JobDispatched)
+            assert dispatched <= info.slots, f"INV-CAPACITY: {name} has {dispatched} dispatched slots of {info.slots}"
+            if all(how.get((j.id, j.attempt)) is F.JobDispatched for j in jobs):
+                assert info.used <= info.slots, f"INV-CAPACITY: {name} uses {info.used} of {info.slots}"
+
+    @invariant()
+    def inv_single_owner(self):
+        """INV-SINGLE-OWNER: a RUNNING job belongs to exactly one agent, any other job to none."""
+        state = self.controller.state
+        for job in state.jobs.values():
+            owners = [n for n, info in state.agents.items() if job.id in info.running]
+            if job.state is JobState.RUNNING:
+                assert job.agent is not None and owners == [job.agent], (
+                    f"INV-SINGLE-OWNER: RUNNING job {job.id} has agent {job.agent}, owners {owners}")
+            else:
+                assert job.agent is None and not owners, (
+                    f"INV-SINGLE-OWNER: {job.state.value} job {job.id} has agent {job.agent}, owners {owners}")
+
+    @invariant()
+    def inv_single_process(self):
+        """INV-SINGLE-PROCESS: at most one world process runs the current attempt of a job."""
+        self._take("INV-SINGLE-PROCESS")
+        count: dict[tuple[str, int], int] = defaultdict(int)
+        for p in self.procs:
+            if p.alive:
+                count[(p.job, p.attempt)] += 1
+        for job in self.controller.state.jobs.values():
+            n = count.get((job.id, job.attempt), 0)
+            assert n <= 1, f"INV-SINGLE-PROCESS: {n} processes run job {job.id} attempt {job.attempt}"
+
+    @invariant()
+    def inv_round_ends(self):
+        """INV-ROUND-ENDS: an open round has a connected agent and an armed timer."""
+        for name, sess in self.controller.sessions.items():
+            if sess.round is None:
+                continue
+            assert sess.conn is not None and self.ctrl_open.get(sess.conn), (
+                f"INV-ROUND-ENDS: {name} has an open round but no connection")
+            deadline = self.timers.get((name, sess.round.token))
+            assert deadline is not None, f"INV-ROUND-ENDS: {name}'s open round has no timer"
+            assert deadline == sess.round.deadline <= self.now + self.cconf.round_timeout, (
+                f"INV-ROUND-ENDS: {name}'s round timer {deadline} is not its deadline {sess.round.deadline}")
+            assert sess.round.open, f"INV-ROUND-ENDS: {name}'s current round is {sess.round.state.value}"
+
+    @invariant()
+    def inv_report_applied_once(self):
+        """INV-REPORT-APPLIED-ONCE: a reassembled report is applied at most once per round token."""
+        tokens = self.controller.applied_rounds
+        assert len(set(tokens)) == len(tokens), "INV-REPORT-APPLIED-ONCE: a round's report was applied twice"
+        everything = self.applied_tokens + tokens
+        assert len(set(everything)) == len(everything), (
+            "INV-REPORT-APPLIED-ONCE: a round's report was applied by two controller lives")
+
+    @invariant()
+    def inv_page_size(self):
+        """INV-PAGE-SIZE: every query and report page holds at most the configured page size."""
+        self._take("INV-PAGE-SIZE")
+
+    @invariant()
+    def inv_query_complete(self):
+        """INV-QUERY-COMPLETE: a query names every job placed on the agent, exactly once, across its pages."""
+        self._take("INV-QUERY-COMPLETE")
+
+    @invariant()
+    def inv_report_complete(self):
+        """INV-REPORT-COMPLETE: a report answers every queried job exactly once, across its pages."""
+        self._take("INV-REPORT-COMPLETE")
+
+    @invariant()
+    def inv_outbox_durable(self):
+        """INV-OUTBOX-DURABLE: a finished, unacked job is in the agent's durable outbox."""
+        for side in self.sides.values():
+            if side.agent is not None:
+                assert side.agent.records == side.records, f"INV-OUTBOX-DURABLE: {side.name} records not on disk"
+                assert set(side.agent.outbox) == set(side.outbox), (
+                    f"INV-OUTBOX-DURABLE: {side.name} outbox {sorted(side.agent.outbox)} on disk {sorted(side.outbox)}")
+            for key, rec in side.records.items():
+                if rec.status is LocalStatus.FINISHED and not rec.acked:
+                    assert key in side.outbox, f"INV-OUTBOX-DURABLE: {side.name} finished {key} unacked, not in outbox"
+                    assert side.outbox[key] == rec.report(), f"INV-OUTBOX-DURABLE: {side.name} outbox {key} differs"
+
+    @invariant()
+    def inv_no_wrong_kill(self):
+        """INV-NO-WRONG-KILL: the controller never kills the live, uncancelled current attempt of a job."""
+        self._take("INV-NO-WRONG-KILL")
+
+    @invariant()
+    def inv_no_invented_work(self):
+        """INV-NO-INVENTED-WORK: an agent starts a process only for a (job, attempt) dispatched to it."""
+        self._take("INV-NO-INVENTED-WORK")
+
+    @invariant()
+    def inv_round_trigger(self):
+        """INV-ROUND-TRIGGER: a join arms a round exactly when jobs are placed there or the agent runs some."""
+        self._take("INV-ROUND-TRIGGER")
+
+    @invariant()
+    def inv_resync_holds_back(self):
+        """INV-RESYNC-HOLDS-BACK: an agent sends no heartbeat, start or completion until its report is out."""
+        self._take("INV-RESYNC-HOLDS-BACK")
+
+    @invariant()
+    def inv_stale_ignored(self):
+        """INV-STALE-IGNORED: input of a closed connection or an ended round changes nothing."""
+        self._take("INV-STALE-IGNORED")
+
+    # ---- liveness ----------------------------------------------------------------------
+
+    def _quiet(self) -> bool:
+        if self.wire:
+            return False
+        for name in self.names:
+            side = self.sides[name]
+            agent = side.agent
+            if agent is None or side.conn is None or agent.session is not SessionState.OPERATING or agent.outbox:
+                return False
+            sess = self.controller.sessions.get(name)
+            if sess is None or sess.round is not None or sess.conn != side.conn:
+                return False
+            if sorted(agent.held()) != sorted(self.controller.placed_on(name).items()):
+                return False
+        return True
+
+    def _check_all_invariants(self) -> None:
+        for name in sorted(dir(self)):
+            if name.startswith("inv_"):
+                getattr(self, name)()
+
+    def teardown(self):
+        """INV-LIVENESS-QUIET, INV-LIVENESS-OUTCOME, INV-LIVENESS-AGREE, INV-LIVENESS-SCHEDULES.
+
+        Once faults stop, everything settles on the truth.
+        """
+        if not getattr(self, "ready", False) or sys.exc_info()[0] is not None:
+            return  # the run already failed (or never started): report that, not this
+        for name in self.names:
+            side = self.sides[name]
+            if side.agent is None:
+                self._restart_agent(side, [])
+        for name in self.names:  # a fresh connection each: whatever was lost in flight is behind us
+            side = self.sides[name]
+            if side.conn is not None:
+                self._agent_drops_conn(side)
+            self._connect(side)
+        step = 1.0 + max(max(s.config.retry_max * 1.25, s.config.heartbeat_interval) for s in self.sides.values())
+        for _ in range(40):
+            self._deliver_all()
+            for name in self.names:
+                side = self.sides[name]
+                if side.conn is None:
+                    self._connect(side)
+            self._deliver_all()
+            self._drain_notes()
+            self._check_all_invariants()
+            if self._quiet():
+                break
+            self._advance(step, 0.0, True)
+        else:
+            raise AssertionError("INV-LIVENESS-QUIET: the system did not settle once faults stopped")
+        self._check_all_invariants()
+        state = self.controller.state
+        for name in self.names:
+            side = self.sides[name]
+            assert not side.agent.outbox and not side.outbox, f"INV-LIVENESS-QUIET: {name}'s outbox is not empty"
+            assert self.controller.sessions[name].round is None, f"INV-LIVENESS-QUIET: {name} has an open round"
+        for job in state.jobs.values():
+            ends = [p for p in self.procs if p.ended and (p.job, p.attempt) == (job.id, job.attempt)]
+            if not ends:
+                continue
+            assert job.terminal, (
+                f"INV-LIVENESS-OUTCOME: job {job.id} attempt {job.attempt} ended in the world but is {job.state.value}")
+            got = (job.exit_code, job.signal, job.finished_at)
+            if job.finished_at is None:
+                assert job.state is JobState.CANCELLED and job.cancel_requested and self.cconf.lost_after, (
+                    f"INV-LIVENESS-OUTCOME: job {job.id} ended in the world, recorded without an outcome")
+            else:
+                assert got in [p.outcome for p in ends], f"INV-LIVENESS-OUTCOME: job {job.id} recorded {got}"
+        # Req 5.2 / 7.2: with the cluster quiet, a scheduler pass places every
+        # pending job that fits somewhere: nothing is withheld by a stale view.
+        self._schedule(None)
+        self._deliver_all()
+        state = self.controller.state
+        for job in state.jobs.values():
+            if job.state is not JobState.PENDING:
+                continue
+            for name, info in state.agents.items():
+                assert info.slots - info.used < job.spec.slots, (
+                    f"INV-LIVENESS-SCHEDULES: pending job {job.id} ({job.spec.slots} slots) fits on {name} "
+                    f"({info.used}/{info.slots} used) but was not dispatched")
+        for p in self.procs:
+            if p.alive:
+                job = state.jobs.get(p.job)
+                assert (job is not None and job.state is JobState.RUNNING and job.attempt == p.attempt
+                        and job.agent == p.agent), (
+                    f"INV-LIVENESS-AGREE: process {p.job}/{p.attempt} on {p.agent} runs, controller has "
+                    f"{job and (job.state.value, job.attempt, job.agent)}")
+
+
+def test_reckon_machine():
+    run_state_machine_as_test(ReckonMachine, settings=settings())
