@@ -280,6 +280,7 @@ class ControllerDaemon:
     async def handle_request(self, request: WebSocketRequest) -> None:
         refused = self._authorized(request)
         if refused is not None:
+            log.warning("refused a connection from %s to %s: %s", request.remote, request.path, refused)
             await request.reject(401, body=refused.encode())
             return
         path = request.path

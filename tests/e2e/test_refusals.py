@@ -44,7 +44,7 @@ def test_wrong_token_is_refused(cluster, tmp_path):
     wrong.write_text("e2e-wrong-token\n")
     cluster.start_agent("rogue", token_file=wrong, wait_joined=False)
     # It tries (and is told no) more than once; it never becomes a node.
-    cluster.wait_for(lambda: len(re.findall(r"cannot join .*bad token", cluster.log_text("rogue"))) >= 2,
+    cluster.wait_for(lambda: len(re.findall(r"refused us \(401\): bad token", cluster.log_text("rogue"))) >= 2,
                      what="the rogue agent to be refused (and told why) twice")
     assert "rogue" not in cluster.nodes()
     assert cluster.running("rogue"), "a refused agent keeps trying; it does not crash"
