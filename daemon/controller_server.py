@@ -55,6 +55,7 @@ class ControllerOptions:
     heartbeat_timeout: float = 10.0  # an agent silent this long is disconnected
     snapshot_every: int = 200_000  # facts between snapshots
     max_batch: int = 5_000  # events decided per group commit
+    max_dispatch_per_batch: int = 2_000  # dispatches per group commit
 
 
 @dataclass(slots=True)
@@ -166,11 +167,21 @@ class ControllerDaemon:
                 work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time()))
 
     def _schedule(self) -> list[E.Command]:
-        """Feed notifications to the scheduler and dispatch what it proposes, until quiet."""
+        """Dispatch what the scheduler proposes, until quiet or the batch's budget is spent.
+
+        The budget keeps one batch (and one connection's send queue) from taking
+        a whole backlog at once; when it is spent, an empty work item brings the
+        loop straight back for the rest after this batch's effects are out.
+        """
         out: list[E.Command] = []
         pending_notes = True
+        budget = self.options.max_dispatch_per_batch
         while pending_notes:
-            proposals = self.scheduler.place()
+            if budget <= 0:
+                self._work_send.send_nowait(_Work())
+                break
+            proposals = self.scheduler.place(limit=budget)
+            budget -= len(proposals)
             if not proposals:
                 break
             now = time.time()
