@@ -379,6 +379,26 @@ async def test_submitted_job_is_dispatched_without_another_event(tmp_path, autoj
             assert [(d.job, d.seq) for d in dispatched] == [("1", 2), ("2", 3)]
 
 
+async def test_a_backlog_is_dispatched_in_budgeted_batches_without_another_event(tmp_path, autojump_clock):
+    """A backlog larger than one batch's dispatch budget still goes out in full, in order,
+    over several group commits, with nothing else happening."""
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=100, max_dispatch_per_batch=3) as ctl:
+            agent, _ = await ctl.join("n1", slots=10)
+            await agent.expect(M.Welcome)
+            client, _ = await ctl.connect("/client")
+            await client.send({"op": "submit_many", "specs": [SPEC.to_dict()] * 10})
+            assert (await client.receive())["jobs"] == [str(i) for i in range(1, 11)]
+            dispatched = [await agent.receive() for _ in range(10)]
+            assert [d.job for d in dispatched] == [str(i) for i in range(1, 11)]
+            facts = (await ctl.store.load())[1]
+            per_commit, at = [], 0
+            for n in ctl.store.calls:
+                per_commit.append(sum(isinstance(f, F.JobDispatched) for f in facts[at:at + n]))
+                at += n
+            assert sum(per_commit) == 10 and max(per_commit) <= 3, per_commit
+
+
 async def test_joining_agent_gets_pending_work_without_another_event(tmp_path, autojump_clock):
     with trio.fail_after(GUARD):
         async with controller(tmp_path, heartbeat_timeout=100) as ctl:
