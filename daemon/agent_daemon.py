@@ -38,6 +38,7 @@ log = logging.getLogger("reckon.agent")
 
 _DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreCluster)
 DEFER_WRITES_FOR = 0.05  # seconds a write with no effect may wait for company
+TICK_AT_LEAST_EVERY = 1.0  # seconds: a busy core still ticks (heartbeats, retries) this often
 MAX_DEFERRED = 5_000
 
 
@@ -72,6 +73,7 @@ class AgentDaemon:
         self._generation = 0
         self._wake = trio.Event()
         self._deferred: list[E.Command] = []  # durable writes no effect depends on yet
+        self._last_tick = time.monotonic()
         self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
 
     # ---- the core ----------------------------------------------------------------
@@ -92,8 +94,14 @@ class AgentDaemon:
                     batch.append(self._events_recv.receive_nowait())
                 except trio.WouldBlock:
                     break
+            if time.monotonic() - self._last_tick >= TICK_AT_LEAST_EVERY:
+                # Heartbeats and retries must not queue behind a flood of dispatches:
+                # a starved heartbeat gets a busy agent disconnected as "silent".
+                batch.insert(0, (E.Tick(now=time.time(), jitter=random.random()), None))
             commands: list[tuple[E.Command, _Connection | None]] = []
             for event, conn in batch:
+                if isinstance(event, E.Tick):
+                    self._last_tick = time.monotonic()
                 if isinstance(event, E.Connected):
                     self._conn = conn
                 elif isinstance(event, (E.Disconnected, E.MessageFromController)) and conn is not self._conn:
