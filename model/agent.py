@@ -383,11 +383,16 @@ class Agent:
             out.append(E.DeleteRecord(job=key[0], attempt=key[1]))
 
     def next_wakeup(self) -> float | None:
-        """The earliest time a Tick would do something (for the daemon's sleep)."""
+        """The earliest time a Tick would do something (for the daemon's sleep).
+
+        Only while operating: the outbox is not flushed otherwise, so a retry
+        time in the past must not make a disconnected agent tick in a loop.
+        """
+        if self.session is not SessionState.OPERATING:
+            return None
         times = [e.next_at for e in self.outbox.values() if e.next_at is not None]
-        if self.session is SessionState.OPERATING:
-            times.append(self._next_heartbeat)
-        return min(times) if times else None
+        times.append(self._next_heartbeat)
+        return min(times)
 
     _HANDLERS: dict[type, Callable] = {
         E.Connected: _on_connected,

@@ -37,3 +37,14 @@ def test_unreported_starts_go_out_once():
     agent = _operating_agent()
     assert len(_sent(agent.handle(E.Tick(now=1.5)), M.Started)) == 2
     assert _sent(agent.handle(E.Tick(now=5.0)), M.Started) == []
+
+
+def test_a_disconnected_agent_with_overdue_retries_does_not_ask_to_be_woken():
+    """A retry time in the past while disconnected used to make the daemon tick in a busy loop."""
+    agent = _operating_agent()
+    agent.handle(E.ProcessExited(job="1", attempt=1, exit_code=3, signal=None, finished_at=1.2, now=1.2))
+    assert agent.next_wakeup() is not None  # operating: the retry is scheduled
+    agent.handle(E.Disconnected(now=2.0))
+    assert agent.outbox and agent.next_wakeup() is None
+    agent.handle(E.Tick(now=100.0))  # nothing to do, and it stays so
+    assert agent.next_wakeup() is None
