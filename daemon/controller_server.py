@@ -32,7 +32,7 @@ from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from model.facts import ClusterCreated, Fact
-from model.state import apply
+from model.state import apply, snapshot
 from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
 
@@ -261,8 +261,6 @@ class ControllerDaemon:
         await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time())))
 
     async def _snapshot(self) -> None:
-        from model.state import snapshot
-
         snap = snapshot(self.model.state)
         await self.store.write_snapshot(snap, self.store.last_seq)
 
@@ -399,9 +397,7 @@ class ControllerDaemon:
     async def _client_op(self, request: dict) -> dict:
         op = request.get("op")
         if op == "submit":
-            spec = JobSpec.from_dict(request["spec"])
-            commands = await self.call(event=E.SubmitJob(spec=spec, now=time.time()))
-            job_id = next(f.job for c in commands if isinstance(c, E.Append) for f in c.facts)
+            [job_id] = await self._submit_batch([JobSpec.from_dict(request["spec"])])
             return {"job": await self.call(call=lambda: self.job_object(job_id))}
         if op == "submit_many":
             specs = [JobSpec.from_dict(s) for s in request["specs"]]
@@ -423,7 +419,7 @@ class ControllerDaemon:
         raise ValueError(f"unknown op {op!r}")
 
     async def _submit_batch(self, specs: list[JobSpec]) -> list[str]:
-        """Submit many jobs through one group commit: used by benchmarks and scripts."""
+        """Submit jobs (many share a group commit); their ids, in order."""
         send, recv = trio.open_memory_channel[Any](len(specs) + 1)
         now = time.time()
         for spec in specs:
