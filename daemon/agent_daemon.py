@@ -74,6 +74,7 @@ class AgentDaemon:
         self._wake = trio.Event()
         self._deferred: list[E.Command] = []  # durable writes no effect depends on yet
         self._last_tick = time.monotonic()
+        self._tick_queued = False  # the ticker's Tick is waiting in the event queue
         self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
 
     # ---- the core ----------------------------------------------------------------
@@ -102,6 +103,7 @@ class AgentDaemon:
             for event, conn in batch:
                 if isinstance(event, E.Tick):
                     self._last_tick = time.monotonic()
+                    self._tick_queued = False
                 if isinstance(event, E.Connected):
                     self._conn = conn
                 elif isinstance(event, (E.Disconnected, E.MessageFromController)) and conn is not self._conn:
@@ -201,15 +203,25 @@ class AgentDaemon:
     # ---- time and processes --------------------------------------------------------
 
     async def ticker(self) -> None:
-        """Heartbeats, outbox retries and record expiry: the model says when."""
+        """Heartbeats, outbox retries and record expiry: the model says when.
+
+        One Tick at a time: while one waits in the queue behind other events,
+        the model's wake-up time stays in the past, and feeding another Tick on
+        every pass would flood a busy core with ticks (it did, at 30k jobs).
+        """
         while True:
             wakeup = self.model.next_wakeup()
-            delay = 1.0 if wakeup is None else min(1.0, max(0.0, wakeup - time.time()))
+            if self._tick_queued:
+                delay = 1.0  # the core wakes us once it has handled it
+            else:
+                delay = 1.0 if wakeup is None else min(1.0, max(0.0, wakeup - time.time()))
             with trio.move_on_after(delay):
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
-            await self.feed(E.Tick(now=time.time(), jitter=random.random()))
+            if not self._tick_queued:
+                self._tick_queued = True
+                await self.feed(E.Tick(now=time.time(), jitter=random.random()))
 
     async def exits(self) -> None:
         async for outcome in self.runner.exits:

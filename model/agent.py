@@ -16,50 +16,7 @@ from typing import Callable
 from . import events as E
 from . import messages as M
 from .errors import LocalProtocolError, RemoteProtocolError
-from .jobs import JobSpec
-
-
-class LocalStatus(enum.Enum):
-    RUNNING = "running"  # the supervised process is (as far as we know) alive
-    FINISHED = "finished"  # the supervisor recorded its end: exit code / signal and time
-    INDETERMINATE = "indeterminate"  # after a restart we cannot tell: reported as unrecognized
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LocalJob:
-    """The agent's durable record of one attempt it was given."""
-
-    job: str
-    attempt: int
-    spec: JobSpec | None
-    status: LocalStatus = LocalStatus.RUNNING
-    started_at: float | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    finished_at: float | None = None
-    acked: bool = False  # the controller acknowledged the completion report
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.job, self.attempt)
-
-    @property
-    def held(self) -> bool:
-        """Part of the set the controller should place here (heartbeat digest).
-
-        An indeterminate attempt is not: the agent cannot vouch for it, so the
-        digest disagrees with the controller's placement, an anti-entropy round
-        asks about it, and it is reported unrecognized (Req 3.3, 4.6) instead of
-        sitting RUNNING forever behind matching heartbeats.
-        """
-        if self.status is LocalStatus.INDETERMINATE:
-            return False
-        return self.status is not LocalStatus.FINISHED or not self.acked
-
-    def report(self) -> M.Finished:
-        assert self.status is LocalStatus.FINISHED and self.finished_at is not None
-        return M.Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                          finished_at=self.finished_at, started_at=self.started_at)
+from .records import LocalJob, LocalRecords, LocalStatus
 
 
 class SessionState(enum.Enum):
@@ -138,10 +95,14 @@ class Agent:
         self.config = config
         self.cluster = cluster  # the controller history our records belong to
         self.session = SessionState.DISCONNECTED
-        self.records: dict[tuple[str, int], LocalJob] = {r.key: r for r in records or ()}
+        self.records = LocalRecords(records or ())
         self.outbox: dict[tuple[str, int], OutboxEntry] = {
             (r.job, r.attempt): OutboxEntry(report=r, delay=config.retry_initial) for r in outbox or ()
         }
+        # No retry is due before this (while operating).  Kept by _flush and
+        # _on_exited, so next_wakeup() need not scan the outbox after every
+        # batch; an ack may leave it early, which costs one idle tick.
+        self._earliest_retry = 0.0
         self.seen_seq = 0
         self._query: _Query | None = None
         self._next_heartbeat = 0.0
@@ -335,7 +296,10 @@ class Agent:
         report = record.report()
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)
         out.append(E.OutboxPut(report=report))  # durable before it is ever sent
-        self._flush(ev.now, 0.0, out)
+        if self.session is SessionState.OPERATING:  # else held back until the session resumes
+            entry = self.outbox[record.key]
+            self._send_report(entry, ev.now, 0.0, out)
+            self._earliest_retry = min(self._earliest_retry, entry.next_at)
 
     def _on_lost(self, ev: E.ProcessLost, out: list[E.Command]) -> None:
         record = self.records.get((ev.job, ev.attempt))
@@ -357,12 +321,17 @@ class Agent:
         """Send every outbox entry that is due, and schedule its retry."""
         if self.session is not SessionState.OPERATING:
             return  # held back: disconnected, joining or mid-resync (Req 3.8)
+        earliest = float("inf")
         for entry in self.outbox.values():
-            if entry.next_at is not None and entry.next_at > now:
-                continue
-            self._send(out, entry.report)
-            entry.next_at = now + entry.delay * (1.0 + 0.25 * jitter)
-            entry.delay = min(entry.delay * 2, self.config.retry_max)
+            if entry.next_at is None or entry.next_at <= now:
+                self._send_report(entry, now, jitter, out)
+            earliest = min(earliest, entry.next_at)
+        self._earliest_retry = earliest
+
+    def _send_report(self, entry: OutboxEntry, now: float, jitter: float, out: list[E.Command]) -> None:
+        self._send(out, entry.report)
+        entry.next_at = now + entry.delay * (1.0 + 0.25 * jitter)
+        entry.delay = min(entry.delay * 2, self.config.retry_max)
 
     def _on_tick(self, ev: E.Tick, out: list[E.Command]) -> None:
         self._flush(ev.now, ev.jitter, out)
@@ -373,12 +342,10 @@ class Agent:
                     self._send(out, M.Started(job=record.job, attempt=record.attempt, started_at=record.started_at))
             self._unreported_starts.clear()
         if self.session is SessionState.OPERATING and ev.now >= self._next_heartbeat:
-            held = self.held()
-            self._send(out, M.Heartbeat(running=len(held), digest=M.running_digest(held), seen_seq=self.seen_seq))
+            self._send(out, M.Heartbeat(running=self.records.held_count, digest=self.records.held_digest,
+                                        seen_seq=self.seen_seq))
             self._next_heartbeat = ev.now + self.config.heartbeat_interval
-        horizon = ev.now - self.config.recent_window
-        for key in [k for k, r in self.records.items()
-                    if r.status is LocalStatus.FINISHED and r.acked and (r.finished_at or 0) < horizon]:
+        for key in self.records.expired(ev.now - self.config.recent_window):
             del self.records[key]
             out.append(E.DeleteRecord(job=key[0], attempt=key[1]))
 
@@ -390,9 +357,9 @@ class Agent:
         """
         if self.session is not SessionState.OPERATING:
             return None
-        times = [e.next_at for e in self.outbox.values() if e.next_at is not None]
-        times.append(self._next_heartbeat)
-        return min(times)
+        if not self.outbox:
+            return self._next_heartbeat
+        return min(self._earliest_retry, self._next_heartbeat)
 
     _HANDLERS: dict[type, Callable] = {
         E.Connected: _on_connected,

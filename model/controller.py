@@ -319,11 +319,10 @@ class Controller:
     def _on_heartbeat(self, session: AgentSession, msg: M.Heartbeat, ev: E.MessageFromAgent, out: _Out) -> None:
         if session.round is not None or msg.seen_seq != session.seq or ev.token is None:
             return  # a round is open, or the agent has not seen all we sent: no fair comparison yet
-        placed = self.placed_on(session.name)
-        if msg.running == len(placed) and msg.digest == M.running_digest(placed.items()):
+        if (msg.running, msg.digest) == self.state.placement_digest(session.name):
             return
         # Anti-entropy: the agent's set and ours disagree at a quiet moment.
-        self._arm_round(out, session, ev.token, placed, ev.now, welcome=False)
+        self._arm_round(out, session, ev.token, self.placed_on(session.name), ev.now, welcome=False)
 
     def _on_report_page(self, session: AgentSession, page: M.ResyncReport, now: float, out: _Out) -> None:
         rnd = session.round

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import facts as F
 from .errors import LocalProtocolError
+from .messages import pair_hash, running_digest
 from .jobs import JobRecord, JobSpec, JobState, JobTransition, finish_transition, next_state
 
 
@@ -26,6 +27,10 @@ class AgentInfo:
     registered: bool = False  # an AgentRegistered fact named it (not only a job placement)
     used: int = 0  # slots of the RUNNING jobs placed here, kept by apply
     running: set[str] = field(default_factory=set)  # ids of RUNNING jobs placed here
+    # running_digest() of the placed (job, attempt) pairs, kept up to date by
+    # _place/_release once someone asked for it (heartbeats compare it with the
+    # agent's).  None until then, so replay and restore pay no hashing.
+    digest: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,15 @@ class ControllerState:
             info = self.agents[name] = AgentInfo(name=name, slots=0)
         return info
 
+    def placement_digest(self, agent: str) -> tuple[int, int]:
+        """(count, running_digest) of the jobs placed on ``agent``: O(1) after the first call."""
+        info = self.agents.get(agent)
+        if info is None:
+            return 0, 0
+        if info.digest is None:
+            info.digest = running_digest((job_id, self.jobs[job_id].attempt) for job_id in info.running)
+        return len(info.running), info.digest
+
     def next_job_id(self) -> str:
         return str(self.next_job)
 
@@ -82,6 +96,8 @@ def _place(state: ControllerState, job: JobRecord, agent: str) -> None:
     info = state.agent(agent)
     info.running.add(job.id)
     info.used += job.spec.slots
+    if info.digest is not None:
+        info.digest ^= pair_hash(job.id, job.attempt)
     job.agent = job.ran_on = agent
 
 
@@ -91,6 +107,8 @@ def _release(state: ControllerState, job: JobRecord) -> str:
     info = state.agents[job.agent]
     info.running.discard(job.id)
     info.used -= job.spec.slots
+    if info.digest is not None:
+        info.digest ^= pair_hash(job.id, job.attempt)
     agent, job.agent = job.agent, None
     return agent
 

@@ -28,6 +28,7 @@ from model import facts as F
 from model import messages as M
 from model import state as S
 from model.agent import Agent
+from model.records import LocalRecords
 from model.controller import AgentSession, Controller
 from model.jobs import JOB_TRANSITIONS, JobState, JobTransition
 from model.scheduler import AgentNote
@@ -61,20 +62,20 @@ def test_plain_machine_does_not_fail():
 
 def test_bite_outbox_gives_up_after_three_sends(monkeypatch):
     """Seed 000: the completion report was retried 3 times, then dropped for good."""
-    flush = Agent._flush
+    handle = Agent.handle
 
-    def three_tries(self, now, jitter, out):
-        start = len(out)
-        flush(self, now, jitter, out)
+    def three_tries(self, event):
+        out = handle(self, event)
         tries = self.__dict__.setdefault("_tries", {})  # in memory, as in the original
-        for cmd in out[start:]:
+        for cmd in list(out):
             if isinstance(cmd, E.Send) and isinstance(cmd.message, M.Finished):
                 key = (cmd.message.job, cmd.message.attempt)
                 tries[key] = tries.get(key, 0) + 1
                 if tries[key] >= 3 and self.outbox.pop(key, None) is not None:
                     out.append(E.OutboxDelete(job=key[0], attempt=key[1]))
+        return out
 
-    monkeypatch.setattr(Agent, "_flush", three_tries)
+    monkeypatch.setattr(Agent, "handle", three_tries)
     assert_bites("INV-OUTBOX-DURABLE")
 
 
@@ -180,6 +181,38 @@ def test_bite_requeue_keeps_allocation(monkeypatch):
 
     monkeypatch.setitem(S._APPLY, F.JobRequeued, requeue_keeping_slots)
     assert_bites("INV-SLOTS-ACCOUNTED", "INV-SINGLE-OWNER")
+
+
+def test_bite_changed_record_kept_twice_in_held_digest(monkeypatch):
+    """A changed record counted into the kept heartbeat digest without taking its old self out."""
+
+    def store_forgetting_old(self, key, record):
+        self._records[key] = record
+        if record.held:
+            self._toggle(key, +1)
+
+    monkeypatch.setattr(LocalRecords, "__setitem__", store_forgetting_old)
+    assert_bites("INV-DIGEST-CURRENT")
+
+
+def test_bite_requeue_bumps_attempt_before_release(monkeypatch):
+    """A requeue that moves to the next attempt before releasing the placement.
+
+    The slots come back right, but the placement digest takes out a pair that
+    was never put in.
+    """
+
+    def requeue_attempt_first(state, fact):
+        job = S._require_running(state, fact.job, fact.attempt)
+        job.state = JobState.PENDING
+        job.attempt += 1
+        agent = S._release(state, job)
+        job.started_at = None
+        job.requeues += 1
+        return S.Changes(jobs=(job.id,), agents=(agent,))
+
+    monkeypatch.setitem(S._APPLY, F.JobRequeued, requeue_attempt_first)
+    assert_bites("INV-DIGEST-CURRENT")
 
 
 def test_bite_extra_job_guard_regresses_terminal(monkeypatch):

@@ -907,6 +907,24 @@ class ReckonMachine(RuleBasedStateMachine):
             assert info.used == used, f"INV-SLOTS-ACCOUNTED: {name} used {info.used}, its RUNNING jobs use {used}"
 
     @invariant()
+    def inv_digest_current(self):
+        """INV-DIGEST-CURRENT: the kept running-set digests equal a recount from scratch."""
+        for name in self.names:
+            agent = self.sides[name].agent
+            if agent is None:
+                continue
+            held = agent.held()
+            kept = (agent.records.held_count, agent.records.held_digest)
+            assert kept == (len(held), M.running_digest(held)), (
+                f"INV-DIGEST-CURRENT: {name} keeps {kept} for its held set {sorted(held)}")
+        state = self.controller.state
+        for name, info in state.agents.items():
+            if info.digest is not None:
+                placed = self.controller.placed_on(name).items()
+                assert info.digest == M.running_digest(placed), (
+                    f"INV-DIGEST-CURRENT: the controller keeps {info.digest} for {name}'s placement {sorted(placed)}")
+
+    @invariant()
     def inv_capacity(self):
         """INV-CAPACITY: a dispatch never makes an agent use more than its slots.
 
