@@ -29,7 +29,7 @@ from model import messages as M
 from model.agent import Agent, AgentConfig, LocalStatus
 from model.errors import ProtocolError, RemoteProtocolError
 
-from . import wire
+from . import runtime, wire
 from .agentstore import AgentStore
 from .statelock import hold_state_dir
 from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
@@ -300,6 +300,7 @@ async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNOR
 
 
 async def _run(options: AgentOptions, task_status) -> None:
+    runtime.tune()
     store = await AgentStore.open(options.state_dir)
     try:
         records, outbox = await store.load()
@@ -309,8 +310,10 @@ async def _run(options: AgentOptions, task_status) -> None:
             config = AgentConfig(name=options.name, slots=options.slots,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
             agent = Agent(config, records, outbox, cluster)
-            daemon = AgentDaemon(options, store, runner, agent)
             running = [r.key for r in records if r.status is LocalStatus.RUNNING]
+            del records, outbox
+            runtime.settle()
+            daemon = AgentDaemon(options, store, runner, agent)
             if running:
                 adopted = await runner.adopt(running)
                 now = time.time()

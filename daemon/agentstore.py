@@ -23,7 +23,7 @@ from model.agent import LocalJob, LocalStatus
 from model.jobs import JobSpec
 from model.messages import Finished
 
-from .sqlite_thread import SqliteThread, StoreError, transaction
+from .sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 1
 _SCHEMA = (
@@ -53,22 +53,24 @@ _SCHEMA = (
 
 _RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked"
 _OUTBOX_COLS = "job, attempt, exit_code, signal, finished_at, started_at"
-_PUT_RECORD = (
-    f"INSERT INTO local_job ({_RECORD_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (job, attempt) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
+# Each a statement over many rows (see RowStatement: one step per chunk, not per row).
+_PUT_RECORD = RowStatement(
+    f"INSERT INTO local_job ({_RECORD_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    " ON CONFLICT (job, attempt) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
     "started_at = excluded.started_at, exit_code = excluded.exit_code, signal = excluded.signal, "
-    "finished_at = excluded.finished_at, acked = excluded.acked"
+    "finished_at = excluded.finished_at, acked = excluded.acked",
 )
-_DELETE_RECORD = "DELETE FROM local_job WHERE job = ? AND attempt = ?"
-_PUT_OUTBOX = (
-    f"INSERT INTO outbox ({_OUTBOX_COLS}) VALUES (?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (job, attempt) DO UPDATE SET exit_code = excluded.exit_code, signal = excluded.signal, "
-    "finished_at = excluded.finished_at, started_at = excluded.started_at"
+_DELETE_RECORD = RowStatement("DELETE FROM local_job WHERE (job, attempt) IN (VALUES ", "(?, ?)", ")")
+_PUT_OUTBOX = RowStatement(
+    f"INSERT INTO outbox ({_OUTBOX_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?)",
+    " ON CONFLICT (job, attempt) DO UPDATE SET exit_code = excluded.exit_code, signal = excluded.signal, "
+    "finished_at = excluded.finished_at, started_at = excluded.started_at",
 )
-_DELETE_OUTBOX = "DELETE FROM outbox WHERE job = ? AND attempt = ?"
+_DELETE_OUTBOX = RowStatement("DELETE FROM outbox WHERE (job, attempt) IN (VALUES ", "(?, ?)", ")")
+_PUT_META = RowStatement("INSERT INTO meta (key, value) VALUES ", "(?, ?)",
+                         " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
 StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete | E.StoreCluster
-_PUT_META = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
 class AgentStore:
@@ -106,7 +108,7 @@ class AgentStore:
         await self.aclose()
 
 
-def _op(command: Any) -> tuple[str, tuple]:
+def _op(command: Any) -> tuple[RowStatement, tuple]:
     """One command as (SQL, parameters); ``TypeError`` for anything that is not a store command."""
     if isinstance(command, E.StoreRecord):
         r = command.record
@@ -132,10 +134,17 @@ def _op(command: Any) -> tuple[str, tuple]:
 # ---- on the database thread ------------------------------------------------------
 
 
-def _apply(conn: sqlite3.Connection, ops: list[tuple[str, tuple]]) -> None:
+def _apply(conn: sqlite3.Connection, ops: list[tuple[RowStatement, tuple]]) -> None:
+    """In order; a run of the same kind of write is one statement (a later row wins, as it would)."""
     with transaction(conn):
-        for sql, params in ops:
-            conn.execute(sql, params)
+        i = 0
+        while i < len(ops):
+            statement = ops[i][0]
+            j = i + 1
+            while j < len(ops) and ops[j][0] is statement:
+                j += 1
+            statement.run(conn, [params for _, params in ops[i:j]])
+            i = j
 
 
 def _load_cluster(conn: sqlite3.Connection) -> str | None:

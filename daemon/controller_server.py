@@ -36,7 +36,7 @@ from model.state import apply, snapshot
 from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
 
-from . import wire
+from . import runtime, wire
 from .factstore import FactStore
 from .statelock import hold_state_dir
 
@@ -468,10 +468,15 @@ async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_
 
 
 async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
+    runtime.tune()
     store = await FactStore.open(options.state_dir)
     try:
         snapshot, facts, _ = await store.load()
-        controller = Controller.from_log(facts, options.model, snapshot)
+        with runtime.gc_paused():
+            controller = Controller.from_log(facts, options.model, snapshot)
+        replayed = len(facts)
+        del facts, snapshot  # the state is built: the decoded log need not stay in memory
+        runtime.settle()
         if controller.state.cluster is None:
             # A new history: name it, so agents never confuse it with another one.
             created = ClusterCreated(cluster=secrets.token_hex(8))
@@ -479,7 +484,7 @@ async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
             await store.append([created])
         daemon = ControllerDaemon(options, store, controller)
         log.info("recovered %d jobs from %d facts in %.2fs", len(controller.state.jobs),
-                 len(facts), time.perf_counter() - t0)
+                 replayed, time.perf_counter() - t0)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(daemon.core_loop)
             nursery.start_soon(daemon.ticker)

@@ -13,18 +13,17 @@ CBOR work of a load or a snapshot runs there too, off the event loop.
 
 from __future__ import annotations
 
-import gc
 import sqlite3
-from contextlib import contextmanager
 from itertools import count
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import cbor2
 
 from model import facts as F
 
-from .sqlite_thread import SqliteThread, StoreError, transaction
+from . import runtime
+from .sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 1
 _SCHEMA = (
@@ -32,6 +31,7 @@ _SCHEMA = (
     "CREATE TABLE snapshot (upto_seq INTEGER PRIMARY KEY, data BLOB NOT NULL)",
 )
 _FACT_TYPES = tuple(F.FACT_TYPES.values())
+_INSERT_FACTS = RowStatement("INSERT INTO fact (seq, data) VALUES ", "(?, ?)")
 
 
 class FactStore:
@@ -117,7 +117,7 @@ def _positions(conn: sqlite3.Connection) -> tuple[int, int]:
 def _append(conn: sqlite3.Connection, rows: list[bytes]) -> int:
     with transaction(conn):
         last, _ = _positions(conn)
-        conn.executemany("INSERT INTO fact (seq, data) VALUES (?, ?)", zip(count(last + 1), rows))
+        _INSERT_FACTS.run(conn, list(zip(count(last + 1), rows)))
     return last + len(rows)
 
 
@@ -135,7 +135,7 @@ def _write_snapshot(conn: sqlite3.Connection, snapshot: dict[str, Any], upto_seq
 
 
 def _load(conn: sqlite3.Connection, path: Path) -> tuple[dict[str, Any] | None, list[F.Fact], int, int]:
-    with transaction(conn, write=False), _gc_paused():  # one read view: snapshot and facts agree
+    with transaction(conn, write=False), runtime.gc_paused():  # one read view: snapshot and facts agree
         row = conn.execute("SELECT upto_seq, data FROM snapshot ORDER BY upto_seq DESC LIMIT 1").fetchone()
         snapshot, snap_seq = None, 0
         if row is not None:
@@ -152,21 +152,6 @@ def _load(conn: sqlite3.Connection, path: Path) -> tuple[dict[str, Any] | None, 
     return snapshot, facts, snap_seq, last
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while a load builds millions of long-lived objects.
-
-    Otherwise they trigger repeated full collections (a quarter or more of the
-    load time); the decoded data holds no reference cycles, so nothing is left
-    for the GC to find.  Left alone if someone else already disabled it.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _decode_facts(rows: Any, first: int, path: Path) -> list[F.Fact]:

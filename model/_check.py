@@ -11,7 +11,16 @@ from typing import Any
 MAX_NAME = 200
 
 
+# Each check starts with the common good case in one cheap test (exact types:
+# bool is an int subclass and must not pass), and only then works out what is
+# wrong.  They run for every field of every message, fact and event.
+
+_INF = float("inf")
+
+
 def check_str(name: str, value: Any, *, allow_empty: bool = False, max_len: int = MAX_NAME) -> None:
+    if type(value) is str and (value or allow_empty) and len(value) <= max_len:
+        return
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string, got {type(value).__name__}")
     if not allow_empty and not value:
@@ -21,6 +30,9 @@ def check_str(name: str, value: Any, *, allow_empty: bool = False, max_len: int 
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> None:
+    if (type(value) is int and (minimum is None or value >= minimum)
+            and (maximum is None or value <= maximum)):
+        return
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
     if minimum is not None and value < minimum:
@@ -35,6 +47,8 @@ def check_opt_int(name: str, value: Any, **kw: Any) -> None:
 
 
 def check_time(name: str, value: Any) -> None:
+    if type(value) is float and 0.0 <= value < _INF:  # False for NaN
+        return
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise ValueError(f"{name} must be a number of seconds, got {type(value).__name__}")
     if value != value or value < 0 or value == float("inf"):  # NaN, negative or infinite

@@ -300,19 +300,29 @@ TO_CONTROLLER: dict[str, type] = {c.TYPE: c for c in (Join, ResyncReport, Starte
 TO_AGENT: dict[str, type] = {c.TYPE: c for c in (Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error)}
 
 
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow for a per-message call
+
+
 def to_wire(msg: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"type": msg.TYPE}
-    for f in fields(msg):
-        value = getattr(msg, f.name)
+    for name in _field_names(type(msg)):
+        value = getattr(msg, name)
         if isinstance(value, JobSpec):
             value = value.to_dict()
         elif isinstance(value, enum.Enum):
             value = value.value
-        elif f.name == "entries":
+        elif name == "entries":
             value = [e.to_wire() for e in value]
-        elif f.name == "jobs":
+        elif name == "jobs":
             value = [list(p) for p in value]
-        out[f.name] = value
+        out[name] = value
     return out
 
 
@@ -323,8 +333,8 @@ def _from_wire(data: Any, table: dict[str, type]) -> Message:
     cls = table.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"unknown message type {kind!r}")
-    names = {f.name for f in fields(cls)}
-    extra = set(data) - names - {"type"}
+    names = _field_names(cls)
+    extra = set(data).difference(names, ("type",))
     if extra:
         raise ValueError(f"{kind} message has unknown fields {sorted(map(str, extra))}")
     kwargs = {k: v for k, v in data.items() if k != "type"}

@@ -109,6 +109,34 @@ async def test_updates_deletes_and_order(tmp_path):
 
 
 @hang_guard
+async def test_one_batch_keeps_command_order_for_the_same_key(tmp_path):
+    """Writes of one kind go out as one multi-row statement: a later row must still win,
+    and a put, delete, put of one key must end as the last put."""
+    running = LocalJob(job="1", attempt=1, spec=SPEC)
+    finished = LocalJob(job="1", attempt=1, spec=SPEC, status=LocalStatus.FINISHED, exit_code=3, finished_at=9.0)
+    async with await AgentStore.open(tmp_path) as store:
+        await store.apply([
+            E.StoreRecord(record=running), E.StoreRecord(record=finished),  # one statement, two rows, one key
+            E.OutboxPut(report=report("1", exit_code=3)), E.OutboxDelete(job="1", attempt=1),
+            E.OutboxPut(report=report("1", exit_code=4)),
+            E.StoreRecord(record=LocalJob(job="2", attempt=1, spec=SPEC)), E.DeleteRecord(job="2", attempt=1),
+        ])
+        assert await store.load() == ([finished], [report("1", exit_code=4)])
+
+
+@hang_guard
+async def test_a_batch_larger_than_one_statement_allows(tmp_path):
+    """More rows than SQLite's variable limit lets one statement carry: split, all written, in order."""
+    many = [LocalJob(job=str(i), attempt=1, spec=None, status=LocalStatus.FINISHED, exit_code=0,
+                     finished_at=float(i)) for i in range(1, 101)]
+    async with await AgentStore.open(tmp_path) as store:
+        await store.db.run(lambda conn: conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 40))
+        await store.apply([E.StoreRecord(record=r) for r in many])  # 9 values a row: 4 rows a statement
+        await store.apply([E.DeleteRecord(job=r.job, attempt=1) for r in many[:75]])  # 20 rows a statement
+        assert await store.load() == (many[75:], [])
+
+
+@hang_guard
 async def test_a_restarted_agent_model_sees_what_the_live_one_had(tmp_path):
     """Drive the real agent model; after every step a restart from the store matches it."""
     config = AgentConfig(name="a1", slots=4, recent_window=5.0)
