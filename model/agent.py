@@ -105,6 +105,9 @@ class Agent:
         self._earliest_retry = 0.0
         self.seen_seq = 0
         self._query: _Query | None = None
+        # The round our last report answered, and the outbox entries it carried
+        # as FINISHED: its ResyncDone acknowledges them all (see _on_done).
+        self._reported: tuple[bytes, list[tuple[str, int]]] | None = None
         self._next_heartbeat = 0.0
         # Starts not yet told to the controller.  They go out with the next tick,
         # so a job that ends before it costs no message at all: its completion
@@ -149,6 +152,7 @@ class Agent:
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)
         self._query = None
+        self._reported = None  # unacknowledged entries go into the next join's round
 
     def _on_message(self, ev: E.MessageFromController, out: list[E.Command]) -> None:
         msg = ev.message
@@ -165,7 +169,7 @@ class Agent:
         elif isinstance(msg, M.ResyncQuery):
             self._on_query_page(msg, ev.now, out)
         elif isinstance(msg, M.ResyncDone):
-            pass  # the controller resolved the round; nothing is held back by then
+            self._on_done(msg, out)
         elif isinstance(msg, M.Dispatch):
             self._on_dispatch(msg, out)
         elif isinstance(msg, M.Kill):
@@ -205,13 +209,33 @@ class Agent:
         out.append(E.StoreCluster(cluster=msg.cluster, previous=self.cluster))
         self.cluster = msg.cluster
 
-    def _resume(self, now: float, out: list[E.Command]) -> None:
-        """Normal operation starts: flush the whole outbox now, heartbeat soon."""
+    def _resume(self, now: float, out: list[E.Command], held: list[tuple[str, int]] = ()) -> None:
+        """Normal operation starts: flush the outbox now, heartbeat soon.
+
+        ``held``: completions the report just carried.  The round's ResyncDone
+        acknowledges them, so sending each again would only double the
+        controller's work (100k messages after a 100k-job round); they wait a
+        full retry interval instead, in case that ResyncDone never comes.
+        """
         for entry in self.outbox.values():
             entry.delay = self.config.retry_initial
             entry.next_at = None
+        for key in held:
+            entry = self.outbox.get(key)
+            if entry is not None:
+                entry.delay = self.config.retry_max
+                entry.next_at = now + self.config.retry_max
         self._flush(now, 0.0, out)
         self._next_heartbeat = now
+
+    def _on_done(self, msg: M.ResyncDone, out: list[E.Command]) -> None:
+        """The round is applied and durable: its FINISHED entries are acknowledged."""
+        if self._reported is None or self._reported[0] != msg.token:
+            return  # a round we did not answer on this connection: it acknowledges nothing
+        _, keys = self._reported
+        self._reported = None
+        for key in keys:
+            self._acknowledge(key, out)
 
     # ---- resync ------------------------------------------------------------------
 
@@ -229,11 +253,13 @@ class Agent:
             return
         queried = [pair for page in range(q.pages) for pair in q.received[page]]
         self._query = None
-        self._answer(q.token, queried, now, out)
+        reported = self._answer(q.token, queried, now, out)
         self._move(SessionEvent.REPORT_SENT)
-        self._resume(now, out)
+        self._resume(now, out, held=reported)
 
-    def _answer(self, token: bytes, queried: list[tuple[str, int]], now: float, out: list[E.Command]) -> None:
+    def _answer(self, token: bytes, queried: list[tuple[str, int]], now: float,
+                out: list[E.Command]) -> list[tuple[str, int]]:
+        """Send the report; returns the outbox entries it carried as FINISHED."""
         entries: list[M.ReportEntry] = []
         asked = set()
         for job, attempt in queried:
@@ -255,6 +281,10 @@ class Agent:
         for key in [k for k, r in self.records.items() if r.status is LocalStatus.INDETERMINATE]:
             del self.records[key]
             out.append(E.DeleteRecord(job=key[0], attempt=key[1]))
+        reported = [(e.job, e.attempt) for e in entries
+                    if e.status is M.EntryStatus.FINISHED and (e.job, e.attempt) in self.outbox]
+        self._reported = (token, reported)
+        return reported
 
     @staticmethod
     def _entry(record: LocalJob) -> M.ReportEntry:
@@ -308,9 +338,12 @@ class Agent:
         self._store(out, replace(record, status=LocalStatus.INDETERMINATE))
 
     def _on_ack(self, msg: M.Ack, out: list[E.Command]) -> None:
-        key = (msg.job, msg.attempt)
+        self._acknowledge((msg.job, msg.attempt), out)
+
+    def _acknowledge(self, key: tuple[str, int], out: list[E.Command]) -> None:
+        """The controller has this outcome durably: the outbox entry may go."""
         if self.outbox.pop(key, None) is not None:
-            out.append(E.OutboxDelete(job=msg.job, attempt=msg.attempt))
+            out.append(E.OutboxDelete(job=key[0], attempt=key[1]))
         record = self.records.get(key)
         if record is not None and record.status is LocalStatus.FINISHED and not record.acked:
             self._store(out, replace(record, acked=True))

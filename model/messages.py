@@ -225,6 +225,12 @@ class ResyncQuery:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResyncDone:
+    """The round's report is applied and durable.
+
+    It also acknowledges every FINISHED entry of that report, as an ``Ack``
+    would: the agent does not send those completions again one by one.
+    """
+
     TYPE: ClassVar[str] = "resync_done"
     seq: int
     token: bytes

@@ -101,15 +101,16 @@ class ResyncRound:
         return entries
 
     def _check_complete(self, entries: list[ReportEntry]) -> None:
-        seen: set[tuple[str, int]] = set()
-        for e in entries:
-            key = (e.job, e.attempt)
-            if key in seen:
-                raise RemoteProtocolError(f"report names job {e.job} attempt {e.attempt} twice")
-            seen.add(key)
-        missing = [job for job, attempt in self.queried.items() if (job, attempt) not in seen]
+        seen = {(e.job, e.attempt) for e in entries}
+        if len(seen) < len(entries):
+            counted: set[tuple[str, int]] = set()
+            for e in entries:
+                if (e.job, e.attempt) in counted:
+                    raise RemoteProtocolError(f"report names job {e.job} attempt {e.attempt} twice")
+                counted.add((e.job, e.attempt))
+        missing = self.queried.items() - seen
         if missing:
-            raise RemoteProtocolError(f"report has no entry for queried job(s) {sorted(missing)[:5]}")
+            raise RemoteProtocolError(f"report has no entry for queried job(s) {sorted(j for j, _ in missing)[:5]}")
 
     def discard(self) -> None:
         self._move(RoundEvent.DISCARD)

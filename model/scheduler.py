@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from .jobs import JobState
 
+# Notes are immutable named tuples rather than frozen dataclasses: a round
+# that finishes 100k jobs makes 100k of them, and a frozen dataclass's
+# __init__ (one object.__setattr__ per field) cost three times as much.
+# The controller builds them from its own validated state, so they carry no
+# checks of their own.
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobNote:
+
+class JobNote(NamedTuple):
     job: str
     order: int  # submission order: FIFO key
     state: JobState
@@ -24,8 +29,7 @@ class JobNote:
     agent: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentNote:
+class AgentNote(NamedTuple):
     agent: str
     slots: int
     used: int

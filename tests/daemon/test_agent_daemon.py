@@ -132,15 +132,18 @@ async def test_agent_reconnects_holds_back_and_delivers(tmp_path, autojump_clock
                 job="1", attempt=1, status=M.EntryStatus.FINISHED, exit_code=3,
                 started_at=1_600_000_000.0, finished_at=finished_at),))
             done_reporting = trio.current_time()
-            first = await ctl.expect(M.Finished)  # then the outbox, at once
+            # The report carried the completion, and the round's ResyncDone would
+            # acknowledge it; this controller never sends one, so the outbox sends
+            # it again after a full retry interval (retry_max, 4 s), not at once.
+            first = await ctl.expect(M.Finished)
             assert first == M.Finished(job="1", attempt=1, exit_code=3, signal=None, finished_at=finished_at,
                                        started_at=1_600_000_000.0)
-            assert trio.current_time() == done_reporting
+            assert trio.current_time() - done_reporting == 4.0
 
-            # Not acked: retried (retry_initial 1 s, jitter up to 25%), and still on disk.
+            # Not acked: retried (at the cap now: 4 s, jitter up to 25%), and still on disk.
             t0 = trio.current_time()
             assert (await ctl.expect(M.Finished)) == first
-            assert 1.0 - 1e-6 <= trio.current_time() - t0 <= 1.25 + 1e-6
+            assert 4.0 - 1e-6 <= trio.current_time() - t0 <= 5.0 + 1e-6
             assert agent_disk(state)[0] == [("1", 1, 3, None, finished_at)]
 
             # The ack removes it from the durable outbox (seen by a heartbeat that has seen the ack).
@@ -206,10 +209,13 @@ async def test_completion_survives_an_agent_restart(tmp_path, autojump_clock, mo
             await until(lambda: agent_disk(state)[0] == [])
             finished = [f for f in await ctl.store.durable() if isinstance(f, F.JobFinished)]
             assert len(finished) == 1 and (finished[0].job, finished[0].exit_code) == (job, 7)
-            # The restarted agent's outbox Finished reached the controller too, and was acked.
-            reports = [e.message for e in ctl.events if isinstance(e, E.MessageFromAgent)
-                       and isinstance(e.message, M.Finished)]
-            assert reports and all((m.job, m.exit_code, m.finished_at) == (job, 7, FINISHED_AT) for m in reports)
+            # The rejoin round carried it, and that round's ResyncDone acknowledged it
+            # (after the commit): the outbox never had to send it on its own.
+            entries = [entry for e in ctl.events if isinstance(e, E.MessageFromAgent)
+                       and isinstance(e.message, M.ResyncReport) for entry in e.message.entries]
+            assert [(x.job, x.exit_code, x.finished_at) for x in entries] == [(job, 7, FINISHED_AT)]
+            assert not any(isinstance(e, E.MessageFromAgent) and isinstance(e.message, M.Finished)
+                           for e in ctl.events)
             await until(lambda: ctl.node("n1") == "IDLE")
             assert agent2.model.session.value == "operating"
             ctl.nursery.cancel_scope.cancel()

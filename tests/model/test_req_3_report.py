@@ -257,10 +257,14 @@ def test_req_3_8_normal_work_waits_until_the_report_is_sent() -> None:
     sent = h.agents["a1"].sent[sent_before:]
     kinds = [type(m).__name__ for m in sent]
     assert kinds[:3] == ["ResyncReport"] * 3
-    assert "ResyncReport" not in kinds[3:] and "Finished" in kinds[3:]
+    # The report carries the completion made meanwhile; it is not sent again on its own.
+    assert "ResyncReport" not in kinds[3:] and "Finished" not in kinds[3:]
     assert agent.session is SessionState.OPERATING
     h.tick("a1")
     assert isinstance(h.agents["a1"].sent[-1], M.Heartbeat)
+    h.pump()  # the round resolves: its ResyncDone acknowledges the reported completion
+    assert h.job(ids[1]).exit_code == 1 and agent.outbox == {} and h.agents["a1"].durable_outbox == {}
+    assert not any(isinstance(m, M.Finished) for m in h.agents["a1"].sent[sent_before:])
 
 
 def test_req_3_8_heartbeat_armed_round_also_holds_work_back() -> None:

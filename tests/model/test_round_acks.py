@@ -1,0 +1,100 @@
+"""A round's ResyncDone acknowledges the completions its report carried.
+
+Before: after answering a round the agent flushed its whole outbox, so every
+completion the report had just delivered went out a second time on its own
+(100k extra messages and acks after a 100k-job round, competing with the
+round's own commit).  Now the report's FINISHED entries wait for the round's
+ResyncDone, which is sent only once the report is applied and durable, and
+which acknowledges them as an Ack would.  Nothing is lost if it never comes.
+"""
+
+from __future__ import annotations
+
+from model import events as E
+from model import messages as M
+from model.controller import ControllerConfig
+from model.jobs import JobState
+
+from harness import Harness
+
+
+def _finished_while_away(h: Harness, count: int) -> list[str]:
+    h.join("a1")
+    ids = h.run_jobs(count)
+    h.disconnect("a1")
+    for i, job in enumerate(ids):
+        h.exit("a1", job, exit_code=i % 3, finished_at=5.0 + i)
+    assert set(h.agent("a1").outbox) == {(j, 1) for j in ids}
+    return ids
+
+
+def _sent(h: Harness, kind: type) -> list[M.Message]:
+    return [m for m in h.agents["a1"].sent if isinstance(m, kind)]
+
+
+def test_the_round_delivers_and_acknowledges_every_completion_once():
+    h = Harness(controller_config=ControllerConfig(page_size=4), page_size=4)  # paged both ways
+    ids = _finished_while_away(h, 10)
+    finished_before = len(_sent(h, M.Finished))
+    log_before = len(h.log)
+
+    h.join("a1")  # connect, round, report, ResyncDone
+
+    assert [h.job(j).exit_code for j in ids] == [i % 3 for i in range(10)]
+    assert [h.job(j).finished_at for j in ids] == [5.0 + i for i in range(10)]
+    assert len(h.log) == log_before + 10  # one finish fact per job
+    assert len(_sent(h, M.Finished)) == finished_before  # no completion sent a second time
+    assert [m for m in h.agents["a1"].received if isinstance(m, M.Ack)] == []
+    assert h.agent("a1").outbox == {} and h.agents["a1"].durable_outbox == {}
+    assert all(h.agent("a1").records[(j, 1)].acked for j in ids)
+
+
+def test_a_resync_done_of_another_round_acknowledges_nothing():
+    h = Harness()
+    ids = _finished_while_away(h, 3)
+    h.connect("a1")
+    h.deliver_to_controller("a1")  # Join: Welcome and the query go out
+    h.deliver_to_agent("a1")  # the report goes out
+    token = h.agents["a1"].sent[-1].token
+    stale = M.ResyncDone(seq=h.agent("a1").seen_seq + 1, token=bytes(16))
+    assert stale.token != token
+    h.agent_handle("a1", E.MessageFromController(message=stale, now=h.now))
+    assert set(h.agent("a1").outbox) == {(j, 1) for j in ids}  # still waiting for the real one
+    h.pump()
+    assert h.agent("a1").outbox == {} and [h.job(j).state for j in ids] == [JobState.COMPLETED,
+                                                                             JobState.FAILED, JobState.FAILED]
+
+
+def test_a_resync_done_that_never_arrives_costs_one_retry_interval():
+    h = Harness(retry_initial=1.0, retry_max=30.0)
+    ids = _finished_while_away(h, 3)
+    h.connect("a1")
+    h.deliver_to_controller("a1")
+    h.deliver_to_agent("a1")  # the report goes out
+    h.deliver_to_controller("a1")  # applied; ResyncDone is in flight...
+    assert all(h.job(j).terminal for j in ids)
+    h.agents["a1"].inbox[:] = [m for m in h.agents["a1"].inbox if not isinstance(m, M.ResyncDone)]  # ...and lost
+    sent = len(_sent(h, M.Finished))
+
+    h.now += 29.0
+    h.tick("a1")
+    assert len(_sent(h, M.Finished)) == sent  # not before a full retry interval
+    h.now += 1.5
+    h.tick("a1")
+    assert len(_sent(h, M.Finished)) == sent + 3
+    h.pump()
+    acks = [m for m in h.agents["a1"].received if isinstance(m, M.Ack)]
+    assert {m.outcome for m in acks} == {M.AckOutcome.ALREADY_TERMINAL} and len(acks) == 3
+    assert h.agent("a1").outbox == {}
+
+
+def test_a_disconnect_before_resync_done_reports_them_again_in_the_next_round():
+    h = Harness()
+    ids = _finished_while_away(h, 3)
+    h.connect("a1")
+    h.deliver_to_controller("a1")
+    h.deliver_to_agent("a1")  # the report goes out, and is lost with the connection
+    h.disconnect("a1")
+    assert set(h.agent("a1").outbox) == {(j, 1) for j in ids}
+    h.join("a1")
+    assert [h.job(j).exit_code for j in ids] == [0, 1, 2] and h.agent("a1").outbox == {}
