@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterable, Union
 
 from ._check import (
+    MAX_NAME,
     check_bytes, check_int, check_opt_int, check_opt_time, check_str, check_time, check_tuple_of,
 )
 from .errors import RemoteProtocolError
@@ -216,6 +217,9 @@ class ResyncQuery:
         check_tuple_of("jobs", self.jobs, tuple)
         if len(self.jobs) > MAX_PAGE_ENTRIES:
             raise ValueError(f"a page holds at most {MAX_PAGE_ENTRIES} entries")
+        if all(len(p) == 2 and type(p[0]) is str and 0 < len(p[0]) <= MAX_NAME and type(p[1]) is int
+               and p[1] >= 1 for p in self.jobs):
+            return  # the common case in one pass (a page has up to 10k pairs); else say what is wrong
         for pair in self.jobs:
             if len(pair) != 2:
                 raise ValueError("a query entry is (job, attempt)")
