@@ -52,6 +52,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
     q.add_argument("--plot", type=Path, help="also write an SVG plot of round time against job count here")
 
+    q = bench("resync-stages", "one round in-process (no sockets, no disk): the cost of each stage per job")
+    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000, 100000])
+
     q = bench("recovery", "a job finishes while the controller is down; time from its return to the job final")
     q.add_argument("--outages", type=float, nargs="+", default=[5.0, 20.0, 60.0])
 
@@ -112,17 +115,27 @@ def _spec(command: list[str], name: str = "bench") -> dict:
 # ---- throughput -------------------------------------------------------------------------
 
 
-async def _throughput_run(args: argparse.Namespace) -> float:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]]) -> float:
+    """jobs/s of one run; appends the run's CPU per job (controller, all agents) to ``cpu``."""
     async def body(cluster: LocalCluster) -> float:
         await cluster.start_controller()
-        for i in range(args.agents):
-            await cluster.start_agent(f"agent-{i}", args.slots, "--executor", args.executor)
+        agents = [f"agent-{i}" for i in range(args.agents)]
+        for name in agents:
+            await cluster.start_agent(name, args.slots, "--executor", args.executor)
         async with Client(cluster.url, None) as client:
             async def all_joined() -> bool:
                 nodes = (await client.call("nodes"))["nodes"]
                 return sum(n["state"] == "IDLE" for n in nodes) == args.agents
             await _wait(all_joined, "agents to join")
             specs = [_spec(["true"])] * args.jobs
+            pids = {"controller": [cluster.pid("controller")], "agents": [cluster.pid(a) for a in agents]}
+            before = {k: sum(map(_cpu_seconds, v)) for k, v in pids.items()}
             t0 = time.perf_counter()
             await _submit(client, specs)
 
@@ -131,6 +144,8 @@ async def _throughput_run(args: argparse.Namespace) -> float:
                 return sum(counts.get(s, 0) for s in TERMINAL) >= args.jobs
             await _wait(done, "all jobs to finish", interval=0.05)
             elapsed = time.perf_counter() - t0
+            for key, v in pids.items():  # (the agents' own processes: not the per-job supervisors)
+                cpu.setdefault(key, []).append((sum(map(_cpu_seconds, v)) - before[key]) / args.jobs)
             failed = (await _counts(client)).get("FAILED", 0)
             if failed:
                 raise RuntimeError(f"{failed} benchmark job(s) failed: see the agents' logs")
@@ -271,10 +286,15 @@ def run_bench(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"bench": args.bench, "machine": machine}
     lines: list[str] = []
     if args.bench == "throughput":
-        s = trio.run(_runs, args.runs, lambda: _throughput_run(args), "throughput", quiet)
-        out.update(jobs=args.jobs, agents=args.agents, slots=args.slots, executor=args.executor, jobs_per_s=s)
+        cpu: dict[str, list[float]] = {}
+        s = trio.run(_runs, args.runs, lambda: _throughput_run(args, cpu), "throughput", quiet)
+        cpu_per_job = {key: summary(values) for key, values in cpu.items()}
+        out.update(jobs=args.jobs, agents=args.agents, slots=args.slots, executor=args.executor, jobs_per_s=s,
+                   cpu_seconds_per_job=cpu_per_job)
         lines.append(f"throughput, {args.executor} executor, {args.agents} agents x {args.slots} slots, "
                      f"{args.jobs} jobs: {_fmt(s, 'jobs/s', digits=0)}")
+        for key, c in cpu_per_job.items():
+            lines.append(f"CPU per job, {key}: {_fmt(c, 'ms', scale=1e3, digits=3)}")
     elif args.bench == "resync":
         out["rounds"] = []
         for n in args.jobs:
@@ -290,6 +310,18 @@ def run_bench(args: argparse.Namespace) -> int:
                 title="Rejoin resync: join to round resolved (median)", xlabel="jobs on the agent (log scale)",
                 ylabel="seconds"))
             lines.append(f"plot written to {args.plot}")
+    elif args.bench == "resync-stages":
+        from .benchstages import STAGES, run_round
+
+        out["rounds"] = []
+        for n in args.jobs:
+            runs = [run_round(n) for _ in range(args.runs)]
+            stages = {stage: summary([r[stage] / n for r in runs]) for stage in STAGES}
+            total = summary([sum(r.values()) / n for r in runs])
+            out["rounds"].append({"jobs": n, "per_job_seconds": stages, "total_per_job_seconds": total})
+            lines.append(f"resync stages, {n} jobs (median of {args.runs}, per job):")
+            lines += [f"  {stage}: {s['median'] * 1e6:.1f} us" for stage, s in stages.items()]
+            lines.append(f"  total: {_fmt(total, 'us', scale=1e6, digits=1)}")
     elif args.bench == "recovery":
         out["outages"] = []
         for outage in args.outages:

@@ -33,11 +33,24 @@ def test_throughput_null_executor():
     out = bench("throughput", "--jobs", "60", "--agents", "2", "--slots", "4", "--executor", "null")
     assert (out["jobs"], out["agents"], out["executor"]) == (60, 2, "null")
     _sane(out["jobs_per_s"])
+    cpu = out["cpu_seconds_per_job"]  # measured from /proc: the controller works for every job
+    assert set(cpu) == {"controller", "agents"} and cpu["controller"]["median"] > 0
+    assert all(c["runs"] == 1 and 0 <= c["min"] <= c["max"] for c in cpu.values())
 
 
 def test_throughput_process_executor():
     out = bench("throughput", "--jobs", "20", "--agents", "1", "--slots", "4")
     _sane(out["jobs_per_s"])
+
+
+def test_resync_stages_time_every_stage_of_one_round():
+    out = bench("resync-stages", "--jobs", "50")
+    (one,) = out["rounds"]
+    assert one["jobs"] == 50 and len(one["per_job_seconds"]) == 8
+    for s in one["per_job_seconds"].values():
+        _sane(s)
+    assert one["total_per_job_seconds"]["median"] == pytest.approx(
+        sum(s["median"] for s in one["per_job_seconds"].values()))
 
 
 def test_resync_with_plot(tmp_path):
