@@ -139,19 +139,24 @@ class AgentDaemon:
             self._deferred.extend(durable)
             return
         await self._commit(durable)
-        for cmd, conn in effects:
+        sends: list[bytes] = []  # this batch's messages go out together, in as few frames as possible
+        conn = self._conn
+        for cmd, cmd_conn in effects:
             if isinstance(cmd, E.Send):
-                if conn is not None and conn is self._conn:
-                    try:
-                        await conn.ws.send_message(wire.encode(cmd.message))
-                    except WSClosed:
-                        pass  # the connection task notices and reports Disconnected
+                if cmd_conn is not None and cmd_conn is conn:
+                    sends.append(wire.encode(cmd.message))
             elif isinstance(cmd, E.StartProcess):
                 nursery.start_soon(self._start, cmd)
             elif isinstance(cmd, E.KillProcess):
                 await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
+        if sends and conn is not None:
+            try:
+                for frame in wire.frames(sends):
+                    await conn.ws.send_message(frame)
+            except WSClosed:
+                pass  # the connection task notices and reports Disconnected
 
     async def _commit(self, durable: list[E.Command]) -> None:
         durable, self._deferred = self._deferred + durable, []
@@ -271,13 +276,15 @@ class AgentDaemon:
                 log.info("controller connection closed: %s", exc.reason)
                 return
             try:
-                msg = wire.decode(data, to="agent")
+                messages = wire.decode_frame(data, to="agent")
             except ProtocolError as exc:
                 log.warning("invalid message from the controller: %s", exc)
                 return
-            if isinstance(msg, M.Error):
-                log.warning("controller says: %s", msg.reason)
-            await self.feed(E.MessageFromController(message=msg, now=time.time()), conn)
+            now = time.time()
+            for msg in messages:
+                if isinstance(msg, M.Error):
+                    log.warning("controller says: %s", msg.reason)
+                await self.feed(E.MessageFromController(message=msg, now=now), conn)
 
 
 async def _release_on_sigusr1(runner: HoldRunner) -> None:

@@ -327,8 +327,15 @@ class ControllerDaemon:
     async def _writer(self, conn: _Conn, recv: trio.MemoryReceiveChannel[bytes]) -> None:
         async with recv:
             async for data in recv:
+                queued = [data]  # and whatever else is waiting: as few frames as possible
+                while len(queued) < wire.MAX_FRAME_MESSAGES:
+                    try:
+                        queued.append(recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
                 try:
-                    await conn.ws.send_message(data)
+                    for frame in wire.frames(queued):
+                        await conn.ws.send_message(frame)
                 except WSClosed:
                     break
         # The channel was closed (a Close command): everything queued is flushed; hang up.
@@ -349,27 +356,29 @@ class ControllerDaemon:
                 return
             now = time.time()
             try:
-                msg = wire.decode(data, to="controller")
-                if conn.agent is None:
-                    if not isinstance(msg, M.Join):
-                        raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
-                    conn.agent = msg.agent
-                    self._joined_at[msg.agent] = trio.current_time()
-                    if msg.log_dir:
-                        self.log_dirs[msg.agent] = msg.log_dir
-                    event: Any = E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now)
-                elif isinstance(msg, M.Join):
-                    raise RemoteProtocolError("join sent twice on one connection")
-                else:
-                    event = E.MessageFromAgent(conn=conn.id, message=msg, now=now,
-                                               token=secrets.token_bytes(M.TOKEN_BYTES))
-            except RemoteProtocolError as exc:
+                events = [self._event(conn, msg, now) for msg in wire.decode_frame(data, to="controller")]
+            except RemoteProtocolError as exc:  # the whole frame is refused: nothing of it is used
                 log.warning("agent connection %s (%s): %s", conn.id, conn.agent, exc)
                 if not conn.closing:
                     conn.outgoing.send_nowait(wire.encode(M.Error(seq=0, reason=str(exc))))
                     self._close(conn, str(exc))
                 return
-            await self.submit(_Work(event=event))
+            for event in events:
+                await self.submit(_Work(event=event))
+
+    def _event(self, conn: _Conn, msg: M.Message, now: float) -> Any:
+        """The model event for one message of an agent's frame."""
+        if conn.agent is None:
+            if not isinstance(msg, M.Join):
+                raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
+            conn.agent = msg.agent
+            self._joined_at[msg.agent] = trio.current_time()
+            if msg.log_dir:
+                self.log_dirs[msg.agent] = msg.log_dir
+            return E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now)
+        if isinstance(msg, M.Join):
+            raise RemoteProtocolError("join sent twice on one connection")
+        return E.MessageFromAgent(conn=conn.id, message=msg, now=now, token=secrets.token_bytes(M.TOKEN_BYTES))
 
     async def ticker(self) -> None:
         """Time for the model: lost-agent detection when ``lost_after`` is set."""

@@ -292,6 +292,45 @@ async def test_silent_agent_is_disconnected(tmp_path, autojump_clock):
                 nursery.cancel_scope.cancel()
 
 
+# ---- frames: several messages in one WebSocket message ----------------------------------------------------------
+
+
+async def test_a_frame_with_a_bad_message_is_refused_whole(tmp_path, autojump_clock):
+    """A valid completion next to a malformed message in one frame: neither is used."""
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=100) as ctl:
+            agent, _ = await ctl.join("n1")
+            await agent.expect(M.Welcome)
+            job = await ctl.submit()
+            dispatch = await agent.expect(M.Dispatch)
+            assert dispatch.job == job
+            await agent.send_raw(cbor2.dumps([M.to_wire(finished(job)), {"type": "finished", "job": job}]))
+            error = await agent.expect(M.Error)
+            assert error.fatal and "malformed message" in error.reason
+            await agent.wait_closed()
+            await ctl.sync()
+            assert ctl.job(job).state is JobState.RUNNING  # the good half was not applied either
+            assert not any(isinstance(f, F.JobFinished) for f in await ctl.store.durable())
+
+
+async def test_messages_queued_together_go_out_in_one_frame_and_are_all_read(tmp_path, autojump_clock):
+    """Dispatches decided in one batch reach the agent as one CBOR array; a frame of
+    completions from the agent is applied message by message, in order."""
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=100) as ctl:
+            agent, _ = await ctl.join("n1", slots=3)
+            await agent.expect(M.Welcome)
+            client, _ = await ctl.connect("/client")
+            await client.send({"op": "submit_many", "specs": [SPEC.to_dict()] * 3})
+            assert (await client.receive())["ok"]
+            dispatches = [await agent.expect(M.Dispatch) for _ in range(3)]
+            assert agent.frames_with_several >= 1  # they were batched on the wire
+            await agent.send_raw(cbor2.dumps([M.to_wire(finished(d.job, exit_code=i)) for i, d in enumerate(dispatches)]))
+            acks = [await agent.expect(M.Ack) for _ in range(3)]
+            assert [(a.job, a.outcome) for a in acks] == [(d.job, M.AckOutcome.APPLIED) for d in dispatches]
+            assert [ctl.job(d.job).exit_code for d in dispatches] == [0, 1, 2]
+
+
 # ---- 6. malformed input -------------------------------------------------------------------------------------------
 
 JOIN = M.Join(agent="bad", slots=1, version=M.PROTOCOL_VERSION)
@@ -299,7 +338,11 @@ JOIN = M.Join(agent="bad", slots=1, version=M.PROTOCOL_VERSION)
 MALFORMED = {
     "not cbor": ([], b"\xff\xfe\x00garbage", "undecodable CBOR"),
     "text frame": ([], "hello", "expected a binary CBOR message"),
-    "not a map": ([], cbor2.dumps([1, 2, 3]), "must be a CBOR map"),
+    "not a map": ([], cbor2.dumps(7), "a frame must be a CBOR map or an array of maps"),
+    "array of non-maps": ([], cbor2.dumps([1, 2, 3]), "a message must be a map, got int"),
+    "empty array": ([JOIN], cbor2.dumps([]), "a frame holds 1 to"),
+    "one bad message in a frame": ([JOIN], cbor2.dumps([M.to_wire(M.Heartbeat(running=0, digest=0, seen_seq=1)),
+                                                        {"type": "bogus"}]), "unknown message type 'bogus'"),
     "unknown type": ([], cbor2.dumps({"type": "bogus"}), "unknown message type 'bogus'"),
     "before join": ([], M.Heartbeat(running=0, digest=0, seen_seq=0), "the first message must be join, got heartbeat"),
     "join twice": ([JOIN], JOIN, "join sent twice"),

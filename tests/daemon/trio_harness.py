@@ -261,19 +261,34 @@ class Peer:
         self.closed = trio.Event()
         self.closed_at: float | None = None
         self.close_reason: Any = None
+        self.frames_with_several = 0  # frames that carried more than one protocol message
         nursery.start_soon(self._drain)
 
     async def _drain(self) -> None:
         try:
             while True:
                 data = await self.ws.get_message()
-                self._send.send_nowait((trio.current_time(), data))
+                for one in self._split(data):
+                    self._send.send_nowait((trio.current_time(), one))
         except WSClosed as exc:
             self.close_reason = exc.reason
         finally:
             self.closed_at = trio.current_time()
             self.closed.set()
             self._send.close()
+
+    def _split(self, data: Any) -> list[Any]:
+        """A daemon's frame may carry several protocol messages (a CBOR array): one each."""
+        if self.to == "client" or not isinstance(data, bytes):
+            return [data]
+        try:
+            value = cbor2.loads(data)
+        except Exception:  # not ours to judge here: _decode reports it
+            return [data]
+        if not isinstance(value, list):
+            return [data]
+        self.frames_with_several += len(value) > 1
+        return [cbor2.dumps(item) for item in value]
 
     def _decode(self, data: Any) -> Any:
         if self.to == "client":

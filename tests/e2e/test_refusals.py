@@ -97,7 +97,8 @@ def test_malformed_messages_close_only_their_own_connection(cluster, truth_dir):
 
     bad = {
         "not CBOR": (b"\xff\xfe\x00garbage", "undecodable CBOR"),
-        "a CBOR list": (cbor2.dumps([1, 2, 3]), "must be a CBOR map"),
+        "a CBOR list of non-maps": (cbor2.dumps([1, 2, 3]), "a message must be a map, got int"),
+        "a CBOR number": (cbor2.dumps(7), "a frame must be a CBOR map or an array of maps"),
         "text": ("hello", "expected a binary CBOR message"),
         "unknown type": (cbor2.dumps({"type": "bogus", "x": 1}), "unknown message type 'bogus'"),
         "join with a bad field": (cbor2.dumps({"type": "join", "agent": "x", "slots": -1, "version": 1}), "slots"),
