@@ -139,24 +139,37 @@ class AgentDaemon:
             self._deferred.extend(durable)
             return
         await self._commit(durable)
-        sends: list[bytes] = []  # this batch's messages go out together, in as few frames as possible
+        # This batch's messages go out together, in as few frames as possible;
+        # a frame leaves as soon as it is full, so the controller decodes the
+        # first pages of a long report while later ones are still encoded.
+        sends: list[bytes] = []
+        size = 0
         conn = self._conn
         for cmd, cmd_conn in effects:
             if isinstance(cmd, E.Send):
                 if cmd_conn is not None and cmd_conn is conn:
                     sends.append(wire.encode(cmd.message))
+                    size += len(sends[-1])
+                    if size >= wire.FRAME_BYTES:
+                        await self._send_frames(conn, sends)
+                        sends, size = [], 0
             elif isinstance(cmd, E.StartProcess):
                 nursery.start_soon(self._start, cmd)
             elif isinstance(cmd, E.KillProcess):
                 await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
-        if sends and conn is not None:
-            try:
-                for frame in wire.frames(sends):
-                    await conn.ws.send_message(frame)
-            except WSClosed:
-                pass  # the connection task notices and reports Disconnected
+        await self._send_frames(conn, sends)
+
+    @staticmethod
+    async def _send_frames(conn: _Connection | None, encoded: list[bytes]) -> None:
+        if not encoded or conn is None:
+            return
+        try:
+            for frame in wire.frames(encoded):
+                await conn.ws.send_message(frame)
+        except WSClosed:
+            pass  # the connection task notices and reports Disconnected
 
     async def _commit(self, durable: list[E.Command]) -> None:
         durable, self._deferred = self._deferred + durable, []

@@ -27,7 +27,7 @@ def dumps(data: Any) -> bytes:
 
 
 MAX_FRAME_MESSAGES = 10_000  # protocol messages in one frame
-FRAME_BYTES = 1 << 20  # a writer starts a new frame once this much is in one
+FRAME_BYTES = 256 * 1024  # a writer starts a new frame once this much is in one (keeps long reports pipelined)
 
 
 def loads(data: bytes | str, *, limit: int) -> Any:
