@@ -60,6 +60,7 @@ class AgentOptions:
 class _Connection:
     ws: WebSocketConnection
     generation: int
+    batched: bool = False  # the controller reads several messages in one frame (its Welcome says version 2 on)
 
 
 class AgentDaemon:
@@ -75,6 +76,7 @@ class AgentDaemon:
         self._deferred: list[E.Command] = []  # durable writes no effect depends on yet
         self._last_tick = time.monotonic()
         self._tick_queued = False  # the ticker's Tick is waiting in the event queue
+        self._refused: _Connection | None = None  # a connection that sent something invalid
         self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
 
     # ---- the core ----------------------------------------------------------------
@@ -108,10 +110,13 @@ class AgentDaemon:
                     self._conn = conn
                 elif isinstance(event, (E.Disconnected, E.MessageFromController)) and conn is not self._conn:
                     continue  # about a connection we already left behind
+                elif isinstance(event, E.MessageFromController) and conn is self._refused:
+                    continue  # the rest of what a connection we are hanging up on sent
                 try:
                     cmds = self.model.handle(event)
                 except RemoteProtocolError as exc:
                     log.warning("controller sent something invalid: %s; reconnecting", exc)
+                    self._refused = self._conn
                     await self._hang_up()
                     continue
                 if isinstance(event, E.Disconnected):
@@ -166,7 +171,7 @@ class AgentDaemon:
         if not encoded or conn is None:
             return
         try:
-            for frame in wire.frames(encoded):
+            for frame in wire.frames(encoded) if conn.batched else encoded:
                 await conn.ws.send_message(frame)
         except WSClosed:
             pass  # the connection task notices and reports Disconnected
@@ -297,6 +302,8 @@ class AgentDaemon:
             for msg in messages:
                 if isinstance(msg, M.Error):
                     log.warning("controller says: %s", msg.reason)
+                elif isinstance(msg, M.Welcome):
+                    conn.batched = msg.version >= M.BATCHED_FRAMES_SINCE
                 await self.feed(E.MessageFromController(message=msg, now=now), conn)
 
 

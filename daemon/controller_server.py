@@ -82,6 +82,7 @@ class _Conn:
     agent: str | None = None
     rounds: dict[bytes, trio.Event] = field(default_factory=dict)
     closing: bool = False
+    batched: bool = False  # the agent reads several messages in one frame (protocol version 2 on)
 
 
 class ControllerDaemon:
@@ -334,7 +335,7 @@ class ControllerDaemon:
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 try:
-                    for frame in wire.frames(queued):
+                    for frame in wire.frames(queued) if conn.batched else queued:
                         await conn.ws.send_message(frame)
                 except WSClosed:
                     break
@@ -356,7 +357,7 @@ class ControllerDaemon:
                 return
             now = time.time()
             try:
-                events = [self._event(conn, msg, now) for msg in wire.decode_frame(data, to="controller")]
+                events = self._events(conn, wire.decode_frame(data, to="controller"), now)
             except RemoteProtocolError as exc:  # the whole frame is refused: nothing of it is used
                 log.warning("agent connection %s (%s): %s", conn.id, conn.agent, exc)
                 if not conn.closing:
@@ -364,21 +365,31 @@ class ControllerDaemon:
                     self._close(conn, str(exc))
                 return
             for event in events:
+                if isinstance(event, E.AgentJoined):  # the frame is good: the join takes effect
+                    join = event.join
+                    conn.agent = join.agent
+                    conn.batched = join.version >= M.BATCHED_FRAMES_SINCE  # older agents: one message a frame
+                    self._joined_at[join.agent] = trio.current_time()
+                    if join.log_dir:
+                        self.log_dirs[join.agent] = join.log_dir
                 await self.submit(_Work(event=event))
 
-    def _event(self, conn: _Conn, msg: M.Message, now: float) -> Any:
-        """The model event for one message of an agent's frame."""
-        if conn.agent is None:
-            if not isinstance(msg, M.Join):
-                raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
-            conn.agent = msg.agent
-            self._joined_at[msg.agent] = trio.current_time()
-            if msg.log_dir:
-                self.log_dirs[msg.agent] = msg.log_dir
-            return E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now)
-        if isinstance(msg, M.Join):
-            raise RemoteProtocolError("join sent twice on one connection")
-        return E.MessageFromAgent(conn=conn.id, message=msg, now=now, token=secrets.token_bytes(M.TOKEN_BYTES))
+    def _events(self, conn: _Conn, messages: list[M.Message], now: float) -> list[Any]:
+        """The model events of one frame's messages; ``RemoteProtocolError`` (and no change) if any is out of place."""
+        events: list[Any] = []
+        joined = conn.agent is not None
+        for msg in messages:
+            if not joined:
+                if not isinstance(msg, M.Join):
+                    raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
+                joined = True
+                events.append(E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now))
+            elif isinstance(msg, M.Join):
+                raise RemoteProtocolError("join sent twice on one connection")
+            else:
+                events.append(E.MessageFromAgent(conn=conn.id, message=msg, now=now,
+                                                 token=secrets.token_bytes(M.TOKEN_BYTES)))
+        return events
 
     async def ticker(self) -> None:
         """Time for the model: lost-agent detection when ``lost_after`` is set."""

@@ -108,6 +108,7 @@ class Agent:
         # The round our last report answered, and the outbox entries it carried
         # as FINISHED: its ResyncDone acknowledges them all (see _on_done).
         self._reported: tuple[bytes, list[tuple[str, int]]] | None = None
+        self._answered: bytes | None = None  # the last round answered on this connection
         self._next_heartbeat = 0.0
         # Starts not yet told to the controller.  They go out with the next tick,
         # so a job that ends before it costs no message at all: its completion
@@ -153,6 +154,7 @@ class Agent:
         self._move(SessionEvent.DISCONNECT)
         self._query = None
         self._reported = None  # unacknowledged entries go into the next join's round
+        self._answered = None
 
     def _on_message(self, ev: E.MessageFromController, out: list[E.Command]) -> None:
         msg = ev.message
@@ -242,6 +244,12 @@ class Agent:
     def _on_query_page(self, msg: M.ResyncQuery, now: float, out: list[E.Command]) -> None:
         if self.session is SessionState.JOINING:
             raise RemoteProtocolError("resync query before welcome")
+        if msg.token == self._answered:
+            # A late copy of a page of the round we already answered.  Answering
+            # again would send a second report (refused as stale) and, worse,
+            # make that round's ResyncDone acknowledge what only the second
+            # report carried; waiting for its other pages would stall the session.
+            return
         q = self._query
         if q is None or q.token != msg.token:
             q = self._query = _Query(token=msg.token, pages=msg.pages)  # a new round supersedes
@@ -253,6 +261,7 @@ class Agent:
             return
         queried = [pair for page in range(q.pages) for pair in q.received[page]]
         self._query = None
+        self._answered = q.token
         reported = self._answer(q.token, queried, now, out)
         self._move(SessionEvent.REPORT_SENT)
         self._resume(now, out, held=reported)

@@ -47,6 +47,7 @@ class AgentSession:
     round: ResyncRound | None = None
     last_heard: float = 0.0
     lost: bool = False
+    version: int = M.PROTOCOL_VERSION  # the protocol version of the current connection (its Join's)
 
     @property
     def connected(self) -> bool:
@@ -218,13 +219,14 @@ class Controller:
             self._apply(out, F.AgentRegistered(agent=join.agent, slots=join.slots))
         self._conns[ev.conn] = join.agent
         session.conn, session.seq, session.last_heard, session.lost = ev.conn, 0, ev.now, False
+        session.version = join.version
         placed = self.placed_on(join.agent)
         # Req 1: a round whenever we place non-terminal jobs here, whatever kind of
         # join this is; also when the agent runs jobs we do not place here.
         if placed or join.running:
             self._arm_round(out, session, ev.token, placed, ev.now, welcome=True)
         else:
-            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=join.version, token=None,
+            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=session.version, token=None,
                                                                       cluster=self.state.cluster))
         self._note_agent(out, join.agent)
 
@@ -234,7 +236,7 @@ class Controller:
         session.round = rnd
         chunks = M.pages(sorted(placed.items(), key=lambda p: (len(p[0]), p[0])), self.config.page_size)
         if welcome:
-            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=M.PROTOCOL_VERSION, token=token, cluster=self.state.cluster,
+            self._send(out, session, lambda seq: M.Welcome(seq=seq, version=session.version, token=token, cluster=self.state.cluster,
                                                            query_pages=len(chunks)))
         for i, chunk in enumerate(chunks):
             self._send(out, session, lambda seq, i=i, chunk=chunk: M.ResyncQuery(

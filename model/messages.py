@@ -22,8 +22,13 @@ from ._check import (
 from .errors import RemoteProtocolError
 from .jobs import JobSpec
 
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+# 2: a frame may carry several messages (a CBOR array; the daemon's wire), and
+# a round's resync_done acknowledges the completions its report carried.  A
+# version 1 agent is still served: its frames hold one message each, and it
+# sends reported completions again, which are acked as duplicates.
+PROTOCOL_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
+BATCHED_FRAMES_SINCE = 2  # the first version whose peers accept a CBOR array of messages in one frame
 MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
 TOKEN_BYTES = 16
 

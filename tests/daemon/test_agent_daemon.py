@@ -11,6 +11,7 @@ trio_harness.py.
 
 from __future__ import annotations
 
+import cbor2
 import trio
 
 from daemon import agent_daemon, controller_server
@@ -159,6 +160,7 @@ async def test_agent_reconnects_holds_back_and_delivers(tmp_path, autojump_clock
             assert records == [("1", 1, "finished", 3, finished_at, 1)]
             later = await ctl.arrivals_within(20)
             assert later and all(isinstance(m, M.Heartbeat) for m in later)  # no more retries
+            assert ctl.frames_with_several == 0  # this controller said version 1: one message a frame
             nursery.cancel_scope.cancel()
 
 
@@ -256,3 +258,29 @@ async def test_a_busy_core_is_handed_one_tick_at_a_time(tmp_path, autojump_clock
         await trio.sleep(30)  # nothing due now: a Tick a second (record expiry), no more
         assert 29 <= model.ticks - before <= 31
         nursery.cancel_scope.cancel()
+
+
+# ---- a frame with an invalid message: the rest of it is not acted on ------------------------------------------
+
+
+async def test_the_rest_of_a_refused_frame_is_not_acted_on(tmp_path, autojump_clock, monkeypatch):
+    """A controller frame whose first message is out of place (a query before Welcome)
+    makes the agent hang up; a Dispatch later in the same frame must not start a job."""
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            install(monkeypatch, net)
+            net.up = True
+            agent, _, _ = await start_agent(nursery, options(tmp_path / "agent"))
+            runner: ManualRunner = agent.runner
+            ctl = await net.accepted.receive()
+            await ctl.receive()  # the Join
+            token = b"T" * M.TOKEN_BYTES
+            query = M.ResyncQuery(seq=1, token=token, page=0, pages=1, jobs=())
+            dispatch = M.Dispatch(seq=2, job="1", attempt=1, spec=SPEC)
+            await ctl.send_raw(cbor2.dumps([M.to_wire(query), M.to_wire(dispatch)]))
+            await ctl.wait_closed()
+            await until(lambda: agent.model.session.value in ("disconnected", "joining"))
+            await trio.sleep(5)
+            assert runner.running == {} and ("1", 1) not in agent.model.records
+            nursery.cancel_scope.cancel()

@@ -35,7 +35,7 @@ async def test_effects_wait_for_the_commit(tmp_path, autojump_clock):
     with trio.fail_after(GUARD):
         async with controller(tmp_path, heartbeat_timeout=100) as ctl:
             agent, _ = await ctl.join("n1")
-            assert (await agent.receive()) == M.Welcome(seq=1, version=1, token=None)
+            assert (await agent.receive()) == M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None)
             client, _ = await ctl.connect("/client")
 
             # A submit is decided (job dispatched in the model) but its commit is held.
@@ -96,7 +96,7 @@ async def test_a_failed_commit_releases_nothing(tmp_path, autojump_clock):
                 finally:
                     seen_by_agent.extend(agent.pending())
                     seen_by_client.extend(seen_by_client_early + client.pending())
-    assert seen_by_agent == [M.Welcome(seq=1, version=1, token=None)]
+    assert seen_by_agent == [M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None)]
     assert seen_by_client == []
 
 
@@ -331,6 +331,23 @@ async def test_messages_queued_together_go_out_in_one_frame_and_are_all_read(tmp
             assert [ctl.job(d.job).exit_code for d in dispatches] == [0, 1, 2]
 
 
+async def test_a_version_1_agent_gets_one_message_a_frame(tmp_path, autojump_clock):
+    """Agents of protocol version 1 read one map per frame: the controller does not batch for them."""
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=100) as ctl:
+            old, _ = await ctl.connect()
+            await old.send(M.Join(agent="old", slots=3, version=1))
+            assert (await old.receive()) == M.Welcome(seq=1, version=1, token=None)
+            client, _ = await ctl.connect("/client")
+            await client.send({"op": "submit_many", "specs": [SPEC.to_dict()] * 3})
+            assert (await client.receive())["ok"]
+            dispatches = [await old.expect(M.Dispatch) for _ in range(3)]
+            for d in dispatches:
+                await old.send(finished(d.job))
+            assert [(await old.expect(M.Ack)).outcome for _ in range(3)] == [M.AckOutcome.APPLIED] * 3
+            assert old.frames_with_several == 0
+
+
 # ---- 6. malformed input -------------------------------------------------------------------------------------------
 
 JOIN = M.Join(agent="bad", slots=1, version=M.PROTOCOL_VERSION)
@@ -361,7 +378,7 @@ async def test_malformed_input_closes_only_that_connection(tmp_path, autojump_cl
     with trio.fail_after(GUARD):
         async with controller(tmp_path, heartbeat_timeout=100) as ctl:
             good, _ = await ctl.join("good")
-            assert (await good.receive()) == M.Welcome(seq=1, version=1, token=None)
+            assert (await good.receive()) == M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None)
 
             bad, bad_done = await ctl.connect()
             for msg in before:

@@ -215,6 +215,29 @@ def test_bite_requeue_bumps_attempt_before_release(monkeypatch):
     assert_bites("INV-DIGEST-CURRENT")
 
 
+def test_bite_completion_counted_as_acknowledged_once_sent(monkeypatch):
+    """Seed 000 in another guise: a completion taken as delivered once it is sent
+    (outbox entry dropped, record marked acked) instead of once the controller acks it."""
+    send_report = Agent._send_report
+
+    def fire_and_forget(self, entry, now, jitter, out):
+        send_report(self, entry, now, jitter, out)
+        key = (entry.report.job, entry.report.attempt)
+        self.__dict__.setdefault("_sent_once", set()).add(key)  # acknowledged after this step
+
+    handle = Agent.handle
+
+    def handle_then_forget(self, event):
+        out = handle(self, event)
+        for key in self.__dict__.pop("_sent_once", ()):
+            self._acknowledge(key, out)
+        return out
+
+    monkeypatch.setattr(Agent, "_send_report", fire_and_forget)
+    monkeypatch.setattr(Agent, "handle", handle_then_forget)
+    assert_bites("INV-ACK-MEANS-RECORDED")
+
+
 def test_bite_extra_job_guard_regresses_terminal(monkeypatch):
     """Seed 002 (bug-1748): the unqueried-extra guard re-assigned an already finished job to RUNNING."""
     for terminal in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED):

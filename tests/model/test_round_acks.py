@@ -98,3 +98,37 @@ def test_a_disconnect_before_resync_done_reports_them_again_in_the_next_round():
     assert set(h.agent("a1").outbox) == {(j, 1) for j in ids}
     h.join("a1")
     assert [h.job(j).exit_code for j in ids] == [0, 1, 2] and h.agent("a1").outbox == {}
+
+
+def test_a_late_copy_of_an_answered_query_page_changes_nothing():
+    """Found in review: a duplicated query page made the agent answer the same round
+    again; the second report carried a completion the first did not (its own Finished
+    lost in flight), and the first report's ResyncDone then acknowledged it: the
+    outbox entry deleted, the outcome never applied, and after the record expired
+    the job was requeued as unrecognized.  A page of an answered round is ignored."""
+    h = Harness()
+    h.join("a1")
+    x, y = h.run_jobs(2)
+    h.start("a1", x)
+    h.start("a1", y)
+    h.disconnect("a1")
+    h.connect("a1")
+    h.deliver_to_controller("a1")  # Join: Welcome and one query page
+    world = h.agents["a1"]
+    (page,) = [m for m in world.inbox if isinstance(m, M.ResyncQuery)]
+    world.inbox.append(page)  # the page is duplicated in flight
+    h.deliver_to_agent("a1", 2)  # Welcome and the page: the report (x, y running)
+    reports = len(_sent(h, M.ResyncReport))
+    h.now = 10.0
+    h.exit("a1", y, exit_code=7, finished_at=10.0)
+    world.outbox_wire[:] = [m for m in world.outbox_wire if not isinstance(m, M.Finished)]  # lost in flight
+    h.deliver_to_agent("a1", 1)  # the late copy
+
+    assert len(_sent(h, M.ResyncReport)) == reports  # not answered twice
+    assert h.agent("a1").session.value == "operating"  # and not waiting for pages that never come
+    h.pump()
+    assert (y, 1) in h.agent("a1").outbox  # the round's ResyncDone did not acknowledge y
+    h.now = 45.0
+    h.tick("a1")  # the outbox retries y
+    h.pump()
+    assert h.job(y).state is JobState.FAILED and h.job(y).exit_code == 7 and h.agent("a1").outbox == {}

@@ -925,6 +925,22 @@ class ReckonMachine(RuleBasedStateMachine):
                     f"INV-DIGEST-CURRENT: the controller keeps {info.digest} for {name}'s placement {sorted(placed)}")
 
     @invariant()
+    def inv_ack_means_recorded(self):
+        """INV-ACK-MEANS-RECORDED: an outcome an agent holds as acknowledged is recorded by the controller."""
+        for name in self.names:
+            agent = self.sides[name].agent
+            if agent is None:
+                continue
+            for (job_id, attempt), record in agent.records.items():
+                if record.status is not LocalStatus.FINISHED or not record.acked:
+                    continue
+                job = self.controller.state.jobs.get(job_id)
+                assert job is None or not (job.state is JobState.RUNNING and job.attempt == attempt
+                                           and job.agent == name), (
+                    f"INV-ACK-MEANS-RECORDED: {name} holds {job_id}/{attempt} as acknowledged, "
+                    f"but the controller still runs that attempt there")
+
+    @invariant()
     def inv_capacity(self):
         """INV-CAPACITY: a dispatch never makes an agent use more than its slots.
 
