@@ -60,7 +60,7 @@ class AgentOptions:
 class _Connection:
     ws: WebSocketConnection
     generation: int
-    batched: bool = False  # the controller reads several messages in one frame (its Welcome says version 2 on)
+    version: int = 1  # the protocol version the controller's Welcome named (frames follow it)
 
 
 class AgentDaemon:
@@ -171,7 +171,7 @@ class AgentDaemon:
         if not encoded or conn is None:
             return
         try:
-            for frame in wire.frames(encoded) if conn.batched else encoded:
+            for frame in wire.frames(encoded, version=conn.version):
                 await conn.ws.send_message(frame)
         except WSClosed:
             pass  # the connection task notices and reports Disconnected
@@ -303,7 +303,7 @@ class AgentDaemon:
                 if isinstance(msg, M.Error):
                     log.warning("controller says: %s", msg.reason)
                 elif isinstance(msg, M.Welcome):
-                    conn.batched = msg.version >= M.BATCHED_FRAMES_SINCE
+                    conn.version = msg.version
                 await self.feed(E.MessageFromController(message=msg, now=now), conn)
 
 

@@ -13,6 +13,8 @@ restarted agent sees them in the order its model had them.
 from __future__ import annotations
 
 import sqlite3
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -137,14 +139,8 @@ def _op(command: Any) -> tuple[RowStatement, tuple]:
 def _apply(conn: sqlite3.Connection, ops: list[tuple[RowStatement, tuple]]) -> None:
     """In order; a run of the same kind of write is one statement (a later row wins, as it would)."""
     with transaction(conn):
-        i = 0
-        while i < len(ops):
-            statement = ops[i][0]
-            j = i + 1
-            while j < len(ops) and ops[j][0] is statement:
-                j += 1
-            statement.run(conn, [params for _, params in ops[i:j]])
-            i = j
+        for statement, run in groupby(ops, key=itemgetter(0)):
+            statement.run(conn, [params for _, params in run])
 
 
 def _load_cluster(conn: sqlite3.Connection) -> str | None:

@@ -82,7 +82,7 @@ class _Conn:
     agent: str | None = None
     rounds: dict[bytes, trio.Event] = field(default_factory=dict)
     closing: bool = False
-    batched: bool = False  # the agent reads several messages in one frame (protocol version 2 on)
+    version: int = 1  # the protocol version the agent's Join named (frames follow it)
 
 
 class ControllerDaemon:
@@ -335,7 +335,7 @@ class ControllerDaemon:
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 try:
-                    for frame in wire.frames(queued) if conn.batched else queued:
+                    for frame in wire.frames(queued, version=conn.version):
                         await conn.ws.send_message(frame)
                 except WSClosed:
                     break
@@ -368,7 +368,7 @@ class ControllerDaemon:
                 if isinstance(event, E.AgentJoined):  # the frame is good: the join takes effect
                     join = event.join
                     conn.agent = join.agent
-                    conn.batched = join.version >= M.BATCHED_FRAMES_SINCE  # older agents: one message a frame
+                    conn.version = join.version
                     self._joined_at[join.agent] = trio.current_time()
                     if join.log_dir:
                         self.log_dirs[join.agent] = join.log_dir

@@ -71,13 +71,16 @@ def decode_frame(data: bytes | str, *, to: str) -> list[M.Message]:
     return [M.from_wire(item, to=to) for item in value]
 
 
-def frames(encoded: list[bytes]) -> list[bytes]:
-    """Already-encoded messages joined into as few frames as the limits allow, in order.
+def frames(encoded: list[bytes], *, version: int) -> list[bytes]:
+    """Already-encoded messages in frames for a peer of protocol ``version``, in order.
 
-    A lone message stays a plain map; several become a CBOR array, whose
-    encoding is a header followed by the items' own encodings, so nothing is
-    encoded twice.
+    A peer older than ``M.BATCHED_FRAMES_SINCE`` gets one message a frame.
+    Otherwise they are joined into as few frames as the limits allow: a lone
+    message stays a plain map; several become a CBOR array, whose encoding is
+    a header followed by the items' own encodings, so nothing is encoded twice.
     """
+    if version < M.BATCHED_FRAMES_SINCE:
+        return encoded
     out: list[bytes] = []
     i = 0
     while i < len(encoded):

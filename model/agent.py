@@ -100,15 +100,15 @@ class Agent:
             (r.job, r.attempt): OutboxEntry(report=r, delay=config.retry_initial) for r in outbox or ()
         }
         # No retry is due before this (while operating).  Kept by _flush and
-        # _on_exited, so next_wakeup() need not scan the outbox after every
+        # _send_report, so next_wakeup() need not scan the outbox after every
         # batch; an ack may leave it early, which costs one idle tick.
         self._earliest_retry = 0.0
         self.seen_seq = 0
         self._query: _Query | None = None
-        # The round our last report answered, and the outbox entries it carried
-        # as FINISHED: its ResyncDone acknowledges them all (see _on_done).
-        self._reported: tuple[bytes, list[tuple[str, int]]] | None = None
         self._answered: bytes | None = None  # the last round answered on this connection
+        # The outbox entries that round's report carried as FINISHED: its
+        # ResyncDone acknowledges them all (see _on_done).
+        self._reported: list[tuple[str, int]] = []
         self._next_heartbeat = 0.0
         # Starts not yet told to the controller.  They go out with the next tick,
         # so a job that ends before it costs no message at all: its completion
@@ -153,8 +153,8 @@ class Agent:
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)
         self._query = None
-        self._reported = None  # unacknowledged entries go into the next join's round
         self._answered = None
+        self._reported = []  # unacknowledged entries go into the next join's round
 
     def _on_message(self, ev: E.MessageFromController, out: list[E.Command]) -> None:
         msg = ev.message
@@ -232,10 +232,9 @@ class Agent:
 
     def _on_done(self, msg: M.ResyncDone, out: list[E.Command]) -> None:
         """The round is applied and durable: its FINISHED entries are acknowledged."""
-        if self._reported is None or self._reported[0] != msg.token:
+        if msg.token != self._answered:
             return  # a round we did not answer on this connection: it acknowledges nothing
-        _, keys = self._reported
-        self._reported = None
+        keys, self._reported = self._reported, []
         for key in keys:
             self._acknowledge(key, out)
 
@@ -290,10 +289,9 @@ class Agent:
         for key in [k for k, r in self.records.items() if r.status is LocalStatus.INDETERMINATE]:
             del self.records[key]
             out.append(E.DeleteRecord(job=key[0], attempt=key[1]))
-        reported = [(e.job, e.attempt) for e in entries
-                    if e.status is M.EntryStatus.FINISHED and (e.job, e.attempt) in self.outbox]
-        self._reported = (token, reported)
-        return reported
+        self._reported = [(e.job, e.attempt) for e in entries
+                          if e.status is M.EntryStatus.FINISHED and (e.job, e.attempt) in self.outbox]
+        return self._reported
 
     @staticmethod
     def _entry(record: LocalJob) -> M.ReportEntry:
@@ -336,9 +334,7 @@ class Agent:
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)
         out.append(E.OutboxPut(report=report))  # durable before it is ever sent
         if self.session is SessionState.OPERATING:  # else held back until the session resumes
-            entry = self.outbox[record.key]
-            self._send_report(entry, ev.now, 0.0, out)
-            self._earliest_retry = min(self._earliest_retry, entry.next_at)
+            self._send_report(self.outbox[record.key], ev.now, 0.0, out)
 
     def _on_lost(self, ev: E.ProcessLost, out: list[E.Command]) -> None:
         record = self.records.get((ev.job, ev.attempt))
@@ -374,6 +370,7 @@ class Agent:
         self._send(out, entry.report)
         entry.next_at = now + entry.delay * (1.0 + 0.25 * jitter)
         entry.delay = min(entry.delay * 2, self.config.retry_max)
+        self._earliest_retry = min(self._earliest_retry, entry.next_at)
 
     def _on_tick(self, ev: E.Tick, out: list[E.Command]) -> None:
         self._flush(ev.now, ev.jitter, out)

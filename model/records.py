@@ -58,6 +58,11 @@ class LocalJob:
             return False
         return self.status is not LocalStatus.FINISHED or not self.acked
 
+    @property
+    def expirable(self) -> bool:
+        """Finished and acknowledged: let go of once it is older than the recent window."""
+        return self.status is LocalStatus.FINISHED and self.acked
+
     def report(self) -> M.Finished:
         assert self.status is LocalStatus.FINISHED and self.finished_at is not None
         return M.Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
@@ -117,7 +122,7 @@ class LocalRecords(MutableMapping[Key, LocalJob]):
         self._records[key] = record
         if record.held:
             self._toggle(key, +1)
-        if record.status is LocalStatus.FINISHED and record.acked:
+        if record.expirable:
             heapq.heappush(self._expiry, (record.finished_at or 0.0, key))
 
     def __delitem__(self, key: Key) -> None:
@@ -135,7 +140,6 @@ class LocalRecords(MutableMapping[Key, LocalJob]):
         while self._expiry and self._expiry[0][0] < horizon:
             _, key = heapq.heappop(self._expiry)
             record = self._records.get(key)
-            if (record is not None and record.status is LocalStatus.FINISHED and record.acked
-                    and (record.finished_at or 0.0) < horizon):
+            if record is not None and record.expirable and (record.finished_at or 0.0) < horizon:
                 due[key] = None
         return list(due)
