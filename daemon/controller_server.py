@@ -94,7 +94,7 @@ class ControllerDaemon:
         self._work_send, self._work_recv = trio.open_memory_channel[_Work](1_000_000)
         self._conns: dict[int, _Conn] = {}
         self._conn_ids = itertools.count(1)
-        self.log_dirs: dict[str, str] = {}
+        self.log_dirs: dict[str, tuple[str, str]] = {}  # agent -> (log_dir, log_layout) from its Join
         self._round_started: dict[bytes, tuple[float, int]] = {}  # token -> (trio time, jobs queried)
         self._joined_at: dict[str, float] = {}  # agent -> trio time its latest Join arrived
         self.started_at = time.time()
@@ -371,7 +371,7 @@ class ControllerDaemon:
                     conn.version = join.version
                     self._joined_at[join.agent] = trio.current_time()
                     if join.log_dir:
-                        self.log_dirs[join.agent] = join.log_dir
+                        self.log_dirs[join.agent] = (join.log_dir, join.log_layout)
                 await self.submit(_Work(event=event))
 
     def _events(self, conn: _Conn, messages: list[M.Message], now: float) -> list[Any]:
@@ -456,10 +456,9 @@ class ControllerDaemon:
     def job_object(self, job_id: str) -> dict:
         job = self.model.state.job(job_id)
         obj = job.to_dict()
-        log_dir = self.log_dirs.get(job.agent or job.ran_on or "")
-        if log_dir is not None:
-            base = Path(log_dir) / f"{job.id}.{job.attempt}"
-            obj["stdout"], obj["stderr"] = str(base / "stdout"), str(base / "stderr")
+        logs = self.log_dirs.get(job.agent or job.ran_on or "")
+        if logs is not None:
+            obj["stdout"], obj["stderr"] = M.output_paths(*logs, job.id, job.attempt)
         else:
             obj["stdout"] = obj["stderr"] = None
         return obj

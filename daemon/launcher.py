@@ -12,19 +12,35 @@ child turns into the job's **supervisor**:
   launcher (a SIGKILL of the agent, Ctrl-C in the agent's terminal, ...);
 * closes every descriptor it inherited, points 0/1/2 at /dev/null;
 * starts the command (``subprocess.Popen``: vfork + exec) in its own process
-  group with stdin /dev/null, stdout and stderr redirected to files in the
-  job's directory, cwd = the job's cwd, env = the launcher's environment (the
+  group with stdin /dev/null, stdout and stderr appended to the attempt's
+  ``.stdout`` and ``.stderr`` files, cwd = the job's cwd, env = the launcher's environment (the
   agent's) plus the job's pairs, no other descriptor, default signal
   dispositions and an empty signal mask;
-* writes ``pid`` (tmp + rename): its own pid and /proc start time, the job's
-  pid and start time, the boot id, so a reused pid is never mistaken for it;
+* appends the ``pid`` record to the attempt's ``.run`` file: its own pid and
+  /proc start time, the job's pid and start time, the boot id, so a reused
+  pid is never mistaken for it;
 * forwards SIGTERM / SIGINT / SIGHUP to the job's process group (and turns
   SIGUSR1 into a SIGKILL of it);
 * waits for the job's main process (``waitid(WNOWAIT)``), takes
   ``finished_at = time.time()`` at once, SIGKILLs whatever is left in the
-  job's process group (the job is over), reaps the main process and writes
-  ``status`` durably (tmp + fsync + rename + fsync of the directory and of its
-  parent), then ``os._exit``\\ s.
+  job's process group (the job is over), reaps the main process, appends the
+  ``status`` record to ``.run`` durably (fsync of the file and of ``jobs/``),
+  then ``os._exit``\\ s.
+
+Files of one attempt, all in the agent's ``jobs/`` directory and named
+``<job>.<attempt>.<suffix>`` (flat, no directory per attempt: on ext4 a
+directory and every extra file per job cost more than launching the job, see
+docs/performance.md):
+
+``.stdout``, ``.stderr``
+    the job's output.  ``.stdout`` is created by the agent (O_EXCL) before the
+    launch request: it is the claim that this attempt was launched, so an
+    attempt never runs twice.
+``.run``
+    JSON lines, appended: first the ``pid`` record (not fsynced: it only
+    matters while processes live), then the ``status`` record (exit_code or
+    signal, started_at, finished_at; fsynced).  A reader takes only complete
+    lines, so a half-written record reads as not written.
 
 A command that cannot be executed (not found, not executable, bad cwd)
 finishes like in a shell: exit code 127 when something does not exist
@@ -34,7 +50,7 @@ Wire (both directions: one JSON object per line, UTF-8):
 
 agent -> launcher::
 
-    {"k": [job, attempt], "dir": "/abs/job/dir", "cmd": [...],
+    {"k": [job, attempt], "base": "/abs/jobs/<job>.<attempt>", "cmd": [...],
      "cwd": str | null, "env": [[key, value], ...]}
 
 launcher -> agent::
@@ -99,25 +115,53 @@ def proc_start_time(pid: int) -> int | None:
         return None
 
 
-def write_atomic(path: str, data: bytes, *, durable: bool) -> None:
-    """Write ``data`` to ``path`` via a temporary file and a rename.
+#: Suffixes of an attempt's files (see the module docstring).
+STDOUT, STDERR, RUN = ".stdout", ".stderr", ".run"
 
-    With ``durable`` the file is fsynced before the rename and the directory
-    after it, so the new content survives a power loss once this returns.
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def append_record(path: str, record: dict, *, durable: bool) -> None:
+    """Append one JSON line to an attempt's ``.run`` file (created if missing).
+
+    With ``durable`` the file and its directory are fsynced, so the record
+    survives a power loss once this returns.
     """
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, json.dumps(record).encode() + b"\n")
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
-    os.rename(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path))
+
+
+def read_records(path: str | os.PathLike) -> tuple[dict | None, dict | None] | None:
+    """The ``pid`` and ``status`` records of a ``.run`` file; None if there is no such file.
+
+    Only complete lines count: a record whose write was cut short (a crash,
+    a full disk) reads as not written.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    found: dict[str, dict] = {}
+    for line in data.split(b"\n")[:-1]:  # the part after the last newline is not a whole record
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("kind") in ("pid", "status"):
+            found.setdefault(record["kind"], record)
+    return found.get("pid"), found.get("status")
 
 
 def fsync_dir(path: str) -> None:
@@ -164,12 +208,10 @@ class _CannotRun(Exception):
         self.message = message
 
 
-def _status_bytes(key: list, exit_code: int | None, sig: int | None, started_at: float, finished_at: float,
-                  job_pid: int | None) -> bytes:
-    return json.dumps({
-        "v": 1, "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
-        "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid,
-    }).encode()
+def _status_record(key: list, exit_code: int | None, sig: int | None, started_at: float, finished_at: float,
+                   job_pid: int | None) -> dict:
+    return {"v": 1, "kind": "status", "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
+            "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid}
 
 
 def supervise(req: dict, started_at: float, boot: str) -> int:
@@ -206,10 +248,11 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD_SIGNALS)
 
     key = req["k"]
-    jdir = req["dir"]
+    base = req["base"]
+    run_file = base + RUN
     argv = req["cmd"]
-    out_fd = os.open(os.path.join(jdir, "stdout"), _OUT_FLAGS, 0o644)
-    err_fd = os.open(os.path.join(jdir, "stderr"), _OUT_FLAGS, 0o644)
+    out_fd = os.open(base + STDOUT, _OUT_FLAGS, 0o644)
+    err_fd = os.open(base + STDERR, _OUT_FLAGS, 0o644)
 
     env = _BASE_ENV
     if req.get("env"):
@@ -243,9 +286,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
             os.write(err_fd, f"reckon: {e.message} (exit {code})\n".encode("utf-8", "backslashreplace"))
         except OSError:
             pass
-        write_atomic(os.path.join(jdir, "status"),
-                     _status_bytes(key, code, None, started_at, time.time(), None), durable=True)
-        fsync_dir(os.path.dirname(jdir))
+        append_record(run_file, _status_record(key, code, None, started_at, time.time(), None), durable=True)
         return 0
     state["pid"] = job_pid
     if state["pending"]:
@@ -257,13 +298,13 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     os.close(err_fd)
 
     # Not fsynced: it only matters while processes live, and a power loss
-    # ends them all (a missing pid file then rightly means "lost").  A
+    # ends them all (a missing pid record then rightly means "lost").  A
     # failure to write it must not end the supervision of a running job.
     try:
-        write_atomic(os.path.join(jdir, "pid"), json.dumps({
-            "v": 1, "supervisor": os.getpid(), "supervisor_start": proc_start_time(os.getpid()),
+        append_record(run_file, {
+            "v": 1, "kind": "pid", "supervisor": os.getpid(), "supervisor_start": proc_start_time(os.getpid()),
             "job_pid": job_pid, "job_start": proc_start_time(job_pid), "boot_id": boot, "started_at": started_at,
-        }).encode(), durable=False)
+        }, durable=False)
     except OSError:
         pass
 
@@ -283,9 +324,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     os.waitpid(job_pid, 0)
     job.returncode = exit_code if sig is None else -sig  # reaped here: subprocess must not try again
     state["pid"] = 0
-    write_atomic(os.path.join(jdir, "status"),
-                 _status_bytes(key, exit_code, sig, started_at, finished_at, job_pid), durable=True)
-    fsync_dir(os.path.dirname(jdir))
+    append_record(run_file, _status_record(key, exit_code, sig, started_at, finished_at, job_pid), durable=True)
     return 0
 
 
@@ -300,8 +339,10 @@ def _run_supervisor(req: dict, started_at: float, boot: str) -> None:
         try:
             import traceback
 
-            fd = os.open(os.path.join(req["dir"], "supervisor-error"), _OUT_FLAGS, 0o644)
-            os.write(fd, traceback.format_exc().encode("utf-8", "backslashreplace"))
+            # In the job's stderr, where `reckon show` points: the operator
+            # sees why the outcome is unknown (the agent reports it lost).
+            fd = os.open(req["base"] + STDERR, _OUT_FLAGS, 0o644)
+            os.write(fd, b"reckon: the supervisor failed:\n" + traceback.format_exc().encode("utf-8", "backslashreplace"))
             os.close(fd)
         except BaseException:  # noqa: BLE001
             pass
@@ -310,12 +351,6 @@ def _run_supervisor(req: dict, started_at: float, boot: str) -> None:
 
 
 # ---- the launcher loop -----------------------------------------------------------
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def main() -> None:

@@ -3,29 +3,34 @@
 ``JobRunner`` starts one launcher (``daemon/launcher.py``, a fork server) and
 talks to it over its stdin/stdout pipes.  Each job runs under its own
 supervisor process (forked by the launcher, its own session) which records the
-job's end durably in ``state_dir/jobs/<job>.<attempt>/status``; the agent only
+job's end durably in ``state_dir/jobs/<job>.<attempt>.run``; the agent only
 ever *reads* outcomes, so an outcome exists on disk whether or not the agent is
 alive when the job ends.
 
-Files of one attempt, ``state_dir/jobs/<job>.<attempt>/``:
+Files of one attempt, in ``state_dir/jobs/`` (``daemon/launcher.py`` has the
+details):
 
-``stdout``, ``stderr``
-    the job's output (kept until the agent deletes the directory).
-``pid``
-    JSON: supervisor pid and /proc start time, job pid (= its process group)
-    and start time, boot id, started_at.  Written with tmp + rename.
-``status``
-    JSON: exit_code or signal, started_at, finished_at.  tmp + fsync + rename
-    + fsync of the directory and of ``jobs/``.
+``<job>.<attempt>.stdout``, ``<job>.<attempt>.stderr``
+    the job's output (kept when the attempt is forgotten).  The agent creates
+    ``.stdout`` before the launch: the claim that the attempt was launched.
+``<job>.<attempt>.run``
+    JSON lines: the ``pid`` record (supervisor pid and /proc start time, job
+    pid (= its process group) and start time, boot id, started_at), then the
+    ``status`` record (exit_code or signal, started_at, finished_at), appended
+    and fsynced with ``jobs/``.
+
+Agents before the flat layout kept the same records as ``pid`` and ``status``
+files in a directory ``<job>.<attempt>/``; attempts left that way by an
+upgrade are still read, signalled and forgotten.
 
 How an exit reaches ``exits``:
 
 * jobs started by this runner: the launcher reaps the supervisor and says so;
-  the runner reads ``status``;
+  the runner reads the ``status`` record;
 * jobs taken over by ``adopt()`` (not our children): the runner waits on a
   pidfd of the supervisor (or polls, where pidfd_open is unavailable) and then
-  reads ``status``;
-* a supervisor that ended without a ``status`` (SIGKILLed, disk failure) gives
+  reads the ``status`` record;
+* a supervisor that ended without a ``status`` record (SIGKILLed, disk failure) gives
   a ``JobLost`` item instead: nobody can know the outcome, and none is made up.
   If the job's process group is still there it is SIGKILLed first, so a job
   reported lost does not go on running unsupervised.
@@ -73,7 +78,7 @@ Key = tuple[str, int]
 
 MAX_JOB_ID_LEN = 200
 ADOPT_POLL_INTERVAL = 0.25  # seconds, only where pidfd_open is unavailable
-PID_FILE_WAIT = 2.0  # seconds a supervisor may take to write its pid file (launcher death mid-launch only)
+PID_FILE_WAIT = 2.0  # seconds a supervisor may take to write its pid record (launcher death mid-launch only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +114,11 @@ class LaunchError(RunnerError):
 
 
 class AlreadyLaunched(LaunchError):
-    """This (job, attempt) was launched before (its directory exists): it is not run twice."""
+    """This (job, attempt) was launched before (its files exist): it is not run twice."""
 
 
 def check_key(job: str, attempt: int) -> None:
-    """Job ids become directory names: refuse anything that is not a plain name."""
+    """Job ids become file names: refuse anything that is not a plain name."""
     if not isinstance(job, str) or not job:
         raise ValueError("job id must be a non-empty string")
     if (len(job) > MAX_JOB_ID_LEN or "/" in job or "\0" in job or ".." in job or job.startswith(".")
@@ -126,7 +131,7 @@ def check_key(job: str, attempt: int) -> None:
 def _read_json(path: Path) -> dict | None:
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     try:
         obj = json.loads(data)
@@ -170,7 +175,7 @@ def _pidinfo_current(info: dict | None) -> bool:
 @dataclass(slots=True)
 class _Running:
     supervisor: int | None  # from the launcher's answer (ours); None when adopted
-    adopted: bool  # watched through its pid file, not through the launcher
+    adopted: bool  # watched through its pid record, not through the launcher
     escalation: trio.CancelScope | None = None  # the pending SIGKILL of a kill in progress
     escalate_at: float = math.inf  # its trio time
 
@@ -331,10 +336,7 @@ class JobRunner:
                 return
             waiter.error = msg["err"]
             waiter.event.set()
-            try:
-                os.rmdir(self._dir(*key))  # nothing ran: the attempt may be tried again
-            except OSError:
-                pass
+            self._unclaim(key)
 
     async def _launcher_died(self) -> None:
         """Carry on after an unexpected launcher exit: watch our supervisors ourselves."""
@@ -351,11 +353,11 @@ class JobRunner:
 
     async def _settle_inflight(self, key: Key, waiter: _Waiter) -> None:
         """A launch the dead launcher never answered: did its supervisor start?"""
-        d = self._dir(*key)
         found = None
         with trio.move_on_after(PID_FILE_WAIT):
             while found is None:
-                found = _read_json(d / "pid") or _read_json(d / "status")
+                pid, status = self._records(key)
+                found = pid or status
                 if found is None:
                     await trio.sleep(0.05)
         started_at = found.get("started_at") if found is not None else None
@@ -366,21 +368,17 @@ class JobRunner:
             waiter.started_at = float(started_at)
         else:
             waiter.error = "the launcher died before it launched the job"
-            try:
-                os.rmdir(d)
-            except OSError:
-                pass
+            self._unclaim(key)
         waiter.event.set()
 
     # ---- reading outcomes ----------------------------------------------------------
 
     def _collect(self, key: Key, why_lost: str) -> None:
         """The supervisor of ``key`` is gone: deliver its status, or JobLost."""
-        d = self._dir(*key)
-        status = _read_json(d / "status")
+        pid, status = self._records(key)
         outcome: Outcome | None = _status_from(key, status) if status is not None else None
         if outcome is None:
-            self._kill_orphan(_read_json(d / "pid"))
+            self._kill_orphan(pid)
             outcome = JobLost(job=key[0], attempt=key[1], reason=why_lost)
         self._send_exit.send_nowait(outcome)
 
@@ -394,16 +392,15 @@ class JobRunner:
 
     async def _watch(self, key: Key) -> None:
         """Wait for the end of a supervisor that is not the launcher's child."""
-        d = self._dir(*key)
         try:
-            info = _read_json(d / "pid")
+            info, status = self._records(key)
             if info is None:
                 # Only after a launcher death mid-launch: a supervisor may be
-                # about to write its pid file.  Give it a moment.
+                # about to write its pid record.  Give it a moment.
                 with trio.move_on_after(PID_FILE_WAIT):
-                    while info is None and not (d / "status").exists():
+                    while info is None and status is None:
                         await trio.sleep(0.05)
-                        info = _read_json(d / "pid")
+                        info, status = self._records(key)
             if _pidinfo_current(info):
                 await self._wait_process_end(info.get("supervisor"), info.get("supervisor_start"))
         finally:
@@ -440,13 +437,38 @@ class JobRunner:
 
     # ---- the API ---------------------------------------------------------------------
 
-    def _dir(self, job: str, attempt: int) -> Path:
-        return self.jobs_dir / f"{job}.{attempt}"
+    def _base(self, job: str, attempt: int) -> str:
+        """The common prefix of the attempt's files."""
+        return f"{self.jobs_dir}/{job}.{attempt}"
+
+    def _legacy_dir(self, key: Key) -> Path:
+        """Where an agent before the flat layout kept the attempt's files."""
+        return self.jobs_dir / f"{key[0]}.{key[1]}"
+
+    def _records(self, key: Key) -> tuple[dict | None, dict | None]:
+        """The attempt's pid and status records, from either layout ((None, None): neither yet)."""
+        found = _launcher.read_records(self._base(*key) + _launcher.RUN)
+        if found is not None:
+            return found
+        legacy = self._legacy_dir(key)
+        return _read_json(legacy / "pid"), _read_json(legacy / "status")
+
+    def _unclaim(self, key: Key) -> None:
+        """A launch that ran nothing: drop its claim, so the attempt may be tried again."""
+        base = self._base(*key)
+        try:
+            if os.stat(base + _launcher.STDOUT).st_size == 0 and not os.path.exists(base + _launcher.RUN):
+                os.unlink(base + _launcher.STDOUT)
+        except OSError:
+            pass
 
     def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
         check_key(job, attempt)
-        d = self._dir(job, attempt)
-        return d / "stdout", d / "stderr"
+        legacy = self._legacy_dir((job, attempt))
+        if legacy.is_dir():
+            return legacy / "stdout", legacy / "stderr"
+        base = self._base(job, attempt)
+        return Path(base + _launcher.STDOUT), Path(base + _launcher.STDERR)
 
     @property
     def exits(self) -> trio.MemoryReceiveChannel[Outcome]:
@@ -456,8 +478,8 @@ class JobRunner:
         """Launch ``spec`` as (job, attempt); return started_at (wall clock).
 
         Raises ``LaunchError`` if nothing was started now: ``AlreadyLaunched``
-        when this attempt was launched before (its directory exists; an
-        attempt never runs twice), or the fork failed, or the launcher died
+        when this attempt was launched before (its files exist; an attempt
+        never runs twice), or the fork failed, or the launcher died
         first.  ``RunnerError`` if it is running under this runner already.  A
         command that cannot be executed is *not* an error here: it starts and
         finishes with exit code 127/126.
@@ -468,12 +490,14 @@ class JobRunner:
         key = (job, attempt)
         if key in self._running or key in self._waiters:
             raise RunnerError(f"{job}.{attempt} is already running")
-        d = self._dir(job, attempt)
+        base = self._base(job, attempt)
+        if self._legacy_dir(key).exists():
+            raise AlreadyLaunched(f"{job}.{attempt} was launched before ({self._legacy_dir(key)} exists)")
         try:
-            os.mkdir(d)
+            os.close(os.open(base + _launcher.STDOUT, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
         except FileExistsError:
-            raise AlreadyLaunched(f"{job}.{attempt} was launched before ({d} exists)") from None
-        request = {"k": [job, attempt], "dir": str(d), "cmd": list(spec.command), "cwd": spec.cwd,
+            raise AlreadyLaunched(f"{job}.{attempt} was launched before ({base}{_launcher.STDOUT} exists)") from None
+        request = {"k": [job, attempt], "base": base, "cmd": list(spec.command), "cwd": spec.cwd,
                    "env": [list(p) for p in spec.env]}
         waiter = self._waiters[key] = _Waiter(event=trio.Event())
         self._requests.append(json.dumps(request).encode() + b"\n")
@@ -512,17 +536,16 @@ class JobRunner:
                 self._signal(key, run, signal.SIGKILL)
 
     def _signal(self, key: Key, run: _Running, sig: int) -> None:
-        d = self._dir(*key)
-        if (d / "status").exists():
+        info, status = self._records(key)
+        if status is not None:
             return  # over; its exit is on its way
-        info = _read_json(d / "pid")
         if _pidinfo_current(info) and _proc_alive(info.get("job_pid"), info.get("job_start")):
             try:
                 os.killpg(info["job_pid"], sig)
             except OSError:
                 pass
             return
-        # No pid file yet (the supervisor is just starting the job): the
+        # No pid record yet (the supervisor is just starting the job): the
         # supervisor forwards SIGTERM, and turns SIGUSR1 into a SIGKILL.
         sup = run.supervisor
         if sup is not None and not run.adopted:
@@ -564,18 +587,15 @@ class JobRunner:
     def _probe_many(self, keys: list[Key]) -> dict[Key, Literal["running", "lost"] | ExitStatus]:
         out: dict[Key, Literal["running", "lost"] | ExitStatus] = {}
         for key in keys:
-            d = self._dir(*key)
             for attempt_no in range(2):
-                status = _read_json(d / "status")
+                info, status = self._records(key)
                 if status is not None and (st := _status_from(key, status)) is not None:
                     out[key] = st
                     break
                 if attempt_no:
-                    info = _read_json(d / "pid")
                     self._kill_orphan(info)
                     out[key] = "lost"
                     break
-                info = _read_json(d / "pid")
                 if _pidinfo_current(info) and _proc_alive(info.get("supervisor"), info.get("supervisor_start")):
                     out[key] = "running"
                     break
@@ -584,30 +604,36 @@ class JobRunner:
         return out
 
     def on_disk(self) -> list[Key]:
-        """Attempts with a pid or status file that were not forgotten (for the agent's restart scan)."""
+        """Attempts with a pid or status record that were not forgotten (for the agent's restart scan)."""
         out: list[Key] = []
         try:
             entries = os.listdir(self.jobs_dir)
         except FileNotFoundError:
             return out
         for name in entries:
+            if name.endswith(_launcher.RUN):
+                name = name[:-len(_launcher.RUN)]
+            elif name.endswith((_launcher.STDOUT, _launcher.STDERR)):
+                continue
+            # else: maybe an attempt's directory (the legacy layout)
             job, _, attempt = name.rpartition(".")
             if not job or not attempt.isdigit():
                 continue
-            d = self.jobs_dir / name
-            if (d / "status").exists() or (d / "pid").exists():
+            if self._records((job, int(attempt))) != (None, None):
                 out.append((job, int(attempt)))
         return out
 
     def forget(self, job: str, attempt: int) -> None:
-        """Delete the status and pid files of a finished attempt; the logs stay."""
+        """Delete the pid and status records of a finished attempt; the logs stay."""
         check_key(job, attempt)
         if (job, attempt) in self._running:
             raise RunnerError(f"{job}.{attempt} is still running")
-        d = self._dir(job, attempt)
-        for name in ("status", "pid", "status.tmp", "pid.tmp", "supervisor-error"):
+        paths = [self._base(job, attempt) + _launcher.RUN]
+        legacy = self._legacy_dir((job, attempt))
+        paths += [legacy / name for name in ("status", "pid", "status.tmp", "pid.tmp", "supervisor-error")]
+        for path in paths:
             try:
-                os.unlink(d / name)
+                os.unlink(path)
             except FileNotFoundError:
                 pass
 
@@ -654,8 +680,8 @@ class NullRunner:
 
     def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
         check_key(job, attempt)
-        d = self.state_dir / "jobs" / f"{job}.{attempt}"
-        return d / "stdout", d / "stderr"
+        base = f"{self.state_dir / 'jobs'}/{job}.{attempt}"
+        return Path(base + _launcher.STDOUT), Path(base + _launcher.STDERR)
 
     def on_disk(self) -> list[Key]:
         return []

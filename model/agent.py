@@ -64,6 +64,7 @@ class AgentConfig:
     retry_max: float = 30.0  # backoff cap
     heartbeat_interval: float = 2.0
     log_dir: str | None = None  # told to the controller at join, for `reckon show`
+    log_layout: str = "flat"  # how job output files are named there (messages.LOG_LAYOUTS)
 
     def __post_init__(self) -> None:
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
@@ -148,7 +149,7 @@ class Agent:
         self.seen_seq = 0
         running = sum(1 for r in self.records.values() if r.status is LocalStatus.RUNNING)
         self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
-                               running=running, log_dir=self.config.log_dir))
+                               running=running, log_dir=self.config.log_dir, log_layout=self.config.log_layout))
 
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)

@@ -104,6 +104,20 @@ _OUTCOME_VALUES = {o.value for o in AckOutcome}
 # ---- agent -> controller -------------------------------------------------
 
 
+#: How an agent names a job's output files under its ``log_dir`` (``Join.log_layout``).
+LOG_LAYOUTS: dict[str, str] = {
+    "attempt-dir": "{job}.{attempt}/{stream}",  # agents before the flat layout: the default when absent
+    "flat": "{job}.{attempt}.{stream}",  # one file per stream, no directory per attempt
+}
+
+
+def output_paths(log_dir: str, log_layout: str, job: str, attempt: int) -> tuple[str, str]:
+    """Where an agent keeps the stdout and stderr of (job, attempt)."""
+    pattern = LOG_LAYOUTS[log_layout]
+    return tuple(f"{log_dir}/" + pattern.format(job=job, attempt=attempt, stream=stream)
+                 for stream in ("stdout", "stderr"))  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Join:
     TYPE: ClassVar[str] = "join"
@@ -112,11 +126,15 @@ class Join:
     version: int
     running: int = 0  # how many job processes the agent holds alive right now
     log_dir: str | None = None  # where the agent keeps job output, shown by `reckon show`
+    log_layout: str = "attempt-dir"  # how it names the files there (a key of LOG_LAYOUTS)
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent, max_len=100)
         if self.log_dir is not None:
             check_str("log_dir", self.log_dir, max_len=4096)
+        check_str("log_layout", self.log_layout, max_len=100)
+        if self.log_layout not in LOG_LAYOUTS:
+            raise ValueError(f"log_layout must be one of {sorted(LOG_LAYOUTS)}, got {self.log_layout!r}")
         check_int("slots", self.slots, minimum=0, maximum=1 << 20)
         check_int("version", self.version, minimum=0)
         check_int("running", self.running, minimum=0)

@@ -3,7 +3,7 @@
 Every test runs under a hang guard (``trio.fail_after``) and waits on
 conditions, never on fixed sleeps.  The autouse ``reaper`` fixture SIGKILLs
 whatever a test leaves behind: every job process group and supervisor named
-by a pid file under ``tmp_path``, and the extra processes a test registers.
+by a pid record under ``tmp_path``, and the extra processes a test registers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from daemon.launcher import read_records
 from daemon.runner import AlreadyLaunched, ExitStatus, JobLost, JobRunner, NullRunner, check_key
+from model import messages as M
 from model.jobs import JobSpec
 
 HANG = 30  # seconds: a generous guard, never reached by a passing test
@@ -52,11 +54,13 @@ def alive(pid: int) -> bool:
     return start_time(pid) is not None
 
 
+def run_records(jobs_dir: Path, job: str, attempt: int = 1) -> tuple[dict | None, dict | None]:
+    """The (pid, status) records of an attempt's .run file."""
+    return read_records(jobs_dir / f"{job}.{attempt}.run") or (None, None)
+
+
 def read_pid_file(runner: JobRunner, job: str, attempt: int = 1) -> dict | None:
-    try:
-        return json.loads((runner.jobs_dir / f"{job}.{attempt}" / "pid").read_text())
-    except (OSError, ValueError):
-        return None
+    return run_records(runner.jobs_dir, job, attempt)[0]
 
 
 async def wait_until(predicate, interval: float = 0.01) -> None:
@@ -97,10 +101,9 @@ def reaper(tmp_path):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    for pid_file in tmp_path.rglob("jobs/*/pid"):
-        try:
-            info = json.loads(pid_file.read_text())
-        except (OSError, ValueError):
+    for run_file in tmp_path.rglob("jobs/*.run"):
+        info = (read_records(run_file) or (None, None))[0]
+        if info is None:
             continue
         if start_time(info["job_pid"]) == info["job_start"]:
             try:
@@ -151,8 +154,10 @@ async def test_stdout_and_stderr_go_to_files(tmp_path):
             e = await Exits(runner).get("7", 2)
             out, err = runner.log_paths("7", 2)
     assert e.exit_code == 0
-    assert out == tmp_path / "state" / "jobs" / "7.2" / "stdout"
-    assert err == tmp_path / "state" / "jobs" / "7.2" / "stderr"
+    assert out == tmp_path / "state" / "jobs" / "7.2.stdout"
+    assert err == tmp_path / "state" / "jobs" / "7.2.stderr"
+    # What the agent tells the controller at join names the same files (`reckon show`).
+    assert M.output_paths(str(runner.jobs_dir), "flat", "7", 2) == (str(out), str(err))
     assert out.read_text() == "out\nmore\n"
     assert err.read_text() == "err\n"
 
@@ -385,8 +390,7 @@ async def test_forget_drops_status_and_pid_but_keeps_logs(tmp_path):
             assert runner.on_disk() == [("1", 1)]
             runner.forget("1", 1)
             assert runner.on_disk() == []
-            d = runner.jobs_dir / "1.1"
-            assert sorted(p.name for p in d.iterdir()) == ["stderr", "stdout"]
+            assert sorted(p.name for p in runner.jobs_dir.iterdir()) == ["1.1.stderr", "1.1.stdout"]
             assert runner.log_paths("1", 1)[0].read_text() == "hello\n"
 
 
@@ -463,8 +467,8 @@ async def test_jobs_survive_an_agent_crash_and_are_adopted(tmp_path, reaper):
                 await agent.stdout.aclose()
         # The orphaned launcher sees EOF and goes; the supervisors stay.
         await wait_until(lambda: not alive(hello["launcher"]))
-        status_a = state / "jobs" / "A.1" / "status"
-        await wait_until(status_a.exists)  # A ends while no agent is running
+        # A ends while no agent is running.
+        await wait_until(lambda: run_records(state / "jobs", "A")[1] is not None)
         restarted_at = time.time()
 
         async with JobRunner(state) as runner:
@@ -497,7 +501,7 @@ async def test_jobs_survive_a_clean_runner_exit(tmp_path):
         async with JobRunner(state) as first:
             started_at = await first.start("1", 1, spec("sleep", "30"))
             await wait_until(lambda: read_pid_file(first, "1") is not None)
-        info = json.loads((state / "jobs" / "1.1" / "pid").read_text())
+        info = run_records(state / "jobs", "1")[0]
         assert alive(info["supervisor"]) and alive(info["job_pid"])
         async with JobRunner(state) as second:
             assert await second.adopt([("1", 1)]) == {("1", 1): "running"}
@@ -515,15 +519,90 @@ async def test_adopt_reports_what_nobody_can_know_as_lost(tmp_path):
         async with JobRunner(state) as first:
             await first.start("orphan", 1, spec("sleep", "30"))
             await wait_until(lambda: read_pid_file(first, "orphan") is not None)
-        info = json.loads((state / "jobs" / "orphan.1" / "pid").read_text())
+        info = run_records(state / "jobs", "orphan")[0]
         os.kill(info["supervisor"], signal.SIGKILL)  # the supervisor dies, its job runs on unwatched
         await wait_until(lambda: not alive(info["supervisor"]))
-        (state / "jobs" / "empty.1").mkdir()
+        (state / "jobs" / "empty.1.stdout").touch()  # claimed, but no supervisor ever wrote a record
         async with JobRunner(state) as second:
             answer = await second.adopt([("orphan", 1), ("empty", 1), ("never", 1)])
             assert answer == {("orphan", 1): "lost", ("empty", 1): "lost", ("never", 1): "lost"}
             # A job reported lost does not go on running unsupervised.
             await wait_until(lambda: not alive(info["job_pid"]))
+
+
+# A stand-in for a supervisor of an agent before the flat layout: it runs as
+# its own process group, and on SIGTERM records the signal in its attempt's
+# directory (tmp + rename, as those supervisors did) and exits.
+OLD_SUPERVISOR = """
+import json, os, signal, sys, time
+d = sys.argv[1]
+def end(signum, frame):
+    with open(d + "/status.tmp", "w") as f:
+        json.dump({"v": 1, "job": "live", "attempt": 1, "exit_code": None, "signal": signum,
+                   "started_at": 7.0, "finished_at": time.time(), "job_pid": os.getpid()}, f)
+    os.rename(d + "/status.tmp", d + "/status")
+    os._exit(0)
+signal.signal(signal.SIGTERM, end)
+open(d + "/ready", "w").close()
+while True:
+    signal.pause()
+"""
+
+
+async def test_attempts_left_in_the_directory_layout_by_an_upgrade_are_still_run_to_their_end(tmp_path, reaper):
+    """Agents before the flat layout kept ``pid`` and ``status`` files in
+    ``jobs/<job>.<attempt>/``.  After an upgrade their attempts are adopted,
+    read, signalled, watched to their end and forgotten; none is lost and none
+    is launched again."""
+    from daemon import launcher
+
+    jobs = tmp_path / "state" / "jobs"
+    done = jobs / "old.1"
+    done.mkdir(parents=True)
+    (done / "stdout").write_text("old output\n")
+    (done / "status").write_text(json.dumps({"v": 1, "job": "old", "attempt": 1, "exit_code": 3, "signal": None,
+                                             "started_at": 5.0, "finished_at": 6.0, "job_pid": 1}))
+    live = jobs / "live.1"
+    live.mkdir()
+    with trio.fail_after(HANG):
+        old = await trio.lowlevel.open_process([sys.executable, "-c", OLD_SUPERVISOR, str(live)],
+                                               start_new_session=True)
+        reaper.append(old.pid)
+        await wait_until((live / "ready").exists)
+        start = start_time(old.pid)
+        (live / "pid").write_text(json.dumps({"v": 1, "supervisor": old.pid, "supervisor_start": start,
+                                              "job_pid": old.pid, "job_start": start,
+                                              "boot_id": launcher.boot_id(), "started_at": 7.0}))
+        async with JobRunner(tmp_path / "state") as runner:
+            answer = await runner.adopt([("old", 1), ("live", 1)])
+            assert answer == {("old", 1): ExitStatus(job="old", attempt=1, exit_code=3, signal=None,
+                                                     started_at=5.0, finished_at=6.0),
+                              ("live", 1): "running"}
+            assert sorted(runner.on_disk()) == [("live", 1), ("old", 1)]
+            assert runner.log_paths("old", 1)[0].read_text() == "old output\n"
+            with pytest.raises(AlreadyLaunched):
+                await runner.start("old", 1, spec("true"))
+            await runner.kill("live", 1)
+            e = await Exits(runner).get("live")
+            await old.wait()
+            assert (e.exit_code, e.signal, e.started_at) == (None, signal.SIGTERM, 7.0)
+            runner.forget("old", 1)
+            runner.forget("live", 1)
+            assert runner.on_disk() == []
+    assert (done / "stdout").read_text() == "old output\n"  # the logs stay
+
+
+def test_a_half_written_record_reads_as_not_written(tmp_path):
+    """A crash or a full disk can cut an append short: only whole lines are records."""
+    run = tmp_path / "1.1.run"
+    pid = {"v": 1, "kind": "pid", "supervisor": 12}
+    run.write_bytes(json.dumps(pid).encode() + b"\n" + b'{"v": 1, "kind": "status", "exit_code": 0')
+    assert read_records(run) == (pid, None)
+    run.write_bytes(b'{"v": 1, "kind": "status", "exit_code": 0, "signal": null, "finished_at": 1.0}')  # no newline
+    assert read_records(run) == (None, None)
+    run.write_bytes(b"garbage\n[1, 2]\n" + json.dumps(pid).encode() + b"\n")
+    assert read_records(run) == (pid, None)
+    assert read_records(tmp_path / "2.1.run") is None
 
 
 async def test_a_supervisor_killed_under_a_running_runner_gives_job_lost(tmp_path):
@@ -569,5 +648,5 @@ async def test_null_runner_completes_everything_at_once(tmp_path):
             with pytest.raises(AlreadyLaunched):
                 await runner.start("1", 1, spec("true"))
             runner.forget("1", 1)
-            assert runner.log_paths("1", 1)[0].name == "stdout"
+            assert runner.log_paths("1", 1)[0].name == "1.1.stdout"
     assert not (tmp_path / "state").exists()

@@ -34,6 +34,8 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import pytest
 
+from daemon.launcher import read_records
+
 HANG = 30.0  # seconds: the default guard of one wait, never reached by a passing test
 TEST_GUARD = 150  # seconds: a whole test (setup, body, teardown), never reached either
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
@@ -384,25 +386,30 @@ class Cluster:
         wait_for(path.exists, timeout=timeout, interval=0.02, what=f"{path} to exist")
         return path
 
-    # ---- the agents' runner files (daemon/runner.py: jobs/<job>.<attempt>/{pid,status}) ---------
+    # ---- the agents' runner files (daemon/launcher.py: jobs/<job>.<attempt>.run) ---------
 
-    def attempt_dir(self, agent: str, job: str, attempt: int = 1) -> Path:
-        return self.agent_dir(agent) / "jobs" / f"{job}.{attempt}"
+    def run_records(self, agent: str, job: str, attempt: int = 1) -> tuple[dict | None, dict | None]:
+        """The (pid, status) records of an attempt's .run file."""
+        return read_records(self.agent_dir(agent) / "jobs" / f"{job}.{attempt}.run") or (None, None)
 
     def pid_file(self, agent: str, job: str, attempt: int = 1) -> dict | None:
-        return read_json(self.attempt_dir(agent, job, attempt) / "pid")
+        return self.run_records(agent, job, attempt)[0]
 
     def status_file(self, agent: str, job: str, attempt: int = 1) -> dict | None:
-        return read_json(self.attempt_dir(agent, job, attempt) / "status")
+        return self.run_records(agent, job, attempt)[1]
+
+    def attempts(self) -> dict[Path, tuple[dict | None, dict | None]]:
+        """Every attempt's (pid, status) records, by its .run file, across all agents."""
+        return {path: read_records(path) or (None, None) for path in self.base.glob("agent-*/jobs/*.run")}
 
     def statuses(self) -> dict[tuple[str, str, int], dict]:
-        """Every status file of every agent: (agent dir, job, attempt) -> status."""
+        """Every status record of every agent: (agent dir, job, attempt) -> status."""
         out = {}
-        for path in self.base.glob("agent-*/jobs/*/status"):
-            job, _, attempt = path.parent.name.rpartition(".")
-            status = read_json(path)
+        for path in self.base.glob("agent-*/jobs/*.run"):
+            job, _, attempt = path.name[:-len(".run")].rpartition(".")
+            status = (read_records(path) or (None, None))[1]
             if status is not None:
-                out[(path.parents[2].name, job, int(attempt))] = status
+                out[(path.parents[1].name, job, int(attempt))] = status
         return out
 
     # ---- the controller's fact log ----------------------------------------------------
@@ -440,9 +447,9 @@ class Cluster:
             if proc.stdout is not None:
                 proc.stdout.close()
         leftovers = []
-        # Supervisors and job process groups named by the runners' pid files.
-        for path in self.base.glob("agent-*/jobs/*/pid"):
-            info = read_json(path) or {}
+        # Supervisors and job process groups named by the runners' pid records.
+        for path in self.base.glob("agent-*/jobs/*.run"):
+            info = (read_records(path) or (None, None))[0] or {}
             for pid_key, start_key, group in (("job_pid", "job_start", True),
                                               ("supervisor", "supervisor_start", False)):
                 pid, start = info.get(pid_key), info.get(start_key)

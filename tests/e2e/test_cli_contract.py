@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_cli_contract(cluster, truth_dir):
     cluster.start_agent("a1", slots=2)
 
     # submit prints the id alone; --json the job object.
-    out = cluster.cli("submit", "--name", "quick", "--", "sh", "-c", "exit 0")
+    out = cluster.cli("submit", "--name", "quick", "--", "sh", "-c", "echo out; echo err >&2; exit 0")
     assert re.fullmatch(r"\d+\n", out), out
     quick = out.strip()
     obj = json.loads(cluster.cli("submit", "--json", "--name", "two", "--", "sh", "-c", "exit 2"))
@@ -45,6 +46,9 @@ def test_cli_contract(cluster, truth_dir):
     assert shown["agent"] == "a1" and shown["signal"] is None
     assert shown["submitted_at"] <= shown["started_at"] <= shown["finished_at"]
     assert list(cluster.jobs(state="FAILED")) == [two]
+    # show names the job's real output files on its agent.
+    logs = cluster.job(quick)
+    assert (Path(logs["stdout"]).read_text(), Path(logs["stderr"]).read_text()) == ("out\n", "err\n")
     # The plain (non-JSON) forms work too.
     assert "FAILED" in cluster.cli("jobs") and "a1" in cluster.cli("nodes")
     assert re.search(r"exit_code:\s+2", cluster.cli("show", two))

@@ -82,8 +82,9 @@ def test_kill9_controller_during_a_burst_of_completions(cluster):
     def outage_over() -> list:
         # Every job the agents were running when the controller died has ended (no new
         # dispatch can happen meanwhile), several of them after the kill.
-        started = {p.parent for p in cluster.base.glob("agent-*/jobs/*/pid")}
-        ended = {p.parent for p in cluster.base.glob("agent-*/jobs/*/status")}
+        attempts = cluster.attempts()
+        started = {path for path, (pid, _) in attempts.items() if pid is not None}
+        ended = {path for path, (_, status) in attempts.items() if status is not None}
         return started <= ended and len(finished_in_outage()) >= 4 and finished_in_outage()
 
     in_outage = cluster.wait_for(outage_over, what="the running jobs to end during the outage")
@@ -99,7 +100,7 @@ def test_kill9_controller_during_a_burst_of_completions(cluster):
     requeued = {f.job: f for f in facts if isinstance(f, JobRequeued)}
     for job_id, fact in requeued.items():
         assert (fact.attempt, fact.reason) == (1, "unrecognized by agent"), fact
-        assert not list(cluster.base.glob(f"agent-*/jobs/{job_id}.1")), f"job {job_id} attempt 1 did run"
+        assert not list(cluster.base.glob(f"agent-*/jobs/{job_id}.1.*")), f"job {job_id} attempt 1 did run"
     wrong = []
     for job_id, code in expected.items():
         j = final[job_id]

@@ -28,6 +28,7 @@ ENTRIES = (
 
 TO_CONTROLLER_SAMPLES = [
     M.Join(agent="a1", slots=8, version=1, running=2),
+    M.Join(agent="a1", slots=8, version=2, log_dir="/var/lib/reckon/jobs", log_layout="flat"),
     M.ResyncReport(token=TOK, page=1, pages=3, entries=ENTRIES),
     M.ResyncReport(token=TOK, page=0, pages=1, entries=()),
     M.Started(job="7", attempt=2, started_at=3.25),
@@ -107,6 +108,8 @@ MALFORMED: list[tuple[str, str, Any, str]] = [
     ("missing field", "controller", _without(JOIN, "slots"), "slots"),
     ("missing token", "controller", _without(REPORT, "token"), "token"),
     ("wrong type str", "controller", _w(JOIN, slots="4"), "slots must be an integer"),
+    ("unknown log layout", "controller", _w(JOIN, log_layout="nested"), "log_layout must be one of"),
+    ("log layout not a str", "controller", _w(JOIN, log_layout=["flat"]), "log_layout must be a string"),
     ("wrong type bool", "controller", _w(FINISHED, attempt=True), "attempt must be an integer"),
     ("wrong type float", "controller", _w(M.Heartbeat(running=0, digest=0, seen_seq=0), digest=1.5),
      "digest must be an integer"),
@@ -167,6 +170,16 @@ def test_oversize_report_page_is_refused() -> None:
     row = ["1", 1, "running", None, None, None, None]
     with pytest.raises(RemoteProtocolError, match=f"at most {M.MAX_PAGE_ENTRIES} entries"):
         M.from_wire(_w(REPORT, entries=[row] * (M.MAX_PAGE_ENTRIES + 1)), to="controller")
+
+
+def test_a_join_without_log_layout_is_an_agent_before_the_flat_layout() -> None:
+    """Agents before the flat layout send no log_layout: their files are in a directory per attempt."""
+    old = {k: v for k, v in M.to_wire(M.Join(agent="a1", slots=1, version=1, log_dir="/s/jobs")).items()
+           if k != "log_layout"}
+    join = M.from_wire(old, to="controller")
+    assert join.log_layout == "attempt-dir"
+    assert M.output_paths(join.log_dir, join.log_layout, "7", 2) == ("/s/jobs/7.2/stdout", "/s/jobs/7.2/stderr")
+    assert M.output_paths("/s/jobs", "flat", "7", 2) == ("/s/jobs/7.2.stdout", "/s/jobs/7.2.stderr")
 
 
 def test_pages_helper_splits_without_dropping() -> None:
