@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from daemon.launcher import read_records
-from daemon.runner import AlreadyLaunched, ExitStatus, JobLost, JobRunner, NullRunner, check_key
+from daemon.runner import AlreadyLaunched, ExitStatus, JobLost, JobRunner, LaunchError, NullRunner, check_key
 from model import messages as M
 from model.jobs import JobSpec
 
@@ -631,6 +631,33 @@ async def test_the_runner_outlives_its_launcher(tmp_path):
             await runner.kill("1", 1)
             assert (await exits.get("1")).signal == signal.SIGTERM
             exits.assert_no_more()
+
+
+class FirstLaunchDies(JobRunner):
+    """A runner whose first launcher dies on its first request, before it launches anything."""
+
+    def __init__(self, state_dir: Path, marker: Path) -> None:
+        super().__init__(state_dir)
+        self.marker = marker
+
+    def _launcher_command(self) -> list[str]:
+        real = super()._launcher_command()
+        die_once = (f"import os, sys\nif not os.path.exists({str(self.marker)!r}):\n"
+                    f"    open({str(self.marker)!r}, 'w').close()\n    sys.stdin.readline()\n    os._exit(1)\n")
+        return real[:-1] + [die_once + real[-1]]
+
+
+async def test_a_launch_that_ran_nothing_can_be_tried_again(tmp_path):
+    """The launcher died before it launched the job: start() fails, and the
+    attempt's claim is dropped, so the same attempt can be launched after all."""
+    with trio.fail_after(HANG):
+        async with FirstLaunchDies(tmp_path / "state", tmp_path / "died") as runner:
+            with pytest.raises(LaunchError, match="died before it launched"):
+                await runner.start("1", 1, sh("echo again"))
+            assert (tmp_path / "died").exists()
+            await runner.start("1", 1, sh("echo again"))  # the restarted launcher is a healthy one
+            assert (await Exits(runner).get("1")).exit_code == 0
+            assert runner.log_paths("1", 1)[0].read_text() == "again\n"
 
 
 # ---- NullRunner -----------------------------------------------------------------------------
