@@ -37,10 +37,13 @@ docs/performance.md):
     launch request: it is the claim that this attempt was launched, so an
     attempt never runs twice.
 ``.run``
-    JSON lines, appended: first the ``pid`` record (not fsynced: it only
-    matters while processes live), then the ``status`` record (exit_code or
-    signal, started_at, finished_at; fsynced).  A reader takes only complete
-    lines, so a half-written record reads as not written.
+    Created (O_EXCL) by the supervisor before it runs anything, or by the
+    agent to withdraw a launch it gave up waiting for: whoever is first
+    wins, so a late supervisor runs nothing.  JSON lines, appended: first the
+    ``pid`` record (not fsynced: it only matters while processes live), then
+    the ``status`` record (exit_code or signal, started_at, finished_at;
+    fsynced).  A reader takes only complete lines, so a half-written record
+    reads as not written.
 
 A command that cannot be executed (not found, not executable, bad cwd)
 finishes like in a shell: exit code 127 when something does not exist
@@ -125,28 +128,39 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def append_record(path: str, record: dict, *, durable: bool) -> None:
-    """Append one JSON line to an attempt's ``.run`` file (created if missing).
+def claim_run_file(path: str) -> int | None:
+    """Create an attempt's ``.run`` file; None if it exists already.
 
-    With ``durable`` the file and its directory are fsynced, so the record
-    survives a power loss once this returns.
+    Both the supervisor (before it runs anything) and the agent (when it
+    withdraws a launch it gave up waiting for) create it this way, so exactly
+    one of them wins: a supervisor that comes too late runs nothing.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
-        _write_all(fd, json.dumps(record).encode() + b"\n")
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return None
+
+
+def append_record(fd: int, directory: str, record: dict, *, durable: bool) -> None:
+    """Append one record to an open ``.run`` file.
+
+    Each record is written as its own line, with a newline before it too: a
+    record cut short earlier (a full disk) cannot swallow the next one.  With
+    ``durable`` the file and its directory are fsynced, so the record survives
+    a power loss once this returns.
+    """
+    _write_all(fd, b"\n" + json.dumps(record).encode() + b"\n")
     if durable:
-        fsync_dir(os.path.dirname(path))
+        os.fsync(fd)
+        fsync_dir(directory)
 
 
 def read_records(path: str | os.PathLike) -> tuple[dict | None, dict | None] | None:
     """The ``pid`` and ``status`` records of a ``.run`` file; None if there is no such file.
 
     Only complete lines count: a record whose write was cut short (a crash,
-    a full disk) reads as not written.
+    a full disk) reads as not written.  A ``withdrawn`` record (the agent's
+    claim of an attempt it gave up launching) is neither.
     """
     try:
         with open(path, "rb") as f:
@@ -155,6 +169,8 @@ def read_records(path: str | os.PathLike) -> tuple[dict | None, dict | None] | N
         return None
     found: dict[str, dict] = {}
     for line in data.split(b"\n")[:-1]:  # the part after the last newline is not a whole record
+        if not line:
+            continue
         try:
             record = json.loads(line)
         except ValueError:
@@ -249,8 +265,11 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
 
     key = req["k"]
     base = req["base"]
-    run_file = base + RUN
+    jobs_dir = os.path.dirname(base)
     argv = req["cmd"]
+    run_fd = claim_run_file(base + RUN)
+    if run_fd is None:
+        return 0  # the agent withdrew this launch (it gave up waiting for us): run nothing
     out_fd = os.open(base + STDOUT, _OUT_FLAGS, 0o644)
     err_fd = os.open(base + STDERR, _OUT_FLAGS, 0o644)
 
@@ -286,7 +305,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
             os.write(err_fd, f"reckon: {e.message} (exit {code})\n".encode("utf-8", "backslashreplace"))
         except OSError:
             pass
-        append_record(run_file, _status_record(key, code, None, started_at, time.time(), None), durable=True)
+        append_record(run_fd, jobs_dir, _status_record(key, code, None, started_at, time.time(), None), durable=True)
         return 0
     state["pid"] = job_pid
     if state["pending"]:
@@ -301,7 +320,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     # ends them all (a missing pid record then rightly means "lost").  A
     # failure to write it must not end the supervision of a running job.
     try:
-        append_record(run_file, {
+        append_record(run_fd, jobs_dir, {
             "v": 1, "kind": "pid", "supervisor": os.getpid(), "supervisor_start": proc_start_time(os.getpid()),
             "job_pid": job_pid, "job_start": proc_start_time(job_pid), "boot_id": boot, "started_at": started_at,
         }, durable=False)
@@ -324,7 +343,8 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     os.waitpid(job_pid, 0)
     job.returncode = exit_code if sig is None else -sig  # reaped here: subprocess must not try again
     state["pid"] = 0
-    append_record(run_file, _status_record(key, exit_code, sig, started_at, finished_at, job_pid), durable=True)
+    append_record(run_fd, jobs_dir, _status_record(key, exit_code, sig, started_at, finished_at, job_pid),
+                  durable=True)
     return 0
 
 

@@ -79,6 +79,7 @@ Key = tuple[str, int]
 MAX_JOB_ID_LEN = 200
 ADOPT_POLL_INTERVAL = 0.25  # seconds, only where pidfd_open is unavailable
 PID_FILE_WAIT = 2.0  # seconds a supervisor may take to write its pid record (launcher death mid-launch only)
+CLAIMED_WAIT = 30.0  # more seconds for one that has claimed the attempt (it is starting the job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,9 +335,8 @@ class JobRunner:
             if waiter is None:
                 print(f"reckon launcher: {msg.get('err')}", file=sys.stderr)
                 return
-            waiter.error = msg["err"]
+            waiter.error = msg["err"]  # nothing was forked: nothing runs
             waiter.event.set()
-            self._unclaim(key)
 
     async def _launcher_died(self) -> None:
         """Carry on after an unexpected launcher exit: watch our supervisors ourselves."""
@@ -353,13 +353,11 @@ class JobRunner:
 
     async def _settle_inflight(self, key: Key, waiter: _Waiter) -> None:
         """A launch the dead launcher never answered: did its supervisor start?"""
-        found = None
-        with trio.move_on_after(PID_FILE_WAIT):
-            while found is None:
-                pid, status = self._records(key)
-                found = pid or status
-                if found is None:
-                    await trio.sleep(0.05)
+        found = await self._wait_for_record(key, PID_FILE_WAIT)
+        if found is None and not self._withdraw(key):
+            # A supervisor claimed the attempt before we could withdraw it:
+            # it is starting the job, and will say so.
+            found = await self._wait_for_record(key, CLAIMED_WAIT)
         started_at = found.get("started_at") if found is not None else None
         if isinstance(started_at, (int, float)):
             self._running[key] = _Running(supervisor=None, adopted=True)
@@ -368,8 +366,27 @@ class JobRunner:
             waiter.started_at = float(started_at)
         else:
             waiter.error = "the launcher died before it launched the job"
-            self._unclaim(key)
         waiter.event.set()
+
+    async def _wait_for_record(self, key: Key, seconds: float) -> dict | None:
+        with trio.move_on_after(seconds):
+            while True:
+                pid, status = self._records(key)
+                if pid or status:
+                    return pid or status
+                await trio.sleep(0.05)
+        return None
+
+    def _withdraw(self, key: Key) -> bool:
+        """Claim the attempt's .run file for nobody; False if a supervisor claimed it first."""
+        fd = _launcher.claim_run_file(self._base(*key) + _launcher.RUN)
+        if fd is None:
+            return False
+        try:
+            _launcher.append_record(fd, str(self.jobs_dir), {"v": 1, "kind": "withdrawn"}, durable=False)
+        finally:
+            os.close(fd)
+        return True
 
     # ---- reading outcomes ----------------------------------------------------------
 
@@ -452,15 +469,6 @@ class JobRunner:
             return found
         legacy = self._legacy_dir(key)
         return _read_json(legacy / "pid"), _read_json(legacy / "status")
-
-    def _unclaim(self, key: Key) -> None:
-        """A launch that ran nothing: drop its claim, so the attempt may be tried again."""
-        base = self._base(*key)
-        try:
-            if os.stat(base + _launcher.STDOUT).st_size == 0 and not os.path.exists(base + _launcher.RUN):
-                os.unlink(base + _launcher.STDOUT)
-        except OSError:
-            pass
 
     def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
         check_key(job, attempt)
@@ -628,7 +636,11 @@ class JobRunner:
         check_key(job, attempt)
         if (job, attempt) in self._running:
             raise RunnerError(f"{job}.{attempt} is still running")
-        paths = [self._base(job, attempt) + _launcher.RUN]
+        paths = []
+        if self._records((job, attempt)) != (None, None):
+            # Else it was withdrawn (or its supervisor died at once): the
+            # claim stays, so that a supervisor coming late still runs nothing.
+            paths.append(self._base(job, attempt) + _launcher.RUN)
         legacy = self._legacy_dir((job, attempt))
         paths += [legacy / name for name in ("status", "pid", "status.tmp", "pid.tmp", "supervisor-error")]
         for path in paths:

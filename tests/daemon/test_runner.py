@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.launcher import read_records
+from daemon.launcher import append_record, read_records
 from daemon.runner import AlreadyLaunched, ExitStatus, JobLost, JobRunner, LaunchError, NullRunner, check_key
 from model import messages as M
 from model.jobs import JobSpec
@@ -329,7 +329,8 @@ async def test_jobs_and_supervisors_inherit_no_descriptors(tmp_path):
         os.close(r)
         os.close(w)
     assert job_fds == "['0', '1', '2', '3']"  # 3: the listdir itself
-    assert set(sup_fds.values()) == {"/dev/null"}, sup_fds  # no pipe of the launcher or the agent
+    # Its own .run file (held for its records), no pipe of the launcher or the agent.
+    assert set(sup_fds.values()) == {"/dev/null", str(tmp_path / "state" / "jobs" / "2.1.run")}, sup_fds
     assert 100 not in launcher_fds
 
 
@@ -605,6 +606,20 @@ def test_a_half_written_record_reads_as_not_written(tmp_path):
     assert read_records(tmp_path / "2.1.run") is None
 
 
+def test_a_record_after_a_cut_short_one_is_still_read(tmp_path):
+    """A pid record cut short (a full disk, a file size limit) must not swallow
+    the status record appended after it: that outcome is known and fsynced."""
+    run = tmp_path / "1.1.run"
+    run.write_bytes(b'{"v": 1, "kind": "pid", "supervisor": 12, "supervisor_st')  # the failed pid append
+    status = {"v": 1, "kind": "status", "exit_code": 0, "signal": None, "finished_at": 2.0}
+    fd = os.open(run, os.O_WRONLY | os.O_APPEND)
+    try:
+        append_record(fd, str(tmp_path), status, durable=True)
+    finally:
+        os.close(fd)
+    assert read_records(run) == (None, status)
+
+
 async def test_a_supervisor_killed_under_a_running_runner_gives_job_lost(tmp_path):
     with trio.fail_after(HANG):
         async with JobRunner(tmp_path / "state") as runner:
@@ -633,31 +648,63 @@ async def test_the_runner_outlives_its_launcher(tmp_path):
             exits.assert_no_more()
 
 
-class FirstLaunchDies(JobRunner):
-    """A runner whose first launcher dies on its first request, before it launches anything."""
+# A launcher that forks a supervisor and dies before it answers; the
+# supervisor stalls (a slow exec, memory pressure) until the test says go.
+STALLED_LAUNCH = """
+import json, os, sys, time
+sys.path.insert(0, {root!r})
+import daemon.launcher as L
+L._BASE_ENV.update(os.environ)
+req = json.loads(sys.stdin.readline())
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_RDWR), 1)  # the agent now sees the launcher's EOF
+    while not os.path.exists({go!r}):
+        time.sleep(0.01)
+    L._run_supervisor(req, time.time(), L.boot_id())
+with open({pidfile!r} + ".tmp", "w") as f:
+    f.write(str(pid))
+os.rename({pidfile!r} + ".tmp", {pidfile!r})
+os._exit(137)
+"""
 
-    def __init__(self, state_dir: Path, marker: Path) -> None:
+
+class StalledFirstLaunch(JobRunner):
+    """A runner whose first launcher is STALLED_LAUNCH; the ones after it are real."""
+
+    def __init__(self, state_dir: Path, go: Path, pidfile: Path) -> None:
         super().__init__(state_dir)
-        self.marker = marker
+        self.go, self.pidfile, self.stalled = go, pidfile, False
 
     def _launcher_command(self) -> list[str]:
-        real = super()._launcher_command()
-        die_once = (f"import os, sys\nif not os.path.exists({str(self.marker)!r}):\n"
-                    f"    open({str(self.marker)!r}, 'w').close()\n    sys.stdin.readline()\n    os._exit(1)\n")
-        return real[:-1] + [die_once + real[-1]]
+        if self.stalled:
+            return super()._launcher_command()
+        self.stalled = True
+        return [sys.executable, "-c", STALLED_LAUNCH.format(root=str(ROOT), go=str(self.go), pidfile=str(self.pidfile))]
 
 
-async def test_a_launch_that_ran_nothing_can_be_tried_again(tmp_path):
-    """The launcher died before it launched the job: start() fails, and the
-    attempt's claim is dropped, so the same attempt can be launched after all."""
+async def test_a_launch_given_up_on_never_runs_late(tmp_path, reaper):
+    """The launcher died before it said whether it launched the job, and no
+    supervisor spoke up in time: start() fails (the agent reports the attempt
+    lost).  A supervisor that turns up after that must run nothing, and the
+    attempt is never launched again."""
+    ran = tmp_path / "ran"
     with trio.fail_after(HANG):
-        async with FirstLaunchDies(tmp_path / "state", tmp_path / "died") as runner:
+        async with StalledFirstLaunch(tmp_path / "state", tmp_path / "go", tmp_path / "supervisor") as runner:
             with pytest.raises(LaunchError, match="died before it launched"):
-                await runner.start("1", 1, sh("echo again"))
-            assert (tmp_path / "died").exists()
-            await runner.start("1", 1, sh("echo again"))  # the restarted launcher is a healthy one
-            assert (await Exits(runner).get("1")).exit_code == 0
-            assert runner.log_paths("1", 1)[0].read_text() == "again\n"
+                await runner.start("1", 1, sh(f"touch {ran}"))
+            await wait_until((tmp_path / "supervisor").exists)
+            late = int((tmp_path / "supervisor").read_text())
+            reaper.append(late)
+            (tmp_path / "go").touch()  # the stalled supervisor goes on now
+            await wait_until(lambda: not alive(late))
+            with pytest.raises(AlreadyLaunched):
+                await runner.start("1", 1, sh(f"touch {ran}"))
+            runner.forget("1", 1)
+            with pytest.raises(AlreadyLaunched):  # forgetting it does not make it launchable either
+                await runner.start("1", 1, sh(f"touch {ran}"))
+    assert not ran.exists()
+    assert run_records(tmp_path / "state" / "jobs", "1") == (None, None)
 
 
 # ---- NullRunner -----------------------------------------------------------------------------
