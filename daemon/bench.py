@@ -48,6 +48,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--slots", type=int, default=32, help="slots per agent (default 32)")
     q.add_argument("--executor", choices=("process", "null"), default="process")
 
+    q = bench("launch", "one agent's launch path alone (launcher, supervisors, `true`): jobs/s and CPU per job")
+    q.add_argument("--jobs", type=int, default=3000)
+    q.add_argument("--concurrency", type=int, default=64, help="jobs running at once (default 64)")
+
     q = bench("resync", "N jobs finish while their agent is cut off; time from its rejoin to the round resolved")
     q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
     q.add_argument("--plot", type=Path, help="also write an SVG plot of round time against job count here")
@@ -295,6 +299,22 @@ def run_bench(args: argparse.Namespace) -> int:
                      f"{args.jobs} jobs: {_fmt(s, 'jobs/s', digits=0)}")
         for key, c in cpu_per_job.items():
             lines.append(f"CPU per job, {key}: {_fmt(c, 'ms', scale=1e3, digits=3)}")
+    elif args.bench == "launch":
+        from .benchlaunch import launch_run
+
+        cpu_values: list[float] = []
+
+        async def one() -> float:
+            rate, cpu_per_job = await launch_run(args.jobs, args.concurrency, args.keep)
+            cpu_values.append(cpu_per_job)
+            return rate
+
+        s = trio.run(_runs, args.runs, one, "launch", quiet)
+        c = summary(cpu_values)
+        out.update(jobs=args.jobs, concurrency=args.concurrency, jobs_per_s=s, cpu_seconds_per_job=c)
+        lines.append(f"launch path alone, {args.jobs} `true` jobs, {args.concurrency} at a time: "
+                     f"{_fmt(s, 'jobs/s', digits=0)}")
+        lines.append(f"CPU per job (agent, launcher, supervisor, job): {_fmt(c, 'ms', scale=1e3, digits=2)}")
     elif args.bench == "resync":
         out["rounds"] = []
         for n in args.jobs:

@@ -43,6 +43,13 @@ def test_throughput_process_executor():
     _sane(out["jobs_per_s"])
 
 
+def test_launch_path_alone():
+    out = bench("launch", "--jobs", "30", "--concurrency", "8")
+    assert (out["jobs"], out["concurrency"]) == (30, 8)
+    _sane(out["jobs_per_s"])
+    _sane(out["cpu_seconds_per_job"])  # the launcher, supervisors and jobs are reaped, so they count
+
+
 def test_resync_stages_time_every_stage_of_one_round():
     out = bench("resync-stages", "--jobs", "50")
     (one,) = out["rounds"]
