@@ -302,6 +302,11 @@ class AgentDaemon:
             for msg in messages:
                 if isinstance(msg, M.Error):
                     log.warning("controller says: %s", msg.reason)
+                    if msg.fatal and "unknown fields" in msg.reason:
+                        # An older controller refusing what this agent's messages carry
+                        # (its decoder's words): the upgrade order was the wrong way round.
+                        log.warning("the controller runs an older reckon than this agent and refuses its "
+                                    "messages: upgrade the controller first (README: Upgrades)")
                 elif isinstance(msg, M.Welcome):
                     conn.version = msg.version
                 await self.feed(E.MessageFromController(message=msg, now=now), conn)

@@ -284,3 +284,22 @@ async def test_the_rest_of_a_refused_frame_is_not_acted_on(tmp_path, autojump_cl
             await trio.sleep(5)
             assert runner.running == {} and ("1", 1) not in agent.model.records
             nursery.cancel_scope.cancel()
+
+
+async def test_an_older_controller_refusing_the_join_is_named_in_the_log(tmp_path, autojump_clock, monkeypatch, caplog):
+    """An older controller refuses a field it does not know (the agent's log
+    layout) in its own words; the agent's log says what to do about it."""
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            install(monkeypatch, net)
+            net.up = True
+            await start_agent(nursery, options(tmp_path / "agent"))
+            ctl = await net.accepted.receive()
+            join = await ctl.receive()
+            assert join.log_layout == "flat"
+            # What a controller before Join.log_layout answers, word for word.
+            await ctl.send(M.Error(seq=0, reason="malformed message: join message has unknown fields ['log_layout']",
+                                   fatal=True))
+            await until(lambda: "upgrade the controller first" in caplog.text)
+            nursery.cancel_scope.cancel()
