@@ -67,6 +67,7 @@ from typing import Literal, Sequence, Union
 
 import trio
 
+from model import messages as M
 from model.jobs import JobSpec
 
 from . import launcher as _launcher
@@ -411,13 +412,11 @@ class JobRunner:
         """Wait for the end of a supervisor that is not the launcher's child."""
         try:
             info, status = self._records(key)
-            if info is None:
+            if info is None and status is None:
                 # Only after a launcher death mid-launch: a supervisor may be
                 # about to write its pid record.  Give it a moment.
-                with trio.move_on_after(PID_FILE_WAIT):
-                    while info is None and status is None:
-                        await trio.sleep(0.05)
-                        info, status = self._records(key)
+                await self._wait_for_record(key, PID_FILE_WAIT)
+                info, _ = self._records(key)
             if _pidinfo_current(info):
                 await self._wait_process_end(info.get("supervisor"), info.get("supervisor_start"))
         finally:
@@ -472,11 +471,9 @@ class JobRunner:
 
     def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
         check_key(job, attempt)
-        legacy = self._legacy_dir((job, attempt))
-        if legacy.is_dir():
-            return legacy / "stdout", legacy / "stderr"
-        base = self._base(job, attempt)
-        return Path(base + _launcher.STDOUT), Path(base + _launcher.STDERR)
+        layout = "attempt-dir" if self._legacy_dir((job, attempt)).is_dir() else "flat"
+        out, err = M.output_paths(str(self.jobs_dir), layout, job, attempt)
+        return Path(out), Path(err)
 
     @property
     def exits(self) -> trio.MemoryReceiveChannel[Outcome]:
@@ -692,8 +689,8 @@ class NullRunner:
 
     def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
         check_key(job, attempt)
-        base = f"{self.state_dir / 'jobs'}/{job}.{attempt}"
-        return Path(base + _launcher.STDOUT), Path(base + _launcher.STDERR)
+        out, err = M.output_paths(str(self.state_dir / "jobs"), "flat", job, attempt)
+        return Path(out), Path(err)
 
     def on_disk(self) -> list[Key]:
         return []
