@@ -77,6 +77,10 @@ class AgentDaemon:
         self._last_tick = time.monotonic()
         self._tick_queued = False  # the ticker's Tick is waiting in the event queue
         self._refused: _Connection | None = None  # a connection that sent something invalid
+        # Attempts whose launch task has not finished yet -> a kill came meanwhile.  The
+        # runner ignores a kill for an attempt it does not list as running yet, so a kill
+        # that overtakes its launch is kept here and carried out by the launch task.
+        self._launching: dict[tuple[str, int], bool] = {}
         self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
 
     # ---- the core ----------------------------------------------------------------
@@ -159,9 +163,13 @@ class AgentDaemon:
                         await self._send_frames(conn, sends)
                         sends, size = [], 0
             elif isinstance(cmd, E.StartProcess):
+                self._launching[(cmd.job, cmd.attempt)] = False
                 nursery.start_soon(self._start, cmd)
             elif isinstance(cmd, E.KillProcess):
-                await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
+                if (cmd.job, cmd.attempt) in self._launching:
+                    self._launching[(cmd.job, cmd.attempt)] = True  # _start carries it out
+                else:
+                    await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
         await self._send_frames(conn, sends)
@@ -205,14 +213,28 @@ class AgentDaemon:
             log.debug("keeping the files of job %s attempt %s: %s", job, attempt, exc)
 
     async def _start(self, cmd: E.StartProcess) -> None:
+        """Launch one attempt; a kill that came while the launch was under way is carried out here."""
+        key = (cmd.job, cmd.attempt)
         try:
-            started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec)
-        except RunnerError as exc:
-            # Nothing ran and nothing is known: say so, never invent an exit code.
-            log.error("job %s attempt %s could not be launched: %s", cmd.job, cmd.attempt, exc)
-            await self.feed(E.ProcessLost(job=cmd.job, attempt=cmd.attempt, now=time.time()))
-            return
-        await self.feed(E.ProcessStarted(job=cmd.job, attempt=cmd.attempt, started_at=started_at))
+            if self._launching.get(key):
+                # Killed before anything was launched: launch nothing.  No process
+                # means no outcome; the attempt is reported unrecognized, and the
+                # controller confirms the cancel without an exit code.
+                log.info("job %s attempt %s was killed before its launch: not started", cmd.job, cmd.attempt)
+                await self.feed(E.ProcessLost(job=cmd.job, attempt=cmd.attempt, now=time.time()))
+                return
+            try:
+                started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec)
+            except RunnerError as exc:
+                # Nothing ran and nothing is known: say so, never invent an exit code.
+                log.error("job %s attempt %s could not be launched: %s", cmd.job, cmd.attempt, exc)
+                await self.feed(E.ProcessLost(job=cmd.job, attempt=cmd.attempt, now=time.time()))
+                return
+            await self.feed(E.ProcessStarted(job=cmd.job, attempt=cmd.attempt, started_at=started_at))
+            if self._launching.get(key):  # the runner lists it as running now: the kill takes
+                await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
+        finally:
+            self._launching.pop(key, None)
 
     async def _hang_up(self) -> None:
         conn = self._conn
