@@ -256,6 +256,9 @@ class Controller:
             return  # a timer of a round that already ended: nothing to do
         conn = session.conn
         assert conn is not None
+        # Silence counts from when we last heard from the agent or dropped it,
+        # whichever is later: a round that timed out is not silence since the join.
+        session.last_heard = max(session.last_heard, ev.now)
         self._end_round(out, session, expire=True)
         # Withholding the agent forever is not allowed (Req 5.3); trusting a
         # silent agent is not either.  Close: its next join arms a fresh round.
