@@ -165,7 +165,8 @@ class ControllerDaemon:
                     E.Send(conn=conn, message=M.Error(seq=0, reason=str(exc))),
                     E.Close(conn=conn, reason=str(exc)),
                 ]
-                work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time()))
+                work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time(),
+                                                                       mono=trio.current_time()))
 
     def _schedule(self) -> list[E.Command]:
         """Dispatch what the scheduler proposes, until quiet or the batch's budget is spent.
@@ -259,7 +260,8 @@ class ControllerDaemon:
         with trio.move_on_after(self.model.config.round_timeout):
             await ended.wait()
             return
-        await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time())))
+        await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time(),
+                                                             mono=trio.current_time())))
 
     async def _snapshot(self) -> None:
         snap = snapshot(self.model.state)
@@ -321,7 +323,8 @@ class ControllerDaemon:
         finally:
             self._conns.pop(conn_id, None)
             with trio.CancelScope(shield=True):
-                await self.submit(_Work(event=E.ConnectionClosed(conn=conn_id, now=time.time())))
+                await self.submit(_Work(event=E.ConnectionClosed(conn=conn_id, now=time.time(),
+                                                                 mono=trio.current_time())))
                 with trio.move_on_after(1):
                     await ws.aclose()
 
@@ -377,17 +380,19 @@ class ControllerDaemon:
     def _events(self, conn: _Conn, messages: list[M.Message], now: float) -> list[Any]:
         """The model events of one frame's messages; ``RemoteProtocolError`` (and no change) if any is out of place."""
         events: list[Any] = []
+        mono = trio.current_time()  # silence is measured on trio's clock, never on the wall clock
         joined = conn.agent is not None
         for msg in messages:
             if not joined:
                 if not isinstance(msg, M.Join):
                     raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
                 joined = True
-                events.append(E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now))
+                events.append(E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now,
+                                             mono=mono))
             elif isinstance(msg, M.Join):
                 raise RemoteProtocolError("join sent twice on one connection")
             else:
-                events.append(E.MessageFromAgent(conn=conn.id, message=msg, now=now,
+                events.append(E.MessageFromAgent(conn=conn.id, message=msg, now=now, mono=mono,
                                                  token=secrets.token_bytes(M.TOKEN_BYTES)))
         return events
 
@@ -397,7 +402,7 @@ class ControllerDaemon:
             return
         while True:
             await trio.sleep(min(1.0, self.options.model.lost_after / 4))
-            await self.submit(_Work(event=E.Tick(now=time.time())))
+            await self.submit(_Work(event=E.Tick(now=time.time(), mono=trio.current_time())))
 
     # ---- clients ----------------------------------------------------------------------
 

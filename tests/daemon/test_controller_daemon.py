@@ -466,3 +466,28 @@ async def test_joining_agent_gets_pending_work_without_another_event(tmp_path, a
             agent, _ = await ctl.join("n1")
             await agent.expect(M.Welcome)
             assert await agent.receive() == M.Dispatch(seq=2, job=job, attempt=1, spec=SPEC)
+
+
+# ---- issue #9: silence on the monotonic clock, dispatches to a closing connection -------------------------
+
+
+async def test_lost_after_ignores_wall_clock_steps(tmp_path, autojump_clock, monkeypatch):
+    """Bug 8c: a disconnected agent is lost after ``lost_after`` seconds of trio's
+    clock; a wall-clock step of an hour forward does not declare it lost at once."""
+    wall = TrioWall()
+    monkeypatch.setattr(controller_server, "time", wall)
+    lost_after = 60.0
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=10_000, lost_after=lost_after) as ctl:
+            job = await _job_running_on_n1(ctl)
+            t_drop = trio.current_time()
+            wall.step = 3600.0  # NTP or an operator moves the wall clock an hour ahead
+            await trio.sleep(lost_after / 2)
+            await ctl.sync()
+            assert ctl.node("n1") == "DISCONNECTED"
+            assert ctl.job(job).state is JobState.RUNNING and ctl.job(job).attempt == 1
+            # Silence as such still counts: after lost_after of trio time the agent is lost.
+            while ctl.node("n1") != "LOST":
+                await trio.sleep(0.5)
+            assert trio.current_time() - t_drop == pytest.approx(lost_after, abs=2.0)
+            assert ctl.job(job).state is JobState.PENDING and ctl.job(job).attempt == 2

@@ -397,10 +397,11 @@ class ControllerRig:
 
 @contextlib.asynccontextmanager
 async def controller(state_dir: Path, *, round_timeout: float = 30.0, heartbeat_timeout: float = 10.0,
-                     max_batch: int = 5_000, max_dispatch_per_batch: int = 2_000) -> AsyncIterator[ControllerRig]:
+                     max_batch: int = 5_000, max_dispatch_per_batch: int = 2_000,
+                     lost_after: float | None = None) -> AsyncIterator[ControllerRig]:
     """A ControllerDaemon recovered from ``state_dir`` the way ``serve_controller`` does it,
     with its core loop running, but no listener: connections come from ``rig.connect``."""
-    config = ControllerConfig(round_timeout=round_timeout)
+    config = ControllerConfig(round_timeout=round_timeout, lost_after=lost_after)
     options = ControllerOptions(state_dir=state_dir, token=TOKEN, model=config,
                                 heartbeat_timeout=heartbeat_timeout, max_batch=max_batch,
                                 max_dispatch_per_batch=max_dispatch_per_batch)

@@ -48,3 +48,24 @@ def test_lost_after_counts_from_a_round_deadline_not_from_the_join():
     ctrl.handle(E.Tick(now=41.5))  # now it has been silent for lost_after since the drop
     assert ctrl.node_state("a") == "LOST"
     assert [(j.state, j.attempt) for j in jobs] == [(JobState.PENDING, 2), (JobState.PENDING, 2)]
+
+
+def test_silence_is_measured_on_the_monotonic_clock():
+    """Bug 8c: events carry ``mono`` besides the wall clock ``now``; a wall-clock
+    step of an hour does not make a disconnected agent silent for an hour."""
+    ctrl = Controller(ControllerConfig(lost_after=10.0))
+    jobs = two_running_jobs(ctrl)
+    ctrl.handle(E.ConnectionClosed(conn=1, now=1000.0, mono=5.0))
+    ctrl.handle(E.Tick(now=1000.0 + 3600.0, mono=6.0))  # the wall clock jumped, time did not pass
+    assert ctrl.node_state("a") == "DISCONNECTED"
+    assert [j.state for j in jobs] == [JobState.RUNNING, JobState.RUNNING]
+    ctrl.handle(E.Tick(now=1000.0 + 3600.0, mono=15.5))
+    assert ctrl.node_state("a") == "LOST"
+
+
+def test_a_bad_monotonic_reading_is_refused():
+    import pytest
+
+    for bad in (-1.0, float("nan"), "5"):
+        with pytest.raises(ValueError, match="mono"):
+            E.Tick(now=1.0, mono=bad)
