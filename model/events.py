@@ -191,11 +191,12 @@ class ProcessExited:
     signal: int | None
     finished_at: float
     now: float
+    started_at: float | None = None  # as the supervisor recorded it (None: it did not say)
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                 finished_at=self.finished_at)
+                 finished_at=self.finished_at, started_at=self.started_at)
         check_time("now", self.now)
 
 

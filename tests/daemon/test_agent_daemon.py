@@ -303,3 +303,37 @@ async def test_an_older_controller_refusing_the_join_is_named_in_the_log(tmp_pat
                                    fatal=True))
             await until(lambda: "upgrade the controller first" in caplog.text)
             nursery.cancel_scope.cancel()
+
+
+# ---- issue #9 bug 6: a short job's start time is kept whichever of start and exit is read first ------------------
+
+
+class ExitBeforeStartRunner(ManualRunner):
+    """Every job ends at once, and its exit is delivered before the launch is answered
+    (a short job: the launcher's answer and the supervisor's status race)."""
+
+    START = 1_600_000_100.0
+
+    async def start(self, job: str, attempt: int, spec) -> float:
+        self._started.add((job, attempt))
+        self._send_exit.send_nowait(agent_daemon.ExitStatus(
+            job=job, attempt=attempt, exit_code=0, signal=None, started_at=self.START, finished_at=self.START + 0.01))
+        await trio.sleep(5)  # the answer comes late: the exit is acked by then
+        return self.START
+
+
+async def test_a_short_job_keeps_its_start_time(tmp_path, autojump_clock, monkeypatch):
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path / "controller") as ctl:
+            net = FakeNet(ctl.nursery, server=ctl.daemon)
+            wall = install(monkeypatch, net)
+            monkeypatch.setattr(agent_daemon, "NullRunner", ExitBeforeStartRunner)
+            monkeypatch.setattr(controller_server, "time", wall)
+            net.up = True
+            agent, _, _ = await start_agent(ctl.nursery, options(tmp_path / "agent"))
+            await agent.joined.wait()
+            job = await ctl.submit()
+            await until(lambda: ctl.job(job).state is JobState.COMPLETED)
+            await trio.sleep(10)  # the late launch answer has arrived and been handled
+            assert ctl.job(job).started_at == ExitBeforeStartRunner.START
+            ctl.nursery.cancel_scope.cancel()
