@@ -199,8 +199,9 @@ class Agent:
         if msg.cluster is None or msg.cluster == self.cluster:
             return
         if self.cluster is not None:
+            # Indeterminate records do not count: they hold no process and no outcome.
             live = [r.key for r in self.records.values()
-                    if r.status is not LocalStatus.FINISHED or not r.acked]
+                    if r.status is LocalStatus.RUNNING or (r.status is LocalStatus.FINISHED and not r.acked)]
             if live or self.outbox:
                 raise RemoteProtocolError(
                     f"the controller serves cluster {msg.cluster}, but this agent still holds "
@@ -352,7 +353,9 @@ class Agent:
         record = self.records.get((ev.job, ev.attempt))
         if record is None or record.status is not LocalStatus.RUNNING:
             return
-        self._store(out, replace(record, status=LocalStatus.INDETERMINATE))
+        # finished_at: when we gave up on it, so it expires like an acked outcome
+        # even if no round ever asks about it.
+        self._store(out, replace(record, status=LocalStatus.INDETERMINATE, finished_at=ev.now))
 
     def _on_ack(self, msg: M.Ack, out: list[E.Command]) -> None:
         self._acknowledge((msg.job, msg.attempt), out)
