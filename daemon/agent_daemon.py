@@ -40,6 +40,7 @@ _DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreC
 DEFER_WRITES_FOR = 0.05  # seconds a write with no effect may wait for company
 TICK_AT_LEAST_EVERY = 1.0  # seconds: a busy core still ticks (heartbeats, retries) this often
 MAX_DEFERRED = 5_000
+EVENT_QUEUE = 100_000  # events waiting for the core (exits, reads, ticks); adoption does not go through it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +70,7 @@ class AgentDaemon:
         self.store = store
         self.runner = runner
         self.model = agent
-        self._events_send, self._events_recv = trio.open_memory_channel[tuple[Any, Any]](100_000)
+        self._events_send, self._events_recv = trio.open_memory_channel[tuple[Any, Any]](EVENT_QUEUE)
         self._conn: _Connection | None = None
         self._generation = 0
         self._wake = trio.Event()
@@ -203,6 +204,26 @@ class AgentDaemon:
             self.runner.forget(job, attempt)
         except (RunnerError, OSError) as exc:
             log.debug("keeping the files of job %s attempt %s: %s", job, attempt, exc)
+
+    async def adopt(self, adopted: dict[tuple[str, int], Any]) -> None:
+        """Before the core runs: hand what became of the jobs of before the restart
+        to the model directly, and make the result durable in one transaction.
+
+        Not through the event queue: nothing drains it yet, and an agent with
+        more records than it has room for would never start again.  The model is
+        disconnected, so all it does here is write records and outbox entries.
+        """
+        now = time.time()
+        commands: list[E.Command] = []
+        for key, what in adopted.items():
+            if isinstance(what, ExitStatus):
+                commands += self.model.handle(_exited(what))
+            elif what == "lost" or isinstance(what, JobLost):
+                commands += self.model.handle(E.ProcessLost(job=key[0], attempt=key[1], now=now))
+        effects = [cmd for cmd in commands if not isinstance(cmd, _DURABLE)]
+        if effects:  # a disconnected model sends nothing and starts nothing
+            raise RuntimeError(f"adoption asked for effects before the agent runs: {effects[:3]!r}")
+        await self._commit(commands)
 
     async def _start(self, cmd: E.StartProcess) -> None:
         try:
@@ -348,13 +369,7 @@ async def _run(options: AgentOptions, task_status) -> None:
             runtime.settle()
             daemon = AgentDaemon(options, store, runner, agent)
             if running:
-                adopted = await runner.adopt(running)
-                now = time.time()
-                for key, what in adopted.items():
-                    if isinstance(what, ExitStatus):
-                        await daemon.feed(_exited(what))
-                    elif what == "lost" or isinstance(what, JobLost):
-                        await daemon.feed(E.ProcessLost(job=key[0], attempt=key[1], now=now))
+                await daemon.adopt(await runner.adopt(running))
                 log.info("re-adopted %d job(s) from before the restart", len(running))
             try:
                 async with trio.open_nursery() as nursery:

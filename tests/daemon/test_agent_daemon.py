@@ -337,3 +337,31 @@ async def test_a_short_job_keeps_its_start_time(tmp_path, autojump_clock, monkey
             await trio.sleep(10)  # the late launch answer has arrived and been handled
             assert ctl.job(job).started_at == ExitBeforeStartRunner.START
             ctl.nursery.cancel_scope.cancel()
+
+
+# ---- issue #9 bug 5: an agent with more records than its event queue holds starts again ------------------------
+
+
+async def test_an_agent_with_more_records_than_its_event_queue_starts(tmp_path, autojump_clock, monkeypatch):
+    """Adoption used to put one event per record into the core's queue before the
+    core ran: with more records than the queue holds (100,000) the agent never
+    started.  The queue is made small here; the path is the same."""
+    from model.agent import LocalJob, LocalStatus
+
+    monkeypatch.setattr(agent_daemon, "EVENT_QUEUE", 5)
+    state = tmp_path / "agent"
+    count = 23
+    store = await HeldAgentStore.open(state)
+    await store.apply([E.StoreRecord(record=LocalJob(job=str(i), attempt=1, spec=SPEC)) for i in range(1, count + 1)])
+    await store.aclose()
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            install(monkeypatch, net)
+            agent, scope, stopped = await start_agent(nursery, options(state))
+            # ManualRunner (a NullRunner) calls every earlier attempt lost: each is indeterminate now.
+            assert len(agent.model.records) == count
+            assert {r.status for r in agent.model.records.values()} == {LocalStatus.INDETERMINATE}
+            assert {row[2] for row in agent_disk(state)[1]} == {"indeterminate"}
+            scope.cancel()
+            await stopped.wait()
