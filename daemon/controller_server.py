@@ -205,9 +205,11 @@ class ControllerDaemon:
             if conn is not None and not conn.closing:
                 try:
                     conn.outgoing.send_nowait(wire.encode(cmd.message))
+                    return
                 except trio.WouldBlock:
                     log.warning("connection %s is not reading; closing it", cmd.conn)
                     self._close(conn, "send queue full")
+            self._undelivered(cmd)
         elif isinstance(cmd, E.Close):
             conn = self._conns.get(cmd.conn)
             if conn is not None:
@@ -234,6 +236,14 @@ class ControllerDaemon:
         else:
             raise TypeError(f"controller cannot execute {cmd!r}")
 
+    def _undelivered(self, cmd: E.Send) -> None:
+        """A message dropped before it left.  A dropped Dispatch is told to the
+        model, which redoes the attempt at once (the agent never saw it)."""
+        msg = cmd.message
+        if isinstance(msg, M.Dispatch):
+            self._work_send.send_nowait(_Work(event=E.DispatchUndelivered(
+                job=msg.job, attempt=msg.attempt, now=time.time())))
+
     def _close(self, conn: _Conn, reason: str) -> None:
         if conn.closing:
             return
@@ -241,6 +251,10 @@ class ControllerDaemon:
         # Closing the outgoing channel lets the writer flush what is queued (the
         # error message) and then close the WebSocket.
         conn.outgoing.close()
+        # The model learns of the close now, not once the connection task has
+        # wound down: until then it would place work on a connection that drops it.
+        self._work_send.send_nowait(_Work(event=E.ConnectionClosed(conn=conn.id, now=time.time(),
+                                                                   mono=trio.current_time())))
 
     def _start_round_timer(self, cmd: E.StartRoundTimer) -> None:
         conn = next((c for c in self._conns.values() if c.agent == cmd.agent and not c.closing), None)
@@ -316,9 +330,11 @@ class ControllerDaemon:
                 self._conns[conn_id] = conn
                 nursery.start_soon(self._writer, conn, recv)
                 await self._reader(conn)
-                if conn.closing:  # let the writer flush the error that explains the close
-                    with trio.move_on_after(2):
-                        await conn.flushed.wait()
+                # The reader gave up on the connection (closed, silent, invalid):
+                # from now on nothing more is queued for it, and the model knows.
+                self._close(conn, "connection ended")
+                with trio.move_on_after(2):  # let the writer flush the error that explains the close
+                    await conn.flushed.wait()
                 nursery.cancel_scope.cancel()
         finally:
             self._conns.pop(conn_id, None)

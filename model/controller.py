@@ -454,6 +454,19 @@ class Controller:
         spec = job.spec
         self._send(out, session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec))
 
+    def _on_undelivered(self, ev: E.DispatchUndelivered, out: _Out) -> None:
+        """A dispatch that never left: the attempt cannot have run, so it is
+        redone at once (a cancel meanwhile is simply confirmed), not left RUNNING
+        until the agent rejoins."""
+        job = self.state.jobs.get(ev.job)
+        # An attempt is dispatched once, to one agent: (job, attempt) names that dispatch.
+        if job is None or job.state is not JobState.RUNNING or job.attempt != ev.attempt:
+            return  # already settled (a round, a loss, a finish): nothing left to redo
+        if job.cancel_requested:
+            self._apply(out, F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+        else:
+            self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="dispatch not delivered"))
+
     # ---- views ---------------------------------------------------------------------
 
     def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
@@ -486,5 +499,6 @@ class Controller:
         E.SubmitJob: _on_submit,
         E.CancelJob: _on_cancel,
         E.DispatchProposed: _on_dispatch,
+        E.DispatchUndelivered: _on_undelivered,
     }
 

@@ -135,9 +135,24 @@ class DispatchProposed:
         check_time("now", self.now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchUndelivered:
+    """The daemon dropped the Dispatch of (job, attempt) before it left: its
+    connection was closing or gone.  The agent never got it."""
+
+    job: str
+    attempt: int
+    now: float
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        check_int("attempt", self.attempt, minimum=1)
+        check_time("now", self.now)
+
+
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
-    DispatchProposed,
+    DispatchProposed, DispatchUndelivered,
 ]
 
 
