@@ -54,7 +54,16 @@ class AgentOptions:
     reconnect_initial: float = 0.1
     reconnect_max: float = 1.0  # so an agent is back within a second of the controller; raise for large clusters
     kill_grace: float = 10.0
+    # A WebSocket ping every ping_interval s, answered within pong_timeout s, or the
+    # connection is given up (a vanished controller host sends no FIN: without
+    # this the agent would wait on a dead connection for TCP's ~15 minutes).
+    ping_interval: float = 5.0
+    pong_timeout: float = 10.0
     model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
+
+    def __post_init__(self) -> None:
+        if not self.ping_interval > 0 or not self.pong_timeout > 0:
+            raise ValueError("ping_interval and pong_timeout must be positive")
 
 
 @dataclass(slots=True)
@@ -292,7 +301,10 @@ class AgentDaemon:
                     log.info("connected to %s", self.options.controller)
                     await self.feed(E.Connected(now=time.time()), conn)
                     try:
-                        await self._read(conn)
+                        async with trio.open_nursery() as session:
+                            session.start_soon(self._keepalive, conn, session.cancel_scope)
+                            await self._read(conn)
+                            session.cancel_scope.cancel()
                     finally:
                         with trio.CancelScope(shield=True):
                             await self.feed(E.Disconnected(now=time.time()), conn)
@@ -306,6 +318,21 @@ class AgentDaemon:
             # Jittered, capped backoff: quick to return, no thundering herd.
             await trio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(delay * 2, self.options.reconnect_max)
+
+    async def _keepalive(self, conn: _Connection, session: trio.CancelScope) -> None:
+        """Ping the controller; no pong in time ends the session (then we reconnect)."""
+        while True:
+            await trio.sleep(self.options.ping_interval)
+            with trio.move_on_after(self.options.pong_timeout) as waiting:
+                try:
+                    await conn.ws.ping()
+                except WSClosed:
+                    return  # the reader sees the close
+            if waiting.cancelled_caught:
+                log.warning("the controller did not answer a ping within %.0fs: dropping the connection and "
+                            "reconnecting", self.options.pong_timeout)
+                session.cancel()
+                return
 
     async def _read(self, conn: _Connection) -> None:
         while True:

@@ -365,3 +365,34 @@ async def test_an_agent_with_more_records_than_its_event_queue_starts(tmp_path, 
             assert {row[2] for row in agent_disk(state)[1]} == {"indeterminate"}
             scope.cancel()
             await stopped.wait()
+
+
+# ---- issue #9 8a: a controller host that vanishes is noticed within a bounded time -------------------------------
+
+
+async def test_a_vanished_controller_is_noticed_and_the_agent_reconnects(tmp_path, autojump_clock, monkeypatch):
+    """No FIN, no RST, no byte: only the agent's pings (unanswered) can tell.  It
+    drops the connection within ping_interval + pong_timeout and connects again;
+    while the controller answers, pings keep the session up however quiet it is."""
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            install(monkeypatch, net)
+            net.up = True
+            opts = options(tmp_path / "agent")
+            agent, scope, stopped = await start_agent(nursery, opts)
+            peer = await net.accepted.receive()
+            await peer.expect(M.Join)
+            await peer.send(M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None, cluster="c1"))
+            await agent.joined.wait()
+            await trio.sleep(60)  # quiet, but alive: pings are answered
+            assert agent.model.session is SessionState.OPERATING and len(net.attempts) == 1
+
+            net.blackhole = True
+            vanished = trio.current_time()
+            await until(lambda: agent.model.session is SessionState.DISCONNECTED, timeout=300)
+            assert trio.current_time() - vanished <= opts.ping_interval + opts.pong_timeout + 0.1
+            await until(lambda: len(net.attempts) >= 2, timeout=60)  # and it tries again
+            scope.cancel()
+            await stopped.wait()
+            nursery.cancel_scope.cancel()
