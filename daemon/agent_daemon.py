@@ -40,6 +40,7 @@ _DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreC
 DEFER_WRITES_FOR = 0.05  # seconds a write with no effect may wait for company
 TICK_AT_LEAST_EVERY = 1.0  # seconds: a busy core still ticks (heartbeats, retries) this often
 MAX_DEFERRED = 5_000
+EVENT_QUEUE = 100_000  # events waiting for the core (exits, reads, ticks); adoption does not go through it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +54,16 @@ class AgentOptions:
     reconnect_initial: float = 0.1
     reconnect_max: float = 1.0  # so an agent is back within a second of the controller; raise for large clusters
     kill_grace: float = 10.0
+    # A WebSocket ping every ping_interval s, answered within pong_timeout s, or the
+    # connection is given up (a vanished controller host sends no FIN: without
+    # this the agent would wait on a dead connection for TCP's ~15 minutes).
+    ping_interval: float = 5.0
+    pong_timeout: float = 10.0
     model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
+
+    def __post_init__(self) -> None:
+        if not self.ping_interval > 0 or not self.pong_timeout > 0:
+            raise ValueError("ping_interval and pong_timeout must be positive")
 
 
 @dataclass(slots=True)
@@ -69,7 +79,7 @@ class AgentDaemon:
         self.store = store
         self.runner = runner
         self.model = agent
-        self._events_send, self._events_recv = trio.open_memory_channel[tuple[Any, Any]](100_000)
+        self._events_send, self._events_recv = trio.open_memory_channel[tuple[Any, Any]](EVENT_QUEUE)
         self._conn: _Connection | None = None
         self._generation = 0
         self._wake = trio.Event()
@@ -212,6 +222,26 @@ class AgentDaemon:
         except (RunnerError, OSError) as exc:
             log.debug("keeping the files of job %s attempt %s: %s", job, attempt, exc)
 
+    async def adopt(self, adopted: dict[tuple[str, int], Any]) -> None:
+        """Before the core runs: hand what became of the jobs of before the restart
+        to the model directly, and make the result durable in one transaction.
+
+        Not through the event queue: nothing drains it yet, and an agent with
+        more records than it has room for would never start again.  The model is
+        disconnected, so all it does here is write records and outbox entries.
+        """
+        now = time.time()
+        commands: list[E.Command] = []
+        for key, what in adopted.items():
+            if isinstance(what, ExitStatus):
+                commands += self.model.handle(_exited(what))
+            elif what == "lost" or isinstance(what, JobLost):
+                commands += self.model.handle(E.ProcessLost(job=key[0], attempt=key[1], now=now))
+        effects = [cmd for cmd in commands if not isinstance(cmd, _DURABLE)]
+        if effects:  # a disconnected model sends nothing and starts nothing
+            raise RuntimeError(f"adoption asked for effects before the agent runs: {effects[:3]!r}")
+        await self._commit(commands)
+
     async def _start(self, cmd: E.StartProcess) -> None:
         """Launch one attempt; a kill that came while the launch was under way is carried out here."""
         key = (cmd.job, cmd.attempt)
@@ -293,7 +323,10 @@ class AgentDaemon:
                     log.info("connected to %s", self.options.controller)
                     await self.feed(E.Connected(now=time.time()), conn)
                     try:
-                        await self._read(conn)
+                        async with trio.open_nursery() as session:
+                            session.start_soon(self._keepalive, conn, session.cancel_scope)
+                            await self._read(conn)
+                            session.cancel_scope.cancel()
                     finally:
                         with trio.CancelScope(shield=True):
                             await self.feed(E.Disconnected(now=time.time()), conn)
@@ -307,6 +340,21 @@ class AgentDaemon:
             # Jittered, capped backoff: quick to return, no thundering herd.
             await trio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(delay * 2, self.options.reconnect_max)
+
+    async def _keepalive(self, conn: _Connection, session: trio.CancelScope) -> None:
+        """Ping the controller; no pong in time ends the session (then we reconnect)."""
+        while True:
+            await trio.sleep(self.options.ping_interval)
+            with trio.move_on_after(self.options.pong_timeout) as waiting:
+                try:
+                    await conn.ws.ping()
+                except WSClosed:
+                    return  # the reader sees the close
+            if waiting.cancelled_caught:
+                log.warning("the controller did not answer a ping within %.0fs: dropping the connection and "
+                            "reconnecting", self.options.pong_timeout)
+                session.cancel()
+                return
 
     async def _read(self, conn: _Connection) -> None:
         while True:
@@ -344,7 +392,8 @@ async def _release_on_sigusr1(runner: HoldRunner) -> None:
 
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
-                           signal=status.signal, finished_at=status.finished_at, now=time.time())
+                           signal=status.signal, finished_at=status.finished_at, started_at=status.started_at,
+                           now=time.time())
 
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -369,13 +418,7 @@ async def _run(options: AgentOptions, task_status) -> None:
             runtime.settle()
             daemon = AgentDaemon(options, store, runner, agent)
             if running:
-                adopted = await runner.adopt(running)
-                now = time.time()
-                for key, what in adopted.items():
-                    if isinstance(what, ExitStatus):
-                        await daemon.feed(_exited(what))
-                    elif what == "lost" or isinstance(what, JobLost):
-                        await daemon.feed(E.ProcessLost(job=key[0], attempt=key[1], now=now))
+                await daemon.adopt(await runner.adopt(running))
                 log.info("re-adopted %d job(s) from before the restart", len(running))
             try:
                 async with trio.open_nursery() as nursery:

@@ -165,7 +165,8 @@ class ControllerDaemon:
                     E.Send(conn=conn, message=M.Error(seq=0, reason=str(exc))),
                     E.Close(conn=conn, reason=str(exc)),
                 ]
-                work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time()))
+                work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time(),
+                                                                       mono=trio.current_time()))
 
     def _schedule(self) -> list[E.Command]:
         """Dispatch what the scheduler proposes, until quiet or the batch's budget is spent.
@@ -204,9 +205,11 @@ class ControllerDaemon:
             if conn is not None and not conn.closing:
                 try:
                     conn.outgoing.send_nowait(wire.encode(cmd.message))
+                    return
                 except trio.WouldBlock:
                     log.warning("connection %s is not reading; closing it", cmd.conn)
                     self._close(conn, "send queue full")
+            self._undelivered(cmd)
         elif isinstance(cmd, E.Close):
             conn = self._conns.get(cmd.conn)
             if conn is not None:
@@ -233,6 +236,14 @@ class ControllerDaemon:
         else:
             raise TypeError(f"controller cannot execute {cmd!r}")
 
+    def _undelivered(self, cmd: E.Send) -> None:
+        """A message dropped before it left.  A dropped Dispatch is told to the
+        model, which redoes the attempt at once (the agent never saw it)."""
+        msg = cmd.message
+        if isinstance(msg, M.Dispatch):
+            self._work_send.send_nowait(_Work(event=E.DispatchUndelivered(
+                job=msg.job, attempt=msg.attempt, now=time.time())))
+
     def _close(self, conn: _Conn, reason: str) -> None:
         if conn.closing:
             return
@@ -240,6 +251,10 @@ class ControllerDaemon:
         # Closing the outgoing channel lets the writer flush what is queued (the
         # error message) and then close the WebSocket.
         conn.outgoing.close()
+        # The model learns of the close now, not once the connection task has
+        # wound down: until then it would place work on a connection that drops it.
+        self._work_send.send_nowait(_Work(event=E.ConnectionClosed(conn=conn.id, now=time.time(),
+                                                                   mono=trio.current_time())))
 
     def _start_round_timer(self, cmd: E.StartRoundTimer) -> None:
         conn = next((c for c in self._conns.values() if c.agent == cmd.agent and not c.closing), None)
@@ -259,7 +274,8 @@ class ControllerDaemon:
         with trio.move_on_after(self.model.config.round_timeout):
             await ended.wait()
             return
-        await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time())))
+        await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time(),
+                                                             mono=trio.current_time())))
 
     async def _snapshot(self) -> None:
         snap = snapshot(self.model.state)
@@ -314,14 +330,17 @@ class ControllerDaemon:
                 self._conns[conn_id] = conn
                 nursery.start_soon(self._writer, conn, recv)
                 await self._reader(conn)
-                if conn.closing:  # let the writer flush the error that explains the close
-                    with trio.move_on_after(2):
-                        await conn.flushed.wait()
+                # The reader gave up on the connection (closed, silent, invalid):
+                # from now on nothing more is queued for it, and the model knows.
+                self._close(conn, "connection ended")
+                with trio.move_on_after(2):  # let the writer flush the error that explains the close
+                    await conn.flushed.wait()
                 nursery.cancel_scope.cancel()
         finally:
             self._conns.pop(conn_id, None)
             with trio.CancelScope(shield=True):
-                await self.submit(_Work(event=E.ConnectionClosed(conn=conn_id, now=time.time())))
+                await self.submit(_Work(event=E.ConnectionClosed(conn=conn_id, now=time.time(),
+                                                                 mono=trio.current_time())))
                 with trio.move_on_after(1):
                     await ws.aclose()
 
@@ -377,17 +396,19 @@ class ControllerDaemon:
     def _events(self, conn: _Conn, messages: list[M.Message], now: float) -> list[Any]:
         """The model events of one frame's messages; ``RemoteProtocolError`` (and no change) if any is out of place."""
         events: list[Any] = []
+        mono = trio.current_time()  # silence is measured on trio's clock, never on the wall clock
         joined = conn.agent is not None
         for msg in messages:
             if not joined:
                 if not isinstance(msg, M.Join):
                     raise RemoteProtocolError(f"the first message must be join, got {msg.TYPE}")
                 joined = True
-                events.append(E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now))
+                events.append(E.AgentJoined(conn=conn.id, join=msg, token=secrets.token_bytes(M.TOKEN_BYTES), now=now,
+                                             mono=mono))
             elif isinstance(msg, M.Join):
                 raise RemoteProtocolError("join sent twice on one connection")
             else:
-                events.append(E.MessageFromAgent(conn=conn.id, message=msg, now=now,
+                events.append(E.MessageFromAgent(conn=conn.id, message=msg, now=now, mono=mono,
                                                  token=secrets.token_bytes(M.TOKEN_BYTES)))
         return events
 
@@ -397,7 +418,7 @@ class ControllerDaemon:
             return
         while True:
             await trio.sleep(min(1.0, self.options.model.lost_after / 4))
-            await self.submit(_Work(event=E.Tick(now=time.time())))
+            await self.submit(_Work(event=E.Tick(now=time.time(), mono=trio.current_time())))
 
     # ---- clients ----------------------------------------------------------------------
 

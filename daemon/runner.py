@@ -389,6 +389,22 @@ class JobRunner:
             os.close(fd)
         return True
 
+    def _withdrawn(self, key: Key) -> bool:
+        """The attempt's .run file holds our ``withdrawn`` claim (no supervisor's)."""
+        try:
+            with open(self._base(*key) + _launcher.RUN, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        for line in data.split(b"\n")[:-1]:
+            try:
+                record = json.loads(line) if line else None
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("kind") == "withdrawn":
+                return True
+        return False
+
     # ---- reading outcomes ----------------------------------------------------------
 
     def _collect(self, key: Key, why_lost: str) -> None:
@@ -413,9 +429,13 @@ class JobRunner:
         try:
             info, status = self._records(key)
             if info is None and status is None:
-                # Only after a launcher death mid-launch: a supervisor may be
-                # about to write its pid record.  Give it a moment.
-                await self._wait_for_record(key, PID_FILE_WAIT)
+                # Only after a launcher death mid-launch (or a supervisor that
+                # claimed the attempt as adopt() looked): a supervisor may be
+                # about to write its pid record.  Give it a moment, and more
+                # once it has claimed the attempt (it is starting the job).
+                found = await self._wait_for_record(key, PID_FILE_WAIT)
+                if found is None and Path(self._base(*key) + _launcher.RUN).exists() and not self._withdrawn(key):
+                    await self._wait_for_record(key, CLAIMED_WAIT)
                 info, _ = self._records(key)
             if _pidinfo_current(info):
                 await self._wait_process_end(info.get("supervisor"), info.get("supervisor_start"))
@@ -566,7 +586,9 @@ class JobRunner:
           returned here only, never also on ``exits``.
         * ``"running"``: its supervisor is alive; its end arrives on ``exits``.
         * ``"lost"``: no status and no live supervisor; nobody can tell.  A job
-          process left without its supervisor is SIGKILLed.
+          process left without its supervisor is SIGKILLed, and an attempt no
+          supervisor has claimed is withdrawn (its ``.run`` claimed for nobody),
+          so a supervisor of a launch request that outlived the agent runs nothing.
         """
         for job, attempt in keys:
             check_key(job, attempt)
@@ -599,6 +621,13 @@ class JobRunner:
                     break
                 if attempt_no:
                     self._kill_orphan(info)
+                    if info is None and not self._withdraw(key) and not self._withdrawn(key):
+                        # A supervisor claimed the attempt just now (a launch request
+                        # outlived the agent): it is starting the job.  Watch it.
+                        out[key] = "running"
+                        break
+                    # Withdrawn (or it had a supervisor, now dead): a supervisor
+                    # coming late runs nothing of an attempt reported lost.
                     out[key] = "lost"
                     break
                 if _pidinfo_current(info) and _proc_alive(info.get("supervisor"), info.get("supervisor_start")):

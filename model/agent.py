@@ -199,8 +199,9 @@ class Agent:
         if msg.cluster is None or msg.cluster == self.cluster:
             return
         if self.cluster is not None:
+            # Indeterminate records do not count: they hold no process and no outcome.
             live = [r.key for r in self.records.values()
-                    if r.status is not LocalStatus.FINISHED or not r.acked]
+                    if r.status is LocalStatus.RUNNING or (r.status is LocalStatus.FINISHED and not r.acked)]
             if live or self.outbox:
                 raise RemoteProtocolError(
                     f"the controller serves cluster {msg.cluster}, but this agent still holds "
@@ -316,10 +317,20 @@ class Agent:
 
     def _on_started(self, ev: E.ProcessStarted, out: list[E.Command]) -> None:
         record = self.records.get((ev.job, ev.attempt))
-        if record is None or record.status is not LocalStatus.RUNNING:
-            return
-        self._store(out, replace(record, started_at=ev.started_at))
-        self._unreported_starts.add(record.key)
+        if record is None or record.started_at is not None:
+            return  # unknown, or the start time is known already (from the exit: the same one)
+        if record.status is LocalStatus.RUNNING:
+            self._store(out, replace(record, started_at=ev.started_at))
+            self._unreported_starts.add(record.key)
+        elif record.status is LocalStatus.FINISHED:
+            # The exit was read before the launch was answered (a short job): the
+            # start time joins the outcome, and the report not yet acked carries it.
+            record = replace(record, started_at=ev.started_at)
+            self._store(out, record)
+            entry = self.outbox.get(record.key)
+            if entry is not None:
+                entry.report = record.report()
+                out.append(E.OutboxPut(report=entry.report))
 
     def _on_exited(self, ev: E.ProcessExited, out: list[E.Command]) -> None:
         record = self.records.get((ev.job, ev.attempt))
@@ -328,8 +339,9 @@ class Agent:
             record = LocalJob(job=ev.job, attempt=ev.attempt, spec=None)
         elif record.status is LocalStatus.FINISHED:
             return  # already recorded: the supervisor's status was read twice
+        started_at = ev.started_at if ev.started_at is not None else record.started_at
         record = replace(record, status=LocalStatus.FINISHED, exit_code=ev.exit_code, signal=ev.signal,
-                         finished_at=ev.finished_at, acked=False)
+                         started_at=started_at, finished_at=ev.finished_at, acked=False)
         self._store(out, record)
         report = record.report()
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)
@@ -341,7 +353,9 @@ class Agent:
         record = self.records.get((ev.job, ev.attempt))
         if record is None or record.status is not LocalStatus.RUNNING:
             return
-        self._store(out, replace(record, status=LocalStatus.INDETERMINATE))
+        # finished_at: when we gave up on it, so it expires like an acked outcome
+        # even if no round ever asks about it.
+        self._store(out, replace(record, status=LocalStatus.INDETERMINATE, finished_at=ev.now))
 
     def _on_ack(self, msg: M.Ack, out: list[E.Command]) -> None:
         self._acknowledge((msg.job, msg.attempt), out)

@@ -45,7 +45,7 @@ class AgentSession:
     conn: int | None = None  # None while disconnected
     seq: int = 0  # messages sent on the current connection
     round: ResyncRound | None = None
-    last_heard: float = 0.0
+    last_heard: float = 0.0  # on the silence clock (events' mono, else now): see _silence_clock
     lost: bool = False
     version: int = M.PROTOCOL_VERSION  # the protocol version of the current connection (its Join's)
 
@@ -72,6 +72,13 @@ class _Out:
 
     def result(self) -> list[E.Command]:
         return ([E.Append(facts=tuple(self.facts))] if self.facts else []) + self.commands
+
+
+def _silence_clock(ev: object) -> float:
+    """The time silence is measured on: monotonic when the daemon gives it, so a
+    wall-clock step never makes an agent look silent (or heard from)."""
+    mono = getattr(ev, "mono", None)
+    return mono if mono is not None else ev.now  # type: ignore[attr-defined]
 
 
 class Controller:
@@ -218,7 +225,7 @@ class Controller:
         if info is None or not info.registered or info.slots != join.slots:
             self._apply(out, F.AgentRegistered(agent=join.agent, slots=join.slots))
         self._conns[ev.conn] = join.agent
-        session.conn, session.seq, session.last_heard, session.lost = ev.conn, 0, ev.now, False
+        session.conn, session.seq, session.last_heard, session.lost = ev.conn, 0, _silence_clock(ev), False
         session.version = join.version
         placed = self.placed_on(join.agent)
         # Req 1: a round whenever we place non-terminal jobs here, whatever kind of
@@ -247,7 +254,7 @@ class Controller:
     def _on_closed(self, ev: E.ConnectionClosed, out: _Out) -> None:
         name = self._conns.get(ev.conn)
         if name is not None:
-            self.sessions[name].last_heard = ev.now
+            self.sessions[name].last_heard = _silence_clock(ev)
         self._drop_connection(out, ev.conn)
 
     def _on_deadline(self, ev: E.RoundDeadlineExpired, out: _Out) -> None:
@@ -256,6 +263,9 @@ class Controller:
             return  # a timer of a round that already ended: nothing to do
         conn = session.conn
         assert conn is not None
+        # Silence counts from when we last heard from the agent or dropped it,
+        # whichever is later: a round that timed out is not silence since the join.
+        session.last_heard = max(session.last_heard, _silence_clock(ev))
         self._end_round(out, session, expire=True)
         # Withholding the agent forever is not allowed (Req 5.3); trusting a
         # silent agent is not either.  Close: its next join arms a fresh round.
@@ -269,9 +279,10 @@ class Controller:
             if name not in self.sessions:
                 # An agent known only from the log (we restarted and it has not come
                 # back yet): its silence counts from the first tick we see.
-                self.sessions[name] = AgentSession(name=name, last_heard=ev.now)
+                self.sessions[name] = AgentSession(name=name, last_heard=_silence_clock(ev))
+        now = _silence_clock(ev)
         for session in self.sessions.values():
-            if session.connected or session.lost or ev.now - session.last_heard <= lost_after:
+            if session.connected or session.lost or now - session.last_heard <= lost_after:
                 continue
             session.lost = True
             for job_id in sorted(self.state.agents[session.name].running, key=lambda j: (len(j), j)):
@@ -289,7 +300,7 @@ class Controller:
         if name is None:
             return  # the connection is gone (or never joined): nothing it says counts
         session = self.sessions[name]
-        session.last_heard = ev.now
+        session.last_heard = _silence_clock(ev)
         msg = ev.message
         try:
             if isinstance(msg, M.Finished):
@@ -443,6 +454,19 @@ class Controller:
         spec = job.spec
         self._send(out, session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec))
 
+    def _on_undelivered(self, ev: E.DispatchUndelivered, out: _Out) -> None:
+        """A dispatch that never left: the attempt cannot have run, so it is
+        redone at once (a cancel meanwhile is simply confirmed), not left RUNNING
+        until the agent rejoins."""
+        job = self.state.jobs.get(ev.job)
+        # An attempt is dispatched once, to one agent: (job, attempt) names that dispatch.
+        if job is None or job.state is not JobState.RUNNING or job.attempt != ev.attempt:
+            return  # already settled (a round, a loss, a finish): nothing left to redo
+        if job.cancel_requested:
+            self._apply(out, F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+        else:
+            self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="dispatch not delivered"))
+
     # ---- views ---------------------------------------------------------------------
 
     def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
@@ -475,5 +499,6 @@ class Controller:
         E.SubmitJob: _on_submit,
         E.CancelJob: _on_cancel,
         E.DispatchProposed: _on_dispatch,
+        E.DispatchUndelivered: _on_undelivered,
     }
 

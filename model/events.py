@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ._check import check_bytes, check_int, check_str, check_time
+from ._check import check_bytes, check_int, check_opt_time, check_str, check_time
 from .facts import Fact
 from .jobs import JobSpec
 from .messages import TOKEN_BYTES, Finished, Join, Message
@@ -18,6 +18,13 @@ from .messages import TOKEN_BYTES, Finished, Join, Message
 def _conn(ev: object) -> None:
     check_int("conn", ev.conn, minimum=1)  # type: ignore[attr-defined]
     check_time("now", ev.now)  # type: ignore[attr-defined]
+    check_opt_time("mono", ev.mono)  # type: ignore[attr-defined]
+
+
+# ``mono`` (controller events): a monotonic clock reading besides the wall
+# clock ``now``.  Silence (``lost_after``) is measured on it, so a wall-clock
+# step does not declare every disconnected agent lost; wall time stays for
+# what is recorded.  None: measure on ``now`` (a caller with one clock only).
 
 
 # ---- controller events ---------------------------------------------------
@@ -31,6 +38,7 @@ class AgentJoined:
     join: Join
     token: bytes  # fresh and unguessable, used if a resync round is armed
     now: float
+    mono: float | None = None
 
     def __post_init__(self) -> None:
         _conn(self)
@@ -45,6 +53,7 @@ class MessageFromAgent:
     message: Message
     now: float
     token: bytes | None = None  # fresh and unguessable, for a round this message may arm
+    mono: float | None = None
 
     def __post_init__(self) -> None:
         _conn(self)
@@ -56,6 +65,7 @@ class MessageFromAgent:
 class ConnectionClosed:
     conn: int
     now: float
+    mono: float | None = None
 
     def __post_init__(self) -> None:
         _conn(self)
@@ -66,11 +76,13 @@ class RoundDeadlineExpired:
     agent: str
     token: bytes
     now: float
+    mono: float | None = None
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent)
         check_bytes("token", self.token, min_len=TOKEN_BYTES, max_len=TOKEN_BYTES)
         check_time("now", self.now)
+        check_opt_time("mono", self.mono)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,9 +91,11 @@ class Tick:
 
     now: float
     jitter: float = 0.0  # in [0, 1): spreads agent retries
+    mono: float | None = None  # the controller measures silence on it (see above)
 
     def __post_init__(self) -> None:
         check_time("now", self.now)
+        check_opt_time("mono", self.mono)
         if not isinstance(self.jitter, (int, float)) or not 0.0 <= self.jitter < 1.0:
             raise ValueError("jitter must be in [0, 1)")
 
@@ -121,9 +135,24 @@ class DispatchProposed:
         check_time("now", self.now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchUndelivered:
+    """The daemon dropped the Dispatch of (job, attempt) before it left: its
+    connection was closing or gone.  The agent never got it."""
+
+    job: str
+    attempt: int
+    now: float
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        check_int("attempt", self.attempt, minimum=1)
+        check_time("now", self.now)
+
+
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
-    DispatchProposed,
+    DispatchProposed, DispatchUndelivered,
 ]
 
 
@@ -177,11 +206,12 @@ class ProcessExited:
     signal: int | None
     finished_at: float
     now: float
+    started_at: float | None = None  # as the supervisor recorded it (None: it did not say)
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                 finished_at=self.finished_at)
+                 finished_at=self.finished_at, started_at=self.started_at)
         check_time("now", self.now)
 
 

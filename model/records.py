@@ -24,7 +24,7 @@ Key = tuple[str, int]
 class LocalStatus(enum.Enum):
     RUNNING = "running"  # the supervised process is (as far as we know) alive
     FINISHED = "finished"  # the supervisor recorded its end: exit code / signal and time
-    INDETERMINATE = "indeterminate"  # after a restart we cannot tell: reported as unrecognized
+    INDETERMINATE = "indeterminate"  # after a restart we cannot tell: reported as unrecognized, then let go
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +38,8 @@ class LocalJob:
     started_at: float | None = None
     exit_code: int | None = None
     signal: int | None = None
+    # FINISHED: when the job ended.  INDETERMINATE: when the agent gave up on
+    # knowing (the clock of its expiry; it is never reported as an outcome).
     finished_at: float | None = None
     acked: bool = False  # the controller acknowledged the completion report
 
@@ -60,8 +62,10 @@ class LocalJob:
 
     @property
     def expirable(self) -> bool:
-        """Finished and acknowledged: let go of once it is older than the recent window."""
-        return self.status is LocalStatus.FINISHED and self.acked
+        """Let go of once it is older than the recent window: finished and
+        acknowledged, or indeterminate (it holds no process and no outcome, so
+        after the window an unknown attempt is answered the same way: unrecognized)."""
+        return (self.status is LocalStatus.FINISHED and self.acked) or self.status is LocalStatus.INDETERMINATE
 
     def report(self) -> M.Finished:
         assert self.status is LocalStatus.FINISHED and self.finished_at is not None
@@ -83,7 +87,7 @@ class LocalRecords(MutableMapping[Key, LocalJob]):
         self._records: dict[Key, LocalJob] = {}
         self.held_count = 0  # how many records are held (see LocalJob.held)
         self.held_digest = 0  # messages.running_digest() of the held keys
-        # (finished_at, key) of acknowledged records, oldest first.  Entries go
+        # (finished_at, key) of expirable records, oldest first.  Entries go
         # stale when a record changes or leaves; expired() checks each one.
         self._expiry: list[tuple[float, Key]] = []
         for record in records:
@@ -135,7 +139,7 @@ class LocalRecords(MutableMapping[Key, LocalJob]):
         self.held_digest ^= M.pair_hash(*key)
 
     def expired(self, horizon: float) -> list[Key]:
-        """Keys of acknowledged records that finished before ``horizon``."""
+        """Keys of expirable records that finished (or were given up on) before ``horizon``."""
         due: dict[Key, None] = {}  # ordered, and a key met twice is listed once
         while self._expiry and self._expiry[0][0] < horizon:
             _, key = heapq.heappop(self._expiry)

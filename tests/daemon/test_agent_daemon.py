@@ -303,3 +303,96 @@ async def test_an_older_controller_refusing_the_join_is_named_in_the_log(tmp_pat
                                    fatal=True))
             await until(lambda: "upgrade the controller first" in caplog.text)
             nursery.cancel_scope.cancel()
+
+
+# ---- issue #9 bug 6: a short job's start time is kept whichever of start and exit is read first ------------------
+
+
+class ExitBeforeStartRunner(ManualRunner):
+    """Every job ends at once, and its exit is delivered before the launch is answered
+    (a short job: the launcher's answer and the supervisor's status race)."""
+
+    START = 1_600_000_100.0
+
+    async def start(self, job: str, attempt: int, spec) -> float:
+        self._started.add((job, attempt))
+        self._send_exit.send_nowait(agent_daemon.ExitStatus(
+            job=job, attempt=attempt, exit_code=0, signal=None, started_at=self.START, finished_at=self.START + 0.01))
+        await trio.sleep(5)  # the answer comes late: the exit is acked by then
+        return self.START
+
+
+async def test_a_short_job_keeps_its_start_time(tmp_path, autojump_clock, monkeypatch):
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path / "controller") as ctl:
+            net = FakeNet(ctl.nursery, server=ctl.daemon)
+            wall = install(monkeypatch, net)
+            monkeypatch.setattr(agent_daemon, "NullRunner", ExitBeforeStartRunner)
+            monkeypatch.setattr(controller_server, "time", wall)
+            net.up = True
+            agent, _, _ = await start_agent(ctl.nursery, options(tmp_path / "agent"))
+            await agent.joined.wait()
+            job = await ctl.submit()
+            await until(lambda: ctl.job(job).state is JobState.COMPLETED)
+            await trio.sleep(10)  # the late launch answer has arrived and been handled
+            assert ctl.job(job).started_at == ExitBeforeStartRunner.START
+            ctl.nursery.cancel_scope.cancel()
+
+
+# ---- issue #9 bug 5: an agent with more records than its event queue holds starts again ------------------------
+
+
+async def test_an_agent_with_more_records_than_its_event_queue_starts(tmp_path, autojump_clock, monkeypatch):
+    """Adoption used to put one event per record into the core's queue before the
+    core ran: with more records than the queue holds (100,000) the agent never
+    started.  The queue is made small here; the path is the same."""
+    from model.agent import LocalJob, LocalStatus
+
+    monkeypatch.setattr(agent_daemon, "EVENT_QUEUE", 5)
+    state = tmp_path / "agent"
+    count = 23
+    store = await HeldAgentStore.open(state)
+    await store.apply([E.StoreRecord(record=LocalJob(job=str(i), attempt=1, spec=SPEC)) for i in range(1, count + 1)])
+    await store.aclose()
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            install(monkeypatch, net)
+            agent, scope, stopped = await start_agent(nursery, options(state))
+            # ManualRunner (a NullRunner) calls every earlier attempt lost: each is indeterminate now.
+            assert len(agent.model.records) == count
+            assert {r.status for r in agent.model.records.values()} == {LocalStatus.INDETERMINATE}
+            assert {row[2] for row in agent_disk(state)[1]} == {"indeterminate"}
+            scope.cancel()
+            await stopped.wait()
+
+
+# ---- issue #9 8a: a controller host that vanishes is noticed within a bounded time -------------------------------
+
+
+async def test_a_vanished_controller_is_noticed_and_the_agent_reconnects(tmp_path, autojump_clock, monkeypatch):
+    """No FIN, no RST, no byte: only the agent's pings (unanswered) can tell.  It
+    drops the connection within ping_interval + pong_timeout and connects again;
+    while the controller answers, pings keep the session up however quiet it is."""
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            install(monkeypatch, net)
+            net.up = True
+            opts = options(tmp_path / "agent")
+            agent, scope, stopped = await start_agent(nursery, opts)
+            peer = await net.accepted.receive()
+            await peer.expect(M.Join)
+            await peer.send(M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None, cluster="c1"))
+            await agent.joined.wait()
+            await trio.sleep(60)  # quiet, but alive: pings are answered
+            assert agent.model.session is SessionState.OPERATING and len(net.attempts) == 1
+
+            net.blackhole = True
+            vanished = trio.current_time()
+            await until(lambda: agent.model.session is SessionState.DISCONNECTED, timeout=300)
+            assert trio.current_time() - vanished <= opts.ping_interval + opts.pong_timeout + 0.1
+            await until(lambda: len(net.attempts) >= 2, timeout=60)  # and it tries again
+            scope.cancel()
+            await stopped.wait()
+            nursery.cancel_scope.cancel()

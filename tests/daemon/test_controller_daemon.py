@@ -466,3 +466,63 @@ async def test_joining_agent_gets_pending_work_without_another_event(tmp_path, a
             agent, _ = await ctl.join("n1")
             await agent.expect(M.Welcome)
             assert await agent.receive() == M.Dispatch(seq=2, job=job, attempt=1, spec=SPEC)
+
+
+# ---- issue #9: silence on the monotonic clock, dispatches to a closing connection -------------------------
+
+
+async def test_lost_after_ignores_wall_clock_steps(tmp_path, autojump_clock, monkeypatch):
+    """Bug 8c: a disconnected agent is lost after ``lost_after`` seconds of trio's
+    clock; a wall-clock step of an hour forward does not declare it lost at once."""
+    wall = TrioWall()
+    monkeypatch.setattr(controller_server, "time", wall)
+    lost_after = 60.0
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=10_000, lost_after=lost_after) as ctl:
+            job = await _job_running_on_n1(ctl)
+            t_drop = trio.current_time()
+            wall.step = 3600.0  # NTP or an operator moves the wall clock an hour ahead
+            await trio.sleep(lost_after / 2)
+            await ctl.sync()
+            assert ctl.node("n1") == "DISCONNECTED"
+            assert ctl.job(job).state is JobState.RUNNING and ctl.job(job).attempt == 1
+            # Silence as such still counts: after lost_after of trio time the agent is lost.
+            while ctl.node("n1") != "LOST":
+                await trio.sleep(0.5)
+            assert trio.current_time() - t_drop == pytest.approx(lost_after, abs=2.0)
+            assert ctl.job(job).state is JobState.PENDING and ctl.job(job).attempt == 2
+
+
+async def test_a_dispatch_dropped_for_a_closing_connection_is_redone_at_once(tmp_path, autojump_clock, monkeypatch):
+    """Bug 8b: the daemon closes a connection that does not read (its send queue is
+    full) while the model still counts it connected.  The dispatches dropped for it
+    never left, so their jobs are requeued at once, and the model knows of the close
+    at once (no more work is placed there); they used to stay RUNNING until the
+    agent rejoined."""
+    monkeypatch.setattr(controller_server, "OUTGOING_QUEUE", 1)
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=10_000) as ctl:
+            peer, _ = await ctl.join("n1", slots=3)
+            await peer.expect(M.Welcome)
+            [conn] = ctl.daemon._conns.values()
+            stalled = trio.Event()  # never set: the agent's side stops reading
+
+            async def send_message(data):
+                await stalled.wait()
+
+            conn.ws.send_message = send_message
+            first = await ctl.submit()  # its dispatch is taken by the (stalled) writer
+            await ctl.sync()
+            second = await ctl.submit()  # fills the queue
+            await ctl.sync()
+            third = await ctl.submit()  # does not fit: the connection is closed, this dispatch dropped
+            await ctl.sync()
+            await ctl.sync()
+            assert conn.closing
+            assert ctl.node("n1") == "DISCONNECTED"
+            # Queued or written, the first two may have reached the agent: its rejoin settles them.
+            assert [(ctl.job(j).state, ctl.job(j).attempt) for j in (first, second)] == [(JobState.RUNNING, 1)] * 2
+            assert (ctl.job(third).state, ctl.job(third).attempt) == (JobState.PENDING, 2)
+            requeued = [f for f in await ctl.store.durable() if isinstance(f, F.JobRequeued)]
+            assert [(f.job, f.attempt, f.reason) for f in requeued] == [(third, 1, "dispatch not delivered")]
+            ctl.nursery.cancel_scope.cancel()

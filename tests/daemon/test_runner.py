@@ -724,3 +724,29 @@ async def test_null_runner_completes_everything_at_once(tmp_path):
             runner.forget("1", 1)
             assert runner.log_paths("1", 1)[0].name == "1.1.stdout"
     assert not (tmp_path / "state").exists()
+
+
+async def test_an_attempt_adopt_calls_lost_is_never_run_by_a_late_supervisor(tmp_path):
+    """Issue #9 8d: the agent died after asking for a launch, before any supervisor
+    claimed the attempt.  After the restart adopt() calls the attempt lost, so a
+    supervisor that turns up later (the launch request outlived the agent) must run nothing."""
+    state = tmp_path / "state"
+    ran = tmp_path / "ran"
+    (state / "jobs").mkdir(parents=True)
+    (state / "jobs" / "late.1.stdout").touch()  # the agent's claim before its launch request
+    with trio.fail_after(HANG):
+        async with JobRunner(state) as runner:
+            assert await runner.adopt([("late", 1)]) == {("late", 1): "lost"}
+    request = {"k": ["late", 1], "base": str(state / "jobs" / "late.1"), "cmd": ["/bin/sh", "-c", f"touch {ran}"],
+               "cwd": None, "env": []}
+    late_supervisor = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from daemon.launcher import boot_id, supervise
+        sys.exit(supervise({request!r}, time.time(), boot_id()))
+    """)
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", late_supervisor], timeout=HANG, check=True)
+    assert not ran.exists()
+    assert run_records(state / "jobs", "late") == (None, None)  # no pid, no status: nothing ran

@@ -397,10 +397,11 @@ class ControllerRig:
 
 @contextlib.asynccontextmanager
 async def controller(state_dir: Path, *, round_timeout: float = 30.0, heartbeat_timeout: float = 10.0,
-                     max_batch: int = 5_000, max_dispatch_per_batch: int = 2_000) -> AsyncIterator[ControllerRig]:
+                     max_batch: int = 5_000, max_dispatch_per_batch: int = 2_000,
+                     lost_after: float | None = None) -> AsyncIterator[ControllerRig]:
     """A ControllerDaemon recovered from ``state_dir`` the way ``serve_controller`` does it,
     with its core loop running, but no listener: connections come from ``rig.connect``."""
-    config = ControllerConfig(round_timeout=round_timeout)
+    config = ControllerConfig(round_timeout=round_timeout, lost_after=lost_after)
     options = ControllerOptions(state_dir=state_dir, token=TOKEN, model=config,
                                 heartbeat_timeout=heartbeat_timeout, max_batch=max_batch,
                                 max_dispatch_per_batch=max_dispatch_per_batch)
@@ -442,6 +443,9 @@ class FakeNet:
         self.nursery = nursery
         self.server = server
         self.up = False
+        # While true every byte either way is dropped and no close reaches the other
+        # side: a controller host that vanished (no RST, no FIN), as TCP sees it.
+        self.blackhole = False
         self.attempts: list[float] = []
         self.headers: list[list[tuple[bytes, bytes]]] = []
         self._streams: list[trio.abc.Stream] = []
@@ -452,6 +456,29 @@ class FakeNet:
         streams, self._streams = self._streams, []
         for stream in streams:
             await stream.aclose()
+
+    def _one_way(self) -> tuple[trio.testing.MemorySendStream, trio.testing.MemoryReceiveStream]:
+        send, recv = trio.testing.memory_stream_one_way_pair()
+        pump, close_pump = send.send_all_hook, send.close_hook
+
+        async def send_all_hook() -> None:
+            if self.blackhole:
+                send.get_data_nowait()  # gone, as on the wire to a dead host
+            elif pump is not None:
+                await pump()
+
+        def close_hook() -> None:
+            if not self.blackhole and close_pump is not None:
+                close_pump()
+
+        send.send_all_hook, send.close_hook = send_all_hook, close_hook
+        return send, recv
+
+    def _pair(self) -> tuple[trio.StapledStream, trio.StapledStream]:
+        """``memory_stream_pair`` whose bytes can be blackholed (``blackhole``)."""
+        a_send, b_recv = self._one_way()
+        b_send, a_recv = self._one_way()
+        return trio.StapledStream(a_send, a_recv), trio.StapledStream(b_send, b_recv)
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         request = await wrap_server_stream(self.nursery, stream, max_message_size=wire.MAX_AGENT_MESSAGE)
@@ -469,7 +496,7 @@ class FakeNet:
         await trio.lowlevel.checkpoint()
         if not self.up:
             raise OSError(errno.ECONNREFUSED, "connection refused (the fake network is down)")
-        client_stream, server_stream = trio.testing.memory_stream_pair()
+        client_stream, server_stream = self._pair()
         self._streams.append(server_stream)
         self.nursery.start_soon(self._serve, server_stream)
         resource = urllib.parse.urlsplit(url).path or "/"

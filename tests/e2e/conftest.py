@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -203,11 +204,11 @@ class Cluster:
 
     # ---- daemons ------------------------------------------------------------------
 
-    def _spawn(self, key: str, argv: list[str]) -> Daemon:
+    def _spawn(self, key: str, argv: list[str], **env: str) -> Daemon:
         log = self.log_path(key)
         with open(log, "ab") as logf:
             proc = subprocess.Popen(reckon_argv() + argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=logf, cwd=self.base, env=hermetic_env(), start_new_session=True)
+                                    stderr=logf, cwd=self.base, env=hermetic_env(**env), start_new_session=True)
         self._all.append(proc)
         daemon = self.daemons[key] = Daemon(key=key, argv=argv, proc=proc, log=log)
         return daemon
@@ -257,6 +258,16 @@ class Cluster:
         if wait_joined:
             self.wait_node(name, ("IDLE", "BUSY"))
         return daemon
+
+    def start_dev(self, *extra: str, tmpdir: Path) -> tuple[Daemon, str]:
+        """Start ``reckon dev`` (temporary directories under ``tmpdir``); the daemon and its first line.
+        The CLI helpers talk to its controller from then on."""
+        daemon = self._spawn("dev", ["dev", "--listen", "127.0.0.1:0", *extra], TMPDIR=str(tmpdir))
+        line = _read_line(daemon.proc, HANG, daemon.log)
+        found = re.match(r"reckon dev: controller on ws://127\.0\.0\.1:(\d+), ", line)
+        assert found, f"unexpected first line {line!r}"
+        self.port = int(found[1])
+        return daemon, line
 
     def pid(self, key: str) -> int:
         return self.daemons[key].proc.pid
