@@ -205,6 +205,10 @@ class HeldAgentStore(AgentStore):
         with clock_held():
             return await super().load_cluster()
 
+    async def claim_identity(self, name):
+        with clock_held():
+            return await super().claim_identity(name)
+
     async def apply(self, commands) -> None:
         with clock_held():
             await super().apply(commands)
