@@ -319,7 +319,7 @@ class ControllerDaemon:
     async def handle_request(self, request: WebSocketRequest) -> None:
         refused = self._authorized(request)
         if refused is not None:
-            host = getattr(request.remote, "address", request.remote)
+            host = _peer_host(request)
             self.refusals.refused(("handshake", str(host), refused),
                                   f"refused connections from {host} to {request.path}: {refused}")
             await request.reject(401, body=refused.encode())
@@ -328,7 +328,7 @@ class ControllerDaemon:
         ws = await request.accept()
         try:
             if path.startswith("/agent"):
-                await self._agent_connection(ws, str(getattr(request.remote, "address", request.remote)))
+                await self._agent_connection(ws, _peer_host(request))
             elif path.startswith("/client"):
                 await self._client_connection(ws)
             else:
@@ -519,6 +519,12 @@ class ControllerDaemon:
         for job in self.model.state.jobs.values():
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
+
+
+def _peer_host(request: WebSocketRequest) -> str:
+    """The peer's address without its port (a refused peer reconnects from a new port each time)."""
+    address = getattr(request.remote, "address", None)
+    return "?" if address is None else str(address)
 
 
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
