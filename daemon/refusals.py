@@ -43,6 +43,7 @@ class RefusalLog:
             self.log.warning("%s", message)
             return True
         known.since_logged += 1
+        self.log.debug("refused again: %s", message)  # -v shows every attempt
         if now - known.logged_at >= self.remind_every:
             self.log.warning("still refused (%d more attempt(s) in %.0f s): %s", known.since_logged,
                              now - known.logged_at, message)
