@@ -145,6 +145,8 @@ class AgentDaemon:
             await self._execute(commands, nursery)
             if self.model.session.value == "operating":
                 self.joined.set()
+                if self.refusals.cleared(_REFUSED):  # the join went through: the refusal is over
+                    log.warning("controller %s accepts us again", self.options.controller)
             self._wake.set()
 
     async def _execute(self, commands: list[tuple[E.Command, _Connection | None]], nursery: trio.Nursery) -> None:
@@ -317,8 +319,6 @@ class AgentDaemon:
             else:
                 if conn is not None and conn.welcomed:
                     refusal_delay = 0.0
-                    if self.refusals.cleared(_REFUSED):
-                        log.warning("controller %s accepts us again", self.options.controller)
                 wait = delay
                 delay = min(delay * 2, self.options.reconnect_max)
             # Jittered, capped backoff: quick to return, no thundering herd.

@@ -51,3 +51,32 @@ def test_a_second_agent_with_the_same_name_is_refused_and_every_job_runs_once(cl
     cluster.stop("controller")
     registrations = [f for f in cluster.facts() if isinstance(f, AgentRegistered)]
     assert len(registrations) == 1 and registrations[0].agent == "node1", registrations
+
+
+def test_a_replacement_with_jobs_left_on_the_old_agent_waits_for_reckon_forget(cluster, truth_dir):
+    """Same name, wiped state directory, the old machine gone with a job placed on it."""
+    cluster.start_controller()
+    cluster.start_agent("node1", slots=1)
+    gate = truth_dir / "go"
+    job = cluster.submit("sh", "-c", f"echo ran >> {truth_dir}/runs; while [ ! -e {gate} ]; do sleep 0.05; done")
+    cluster.wait_job(job, states=("RUNNING",))
+    cluster.kill("node1")  # the machine is gone (its job process is not: see below)
+    cluster.wait_node("node1", ("DISCONNECTED",))
+
+    cluster.start_agent("node1", key="replacement", slots=1, wait_joined=False)
+    cluster.wait_for(lambda: "reckon forget node1" in cluster.log_text("replacement"),
+                     what="the replacement to be refused, naming the way out")
+    assert cluster.job(job)["state"] == "RUNNING" and cluster.job(job)["attempt"] == 1
+
+    refused = cluster.run("forget", "nobody")
+    assert refused.returncode != 0 and "unknown agent 'nobody'" in cluster.one_line_reason(refused)
+    assert cluster.cli("forget", "node1").strip() == \
+        "forgot node1: 1 job(s) requeued, 0 cancel(s) confirmed; its name is free"
+    cluster.wait_for(lambda: "accepts us again" in cluster.log_text("replacement"), what="the replacement to join")
+    record = cluster.wait_job(job, states=("RUNNING",))
+    assert record["attempt"] == 2
+    # The operator's word was wrong on purpose here: the old agent's process still
+    # runs, so the job ran twice, as `reckon forget --help` warns.
+    cluster.wait_for(lambda: (truth_dir / "runs").read_text().count("ran") == 2, what="the second run")
+    gate.touch()
+    assert cluster.wait_job(job)["state"] == "COMPLETED"
