@@ -6,6 +6,8 @@ second agent is refused for good, the first keeps its connection and its
 jobs, the fact log does not grow, and each side logs the refusal once (plus
 at most a reminder), not once per attempt, while the refused agent keeps
 trying at its slow refusal pace.
+
+Invariant: INV-NAME-HANDOVER (docs/invariants.md).
 """
 
 from __future__ import annotations

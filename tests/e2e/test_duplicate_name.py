@@ -5,6 +5,8 @@ requeued the name's jobs, 10 jobs ran 173 times, the fact log grew by ~20
 `agent_registered` facts a second, and nothing was logged.  Now the second
 agent is refused for good with a named message, logged once on each side,
 and keeps retrying at its slow refusal pace; every job runs exactly once.
+
+Invariant: INV-NAME-HANDOVER (docs/invariants.md).
 """
 
 from __future__ import annotations

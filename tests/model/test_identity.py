@@ -7,6 +7,8 @@ belongs to one durable identity: another identity is refused with a
 permanent, named error while the holder is connected (or disconnected with
 jobs placed on it), and nothing changes.  The controller is driven directly
 here: the harness has one model per name, and this is about two.
+
+Invariant: INV-NAME-HANDOVER (docs/invariants.md).
 """
 
 from __future__ import annotations
@@ -258,3 +260,25 @@ def assert_replay_and_snapshot_agree(w: World) -> None:
     assert stored == w.log
     assert replay(stored).digest() == w.controller.state.digest()
     assert restore(snapshot(w.controller.state)).digest() == w.controller.state.digest()
+
+
+def test_the_name_handover_invariant_bites(monkeypatch) -> None:
+    """INV-NAME-HANDOVER notices a name passing to another identity with jobs placed (bug 1 re-injected)."""
+    from types import SimpleNamespace
+
+    from test_stateful import ReckonMachine
+
+    def check(log: list[F.Fact]) -> None:
+        ReckonMachine.inv_name_handover(SimpleNamespace(log=log))
+
+    w = World()
+    w.join(1, FIRST)
+    w.submit_and_place(1)
+    w.handle(E.ConnectionClosed(conn=1, now=3.0))
+    check(w.log)  # the real controller: refused, the log is fine
+    w.join(2, SECOND)
+    check(w.log)
+    monkeypatch.setattr(Controller, "_name_refusal", lambda self, join, session, info: None)
+    w.join(3, SECOND)
+    with pytest.raises(AssertionError, match="INV-NAME-HANDOVER: node1 passed from 1+ to 2+ with \\['1'\\] placed"):
+        check(w.log)
