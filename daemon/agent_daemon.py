@@ -92,6 +92,9 @@ class AgentDaemon:
         self._refused: _Connection | None = None  # a connection that sent something invalid
         self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
         self.refusals = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
+        # Handshakes that fail in other ways (a proxy's 502, not a WebSocket server): an
+        # outage, retried fast, but logged once per condition like a refusal.
+        self.failed_handshakes = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
 
     # ---- the core ----------------------------------------------------------------
 
@@ -145,7 +148,8 @@ class AgentDaemon:
             await self._execute(commands, nursery)
             if self.model.session.value == "operating":
                 self.joined.set()
-                if self.refusals.cleared(_REFUSED):  # the join went through: the refusal is over
+                cleared = self.failed_handshakes.cleared(_REFUSED)
+                if self.refusals.cleared(_REFUSED) or cleared:  # the join went through: the condition is over
                     log.warning("controller %s accepts us again", self.options.controller)
             self._wake.set()
 
@@ -305,9 +309,11 @@ class AgentDaemon:
                 if exc.status_code in (401, 403):
                     refusal = self._refuse(None, f"the controller refused us ({exc.status_code}): {body}")
                 else:
-                    log.warning("controller %s refused us (%s): %s", self.options.controller, exc.status_code, body)
+                    self.failed_handshakes.refused(_REFUSED, f"controller {self.options.controller} refused us "
+                                                             f"({exc.status_code}): {body}")
             except HandshakeError as exc:
-                log.warning("cannot join %s: %s", self.options.controller, exc.__cause__ or exc or type(exc).__name__)
+                self.failed_handshakes.refused(_REFUSED, f"cannot join {self.options.controller}: "
+                                                         f"{exc.__cause__ or exc or type(exc).__name__}")
             except (OSError, WSClosed) as exc:
                 log.debug("connection to %s failed: %s", self.options.controller, exc)
             if conn is not None and conn.refusal is not None:

@@ -243,7 +243,7 @@ class ControllerDaemon:
             raise TypeError(f"controller cannot execute {cmd!r}")
 
     def _note_join_outcome(self, conn: _Conn, message: M.Message) -> None:
-        """A Welcome makes the Join's details count; a permanent refusal is logged once per peer."""
+        """A Welcome makes the Join's details count; a refused Join is logged once per peer and reason."""
         join = conn.join
         if join is None:
             return
@@ -254,7 +254,7 @@ class ControllerDaemon:
             if self.refusals.cleared(("join", join.agent, conn.remote)):
                 log.info("agent %s from %s is accepted now", join.agent, conn.remote)
             conn.join = None
-        elif isinstance(message, M.Error) and message.permanent:
+        elif isinstance(message, M.Error) and message.fatal:  # a refused Join
             self.refusals.refused(("join", join.agent, conn.remote),
                                   f"refused agent {join.agent} from {conn.remote}: {message.reason}")
             conn.join = None
