@@ -265,6 +265,9 @@ async def _dev_command(args: argparse.Namespace) -> int:
     return 0
 
 
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reason and exit status 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
@@ -288,8 +291,17 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_bench(args)
         return trio.run(_client_command, args)
-    except (ClientError, StateDirBusy, WrongStateDir) as exc:
+    except _ONE_LINE_ERRORS as exc:
         print(f"reckon: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        # Raised from inside a daemon's nursery (an agent's state directory refused at start).
+        known, rest = group.split(_ONE_LINE_ERRORS)
+        if known is None or rest is not None:
+            raise
+        while isinstance(known, BaseExceptionGroup):
+            known = known.exceptions[0]
+        print(f"reckon: {known}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

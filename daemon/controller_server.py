@@ -320,7 +320,7 @@ class ControllerDaemon:
         refused = self._authorized(request)
         if refused is not None:
             host = _peer_host(request)
-            self.refusals.refused(("handshake", str(host), refused),
+            self.refusals.refused(("handshake", host, request.path, refused),
                                   f"refused connections from {host} to {request.path}: {refused}")
             await request.reject(401, body=refused.encode())
             return

@@ -82,3 +82,16 @@ def test_a_replacement_with_jobs_left_on_the_old_agent_waits_for_reckon_forget(c
     cluster.wait_for(lambda: (truth_dir / "runs").read_text().count("ran") == 2, what="the second run")
     gate.touch()
     assert cluster.wait_job(job)["state"] == "COMPLETED"
+
+
+def test_a_state_directory_refuses_another_name_with_one_line(cluster):
+    cluster.start_controller()
+    cluster.start_agent("node1", slots=1)
+    cluster.stop("node1")
+    result = cluster.run("agent", "--name", "node2", "--slots", "1", "--state-dir", str(cluster.agent_dir("node1")))
+    assert result.returncode == 1
+    assert cluster.one_line_reason(result) == (
+        f"reckon: {cluster.agent_dir('node1')} belongs to agent 'node1', not 'node2': start it as --name node1, "
+        "or give 'node2' a state directory of its own")
+    cluster.start_agent("node1", slots=1)  # under its own name it starts, with the same identity
+    assert cluster.log_text("node1").count("is held by another agent") == 0
