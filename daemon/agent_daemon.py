@@ -150,7 +150,7 @@ class AgentDaemon:
                 self.joined.set()
                 cleared = self.failed_handshakes.cleared(_REFUSED)
                 if self.refusals.cleared(_REFUSED) or cleared:  # the join went through: the condition is over
-                    log.warning("controller %s accepts us again", self.options.controller)
+                    log.info("controller %s accepts us again", self.options.controller)
             self._wake.set()
 
     async def _execute(self, commands: list[tuple[E.Command, _Connection | None]], nursery: trio.Nursery) -> None:
