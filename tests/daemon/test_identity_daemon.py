@@ -21,7 +21,8 @@ from daemon.agent_daemon import REFUSAL_RETRY_FIRST, run_agent
 from daemon.statelock import WrongStateDir
 from model.jobs import JobState
 from test_agent_daemon import install, options, start_agent
-from trio_harness import FakeNet, ManualRunner, controller, until
+from model import messages as M
+from trio_harness import SPEC, FakeNet, ManualRunner, controller, until
 
 GUARD = 3_000  # fake seconds
 WINDOW = 590.0  # fake seconds watched: under the controller's reminder interval (600 s)
@@ -123,4 +124,37 @@ async def test_a_state_directory_starts_only_under_its_first_name(tmp_path, auto
                 await run_agent(renamed)
             again, scope, _ = await start_agent(nursery, options(tmp_path / "agent"))
             assert again.model.config.identity == identity  # durable: the same agent after a restart
+            nursery.cancel_scope.cancel()
+
+
+async def test_another_controller_history_is_refused_at_the_refusal_pace(tmp_path, autojump_clock, monkeypatch, caplog):
+    """The agent's own refusal (it still runs a job of another history) is not retried like an outage."""
+    caplog.set_level(logging.INFO, logger="reckon")
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)  # a scripted controller
+            install(monkeypatch, net)
+            net.up = True
+            agent, _, stopped = await start_agent(nursery, options(tmp_path / "agent"))
+            ctl = await net.accepted.receive()
+            await ctl.receive()  # the join
+            await ctl.send(M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None, cluster="c1"))
+            await ctl.send(M.Dispatch(seq=2, job="1", attempt=1, spec=SPEC))
+            await until(lambda: ("1", 1) in agent.runner.running)
+            await net.cut()
+
+            async def new_history() -> None:  # every later connection: a controller started afresh
+                async for peer in net.accepted:
+                    await peer.receive()
+                    await peer.send(M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None, cluster="c2"))
+
+            nursery.start_soon(new_history)
+            t0 = trio.current_time()
+            await until(lambda: lines(caplog, "reckon.agent", "refusing to mix them"))
+            await trio.sleep(WINDOW)
+            tries = [t for t in net.attempts if t >= t0]
+            assert 3 <= len(tries) <= 30, len(tries)
+            assert not stopped.is_set() and ("1", 1) in agent.runner.running  # the old job is kept, not lost
+            assert len(lines(caplog, "reckon.agent", "refusing to mix them")) == 2  # the first, one reminder
+            assert lines(caplog, "reckon.agent", "connected to") == ["connected to ws://controller.test"] * 2
             nursery.cancel_scope.cancel()
