@@ -8,6 +8,12 @@ default, so an agent is back within a second of the controller's return:
 recovery time must not depend on how long the outage was), feeds what it
 reads to the core, and reconnects when the connection ends.  There is
 one delivery loop (the model's outbox, driven by ticks), not a task per job.
+
+A refusal that a quick retry will not fix (a bad token, the name held by
+another agent, another controller history, an unsupported version) is not an
+outage: the agent keeps trying, but at its refusal pace (up to
+``refusal_retry_max``), and logs the reason once per change, with a reminder
+every ``refusal_reminder`` seconds (``RefusalLog``).
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ from trio_websocket import ConnectionRejected, HandshakeError, WebSocketConnecti
 from model import events as E
 from model import messages as M
 from model.agent import Agent, AgentConfig, LocalStatus
-from model.errors import ProtocolError, RemoteProtocolError
+from model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 
 from . import runtime, wire
 from .agentstore import AgentStore
+from .refusals import RefusalLog
 from .statelock import hold_state_dir
 from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 
@@ -41,6 +48,8 @@ DEFER_WRITES_FOR = 0.05  # seconds a write with no effect may wait for company
 TICK_AT_LEAST_EVERY = 1.0  # seconds: a busy core still ticks (heartbeats, retries) this often
 MAX_DEFERRED = 5_000
 EVENT_QUEUE = 100_000  # events waiting for the core (exits, reads, ticks); adoption does not go through it
+REFUSAL_RETRY_FIRST = 5.0  # seconds before the first retry after a refusal (then doubling to the cap)
+_REFUSED = "controller"  # the agent's one refusal condition key: it has one controller
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +68,8 @@ class AgentOptions:
     # this the agent would wait on a dead connection for TCP's ~15 minutes).
     ping_interval: float = 5.0
     pong_timeout: float = 10.0
+    refusal_retry_max: float = 60.0  # retry cap after a permanent refusal (not an outage: an operator must act)
+    refusal_reminder: float = 300.0  # seconds between reminders of a refusal that goes on
     model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
 
     def __post_init__(self) -> None:
@@ -71,6 +82,8 @@ class _Connection:
     ws: WebSocketConnection
     generation: int
     version: int = 1  # the protocol version the controller's Welcome named (frames follow it)
+    welcomed: bool = False  # the controller accepted our Join
+    refusal: str | None = None  # why we are refused on this connection, for good (not an outage)
 
 
 class AgentDaemon:
@@ -92,6 +105,10 @@ class AgentDaemon:
         # that overtakes its launch is kept here and carried out by the launch task.
         self._launching: dict[tuple[str, int], bool] = {}
         self.joined = trio.Event()  # set once the first session reached OPERATING (tests, dev mode)
+        self.refusals = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
+        # Handshakes that fail in other ways (a proxy's 502, not a WebSocket server): an
+        # outage, retried fast, but logged once per condition like a refusal.
+        self.failed_handshakes = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
 
     # ---- the core ----------------------------------------------------------------
 
@@ -128,6 +145,12 @@ class AgentDaemon:
                     continue  # the rest of what a connection we are hanging up on sent
                 try:
                     cmds = self.model.handle(event)
+                except PermanentRefusal as exc:
+                    # Our own refusal (another controller history): not retried like an outage.
+                    self._refuse(self._conn, f"we refuse to join: {exc}")
+                    self._refused = self._conn
+                    await self._hang_up()
+                    continue
                 except RemoteProtocolError as exc:
                     log.warning("controller sent something invalid: %s; reconnecting", exc)
                     self._refused = self._conn
@@ -139,6 +162,9 @@ class AgentDaemon:
             await self._execute(commands, nursery)
             if self.model.session.value == "operating":
                 self.joined.set()
+                cleared = self.failed_handshakes.cleared(_REFUSED)
+                if self.refusals.cleared(_REFUSED) or cleared:  # the join went through: the condition is over
+                    log.info("controller %s accepts us again", self.options.controller)
             self._wake.set()
 
     async def _execute(self, commands: list[tuple[E.Command, _Connection | None]], nursery: trio.Nursery) -> None:
@@ -310,9 +336,12 @@ class AgentDaemon:
 
     async def connection_loop(self) -> None:
         delay = self.options.reconnect_initial
+        refusal_delay = 0.0
         url = self.options.controller.rstrip("/") + "/agent"
         headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
         while True:
+            conn: _Connection | None = None
+            refusal: str | None = None
             try:
                 async with open_websocket_url(url, extra_headers=headers,
                                               max_message_size=wire.MAX_AGENT_MESSAGE,
@@ -320,7 +349,7 @@ class AgentDaemon:
                     delay = self.options.reconnect_initial
                     self._generation += 1
                     conn = _Connection(ws=ws, generation=self._generation)
-                    log.info("connected to %s", self.options.controller)
+                    log.log(self._quiet(), "connected to %s", self.options.controller)
                     await self.feed(E.Connected(now=time.time()), conn)
                     try:
                         async with trio.open_nursery() as session:
@@ -332,14 +361,41 @@ class AgentDaemon:
                             await self.feed(E.Disconnected(now=time.time()), conn)
             except ConnectionRejected as exc:
                 body = (exc.body or b"").decode(errors="replace").strip()
-                log.warning("controller %s refused us (%s): %s", self.options.controller, exc.status_code, body)
+                if exc.status_code in (401, 403):
+                    refusal = self._refuse(None, f"the controller refused us ({exc.status_code}): {body}")
+                else:
+                    self.failed_handshakes.refused(_REFUSED, f"controller {self.options.controller} refused us "
+                                                             f"({exc.status_code}): {body}")
             except HandshakeError as exc:
-                log.warning("cannot join %s: %s", self.options.controller, exc.__cause__ or exc or type(exc).__name__)
+                self.failed_handshakes.refused(_REFUSED, f"cannot join {self.options.controller}: "
+                                                         f"{exc.__cause__ or exc or type(exc).__name__}")
             except (OSError, WSClosed) as exc:
                 log.debug("connection to %s failed: %s", self.options.controller, exc)
+            if conn is not None and conn.refusal is not None:
+                refusal = conn.refusal
+            if refusal is not None:
+                # Not an outage: retrying every second changes nothing and floods both logs.
+                refusal_delay = min(max(refusal_delay * 2, REFUSAL_RETRY_FIRST), self.options.refusal_retry_max)
+                wait = refusal_delay
+            else:
+                if conn is not None and conn.welcomed:
+                    refusal_delay = 0.0
+                wait = delay
+                delay = min(delay * 2, self.options.reconnect_max)
             # Jittered, capped backoff: quick to return, no thundering herd.
-            await trio.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(delay * 2, self.options.reconnect_max)
+            await trio.sleep(wait * (0.5 + random.random() / 2))
+
+    def _refuse(self, conn: _Connection | None, reason: str) -> str:
+        """A refusal an operator must fix: retried at the refusal pace, logged once per condition."""
+        if conn is not None:
+            conn.refusal = reason
+        self.refusals.refused(_REFUSED, f"{self.options.controller}: {reason} (retrying every "
+                                        f"{self.options.refusal_retry_max:.0f} s at most)")
+        return reason
+
+    def _quiet(self) -> int:
+        """The level of per-connection lines: debug while refused, so a refusal is not a line per attempt."""
+        return logging.DEBUG if self.refusals.active(_REFUSED) else logging.INFO
 
     async def _keepalive(self, conn: _Connection, session: trio.CancelScope) -> None:
         """Ping the controller; no pong in time ends the session (then we reconnect)."""
@@ -361,7 +417,7 @@ class AgentDaemon:
             try:
                 data = await conn.ws.get_message()
             except WSClosed as exc:
-                log.info("controller connection closed: %s", exc.reason)
+                log.log(logging.DEBUG if conn.refusal else self._quiet(), "controller connection closed: %s", exc.reason)
                 return
             try:
                 messages = wire.decode_frame(data, to="agent")
@@ -370,15 +426,19 @@ class AgentDaemon:
                 return
             now = time.time()
             for msg in messages:
-                if isinstance(msg, M.Error):
+                if isinstance(msg, M.Error) and msg.permanent:
+                    self._refuse(conn, f"the controller refused us: {msg.reason}")
+                elif isinstance(msg, M.Error) and msg.fatal and "unknown fields" in msg.reason:
+                    # An older controller refusing what this agent's messages carry (its
+                    # decoder's words): the upgrade order was the wrong way round.  As
+                    # permanent as any refusal, though an older controller cannot say so.
+                    self._refuse(conn, f"the controller says: {msg.reason}; it runs an older reckon than this "
+                                       f"agent and refuses its messages: upgrade the controller first (README: Upgrades)")
+                elif isinstance(msg, M.Error):
                     log.warning("controller says: %s", msg.reason)
-                    if msg.fatal and "unknown fields" in msg.reason:
-                        # An older controller refusing what this agent's messages carry
-                        # (its decoder's words): the upgrade order was the wrong way round.
-                        log.warning("the controller runs an older reckon than this agent and refuses its "
-                                    "messages: upgrade the controller first (README: Upgrades)")
                 elif isinstance(msg, M.Welcome):
                     conn.version = msg.version
+                    conn.welcomed = True
                 await self.feed(E.MessageFromController(message=msg, now=now), conn)
 
 
@@ -406,11 +466,12 @@ async def _run(options: AgentOptions, task_status) -> None:
     runtime.tune()
     store = await AgentStore.open(options.state_dir)
     try:
+        identity = await store.claim_identity(options.name)  # WrongStateDir: another agent's directory
         records, outbox = await store.load()
         cluster = await store.load_cluster()
         runner_cls = {"null": NullRunner, "hold": HoldRunner}.get(options.executor, JobRunner)
         async with runner_cls(options.state_dir) as runner:
-            config = AgentConfig(name=options.name, slots=options.slots,
+            config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
             agent = Agent(config, records, outbox, cluster)
             running = [r.key for r in records if r.status is LocalStatus.RUNNING]

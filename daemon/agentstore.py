@@ -8,10 +8,15 @@ ever sent, and leaves only after an ack).
 
 Records keep their first-insertion order (an upsert keeps the rowid), so a
 restarted agent sees them in the order its model had them.
+
+The ``meta`` table also holds the agent's identity (``claim_identity``): a
+random id made on the first start and the name it was made under.  A state
+directory belongs to that agent; starting it under another name is refused.
 """
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from itertools import groupby
 from operator import itemgetter
@@ -25,6 +30,7 @@ from model.agent import LocalJob, LocalStatus
 from model.jobs import JobSpec
 from model.messages import Finished
 
+from .statelock import WrongStateDir
 from .sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 1
@@ -49,7 +55,8 @@ _SCHEMA = (
         started_at REAL,
         PRIMARY KEY (job, attempt))""",
     """CREATE TABLE meta (
-        key TEXT PRIMARY KEY,      -- 'cluster': the controller history the records belong to
+        key TEXT PRIMARY KEY,      -- 'cluster': the controller history the records belong to;
+                                   -- 'identity', 'name': who this agent is (claim_identity)
         value TEXT NOT NULL)""",
 )
 
@@ -93,6 +100,15 @@ class AgentStore:
     async def load_cluster(self) -> str | None:
         """The controller history this agent's records belong to (None: never joined)."""
         return await self.db.run(_load_cluster)
+
+    async def claim_identity(self, name: str) -> str:
+        """This agent's durable identity, made (with ``name``) on the first start.
+
+        ``WrongStateDir`` if the directory was first used under another name: two
+        names sharing one directory's records, or an operator's typo, must not
+        start (the records and the identity belong to the first name).
+        """
+        return await self.db.run(_claim_identity, name, secrets.token_hex(16), self.db.path)
 
     async def apply(self, commands: Sequence[StoreCommand]) -> None:
         """Make the commands durable in one transaction (all or none) before returning."""
@@ -141,6 +157,18 @@ def _apply(conn: sqlite3.Connection, ops: list[tuple[RowStatement, tuple]]) -> N
     with transaction(conn):
         for statement, run in groupby(ops, key=itemgetter(0)):
             statement.run(conn, [params for _, params in run])
+
+
+def _claim_identity(conn: sqlite3.Connection, name: str, fresh: str, path: Path) -> str:
+    with transaction(conn):
+        rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('identity', 'name')").fetchall())
+        if "identity" not in rows:
+            conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [("identity", fresh), ("name", name)])
+            return fresh
+    if rows.get("name") != name:
+        raise WrongStateDir(f"{path.parent} belongs to agent {rows.get('name')!r}, not {name!r}: start it as "
+                            f"--name {rows.get('name')}, or give {name!r} a state directory of its own")
+    return rows["identity"]
 
 
 def _load_cluster(conn: sqlite3.Connection) -> str | None:

@@ -21,7 +21,7 @@ from model.controller import ControllerConfig
 from model.jobs import JobSpec
 
 from .client import ClientError, call, resolve_controller, resolve_token
-from .statelock import StateDirBusy
+from .statelock import StateDirBusy, WrongStateDir
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -104,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("nodes", parents=[common], help="list agents")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser(
+        "forget", parents=[common], help="declare a disconnected agent gone: requeue its jobs, free its name",
+        description="Declare a disconnected agent gone for good: its unfinished jobs are requeued (to run "
+                    "elsewhere), and its name is released, so a new agent (a wiped state directory, a "
+                    "replacement machine) may join under it.  If that machine is in fact still alive, the "
+                    "jobs it still runs may run twice: make sure it is gone first.  A connected agent "
+                    "cannot be forgotten.")
+    p.add_argument("node", help="the agent's name")
 
     p = sub.add_parser("dev", parents=[common], help="a controller and N agents on this machine, in the foreground")
     p.add_argument("--agents", type=int, default=2)
@@ -188,6 +197,10 @@ async def _client_command(args: argparse.Namespace) -> int:
     elif args.command == "cancel":
         job = (await call(url, token, "cancel", job=args.job))["job"]
         print(f"{job['id']} {job['state']}{' (cancel requested)' if job['state'] == 'RUNNING' else ''}")
+    elif args.command == "forget":
+        result = await call(url, token, "forget", agent=args.node)
+        print(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "
+              f"{len(result['cancelled'])} cancel(s) confirmed; its name is free")
     elif args.command == "nodes":
         nodes = (await call(url, token, "nodes"))["nodes"]
         print(json.dumps(nodes) if args.json else format_nodes(nodes))
@@ -252,6 +265,9 @@ async def _dev_command(args: argparse.Namespace) -> int:
     return 0
 
 
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reason and exit status 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
@@ -275,8 +291,17 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_bench(args)
         return trio.run(_client_command, args)
-    except (ClientError, StateDirBusy) as exc:
+    except _ONE_LINE_ERRORS as exc:
         print(f"reckon: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        # Raised from inside a daemon's nursery (an agent's state directory refused at start).
+        known, rest = group.split(_ONE_LINE_ERRORS)
+        if known is None or rest is not None:
+            raise
+        while isinstance(known, BaseExceptionGroup):
+            known = known.exceptions[0]
+        print(f"reckon: {known}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

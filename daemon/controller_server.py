@@ -31,18 +31,20 @@ from model import events as E
 from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from model.facts import ClusterCreated, Fact
+from model.facts import ClusterCreated, Fact, JobCancelConfirmed, JobRequeued
 from model.state import apply, snapshot
 from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
 
 from . import runtime, wire
 from .factstore import FactStore
+from .refusals import RefusalLog
 from .statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
 
 OUTGOING_QUEUE = 100_000  # messages buffered per connection before it counts as stuck
+REFUSAL_REMINDER = 600.0  # seconds between log reminders of a peer that keeps being refused
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +85,9 @@ class _Conn:
     rounds: dict[bytes, trio.Event] = field(default_factory=dict)
     closing: bool = False
     version: int = 1  # the protocol version the agent's Join named (frames follow it)
+    remote: str = "?"  # the peer's address, for the log
+    join: M.Join | None = None  # its Join, whose log directory counts once the controller welcomes it
+    joined_at: float = 0.0  # trio time the Join arrived
 
 
 class ControllerDaemon:
@@ -96,7 +101,10 @@ class ControllerDaemon:
         self._conn_ids = itertools.count(1)
         self.log_dirs: dict[str, tuple[str, str]] = {}  # agent -> (log_dir, log_layout) from its Join
         self._round_started: dict[bytes, tuple[float, int]] = {}  # token -> (trio time, jobs queried)
-        self._joined_at: dict[str, float] = {}  # agent -> trio time its latest Join arrived
+        self._joined_at: dict[str, float] = {}  # agent -> trio time its latest welcomed Join arrived
+        # Refused peers, logged once per condition: by (address, reason) at the handshake,
+        # by (agent name, address) at the Join.
+        self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
         self.started_at = time.time()
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
@@ -203,6 +211,7 @@ class ControllerDaemon:
         elif isinstance(cmd, E.Send):
             conn = self._conns.get(cmd.conn)
             if conn is not None and not conn.closing:
+                self._note_join_outcome(conn, cmd.message)
                 try:
                     conn.outgoing.send_nowait(wire.encode(cmd.message))
                     return
@@ -244,6 +253,23 @@ class ControllerDaemon:
             self._work_send.send_nowait(_Work(event=E.DispatchUndelivered(
                 job=msg.job, attempt=msg.attempt, now=time.time())))
 
+    def _note_join_outcome(self, conn: _Conn, message: M.Message) -> None:
+        """A Welcome makes the Join's details count; a refused Join is logged once per peer and reason."""
+        join = conn.join
+        if join is None:
+            return
+        if isinstance(message, M.Welcome):
+            self._joined_at[join.agent] = conn.joined_at
+            if join.log_dir:
+                self.log_dirs[join.agent] = (join.log_dir, join.log_layout)
+            if self.refusals.cleared(("join", join.agent, conn.remote)):
+                log.info("agent %s from %s is accepted now", join.agent, conn.remote)
+            conn.join = None
+        elif isinstance(message, M.Error) and message.fatal:  # a refused Join
+            self.refusals.refused(("join", join.agent, conn.remote),
+                                  f"refused agent {join.agent} from {conn.remote}: {message.reason}")
+            conn.join = None
+
     def _close(self, conn: _Conn, reason: str) -> None:
         if conn.closing:
             return
@@ -257,8 +283,11 @@ class ControllerDaemon:
                                                                    mono=trio.current_time())))
 
     def _start_round_timer(self, cmd: E.StartRoundTimer) -> None:
-        conn = next((c for c in self._conns.values() if c.agent == cmd.agent and not c.closing), None)
-        if conn is None:
+        # The agent's connection as the model has it: a refused connection
+        # claiming the same name must not get the round's timer.
+        session = self.model.sessions.get(cmd.agent)
+        conn = self._conns.get(session.conn) if session is not None and session.conn is not None else None
+        if conn is None or conn.closing:
             return
         ended = trio.Event()
         conn.rounds[cmd.token] = ended
@@ -306,14 +335,16 @@ class ControllerDaemon:
     async def handle_request(self, request: WebSocketRequest) -> None:
         refused = self._authorized(request)
         if refused is not None:
-            log.warning("refused a connection from %s to %s: %s", request.remote, request.path, refused)
+            host = _peer_host(request)
+            self.refusals.refused(("handshake", host, request.path, refused),
+                                  f"refused connections from {host} to {request.path}: {refused}")
             await request.reject(401, body=refused.encode())
             return
         path = request.path
         ws = await request.accept()
         try:
             if path.startswith("/agent"):
-                await self._agent_connection(ws)
+                await self._agent_connection(ws, _peer_host(request))
             elif path.startswith("/client"):
                 await self._client_connection(ws)
             else:
@@ -321,12 +352,12 @@ class ControllerDaemon:
         except WSClosed:
             pass
 
-    async def _agent_connection(self, ws: WebSocketConnection) -> None:
+    async def _agent_connection(self, ws: WebSocketConnection, remote: str = "?") -> None:
         conn_id = next(self._conn_ids)
         send, recv = trio.open_memory_channel[bytes](OUTGOING_QUEUE)
         try:
             async with trio.open_nursery() as nursery:
-                conn = _Conn(id=conn_id, ws=ws, nursery=nursery, outgoing=send)
+                conn = _Conn(id=conn_id, ws=ws, nursery=nursery, outgoing=send, remote=remote)
                 self._conns[conn_id] = conn
                 nursery.start_soon(self._writer, conn, recv)
                 await self._reader(conn)
@@ -384,13 +415,11 @@ class ControllerDaemon:
                     self._close(conn, str(exc))
                 return
             for event in events:
-                if isinstance(event, E.AgentJoined):  # the frame is good: the join takes effect
+                if isinstance(event, E.AgentJoined):  # the frame is good: the model decides on the join
                     join = event.join
                     conn.agent = join.agent
                     conn.version = join.version
-                    self._joined_at[join.agent] = trio.current_time()
-                    if join.log_dir:
-                        self.log_dirs[join.agent] = (join.log_dir, join.log_layout)
+                    conn.join, conn.joined_at = join, trio.current_time()
                 await self.submit(_Work(event=event))
 
     def _events(self, conn: _Conn, messages: list[M.Message], now: float) -> list[Any]:
@@ -457,7 +486,20 @@ class ControllerDaemon:
             return {"nodes": await self.call(call=self.node_objects)}
         if op == "status":
             return {"status": await self.call(call=self.status)}
+        if op == "forget":
+            return await self._forget(str(request["agent"]))
         raise ValueError(f"unknown op {op!r}")
+
+    async def _forget(self, agent: str) -> dict:
+        """The operator declares a disconnected agent gone: its jobs are requeued, its name released."""
+        commands = await self.call(event=E.ForgetAgent(agent=agent, now=time.time()))
+        facts = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+        requeued = [f.job for f in facts if isinstance(f, JobRequeued)]
+        cancelled = [f.job for f in facts if isinstance(f, JobCancelConfirmed)]
+        log.warning("the operator forgot agent %s: %d job(s) requeued, %d cancel(s) confirmed; its name is free",
+                    agent, len(requeued), len(cancelled))
+        self.log_dirs.pop(agent, None)
+        return {"agent": agent, "requeued": requeued, "cancelled": cancelled}
 
     async def _submit_batch(self, specs: list[JobSpec]) -> list[str]:
         """Submit jobs (many share a group commit); their ids, in order."""
@@ -498,6 +540,12 @@ class ControllerDaemon:
         for job in self.model.state.jobs.values():
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
+
+
+def _peer_host(request: WebSocketRequest) -> str:
+    """The peer's address without its port (a refused peer reconnects from a new port each time)."""
+    address = getattr(request.remote, "address", None)
+    return "?" if address is None else str(address)
 
 
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

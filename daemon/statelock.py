@@ -13,6 +13,10 @@ class StateDirBusy(Exception):
     """Another live process holds this state directory."""
 
 
+class WrongStateDir(Exception):
+    """The state directory belongs to an agent of another name (agentstore.claim_identity)."""
+
+
 @contextmanager
 def hold_state_dir(state_dir: Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on ``state_dir/lock`` for the daemon's lifetime.

@@ -15,7 +15,7 @@ from typing import Callable
 
 from . import events as E
 from . import messages as M
-from .errors import LocalProtocolError, RemoteProtocolError
+from .errors import LocalProtocolError, PermanentRefusal, RemoteProtocolError
 from .records import LocalJob, LocalRecords, LocalStatus
 
 
@@ -65,8 +65,11 @@ class AgentConfig:
     heartbeat_interval: float = 2.0
     log_dir: str | None = None  # told to the controller at join, for `reckon show`
     log_layout: str = "flat"  # how job output files are named there (messages.LOG_LAYOUTS)
+    identity: str | None = None  # this agent's durable identity (from its state directory), sent in Join
 
     def __post_init__(self) -> None:
+        if self.identity is not None:
+            M.check_identity("identity", self.identity)
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
             raise ValueError(f"page_size must be in 1..{M.MAX_PAGE_ENTRIES}")
         if not 0 < self.retry_initial <= self.retry_max:
@@ -149,7 +152,8 @@ class Agent:
         self.seen_seq = 0
         running = sum(1 for r in self.records.values() if r.status is LocalStatus.RUNNING)
         self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
-                               running=running, log_dir=self.config.log_dir, log_layout=self.config.log_layout))
+                               running=running, log_dir=self.config.log_dir, log_layout=self.config.log_layout,
+                               identity=self.config.identity))
 
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)
@@ -203,7 +207,7 @@ class Agent:
             live = [r.key for r in self.records.values()
                     if r.status is LocalStatus.RUNNING or (r.status is LocalStatus.FINISHED and not r.acked)]
             if live or self.outbox:
-                raise RemoteProtocolError(
+                raise PermanentRefusal(
                     f"the controller serves cluster {msg.cluster}, but this agent still holds "
                     f"{len(live)} job(s) of cluster {self.cluster}: refusing to mix them; bring back "
                     f"that controller's state, or clear this agent's state directory to start over")

@@ -19,7 +19,7 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .jobs import JobRecord, JobState
 from .resync import ResyncRound
 from .scheduler import AgentNote, JobNote
-from .state import ControllerState, apply, replay, restore
+from .state import AgentInfo, ControllerState, apply, replay, restore
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +48,8 @@ class AgentSession:
     last_heard: float = 0.0  # on the silence clock (events' mono, else now): see _silence_clock
     lost: bool = False
     version: int = M.PROTOCOL_VERSION  # the protocol version of the current connection (its Join's)
+    identity: str | None = None  # the identity the current connection's Join claimed (None: an older agent)
+    latest_conn: int = 0  # the newest connection that joined as this agent: a Join on an older one is stale
 
     @property
     def connected(self) -> bool:
@@ -208,11 +210,22 @@ class Controller:
         if ev.conn in self._conns:
             raise RemoteProtocolError("this connection already joined")
         if join.version not in M.SUPPORTED_VERSIONS:
-            out.commands.append(E.Send(conn=ev.conn, message=M.Error(
-                seq=0, reason=f"protocol version {join.version} not supported (supported: {sorted(M.SUPPORTED_VERSIONS)})")))
-            out.commands.append(E.Close(conn=ev.conn, reason="unsupported version"))
+            self._refuse_join(out, ev.conn, f"protocol version {join.version} not supported (supported: "
+                              f"{sorted(M.SUPPORTED_VERSIONS)})", permanent=join.version >= 3)
             return
         session = self.sessions.get(join.agent)
+        info = self.state.agents.get(join.agent)
+        refusal = self._name_refusal(join, session, info)
+        if refusal is not None:
+            # Nothing changes: no fact, the holder's connection and jobs untouched.
+            self._refuse_join(out, ev.conn, refusal, permanent=True)
+            return
+        if session is not None and ev.conn < session.latest_conn:
+            # This connection was accepted before the one the agent joined on last:
+            # its Join is late, and must not drop the newer connection.
+            self._refuse_join(out, ev.conn, "stale join: a newer connection of this agent has joined",
+                              permanent=False)
+            return
         if session is not None and session.connected:
             # The same agent again on a new connection: the old one is dead to us.
             old = session.conn
@@ -221,12 +234,13 @@ class Controller:
             self._drop_connection(out, old)
         if session is None:
             session = self.sessions[join.agent] = AgentSession(name=join.agent)
-        info = self.state.agents.get(join.agent)
-        if info is None or not info.registered or info.slots != join.slots:
-            self._apply(out, F.AgentRegistered(agent=join.agent, slots=join.slots))
+        # An agent without an identity (versions 1, 2) leaves the name's binding as it is.
+        identity = join.identity if join.identity is not None else (info.identity if info else None)
+        if info is None or not info.registered or info.slots != join.slots or info.identity != identity:
+            self._apply(out, F.AgentRegistered(agent=join.agent, slots=join.slots, identity=identity))
         self._conns[ev.conn] = join.agent
         session.conn, session.seq, session.last_heard, session.lost = ev.conn, 0, _silence_clock(ev), False
-        session.version = join.version
+        session.version, session.identity, session.latest_conn = join.version, join.identity, ev.conn
         placed = self.placed_on(join.agent)
         # Req 1: a round whenever we place non-terminal jobs here, whatever kind of
         # join this is; also when the agent runs jobs we do not place here.
@@ -236,6 +250,37 @@ class Controller:
             self._send(out, session, lambda seq: M.Welcome(seq=seq, version=session.version, token=None,
                                                                       cluster=self.state.cluster))
         self._note_agent(out, join.agent)
+
+    def _name_refusal(self, join: M.Join, session: AgentSession | None, info: AgentInfo | None) -> str | None:
+        """Why ``join`` may not have its name, or None.
+
+        A name belongs to one identity at a time.  Another identity is refused
+        while the holder is connected, and while the disconnected holder still
+        has jobs placed on it (giving the name away would let them run twice);
+        a disconnected holder with nothing placed hands the name over (a wiped
+        state directory, a replaced machine).  ``reckon forget`` releases a
+        name whose holder is gone with jobs placed.  Agents without an identity
+        keep the rules of versions 1 and 2: the newest connection wins.
+        """
+        if join.identity is None:
+            return None
+        connected = session is not None and session.connected
+        holder = session.identity if connected else (info.identity if info is not None else None)
+        if holder is None or holder == join.identity:
+            return None
+        held = f"agent name {join.agent} is held by another agent"
+        if connected:
+            return held
+        placed = len(info.running) if info is not None else 0
+        if placed:
+            return (f"{held} (disconnected, {placed} unfinished job(s) placed on it); if that machine is gone "
+                    f"for good, release the name with `reckon forget {join.agent}`")
+        return None
+
+    def _refuse_join(self, out: _Out, conn: int, reason: str, *, permanent: bool) -> None:
+        """Refuse a Join: the connection never counts as joined, nothing else changes."""
+        out.commands.append(E.Send(conn=conn, message=M.Error(seq=0, reason=reason, fatal=True, permanent=permanent)))
+        out.commands.append(E.Close(conn=conn, reason=reason))
 
     def _arm_round(self, out: _Out, session: AgentSession, token: bytes, placed: dict[str, int], now: float,
                    *, welcome: bool) -> None:
@@ -415,6 +460,28 @@ class Controller:
 
     # ---- clients and the scheduler -----------------------------------------------
 
+    def _on_forget(self, ev: E.ForgetAgent, out: _Out) -> None:
+        """The operator's word that a disconnected agent is gone: its jobs may run elsewhere now.
+
+        If the machine is in fact alive, its processes of these attempts keep
+        running: the jobs may run twice.  That is why only an operator may
+        say so, and never of a connected agent.
+        """
+        info = self.state.agents.get(ev.agent)
+        if info is None:
+            raise LocalProtocolError(f"unknown agent {ev.agent!r}")
+        session = self.sessions.get(ev.agent)
+        if session is not None and session.connected:
+            raise LocalProtocolError(f"agent {ev.agent} is connected: stop it before forgetting it")
+        for job_id in sorted(info.running, key=lambda j: (len(j), j)):
+            job = self.state.jobs[job_id]
+            if job.cancel_requested:
+                self._apply(out, F.JobCancelConfirmed(job=job_id, attempt=job.attempt))
+            else:
+                self._apply(out, F.JobRequeued(job=job_id, attempt=job.attempt, reason="agent forgotten by the operator"))
+        self._apply(out, F.AgentForgotten(agent=ev.agent))
+        self.sessions.pop(ev.agent, None)
+
     def _on_submit(self, ev: E.SubmitJob, out: _Out) -> None:
         self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now))
 
@@ -500,5 +567,6 @@ class Controller:
         E.CancelJob: _on_cancel,
         E.DispatchProposed: _on_dispatch,
         E.DispatchUndelivered: _on_undelivered,
+        E.ForgetAgent: _on_forget,
     }
 

@@ -19,3 +19,9 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """A peer sent a message that is malformed or not allowed right now."""
+
+
+class PermanentRefusal(RemoteProtocolError):
+    """The peer is refused for a reason a quick retry will not fix (another
+    controller history, say): the daemon hangs up and retries at its slow
+    refusal pace, logging the reason once, not at its fast outage pace."""

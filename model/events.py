@@ -32,7 +32,11 @@ def _conn(ev: object) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentJoined:
-    """The first message on connection ``conn`` was a valid Join."""
+    """The first message on connection ``conn`` was a valid Join.
+
+    Connection numbers grow in the order the daemon accepted the connections:
+    a Join on a lower number than the agent's latest joined one is stale.
+    """
 
     conn: int
     join: Join
@@ -150,9 +154,21 @@ class DispatchUndelivered:
         check_time("now", self.now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetAgent:
+    """The operator declares a disconnected agent gone (``reckon forget``): requeue its jobs, free its name."""
+
+    agent: str
+    now: float
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
+        check_time("now", self.now)
+
+
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
-    DispatchProposed, DispatchUndelivered,
+    DispatchProposed, DispatchUndelivered, ForgetAgent,
 ]
 
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Union
 
 from ._check import check_int, check_opt_int, check_opt_time, check_str, check_time, require_keys
 from .jobs import JobSpec
+from .messages import check_identity
 
 
 def _job_attempt(fact: Any) -> None:
@@ -159,16 +160,35 @@ class JobRequeued:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentRegistered:
-    """An agent joined for the first time or with a different slot count."""
+    """An agent joined for the first time, with a different slot count, or as a new holder of its name."""
 
     KIND: ClassVar[str] = "agent_registered"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # v1 had no identity
     agent: str
     slots: int
+    identity: str | None = None  # the agent that holds the name from now on; None: an agent without one
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent)
         check_int("slots", self.slots, minimum=0, maximum=1 << 20)
+        if self.identity is not None:
+            check_identity("identity", self.identity)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentForgotten:
+    """The operator declared the agent gone (``reckon forget``): its name is free again.
+
+    Its jobs were requeued by the facts just before this one; the agent and
+    its identity binding are dropped.
+    """
+
+    KIND: ClassVar[str] = "agent_forgotten"
+    VERSION: ClassVar[int] = 1
+    agent: str
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,13 +205,13 @@ class ClusterCreated:
 
 Fact = Union[
     JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
-    JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, ClusterCreated,
+    JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
     for cls in (
         JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
-        JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, ClusterCreated,
+        JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated,
     )
 }
 
@@ -221,6 +241,9 @@ def _upgrade(kind: str, version: int, data: dict[str, Any]) -> dict[str, Any]:
         else:
             data.setdefault("signal", None)
         data.setdefault("started_at", None)
+    if kind == AgentRegistered.KIND and version == 1 and "identity" in data:
+        # v1 had no identity (None, the default, is what it meant): one here is corruption.
+        raise ValueError(f"fact {kind} v1 has unknown fields ['identity']")
     return data
 
 

@@ -26,11 +26,23 @@ from .jobs import JobSpec
 # a round's resync_done acknowledges the completions its report carried.  A
 # version 1 agent is still served: its frames hold one message each, and it
 # sends reported completions again, which are acked as duplicates.
-PROTOCOL_VERSION = 2
-SUPPORTED_VERSIONS = frozenset({1, 2})
+# 3: a join may carry the agent's durable ``identity``, and an error may be
+# ``permanent`` (a refusal a quick retry will not fix).  Both are left out of
+# the map at their defaults, so a version 1 or 2 peer never sees them.
+PROTOCOL_VERSION = 3
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})
 BATCHED_FRAMES_SINCE = 2  # the first version whose peers accept a CBOR array of messages in one frame
 MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
 TOKEN_BYTES = 16
+IDENTITY_HEX = frozenset("0123456789abcdef")
+
+
+def check_identity(name: str, value: object) -> None:
+    """An agent identity: 16 to 64 lowercase hex digits (the agent makes 32, from 16 random bytes)."""
+    check_str(name, value, max_len=64)
+    assert isinstance(value, str)
+    if len(value) < 16 or not IDENTITY_HEX.issuperset(value):
+        raise ValueError(f"{name} must be 16 to 64 lowercase hex digits")
 
 
 class AckOutcome(enum.Enum):
@@ -127,9 +139,12 @@ class Join:
     running: int = 0  # how many job processes the agent holds alive right now
     log_dir: str | None = None  # where the agent keeps job output, shown by `reckon show`
     log_layout: str = "attempt-dir"  # how it names the files there (a key of LOG_LAYOUTS)
+    identity: str | None = None  # the agent's durable identity (its state directory's), version 3; None: an older agent
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent, max_len=100)
+        if self.identity is not None:
+            check_identity("identity", self.identity)
         if self.log_dir is not None:
             check_str("log_dir", self.log_dir, max_len=4096)
         check_str("log_layout", self.log_layout, max_len=100)
@@ -311,18 +326,28 @@ class Ack:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Error:
-    """A refusal: what was wrong.  ``fatal`` errors are followed by a close."""
+    """A refusal: what was wrong.  ``fatal`` errors are followed by a close.
+
+    A ``permanent`` one (version 3) will not go away by itself (the name is
+    held by another agent, an unsupported version): the agent retries it at
+    its slow refusal pace, not its fast outage pace, and logs it once.
+    """
 
     TYPE: ClassVar[str] = "error"
     seq: int
     reason: str
     fatal: bool = True
+    permanent: bool = False  # version 3: an operator must act before a retry can succeed
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=0)
         check_str("reason", self.reason, max_len=2000)
         if not isinstance(self.fatal, bool):
             raise ValueError("fatal must be a boolean")
+        if not isinstance(self.permanent, bool):
+            raise ValueError("permanent must be a boolean")
+        if self.permanent and not self.fatal:
+            raise ValueError("a permanent error is also fatal")
 
 
 AgentMessage = Union[Join, ResyncReport, Started, Finished, Heartbeat]
@@ -342,11 +367,18 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow for a per-message call
 
+# Fields newer than version 2, left out of the map at their default: an older
+# peer's decoder refuses fields it does not know, and never needs these.
+_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {Join: {"identity": None}, Error: {"permanent": False}}
+
 
 def to_wire(msg: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"type": msg.TYPE}
+    omitted = _OMITTED_AT_DEFAULT.get(type(msg))
     for name in _field_names(type(msg)):
         value = getattr(msg, name)
+        if omitted is not None and name in omitted and value == omitted[name]:
+            continue
         if isinstance(value, JobSpec):
             value = value.to_dict()
         elif isinstance(value, enum.Enum):

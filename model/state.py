@@ -25,6 +25,7 @@ class AgentInfo:
     name: str
     slots: int
     registered: bool = False  # an AgentRegistered fact named it (not only a job placement)
+    identity: str | None = None  # the durable identity that holds this name (None: none claimed it)
     used: int = 0  # slots of the RUNNING jobs placed here, kept by apply
     running: set[str] = field(default_factory=set)  # ids of RUNNING jobs placed here
     # running_digest() of the placed (job, attempt) pairs, kept up to date by
@@ -79,7 +80,8 @@ class ControllerState:
             self.cluster,
             self.next_job,
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
-            tuple(sorted((a.name, a.slots, a.registered, a.used, tuple(sorted(a.running))) for a in self.agents.values())),
+            tuple(sorted((a.name, a.slots, a.registered, a.identity or "", a.used, tuple(sorted(a.running)))
+                         for a in self.agents.values())),
         )
 
 
@@ -205,10 +207,21 @@ def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
 
 def _registered(state: ControllerState, fact: F.AgentRegistered) -> Changes:
     existing = state.agents.get(fact.agent)
-    if existing is not None and existing.registered and existing.slots == fact.slots:
+    if (existing is not None and existing.registered and existing.slots == fact.slots
+            and existing.identity == fact.identity):
         raise LocalProtocolError(f"agent {fact.agent} is already registered with {fact.slots} slots")
     info = state.agent(fact.agent)
-    info.slots, info.registered = fact.slots, True
+    info.slots, info.registered, info.identity = fact.slots, True, fact.identity
+    return Changes(agents=(fact.agent,))
+
+
+def _forgotten(state: ControllerState, fact: F.AgentForgotten) -> Changes:
+    info = state.agents.get(fact.agent)
+    if info is None:
+        raise LocalProtocolError(f"unknown agent {fact.agent!r}")
+    if info.running:
+        raise LocalProtocolError(f"agent {fact.agent} still has {len(info.running)} job(s) placed on it")
+    del state.agents[fact.agent]
     return Changes(agents=(fact.agent,))
 
 
@@ -231,6 +244,7 @@ _APPLY: dict[type, Any] = {
     F.JobCancelConfirmed: _cancel_confirmed,
     F.JobRequeued: _requeued,
     F.AgentRegistered: _registered,
+    F.AgentForgotten: _forgotten,
 }
 
 
@@ -245,11 +259,11 @@ def replay(facts: list[F.Fact], state: ControllerState | None = None) -> Control
 def snapshot(state: ControllerState) -> dict[str, Any]:
     """A plain map of the whole state, for fast restart."""
     return {
-        "v": 1,
+        "v": 2,  # v1: agents were [name, slots, registered], without the identity
         "next_job": state.next_job,
         "cluster": state.cluster,
         "facts_applied": state.facts_applied,
-        "agents": [[a.name, a.slots, a.registered] for a in state.agents.values()],
+        "agents": [[a.name, a.slots, a.registered, a.identity] for a in state.agents.values()],
         "jobs": [
             [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.ran_on, j.submitted_at, j.started_at,
              j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues]
@@ -260,12 +274,14 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
 
 def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running) are recomputed."""
-    if data.get("v") != 1:
+    if data.get("v") not in (1, 2):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
                             cluster=data.get("cluster"))
-    for name, slots, registered in data["agents"]:
-        state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered)
+    for row in data["agents"]:
+        name, slots, registered = row[:3]
+        identity = row[3] if data["v"] >= 2 else None
+        state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered, identity=identity)
     for row in data["jobs"]:
         (jid, spec, st, attempt, agent, ran_on, submitted, started, finished, code, sig, cancel, requeues) = row
         job = JobRecord(

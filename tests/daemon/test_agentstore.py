@@ -293,3 +293,23 @@ async def test_cancel_while_writing_completes_and_cancel_while_queued_drops(tmp_
     assert results == {"running": "returned", "queued": "cancelled"}
     async with await AgentStore.open(tmp_path) as store:
         assert await store.load() == (records(), [])
+
+
+@hang_guard
+async def test_identity_is_made_once_and_bound_to_the_first_name(tmp_path):
+    from daemon.statelock import WrongStateDir
+
+    async with await AgentStore.open(tmp_path) as store:
+        # A directory from before identities (records, no identity yet) gets one on its next start.
+        await store.apply([E.StoreRecord(record=records()[0])])
+        identity = await store.claim_identity("n1")
+        assert len(identity) == 32 and int(identity, 16) >= 0
+        assert await store.claim_identity("n1") == identity
+    async with await AgentStore.open(tmp_path) as store:
+        assert await store.claim_identity("n1") == identity  # durable
+        with pytest.raises(WrongStateDir, match=f"{tmp_path} belongs to agent 'n1', not 'n2'"):
+            await store.claim_identity("n2")
+        assert await store.claim_identity("n1") == identity  # the refusal changed nothing
+        assert (await store.load())[0] == [records()[0]]
+    async with await AgentStore.open(tmp_path / "other") as store:
+        assert await store.claim_identity("n1") != identity  # random, one per directory

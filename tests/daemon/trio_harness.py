@@ -37,6 +37,7 @@ import cbor2
 import trio
 import trio.testing
 from trio_websocket import ConnectionClosed as WSClosed
+from trio_websocket import ConnectionRejected
 from trio_websocket import WebSocketConnection, wrap_client_stream, wrap_server_stream
 
 from daemon import wire
@@ -204,6 +205,10 @@ class HeldAgentStore(AgentStore):
     async def load_cluster(self):
         with clock_held():
             return await super().load_cluster()
+
+    async def claim_identity(self, name):
+        with clock_held():
+            return await super().claim_identity(name)
 
     async def apply(self, commands) -> None:
         with clock_held():
@@ -500,13 +505,23 @@ class FakeNet:
         self._streams.append(server_stream)
         self.nursery.start_soon(self._serve, server_stream)
         resource = urllib.parse.urlsplit(url).path or "/"
-        async with trio.open_nursery() as nursery:
-            with trio.fail_after(connect_timeout):
-                ws = await wrap_client_stream(nursery, client_stream, "controller.test", resource,
-                                              extra_headers=extra_headers, max_message_size=max_message_size)
-            try:
-                yield ws
-            finally:
-                with trio.move_on_after(disconnect_timeout):
-                    await ws.aclose()
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                with trio.fail_after(connect_timeout):
+                    ws = await wrap_client_stream(nursery, client_stream, "controller.test", resource,
+                                                  extra_headers=extra_headers, max_message_size=max_message_size)
+                try:
+                    yield ws
+                finally:
+                    with trio.move_on_after(disconnect_timeout):
+                        await ws.aclose()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # A refused handshake surfaces in the client's reader task, inside this
+            # nursery's group; the real open_websocket_url raises it on its own.
+            rejected, rest = group.split(ConnectionRejected)
+            if rejected is None or rest is not None:
+                raise
+            while isinstance(rejected, BaseExceptionGroup):
+                rejected = rejected.exceptions[0]
+            raise rejected from None

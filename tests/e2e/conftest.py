@@ -236,23 +236,26 @@ class Cluster:
         return time.monotonic() - t0
 
     def start_agent(self, name: str, *extra: str, slots: int = 4, wait_joined: bool = True,
-                    token_file: Path | None = None) -> Daemon:
+                    token_file: Path | None = None, key: str | None = None) -> Daemon:
         """Start (or restart, with the same options) an agent.
 
         Short intervals keep the tests fast: reconnect backoff cap 0.5 s,
         heartbeat 0.5 s, kill grace 2 s (``extra`` may override any of them).
+        ``key`` (default: the name) names its process, state directory and log:
+        a second agent under one name (a cloned machine) needs a key of its own.
         """
-        if name not in self.agent_args or extra or token_file is not None:
+        key = key or name
+        if key not in self.agent_args or extra or token_file is not None:
             args = ["--slots", str(slots), "--reconnect-max", "0.5", "--heartbeat-interval", "0.5",
                     "--kill-grace", "2", *extra]
             token = token_file or self.token_file
             if token is not None:
                 args += ["--token-file", str(token)]
-            self.agent_args[name] = args
-        assert name not in self.daemons or self.daemons[name].proc.poll() is not None
-        argv = ["agent", "--name", name, "--state-dir", str(self.agent_dir(name)),
-                "--controller", self.url, *self.agent_args[name]]
-        daemon = self._spawn(name, argv)
+            self.agent_args[key] = args
+        assert key not in self.daemons or self.daemons[key].proc.poll() is not None
+        argv = ["agent", "--name", name, "--state-dir", str(self.agent_dir(key)),
+                "--controller", self.url, *self.agent_args[key]]
+        daemon = self._spawn(key, argv)
         line = _read_line(daemon.proc, HANG, daemon.log)
         assert line.startswith(f"reckon agent {name} running"), f"unexpected first line {line!r}"
         if wait_joined:

@@ -4,8 +4,10 @@
   their true outcomes;
 * frozen past the heartbeat timeout: the controller disconnects it, a resync
   round runs when it comes back, the outcome made meanwhile is recorded;
-* restarted with its state gone: the job it forgot is requeued and runs again
-  (attempt 2), and only that attempt's outcome is recorded.
+* restarted with its state gone: it is a new agent under the old name,
+  refused until the operator runs `reckon forget`; then the job it forgot is
+  requeued and runs again (attempt 2), and only that attempt's outcome is
+  recorded.
 """
 
 from __future__ import annotations
@@ -117,7 +119,13 @@ def test_job_the_agent_forgot_is_requeued_and_runs_again(cluster, truth_dir):
     shutil.rmtree(cluster.agent_dir("a1"))
     assert _runs(runs) == 1
 
-    cluster.start_agent("a1")
+    # A wiped state directory is a new agent (a new identity): it may not take over
+    # a name whose old holder still has a job placed, until the operator says the
+    # old one is gone (here it is: its job was killed above).
+    cluster.start_agent("a1", wait_joined=False)
+    cluster.wait_for(lambda: "reckon forget a1" in cluster.log_text("a1"), what="the new a1 to be refused")
+    assert cluster.job(job)["attempt"] == 1 and _runs(runs) == 1
+    cluster.cli("forget", "a1")
     record = cluster.wait_job(job)
     assert (record["state"], record["exit_code"], record["signal"]) == ("FAILED", 4, None)
     assert record["attempt"] == 2 and record["requeues"] == 1 and record["agent"] == "a1"

@@ -9,7 +9,7 @@ from model import facts as F
 from model import messages as M
 from model.agent import Agent, AgentConfig, LocalJob, LocalStatus
 from model.controller import Controller
-from model.errors import RemoteProtocolError
+from model.errors import PermanentRefusal
 from model.jobs import JobSpec
 
 SPEC = JobSpec(name="x", command=("true",))
@@ -50,7 +50,7 @@ def test_records_that_still_matter_make_the_agent_refuse_another_history(record,
     agent = Agent(AgentConfig(name="a", slots=1), records=[record], outbox=outbox, cluster="c1")
     agent.handle(E.Connected(now=1.0))
     before = (dict(agent.records), dict(agent.outbox), agent.session, agent.cluster, agent.seen_seq)
-    with pytest.raises(RemoteProtocolError, match="refusing to mix"):
+    with pytest.raises(PermanentRefusal, match="refusing to mix"):  # retried at the refusal pace
         agent.handle(E.MessageFromController(
             message=M.Welcome(seq=1, version=1, token=None, cluster="c2"), now=2.0))
     assert (dict(agent.records), dict(agent.outbox), agent.session, agent.cluster, agent.seen_seq) == before

@@ -29,6 +29,8 @@ SAMPLES = [
     F.JobCancelConfirmed(job="1", attempt=4),
     F.JobRequeued(job="1", attempt=1, reason="agent lost"),
     F.AgentRegistered(agent="a1", slots=0),
+    F.AgentRegistered(agent="a1", slots=2, identity="0123456789abcdef0123456789abcdef"),
+    F.AgentForgotten(agent="a1"),
     F.ClusterCreated(cluster="3f2a9c01d4e5b6a7"),
 ]
 
@@ -108,6 +110,10 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("empty job id", _enc(F.JobCancelled(job="1"), job=""), "job must not be empty"),
     ("empty reason", _enc(REQ, reason=""), "reason must not be empty"),
     ("negative slots", _enc(F.AgentRegistered(agent="a", slots=1), slots=-1), "slots must be >= 0"),
+    ("identity not hex", _enc(F.AgentRegistered(agent="a", slots=1), identity="node1-is-not-hex!"),
+     "identity must be 16 to 64 lowercase hex digits"),
+    ("identity in a v1 registration", _enc(F.AgentRegistered(agent="a", slots=1), v=1, identity="0" * 32),
+     "unknown fields ['identity']"),
     ("spec not a map", _enc(SUB, spec="make"), "job spec must be a map"),
     ("spec command a string", _enc(SUB, spec={**FULL_SPEC.to_dict(), "command": "make"}), "must be lists"),
     ("spec empty command", _enc(SUB, spec={**FULL_SPEC.to_dict(), "command": []}), "command must not be empty"),

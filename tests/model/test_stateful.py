@@ -156,9 +156,11 @@ class ReckonMachine(RuleBasedStateMachine):
         self._append(created)
         self.names = AGENT_NAMES[:n_agents]
         self.sides: dict[str, Side] = {}
-        for name, n in zip(self.names, slots):
+        for i, (name, n) in enumerate(zip(self.names, slots)):
+            # Every other agent has a durable identity (version 3), the others none (versions 1, 2).
             cfg = AgentConfig(name=name, slots=n, page_size=agent_page, recent_window=recent_window,
-                              retry_initial=1.0, retry_max=retry_max, heartbeat_interval=2.0)
+                              retry_initial=1.0, retry_max=retry_max, heartbeat_interval=2.0,
+                              identity=f"{i + 1:032x}" if i % 2 == 0 else None)
             self.sides[name] = Side(name=name, config=cfg, agent=Agent(cfg))
         self.wire: list[Wire] = []
         self.uid = 0
@@ -984,6 +986,27 @@ class ReckonMachine(RuleBasedStateMachine):
             else:
                 assert job.agent is None and not owners, (
                     f"INV-SINGLE-OWNER: {job.state.value} job {job.id} has agent {job.agent}, owners {owners}")
+
+    @invariant()
+    def inv_name_handover(self):
+        """INV-NAME-HANDOVER: a name passes to another identity only with nothing placed on it (or once forgotten)."""
+        holder: dict[str, str | None] = {}
+        placed: dict[str, set[str]] = defaultdict(set)
+        where: dict[str, str] = {}
+        for fact in self.log:
+            if isinstance(fact, F.AgentRegistered):
+                old = holder.get(fact.agent)
+                assert old is None or fact.identity in (None, old) or not placed[fact.agent], (
+                    f"INV-NAME-HANDOVER: {fact.agent} passed from {old} to {fact.identity} "
+                    f"with {sorted(placed[fact.agent])} placed")
+                holder[fact.agent] = fact.identity
+            elif isinstance(fact, F.AgentForgotten):
+                holder.pop(fact.agent, None)
+            elif isinstance(fact, (F.JobDispatched, F.JobAdopted)):
+                placed[fact.agent].add(fact.job)
+                where[fact.job] = fact.agent
+            elif isinstance(fact, (F.JobFinished, F.JobCancelConfirmed, F.JobRequeued)):
+                placed[where.pop(fact.job)].discard(fact.job)
 
     @invariant()
     def inv_single_process(self):
