@@ -443,7 +443,10 @@ class ControllerDaemon:
         send, recv = trio.open_memory_channel[Any](len(specs) + 1)
         now = time.time()
         for spec in specs:
-            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now), reply=send))
+            # A fresh random uid per submission: no report about another submission
+            # that had this id (a rolled-back state) can ever be taken for this one.
+            uid = secrets.token_hex(8)
+            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now, uid=uid), reply=send))
         ids = []
         async with recv:
             for _ in specs:
