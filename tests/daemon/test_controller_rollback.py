@@ -13,10 +13,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import trio
 
 from daemon import agent_daemon, controller_server
-from daemon.runner import ExitStatus, check_key
+from daemon.runner import AlreadyLaunched, ExitStatus, check_key
 from model import events as E
 from model import facts as F
 from model import messages as M
@@ -28,11 +29,24 @@ GUARD = 1_000  # fake seconds
 
 
 class KillingRunner(ManualRunner):
-    """ManualRunner whose kill ends the process at once, by SIGKILL, and is remembered."""
+    """ManualRunner whose kill ends the process at once, by SIGKILL, and is remembered.
+
+    ``leftover``: attempts whose output files the old history left on disk (the
+    real runner's ``.stdout`` claim exists): launching them runs nothing.
+    """
+
+    leftover: frozenset[tuple[str, int]] = frozenset()
 
     def __init__(self, state_dir=None) -> None:
         super().__init__(state_dir)
         self.kills: list[tuple[str, int]] = []
+        self.launches: list[tuple[str, int]] = []  # every start asked for, launched or not
+
+    async def start(self, job, attempt, spec):
+        self.launches.append((job, attempt))
+        if (job, attempt) in self.leftover:
+            raise AlreadyLaunched(f"{job}.{attempt} was launched before ({job}.{attempt}.stdout exists)")
+        return await super().start(job, attempt, spec)
 
     async def kill(self, job: str, attempt: int, grace: float = 10.0) -> None:
         check_key(job, attempt)
@@ -59,9 +73,15 @@ async def _leave(net: FakeNet, agent) -> None:
     await until(lambda: agent.model.session.value == "disconnected")
 
 
+@pytest.mark.parametrize("leftover", [(), (2,), (2, 3)], ids=["no-leftover-files", "files-of-attempt-2",
+                                                               "files-of-attempts-2-3"])
 async def test_rolled_back_controller_never_gives_an_old_process_outcome_to_a_new_job(
-        tmp_path, autojump_clock, monkeypatch):
+        tmp_path, autojump_clock, monkeypatch, leftover):
+    """``leftover``: attempts of the reused id whose files the old history left: each is
+    tried once, runs nothing, and is requeued; the job then runs once, under the next attempt."""
     state, backup, agent_state = tmp_path / "controller", tmp_path / "backup", tmp_path / "agent"
+    monkeypatch.setattr(KillingRunner, "leftover", frozenset(("1", a) for a in leftover))
+    ours = 2 + len(leftover)  # the attempt that runs: 1 is refused, each leftover one is lost
     with trio.fail_after(GUARD):
         async with trio.open_nursery() as outer:
             net = FakeNet(outer)
@@ -99,19 +119,24 @@ async def test_rolled_back_controller_never_gives_an_old_process_outcome_to_a_ne
 
                 # The old process is killed; the new job runs a process of its own
                 # (under a new attempt: the agent refuses the old attempt number).
-                await until(lambda: (old, 1) in runner.kills and (new, 2) in runner.running)
-                runner.finish(new, 2, exit_code=3, finished_at=1_650_000_000.5)
+                await until(lambda: (old, 1) in runner.kills and (new, ours) in runner.running)
+                runner.finish(new, ours, exit_code=3, finished_at=1_650_000_000.5)
                 await until(lambda: ctl.job(new).state is JobState.FAILED)
                 record = ctl.job(new)
                 assert (record.attempt, record.exit_code, record.signal, record.finished_at) == (
-                    2, 3, None, 1_650_000_000.5)
+                    ours, 3, None, 1_650_000_000.5)
+                # Each attempt was tried at most once ((1, 1) is the old submission's own launch:
+                # the refused dispatch launched nothing); only the last one ran anything.
+                tried = [key for key in runner.launches if key[0] == new]
+                assert tried == [(new, 1)] + [(new, a) for a in range(2, ours + 1)] and (new, 1) not in tried[1:]
 
                 durable = await ctl.store.durable()
                 finished = [f for f in durable if isinstance(f, F.JobFinished)]
-                assert [(f.job, f.attempt, f.exit_code, f.signal) for f in finished] == [(new, 2, 3, None)]
+                assert [(f.job, f.attempt, f.exit_code, f.signal) for f in finished] == [(new, ours, 3, None)]
                 assert not any(isinstance(f, F.JobAdopted) for f in durable)
                 requeued = [f for f in durable if isinstance(f, F.JobRequeued)]
-                assert [(f.job, f.attempt) for f in requeued] == [(new, 1)] and "refused" in requeued[0].reason
+                assert [(f.job, f.attempt) for f in requeued] == [(new, a) for a in range(1, ours)]
+                assert "refused" in requeued[0].reason
                 # The old process's own outcome reached the controller and was refused as another's.
                 await until(lambda: agent.model.outbox == {})
 
