@@ -87,6 +87,9 @@ class _Out:
     # sends one agent note, not 100k.
     changed_jobs: dict[str, JobRecord] = field(default_factory=dict)
     changed_agents: dict[str, None] = field(default_factory=dict)
+    # The highest job id agents reported that the history never issued: one
+    # JobIdsReserved for all of them at the end of the handle call, not one per entry.
+    reserve_upto: int = 0
 
     def result(self) -> list[E.Command]:
         return ([E.Append(facts=tuple(self.facts))] if self.facts else []) + self.commands
@@ -128,6 +131,8 @@ class Controller:
             raise LocalProtocolError(f"the controller does not handle {type(event).__name__}")
         out = _Out()
         handler(self, event, out)
+        if out.reserve_upto >= self.state.next_job:
+            self._apply(out, F.JobIdsReserved(upto=out.reserve_upto))
         self._flush_notes(out)
         return out.result()
 
@@ -472,11 +477,9 @@ class Controller:
             self._send(out, session, lambda seq: M.Kill(seq=seq, job=job, attempt=attempt, uid=uid))
 
     def _reserve_ids(self, out: _Out, job_id: str) -> None:
-        """Move the next job id past ``job_id`` if it is one of ours (decimal) not yet issued."""
+        """Note ``job_id`` (if decimal, like ours) for the one JobIdsReserved ``handle`` appends at its end."""
         if job_id.isascii() and job_id.isdecimal() and len(job_id) <= _MAX_ID_DIGITS:
-            upto = int(job_id)
-            if upto >= self.state.next_job:
-                self._apply(out, F.JobIdsReserved(upto=upto))
+            out.reserve_upto = max(out.reserve_upto, int(job_id))
 
     # ---- clients and the scheduler -----------------------------------------------
 
