@@ -192,6 +192,9 @@ class AgentDaemon:
         conn = self._conn
         for cmd, cmd_conn in effects:
             if isinstance(cmd, E.Send):
+                if isinstance(cmd.message, M.DispatchRefused):  # once per refused dispatch
+                    log.warning("refused job %s attempt %s: %s", cmd.message.job, cmd.message.attempt,
+                                cmd.message.reason)
                 if cmd_conn is not None and cmd_conn is conn:
                     sends.append(wire.encode(cmd.message))
                     size += len(sends[-1])

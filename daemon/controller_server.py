@@ -31,7 +31,7 @@ from model import events as E
 from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from model.facts import ClusterCreated, Fact, JobCancelConfirmed, JobRequeued
+from model.facts import ClusterCreated, Fact, JobCancelConfirmed, JobIdsReserved, JobRequeued
 from model.state import apply, snapshot
 from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
@@ -241,7 +241,12 @@ class ControllerDaemon:
                 if ended is not None:
                     ended.set()
         elif isinstance(cmd, E.Append):
-            pass  # already durable
+            for fact in cmd.facts:  # already durable; one operator-visible case is named here
+                if isinstance(fact, JobIdsReserved):
+                    # Once per newly seen highest id: bounded by what the agents hold.
+                    log.warning("an agent reported job %d, which this controller never issued (was its state "
+                                "restored from an older copy?): ids up to %d will not be issued again, and any "
+                                "such process still running is killed", fact.upto, fact.upto)
         else:
             raise TypeError(f"controller cannot execute {cmd!r}")
 
@@ -506,7 +511,10 @@ class ControllerDaemon:
         send, recv = trio.open_memory_channel[Any](len(specs) + 1)
         now = time.time()
         for spec in specs:
-            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now), reply=send))
+            # A fresh random uid per submission: no report about another submission
+            # that had this id (a rolled-back state) can ever be taken for this one.
+            uid = secrets.token_hex(8)
+            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now, uid=uid), reply=send))
         ids = []
         async with recv:
             for _ in specs:

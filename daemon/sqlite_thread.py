@@ -24,7 +24,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import outcome
 import trio
@@ -63,11 +63,16 @@ class SqliteThread:
         self._thread.start()
 
     @classmethod
-    async def open(cls, path: Path, *, name: str, version: int, ddl: Sequence[str]) -> "SqliteThread":
-        """Open (creating if needed) a database with schema ``ddl`` at ``user_version`` ``version``."""
+    async def open(cls, path: Path, *, name: str, version: int, ddl: Sequence[str],
+                   migrations: Mapping[int, Sequence[str]] | None = None) -> "SqliteThread":
+        """Open (creating if needed) a database with schema ``ddl`` at ``user_version`` ``version``.
+
+        ``migrations[k]``: the statements that bring a version ``k`` database to
+        ``k + 1``; an older database is upgraded in one transaction when opened.
+        """
         db = cls(path, name=name)
         try:
-            await db._call(db._connect, version, ddl)
+            await db._call(db._connect, version, ddl, migrations or {})
         except BaseException:
             with trio.CancelScope(shield=True):
                 await db.aclose()
@@ -135,7 +140,7 @@ class SqliteThread:
             raise trio.ClosedResourceError(f"{self.path} is not open")
         return fn(self._conn, *args)
 
-    def _connect(self, version: int, ddl: Sequence[str]) -> None:
+    def _connect(self, version: int, ddl: Sequence[str], migrations: Mapping[int, Sequence[str]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         # isolation_level=None: no implicit transactions; ``transaction`` says BEGIN/COMMIT.
@@ -144,7 +149,7 @@ class SqliteThread:
             conn.execute("PRAGMA busy_timeout = 5000")
             conn.execute("PRAGMA synchronous = FULL")  # every COMMIT is on disk when it returns
             # The schema check comes before WAL: a file we refuse is left as it was.
-            _ensure_schema(conn, self.path, version, ddl)
+            _ensure_schema(conn, self.path, version, ddl, migrations)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot use WAL journal mode (got {mode!r})")
@@ -208,8 +213,10 @@ def transaction(conn: sqlite3.Connection, *, write: bool = True) -> Iterator[Non
         raise
 
 
-def _ensure_schema(conn: sqlite3.Connection, path: Path, version: int, ddl: Sequence[str]) -> None:
-    """Create the schema in a new database, accept ours, refuse anything else clearly."""
+def _ensure_schema(conn: sqlite3.Connection, path: Path, version: int, ddl: Sequence[str],
+                   migrations: Mapping[int, Sequence[str]]) -> None:
+    """Create the schema in a new database, accept ours, upgrade an older one we
+    have migrations for, refuse anything else clearly."""
     with transaction(conn):
         current = conn.execute("PRAGMA user_version").fetchone()[0]
         if current == version:
@@ -219,6 +226,12 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path, version: int, ddl: Sequ
                 f"{path} has schema version {current}, newer than this reckon understands ({version}); "
                 "refusing to open it: run a newer reckon"
             )
+        if 0 < current < version and all(v in migrations for v in range(current, version)):
+            for step in range(current, version):
+                for statement in migrations[step]:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {int(version)}")  # part of this transaction
+            return
         tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if current != 0 or tables:
             raise StoreError(f"{path} has schema version {current} and is not a database this reckon can use")

@@ -81,3 +81,12 @@ def require_keys(where: str, data: Any, keys: tuple[str, ...]) -> None:
     for key in keys:
         if key not in data:
             raise ValueError(f"{where} is missing field {key!r}")
+
+
+MAX_UID = 64
+
+
+def check_opt_uid(name: str, value: Any) -> None:
+    """A submission's uid (random, from the daemon) or None for a legacy peer or log."""
+    if value is not None:
+        check_str(name, value, max_len=MAX_UID)

@@ -181,7 +181,8 @@ class Agent:
             self._on_dispatch(msg, out)
         elif isinstance(msg, M.Kill):
             record = self.records.get((msg.job, msg.attempt))
-            if record is not None and record.status is LocalStatus.RUNNING:
+            if (record is not None and record.status is LocalStatus.RUNNING
+                    and (msg.uid is None or record.uid is None or msg.uid == record.uid)):
                 out.append(E.KillProcess(job=msg.job, attempt=msg.attempt))
         elif isinstance(msg, M.Ack):
             self._on_ack(msg, out)
@@ -304,20 +305,41 @@ class Agent:
         if record.status is LocalStatus.FINISHED:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.FINISHED,
                                  exit_code=record.exit_code, signal=record.signal,
-                                 started_at=record.started_at, finished_at=record.finished_at)
+                                 started_at=record.started_at, finished_at=record.finished_at, uid=record.uid)
         if record.status is LocalStatus.RUNNING:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.RUNNING,
-                                 started_at=record.started_at)
+                                 started_at=record.started_at, uid=record.uid)
         # Req 3.3: what we cannot determine is reported as such, never guessed.
-        return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.UNRECOGNIZED)
+        return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.UNRECOGNIZED,
+                             uid=record.uid)
 
     # ---- jobs ----------------------------------------------------------------------
 
     def _on_dispatch(self, msg: M.Dispatch, out: list[E.Command]) -> None:
-        if (msg.job, msg.attempt) in self.records:
+        held = self.records.get((msg.job, msg.attempt))
+        if held is None:
+            self._store(out, LocalJob(job=msg.job, attempt=msg.attempt, spec=msg.spec, uid=msg.uid))
+            out.append(E.StartProcess(job=msg.job, attempt=msg.attempt, spec=msg.spec))
+            return
+        reason = self._other_submission(held, msg)
+        if reason is None:
             return  # a duplicate dispatch: the attempt is already ours
-        self._store(out, LocalJob(job=msg.job, attempt=msg.attempt, spec=msg.spec))
-        out.append(E.StartProcess(job=msg.job, attempt=msg.attempt, spec=msg.spec))
+        # The same (job, attempt) for another submission (the controller's state
+        # was rolled back and the id reused): running nothing is the only safe
+        # answer, and the controller must hear it now, not at the next round.
+        self._send(out, M.DispatchRefused(job=msg.job, attempt=msg.attempt, uid=msg.uid, reason=reason))
+
+    @staticmethod
+    def _other_submission(held: LocalJob, msg: M.Dispatch) -> str | None:
+        """Why ``msg`` is not the dispatch ``held`` came from, or None if it is."""
+        if held.uid is not None and msg.uid is not None:
+            if held.uid == msg.uid:
+                return None
+            return (f"this agent holds {msg.job}.{msg.attempt} for another submission "
+                    f"(uid {held.uid}, dispatched uid {msg.uid})")
+        if held.spec is not None and held.spec != msg.spec:  # no uid on one side: the spec must match
+            return f"this agent holds {msg.job}.{msg.attempt} with a different job spec"
+        return None
 
     def _on_started(self, ev: E.ProcessStarted, out: list[E.Command]) -> None:
         record = self.records.get((ev.job, ev.attempt))
@@ -397,7 +419,8 @@ class Agent:
             for key in sorted(self._unreported_starts):
                 record = self.records.get(key)
                 if record is not None and record.status is LocalStatus.RUNNING and record.started_at is not None:
-                    self._send(out, M.Started(job=record.job, attempt=record.attempt, started_at=record.started_at))
+                    self._send(out, M.Started(job=record.job, attempt=record.attempt, started_at=record.started_at,
+                                              uid=record.uid))
             self._unreported_starts.clear()
         if self.session is SessionState.OPERATING and ev.now >= self._next_heartbeat:
             self._send(out, M.Heartbeat(running=self.records.held_count, digest=self.records.held_digest,

@@ -15,11 +15,20 @@ from typing import Callable
 from . import events as E
 from . import facts as F
 from . import messages as M
+from ._check import MAX_NAME
 from .errors import LocalProtocolError, RemoteProtocolError
 from .jobs import JobRecord, JobState
 from .resync import ResyncRound
 from .scheduler import AgentNote, JobNote
 from .state import AgentInfo, ControllerState, apply, replay, restore
+
+
+_MAX_ID_DIGITS = 18  # a reported id longer than this can never collide with one we issue
+
+
+def _same_submission(ours: str | None, theirs: str | None) -> bool:
+    """Whether a report is about our submission; uid None on either side (a legacy peer or log) matches."""
+    return ours is None or theirs is None or ours == theirs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +59,15 @@ class AgentSession:
     version: int = M.PROTOCOL_VERSION  # the protocol version of the current connection (its Join's)
     identity: str | None = None  # the identity the current connection's Join claimed (None: an older agent)
     latest_conn: int = 0  # the newest connection that joined as this agent: a Join on an older one is stale
+    # (conn, agent's (count, digest), ours) of the last heartbeat disagreement a
+    # round was armed for.  The same disagreement again on the same connection
+    # is one no round repairs (e.g. a killed orphan still dying): it waits until
+    # either side changes instead of arming a round every heartbeat.
+    unrepaired: tuple[int, tuple[int, int], tuple[int, int]] | None = None
+
+    def uid_for(self, uid: str | None) -> str | None:
+        """What to send as a submission uid: nothing to an agent older than version 3."""
+        return uid if self.version >= M.UIDS_SINCE else None
 
     @property
     def connected(self) -> bool:
@@ -71,6 +89,9 @@ class _Out:
     # sends one agent note, not 100k.
     changed_jobs: dict[str, JobRecord] = field(default_factory=dict)
     changed_agents: dict[str, None] = field(default_factory=dict)
+    # The highest job id agents reported that the history never issued: one
+    # JobIdsReserved for all of them at the end of the handle call, not one per entry.
+    reserve_upto: int = 0
 
     def result(self) -> list[E.Command]:
         return ([E.Append(facts=tuple(self.facts))] if self.facts else []) + self.commands
@@ -119,6 +140,8 @@ class Controller:
             raise LocalProtocolError(f"the controller does not handle {type(event).__name__}")
         out = _Out()
         handler(self, event, out)
+        if out.reserve_upto >= self.state.next_job:
+            self._apply(out, F.JobIdsReserved(upto=out.reserve_upto))
         self._flush_notes(out)
         return out.result()
 
@@ -356,6 +379,8 @@ class Controller:
                 self._on_report_page(session, msg, ev.now, out)
             elif isinstance(msg, M.Heartbeat):
                 self._on_heartbeat(session, msg, ev, out)
+            elif isinstance(msg, M.DispatchRefused):
+                self._on_dispatch_refused(session, msg, out)
             else:
                 raise RemoteProtocolError(f"unexpected {msg.TYPE} message from a joined agent")
         except RemoteProtocolError as exc:
@@ -364,22 +389,46 @@ class Controller:
     def _on_finished(self, session: AgentSession, msg: M.Finished, out: _Out) -> None:
         entry = M.ReportEntry(job=msg.job, attempt=msg.attempt, status=M.EntryStatus.FINISHED,
                               exit_code=msg.exit_code, signal=msg.signal, started_at=msg.started_at,
-                              finished_at=msg.finished_at)
+                              finished_at=msg.finished_at, uid=msg.uid)
         outcome = self._reconcile(session, entry, queried=False, out=out)
         self._send(out, session, lambda seq: M.Ack(seq=seq, job=msg.job, attempt=msg.attempt, outcome=outcome))
 
     def _on_started(self, session: AgentSession, msg: M.Started, out: _Out) -> None:
         job = self.state.jobs.get(msg.job)
-        if (job is not None and job.state is JobState.RUNNING and job.agent == session.name
+        if job is None or not _same_submission(job.uid, msg.uid):
+            # A process for a job this history never issued, or for another
+            # submission of its id (a rolled-back state): it must not run on.
+            if job is None:
+                self._reserve_ids(out, msg.job)
+            self._kill_orphan(session, msg.job, msg.attempt, msg.uid, out)
+            return
+        if (job.state is JobState.RUNNING and job.agent == session.name
                 and job.attempt == msg.attempt and job.started_at is None):
             self._apply(out, F.JobStarted(job=msg.job, attempt=msg.attempt, started_at=msg.started_at))
+
+    def _on_dispatch_refused(self, session: AgentSession, msg: M.DispatchRefused, out: _Out) -> None:
+        """The agent ran nothing for this dispatch: the attempt is lost, try again under a new one."""
+        job = self.state.jobs.get(msg.job)
+        if (job is None or job.state is not JobState.RUNNING or job.agent != session.name
+                or job.attempt != msg.attempt or not _same_submission(job.uid, msg.uid)):
+            return  # about an attempt that is no longer current here: nothing to undo
+        if job.cancel_requested:
+            self._apply(out, F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+        else:
+            reason = f"dispatch refused by agent {session.name}: {msg.reason}"
+            self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason[:MAX_NAME]))
 
     def _on_heartbeat(self, session: AgentSession, msg: M.Heartbeat, ev: E.MessageFromAgent, out: _Out) -> None:
         if session.round is not None or msg.seen_seq != session.seq or ev.token is None:
             return  # a round is open, or the agent has not seen all we sent: no fair comparison yet
-        if (msg.running, msg.digest) == self.state.placement_digest(session.name):
+        theirs, ours = (msg.running, msg.digest), self.state.placement_digest(session.name)
+        if theirs == ours:
+            session.unrepaired = None
             return
+        if session.unrepaired == (ev.conn, theirs, ours):
+            return  # a round already saw exactly this disagreement: wait for a change
         # Anti-entropy: the agent's set and ours disagree at a quiet moment.
+        session.unrepaired = (ev.conn, theirs, ours)
         self._arm_round(out, session, ev.token, self.placed_on(session.name), ev.now, welcome=False)
 
     def _on_report_page(self, session: AgentSession, page: M.ResyncReport, now: float, out: _Out) -> None:
@@ -409,8 +458,10 @@ class Controller:
         self._send(out, session, lambda seq: M.ResyncDone(seq=seq, token=token))
         # Cancels requested while the agent was away: repeat the kill now.
         for job_id, attempt in self.placed_on(session.name).items():
-            if self.state.jobs[job_id].cancel_requested:
-                self._send(out, session, lambda seq, j=job_id, a=attempt: M.Kill(seq=seq, job=j, attempt=a))
+            job = self.state.jobs[job_id]
+            if job.cancel_requested:
+                uid = session.uid_for(job.uid)
+                self._send(out, session, lambda seq, j=job_id, a=attempt, u=uid: M.Kill(seq=seq, job=j, attempt=a, uid=u))
 
     # ---- reconciling one fact from an agent -----------------------------------------
 
@@ -419,11 +470,30 @@ class Controller:
         reports, round entries for queried jobs and unqueried extras alike."""
         job = self.state.jobs.get(entry.job)
         if job is None:
+            # An id this history never issued: the agent kept it across a rollback
+            # of our state.  Never issue it (or any id below it) again, and stop
+            # its process: nothing here will ever want its outcome.
+            self._reserve_ids(out, entry.job)
+            if entry.status is M.EntryStatus.RUNNING:
+                self._kill_entry(session, entry, out)
             return M.AckOutcome.UNKNOWN_JOB
         if job.terminal:
             if entry.status is M.EntryStatus.RUNNING:
-                self._kill_orphan(session, entry, out)
+                self._kill_entry(session, entry, out)
             return M.AckOutcome.ALREADY_TERMINAL
+        if not _same_submission(job.uid, entry.uid):
+            # Another submission that had this id (before a rollback of our
+            # state): its outcome is never this job's, and it is never adopted.
+            here = job.state is JobState.RUNNING and job.agent == session.name and job.attempt == entry.attempt
+            if here and queried:  # the agent holds our attempt for someone else: ours never ran there
+                if job.cancel_requested:
+                    self._apply(out, F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+                else:
+                    self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt,
+                                                   reason="agent holds this attempt for another submission"))
+            if entry.status is M.EntryStatus.RUNNING:
+                self._kill_entry(session, entry, out)
+            return M.AckOutcome.STALE_ATTEMPT
         here = job.state is JobState.RUNNING and job.agent == session.name and job.attempt == entry.attempt
         adoptable = job.state is JobState.PENDING and job.attempt == entry.attempt and not job.cancel_requested
         status = entry.status
@@ -438,7 +508,7 @@ class Controller:
             return M.AckOutcome.STALE_ATTEMPT
         if not here and not adoptable:
             if status is M.EntryStatus.RUNNING:
-                self._kill_orphan(session, entry, out)
+                self._kill_entry(session, entry, out)
             return M.AckOutcome.STALE_ATTEMPT
         if not here:  # adoptable: the agent proves it ran an attempt we never placed
             self._apply(out, F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name,
@@ -453,10 +523,19 @@ class Controller:
                                        started_at=entry.started_at))
         return M.AckOutcome.APPLIED
 
-    def _kill_orphan(self, session: AgentSession, entry: M.ReportEntry, out: _Out) -> None:
+    def _kill_entry(self, session: AgentSession, entry: M.ReportEntry, out: _Out) -> None:
+        self._kill_orphan(session, entry.job, entry.attempt, entry.uid, out)
+
+    def _kill_orphan(self, session: AgentSession, job: str, attempt: int, uid: str | None, out: _Out) -> None:
         """The agent runs an attempt that is no longer current anywhere: stop it."""
         if session.connected:
-            self._send(out, session, lambda seq: M.Kill(seq=seq, job=entry.job, attempt=entry.attempt))
+            uid = session.uid_for(uid)
+            self._send(out, session, lambda seq: M.Kill(seq=seq, job=job, attempt=attempt, uid=uid))
+
+    def _reserve_ids(self, out: _Out, job_id: str) -> None:
+        """Note ``job_id`` (if decimal, like ours) for the one JobIdsReserved ``handle`` appends at its end."""
+        if job_id.isascii() and job_id.isdecimal() and len(job_id) <= _MAX_ID_DIGITS:
+            out.reserve_upto = max(out.reserve_upto, int(job_id))
 
     # ---- clients and the scheduler -----------------------------------------------
 
@@ -483,7 +562,7 @@ class Controller:
         self.sessions.pop(ev.agent, None)
 
     def _on_submit(self, ev: E.SubmitJob, out: _Out) -> None:
-        self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now))
+        self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
 
     def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:
         job = self.state.job(ev.job)  # LocalProtocolError for an unknown job
@@ -495,7 +574,8 @@ class Controller:
             self._apply(out, F.JobCancelRequested(job=job.id))
             session = self.sessions.get(job.agent or "")
             if session is not None and session.connected and session.round is None:
-                self._send(out, session, lambda seq: M.Kill(seq=seq, job=job.id, attempt=job.attempt))
+                uid = session.uid_for(job.uid)
+                self._send(out, session, lambda seq: M.Kill(seq=seq, job=job.id, attempt=job.attempt, uid=uid))
         else:
             raise LocalProtocolError(f"job {job.id} is already {job.state.value}")
 
@@ -518,8 +598,8 @@ class Controller:
             return
         assert job is not None and session is not None
         self._apply(out, F.JobDispatched(job=job.id, attempt=job.attempt, agent=ev.agent))
-        spec = job.spec
-        self._send(out, session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec))
+        spec, uid = job.spec, session.uid_for(job.uid)
+        self._send(out, session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec, uid=uid))
 
     def _on_undelivered(self, ev: E.DispatchUndelivered, out: _Out) -> None:
         """A dispatch that never left: the attempt cannot have run, so it is

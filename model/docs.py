@@ -155,6 +155,11 @@ def render_message_tables() -> str:
         f"Protocol version {M.PROTOCOL_VERSION}; round tokens are {M.TOKEN_BYTES} bytes; "
         f"a page holds at most {M.MAX_PAGE_ENTRIES} entries.",
         "",
+        "A submission's `uid` (version 3, random, drawn by the controller daemon at submit) "
+        "is left out of a message while it is null, so a peer of an older version decodes the "
+        "message as before; the controller sends uids only to agents that joined with version "
+        f"{M.UIDS_SINCE} or later.",
+        "",
         "### Agent → controller",
         "",
     ]
@@ -165,7 +170,8 @@ def render_message_tables() -> str:
         "### Report entries and enumerations",
         "",
         "A `resync_report` entry travels as the list "
-        f"`[{', '.join(f.name for f in fields(entry))}]`.",
+        f"`[{', '.join(f.name for f in fields(entry))}]`; the last item, `uid`, is there only "
+        "when it is set (7 items without it, as before version 3).",
         "",
         _render_enum(M.EntryStatus),
         _render_enum(M.AckOutcome),

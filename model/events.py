@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ._check import check_bytes, check_int, check_opt_time, check_str, check_time
+from ._check import check_bytes, check_int, check_opt_time, check_opt_uid, check_str, check_time
 from .facts import Fact
 from .jobs import JobSpec
 from .messages import TOKEN_BYTES, Finished, Join, Message
@@ -108,11 +108,15 @@ class Tick:
 class SubmitJob:
     spec: JobSpec
     now: float
+    # Fresh and random (the daemon draws it): names this submission apart from
+    # any other that ever had its id.  None only for callers that predate it.
+    uid: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, JobSpec):
             raise ValueError("spec must be a JobSpec")
         check_time("now", self.now)
+        check_opt_uid("uid", self.uid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Union
 
-from ._check import check_int, check_opt_int, check_opt_time, check_str, check_time, require_keys
+from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
 from .messages import check_identity
 
@@ -26,16 +26,20 @@ def _job_attempt(fact: Any) -> None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSubmitted:
     KIND: ClassVar[str] = "job_submitted"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # v1 had no uid (such jobs have uid None)
     job: str
     spec: JobSpec
     submitted_at: float
+    # Random, from the daemon: tells this submission from any other that ever
+    # had the same id (after a state rollback).  None for v1 facts.
+    uid: str | None = None
 
     def __post_init__(self) -> None:
         check_str("job", self.job)
         if not isinstance(self.spec, JobSpec):
             raise ValueError("spec must be a JobSpec")
         check_time("submitted_at", self.submitted_at)
+        check_opt_uid("uid", self.uid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +196,19 @@ class AgentForgotten:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobIdsReserved:
+    """An agent reported job ids this history never issued (its state was rolled
+    back): no submit may reuse any id up to ``upto``."""
+
+    KIND: ClassVar[str] = "job_ids_reserved"
+    VERSION: ClassVar[int] = 1
+    upto: int
+
+    def __post_init__(self) -> None:
+        check_int("upto", self.upto, minimum=1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterCreated:
     """The first fact of a history: its identity, so agents never mix two histories."""
 
@@ -205,13 +222,13 @@ class ClusterCreated:
 
 Fact = Union[
     JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
-    JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated,
+    JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
     for cls in (
         JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
-        JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated,
+        JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
     )
 }
 

@@ -138,6 +138,7 @@ class JobRecord:
     signal: int | None = None
     cancel_requested: bool = False
     requeues: int = 0
+    uid: str | None = None  # the submission's random uid (None: submitted before uids existed)
 
     @property
     def terminal(self) -> bool:
@@ -168,7 +169,7 @@ class JobRecord:
         return (
             self.id, self.spec, self.state, self.attempt, self.agent, self.ran_on, self.submitted_at,
             self.started_at, self.finished_at, self.exit_code, self.signal,
-            self.cancel_requested, self.requeues,
+            self.cancel_requested, self.requeues, self.uid,
         )
 
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Iterable, Union
 
 from ._check import (
     MAX_NAME,
-    check_bytes, check_int, check_opt_int, check_opt_time, check_str, check_time, check_tuple_of,
+    check_bytes, check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, check_tuple_of,
 )
 from .errors import RemoteProtocolError
 from .jobs import JobSpec
@@ -26,11 +26,16 @@ from .jobs import JobSpec
 # a round's resync_done acknowledges the completions its report carried.  A
 # version 1 agent is still served: its frames hold one message each, and it
 # sends reported completions again, which are acked as duplicates.
-# 3: a join may carry the agent's durable ``identity``, and an error may be
-# ``permanent`` (a refusal a quick retry will not fix).  Both are left out of
-# the map at their defaults, so a version 1 or 2 peer never sees them.
+# 3: a join may carry the agent's durable ``identity`` and an error may be
+# ``permanent`` (a refusal a quick retry will not fix); a submission's ``uid``
+# travels with dispatch, kill, started, finished and report entries, and an
+# agent refuses a dispatch of an attempt it holds for another submission
+# (``dispatch_refused``).  The new fields are left out of the map at their
+# defaults, so a version 1 or 2 peer never sees them; older agents get no uid
+# and are matched by (job, attempt) alone, as before.
 PROTOCOL_VERSION = 3
 SUPPORTED_VERSIONS = frozenset({1, 2, 3})
+UIDS_SINCE = 3  # the first version whose agents are sent (and send) submission uids
 BATCHED_FRAMES_SINCE = 2  # the first version whose peers accept a CBOR array of messages in one frame
 MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
 TOKEN_BYTES = 16
@@ -83,9 +88,11 @@ class ReportEntry:
     signal: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    uid: str | None = None  # the submission the agent's record belongs to (None: legacy, or no record)
 
     def __post_init__(self) -> None:
         _job_attempt(self)
+        check_opt_uid("uid", self.uid)
         if not isinstance(self.status, EntryStatus):
             raise ValueError("status must be an EntryStatus")
         if self.status is EntryStatus.FINISHED:
@@ -96,17 +103,24 @@ class ReportEntry:
             check_opt_time("started_at", self.started_at)
 
     def to_wire(self) -> list[Any]:
-        return [self.job, self.attempt, self.status.value, self.exit_code, self.signal, self.started_at, self.finished_at]
+        row = [self.job, self.attempt, self.status.value, self.exit_code, self.signal, self.started_at,
+               self.finished_at]
+        if self.uid is not None:  # version 3: an 8th field; without a uid the row is as before
+            row.append(self.uid)
+        return row
 
     @classmethod
     def from_wire(cls, row: Any) -> "ReportEntry":
-        if not isinstance(row, (list, tuple)) or len(row) != 7:
-            raise ValueError("a report entry is a list of 7 fields")
-        job, attempt, status, code, sig, started, finished = row
+        if not isinstance(row, (list, tuple)) or len(row) not in (7, 8):
+            raise ValueError("a report entry is a list of 7 fields (8 with a uid)")
+        job, attempt, status, code, sig, started, finished = row[:7]
+        uid = row[7] if len(row) == 8 else None
+        if len(row) == 8 and uid is None:
+            raise ValueError("a report entry's 8th field, the uid, must not be null")
         if status not in _STATUS_VALUES:
             raise ValueError(f"unknown entry status {status!r}")
         return cls(job=job, attempt=attempt, status=EntryStatus(status), exit_code=code, signal=sig,
-                   started_at=started, finished_at=finished)
+                   started_at=started, finished_at=finished, uid=uid)
 
 
 _STATUS_VALUES = {s.value for s in EntryStatus}
@@ -178,10 +192,12 @@ class Started:
     job: str
     attempt: int
     started_at: float
+    uid: str | None = None  # version 3: the submission the process runs for
 
     def __post_init__(self) -> None:
         _job_attempt(self)
         check_time("started_at", self.started_at)
+        check_opt_uid("uid", self.uid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,10 +211,29 @@ class Finished:
     signal: int | None
     finished_at: float
     started_at: float | None = None
+    uid: str | None = None  # version 3: the submission the process ran for
 
     def __post_init__(self) -> None:
         _job_attempt(self)
         _outcome(self)
+        check_opt_uid("uid", self.uid)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchRefused:
+    """Version 3: the agent will not run this dispatch (it holds the attempt for
+    another submission); the controller requeues it under a new attempt number."""
+
+    TYPE: ClassVar[str] = "dispatch_refused"
+    job: str
+    attempt: int
+    reason: str
+    uid: str | None = None  # the refused dispatch's uid
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+        check_opt_uid("uid", self.uid)
+        check_str("reason", self.reason, max_len=2000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,12 +324,14 @@ class Dispatch:
     job: str
     attempt: int
     spec: JobSpec
+    uid: str | None = None  # version 3: the submission; sent only to agents that joined with version >= 3
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
         _job_attempt(self)
         if not isinstance(self.spec, JobSpec):
             raise ValueError("spec must be a job spec")
+        check_opt_uid("uid", self.uid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,10 +340,12 @@ class Kill:
     seq: int
     job: str
     attempt: int
+    uid: str | None = None  # version 3: kill only the process of this submission (None: whatever holds the attempt)
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
         _job_attempt(self)
+        check_opt_uid("uid", self.uid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -350,11 +389,12 @@ class Error:
             raise ValueError("a permanent error is also fatal")
 
 
-AgentMessage = Union[Join, ResyncReport, Started, Finished, Heartbeat]
+AgentMessage = Union[Join, ResyncReport, Started, Finished, Heartbeat, DispatchRefused]
 ControllerMessage = Union[Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error]
 Message = Union[AgentMessage, ControllerMessage]
 
-TO_CONTROLLER: dict[str, type] = {c.TYPE: c for c in (Join, ResyncReport, Started, Finished, Heartbeat)}
+TO_CONTROLLER: dict[str, type] = {c.TYPE: c for c in (Join, ResyncReport, Started, Finished, Heartbeat,
+                                                       DispatchRefused)}
 TO_AGENT: dict[str, type] = {c.TYPE: c for c in (Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error)}
 
 
@@ -368,8 +408,12 @@ def _field_names(cls: type) -> tuple[str, ...]:
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow for a per-message call
 
 # Fields newer than version 2, left out of the map at their default: an older
-# peer's decoder refuses fields it does not know, and never needs these.
-_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {Join: {"identity": None}, Error: {"permanent": False}}
+# peer's decoder refuses fields it does not know, and never needs these.  A
+# submission's ``uid`` is left out while None, whatever the message.
+_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
+    cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
+_OMITTED_AT_DEFAULT[Join] = {"identity": None}
+_OMITTED_AT_DEFAULT[Error] = {"permanent": False}
 
 
 def to_wire(msg: Message) -> dict[str, Any]:

@@ -42,6 +42,7 @@ class LocalJob:
     # knowing (the clock of its expiry; it is never reported as an outcome).
     finished_at: float | None = None
     acked: bool = False  # the controller acknowledged the completion report
+    uid: str | None = None  # the submission the dispatch was for (None: a version 1-2 controller sent none)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -70,7 +71,7 @@ class LocalJob:
     def report(self) -> M.Finished:
         assert self.status is LocalStatus.FINISHED and self.finished_at is not None
         return M.Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                          finished_at=self.finished_at, started_at=self.started_at)
+                          finished_at=self.finished_at, started_at=self.started_at, uid=self.uid)
 
 
 class LocalRecords(MutableMapping[Key, LocalJob]):

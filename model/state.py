@@ -127,9 +127,16 @@ def _submitted(state: ControllerState, fact: F.JobSubmitted) -> Changes:
         raise LocalProtocolError(f"job {fact.job} already exists")
     if fact.job != state.next_job_id():
         raise LocalProtocolError(f"job id {fact.job} out of sequence (expected {state.next_job_id()})")
-    state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at)
+    state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at, uid=fact.uid)
     state.next_job += 1
     return Changes(jobs=(fact.job,))
+
+
+def _ids_reserved(state: ControllerState, fact: F.JobIdsReserved) -> Changes:
+    if fact.upto < state.next_job:
+        raise LocalProtocolError(f"job ids up to {fact.upto} are already behind the next id {state.next_job}")
+    state.next_job = fact.upto + 1
+    return Changes()
 
 
 def _dispatched(state: ControllerState, fact: F.JobDispatched) -> Changes:
@@ -245,6 +252,7 @@ _APPLY: dict[type, Any] = {
     F.JobRequeued: _requeued,
     F.AgentRegistered: _registered,
     F.AgentForgotten: _forgotten,
+    F.JobIdsReserved: _ids_reserved,
 }
 
 
@@ -266,7 +274,7 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
         "agents": [[a.name, a.slots, a.registered, a.identity] for a in state.agents.values()],
         "jobs": [
             [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.ran_on, j.submitted_at, j.started_at,
-             j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues]
+             j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues, j.uid]
             for j in state.jobs.values()
         ],
     }
@@ -283,11 +291,12 @@ def restore(data: dict[str, Any]) -> ControllerState:
         identity = row[3] if data["v"] >= 2 else None
         state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered, identity=identity)
     for row in data["jobs"]:
-        (jid, spec, st, attempt, agent, ran_on, submitted, started, finished, code, sig, cancel, requeues) = row
+        # 13 fields before job uids; the 14th is the uid.
+        (jid, spec, st, attempt, agent, ran_on, submitted, started, finished, code, sig, cancel, requeues) = row[:13]
         job = JobRecord(
             id=jid, spec=JobSpec.from_dict(spec), state=JobState(st), attempt=attempt, ran_on=ran_on,
             submitted_at=submitted, started_at=started, finished_at=finished, exit_code=code,
-            signal=sig, cancel_requested=cancel, requeues=requeues,
+            signal=sig, cancel_requested=cancel, requeues=requeues, uid=row[13] if len(row) > 13 else None,
         )
         state.jobs[jid] = job
         if agent is not None:

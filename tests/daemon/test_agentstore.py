@@ -47,6 +47,7 @@ def records() -> list[LocalJob]:
         LocalJob(job="5", attempt=1, spec=SPEC, status=LocalStatus.INDETERMINATE, started_at=11.0),
         LocalJob(job="6", attempt=1, spec=SPEC, status=LocalStatus.FINISHED, exit_code=-1, signal=None,
                  finished_at=14.0),
+        LocalJob(job="7", attempt=2, spec=SPEC, started_at=15.0, uid="9c3e5a7f01b2d4e6"),
     ]
 
 
@@ -81,7 +82,7 @@ async def test_fresh_store_loads_empty(tmp_path):
 @hang_guard
 async def test_records_and_outbox_survive_reopen(tmp_path):
     outbox = [report("4", 2, exit_code=None, signal=9, finished_at=13.0), report("6", exit_code=-1, finished_at=14.0),
-              report("7", exit_code=255, started_at=1.5)]
+              report("7", exit_code=255, started_at=1.5), report("8", uid="9c3e5a7f01b2d4e6")]
     async with await AgentStore.open(tmp_path) as store:
         await store.apply([E.StoreRecord(record=r) for r in records()] + [E.OutboxPut(report=f) for f in outbox])
     async with await AgentStore.open(tmp_path) as store:
@@ -210,7 +211,7 @@ async def test_wal_and_synchronous_full_are_set(tmp_path):
             c.execute("PRAGMA journal_mode").fetchone()[0],
             c.execute("PRAGMA synchronous").fetchone()[0],
             c.execute("PRAGMA user_version").fetchone()[0]))
-    assert (mode, sync, version) == ("wal", 2, 1)
+    assert (mode, sync, version) == ("wal", 2, 2)
     assert await raw(tmp_path / "agent.db", "PRAGMA journal_mode") == [("wal",)]
 
 
@@ -218,10 +219,37 @@ async def test_wal_and_synchronous_full_are_set(tmp_path):
 async def test_newer_schema_version_is_refused(tmp_path):
     async with await AgentStore.open(tmp_path):
         pass
-    await raw(tmp_path / "agent.db", "PRAGMA user_version = 2")
-    with pytest.raises(StoreError, match=r"agent\.db has schema version 2, newer"):
+    await raw(tmp_path / "agent.db", "PRAGMA user_version = 99")
+    with pytest.raises(StoreError, match=r"agent\.db has schema version 99, newer"):
         await AgentStore.open(tmp_path)
     assert not [t for t in threading.enumerate() if t.name.startswith("reckon-sqlite")]
+
+
+_SCHEMA_V1 = (
+    "CREATE TABLE local_job (job TEXT NOT NULL, attempt INTEGER NOT NULL, spec BLOB, status TEXT NOT NULL, "
+    "started_at REAL, exit_code INTEGER, signal INTEGER, finished_at REAL, acked INTEGER NOT NULL, "
+    "PRIMARY KEY (job, attempt))",
+    "CREATE TABLE outbox (job TEXT NOT NULL, attempt INTEGER NOT NULL, exit_code INTEGER, signal INTEGER, "
+    "finished_at REAL NOT NULL, started_at REAL, PRIMARY KEY (job, attempt))",
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "INSERT INTO local_job VALUES ('1', 1, NULL, 'running', 3.0, NULL, NULL, NULL, 0)",
+    "INSERT INTO outbox VALUES ('2', 1, 0, NULL, 4.0, 3.5)",
+    "PRAGMA user_version = 1",
+)
+
+
+@hang_guard
+async def test_a_version_1_store_is_upgraded_and_keeps_its_rows(tmp_path):
+    """An agent.db written before submission uids opens, with uid NULL for what it held."""
+    for sql in _SCHEMA_V1:
+        await raw(tmp_path / "agent.db", sql)
+    async with await AgentStore.open(tmp_path) as store:
+        assert await store.load() == ([LocalJob(job="1", attempt=1, spec=None, started_at=3.0)],
+                                      [report("2", finished_at=4.0, started_at=3.5)])
+        await store.apply([E.StoreRecord(record=LocalJob(job="3", attempt=1, spec=SPEC, uid="ab" * 8))])
+    async with await AgentStore.open(tmp_path) as store:
+        assert (await store.load())[0][-1].uid == "ab" * 8
+    assert await raw(tmp_path / "agent.db", "PRAGMA user_version") == [(2,)]
 
 
 @pytest.mark.parametrize("sql, message", [

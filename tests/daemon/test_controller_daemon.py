@@ -53,7 +53,8 @@ async def test_effects_wait_for_the_commit(tmp_path, autojump_clock):
             # The effect arrives only with its facts on disk.
             on_disk = await ctl.store.durable()
             assert [type(f) for f in on_disk[-2:]] == [F.JobSubmitted, F.JobDispatched]
-            assert dispatch == M.Dispatch(seq=2, job="1", attempt=1, spec=SPEC)
+            assert dispatch == M.Dispatch(seq=2, job="1", attempt=1, spec=SPEC, uid=ctl.job("1").uid)
+            assert dispatch.uid is not None  # every submission has its own random uid
             reply = await client.receive()
             assert reply["ok"] and reply["job"]["id"] == "1" and reply["job"]["state"] == "RUNNING"
 
@@ -143,7 +144,7 @@ async def _job_running_on_n1(ctl) -> str:
     first, first_done = await ctl.join("n1")
     await first.expect(M.Welcome)
     job = await ctl.submit()
-    assert await first.expect(M.Dispatch) == M.Dispatch(seq=2, job=job, attempt=1, spec=SPEC)
+    assert await first.expect(M.Dispatch) == M.Dispatch(seq=2, job=job, attempt=1, spec=SPEC, uid=ctl.job(job).uid)
     await first.aclose()
     await first_done.wait()
     await ctl.sync()
@@ -465,7 +466,8 @@ async def test_joining_agent_gets_pending_work_without_another_event(tmp_path, a
             job = await ctl.submit()
             agent, _ = await ctl.join("n1")
             await agent.expect(M.Welcome)
-            assert await agent.receive() == M.Dispatch(seq=2, job=job, attempt=1, spec=SPEC)
+            assert await agent.receive() == M.Dispatch(seq=2, job=job, attempt=1, spec=SPEC, uid=ctl.job(job).uid)
+
 
 
 # ---- issue #9: silence on the monotonic clock, dispatches to a closing connection -------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
+import secrets
 import sqlite3
 import time as _time
 import urllib.parse
@@ -395,7 +396,8 @@ class ControllerRig:
         return self.daemon.model.state.jobs[job_id]
 
     async def submit(self, spec: JobSpec = SPEC) -> str:
-        commands = await self.daemon.call(event=E.SubmitJob(spec=spec, now=_time.time()))
+        # A random uid per submission, as the daemon's client path gives one.
+        commands = await self.daemon.call(event=E.SubmitJob(spec=spec, now=_time.time(), uid=secrets.token_hex(8)))
         return next(f.job for c in commands if isinstance(c, E.Append) for f in c.facts
                     if isinstance(f, F.JobSubmitted))
 

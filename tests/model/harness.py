@@ -83,6 +83,7 @@ class Harness:
         self._joined: set[int] = set()
         self._next_conn = 1
         self._next_token = 1
+        self._next_uid = 0
         for name in agents:
             self.add_agent(name, slots=slots, **agent_config)
 
@@ -101,6 +102,11 @@ class Harness:
         t = token(self._next_token)
         self._next_token += 1
         return t
+
+    def uid(self) -> str:
+        """A fresh submission uid (the daemon draws random ones; these are unique and deterministic)."""
+        self._next_uid += 1
+        return f"{self._next_uid:016x}"
 
     def agent(self, name: str) -> Agent:
         return self.agents[name].model
@@ -149,7 +155,8 @@ class Harness:
         ids = []
         for _ in range(count):
             job_id = self.controller.state.next_job_id()
-            self.controller_handle(E.SubmitJob(spec=spec(f"{name}{job_id}", slots=slots), now=self.now))
+            self.controller_handle(E.SubmitJob(spec=spec(f"{name}{job_id}", slots=slots), now=self.now,
+                                               uid=self.uid()))
             ids.append(job_id)
         return ids
 

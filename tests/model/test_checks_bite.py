@@ -295,3 +295,24 @@ def test_bite_dispatch_to_reconciling_agent(monkeypatch):
     """Req 5.1: the dispatch gate forgot that a reconciling agent must get no new work."""
     monkeypatch.setattr(AgentSession, "reconciling", property(lambda self: False))
     assert_bites("INV-DISPATCH-GATED")
+
+
+def test_bite_report_of_another_submission_applied(monkeypatch):
+    """Issue #9 bug 3: after a controller state rollback an id is issued again, and the
+    old submission's process outcome (or adoption) is taken for the new job."""
+    monkeypatch.setattr(C, "_same_submission", lambda ours, theirs: True)
+    assert_bites("INV-OUTCOME-OWNER")
+
+
+def test_bite_unknown_running_job_not_killed(monkeypatch):
+    """Issue #9 bug 3: ``_reconcile`` returned ``unknown_job`` before its orphan kill, so a
+    process of a job the (rolled back) controller does not know ran on for ever."""
+    monkeypatch.setattr(Controller, "_reserve_ids", lambda self, out, job_id: None)
+    kill = Controller._kill_entry
+
+    def no_kill_for_unknown(self, session, entry, out):
+        if entry.job in self.state.jobs:
+            kill(self, session, entry, out)
+
+    monkeypatch.setattr(Controller, "_kill_entry", no_kill_for_unknown)
+    assert_bites("INV-LIVENESS-QUIET", "INV-LIVENESS-AGREE")

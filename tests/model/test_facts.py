@@ -18,6 +18,7 @@ FULL_SPEC = JobSpec(name="build", command=("make", "-j", ""), cwd="/src", env=((
 
 SAMPLES = [
     F.JobSubmitted(job="1", spec=FULL_SPEC, submitted_at=0.5),
+    F.JobSubmitted(job="1", spec=FULL_SPEC, submitted_at=0.5, uid="9c3e5a7f01b2d4e6"),
     F.JobDispatched(job="1", attempt=1, agent="a1"),
     F.JobStarted(job="1", attempt=1, started_at=1.0),
     F.JobAdopted(job="1", attempt=2, agent="a1", started_at=None),
@@ -32,6 +33,7 @@ SAMPLES = [
     F.AgentRegistered(agent="a1", slots=2, identity="0123456789abcdef0123456789abcdef"),
     F.AgentForgotten(agent="a1"),
     F.ClusterCreated(cluster="3f2a9c01d4e5b6a7"),
+    F.JobIdsReserved(upto=7),
 ]
 
 

@@ -10,6 +10,7 @@ import pytest
 from harness import Harness, facts_of, sends_of, spec, token
 
 from model import events as E
+from model import facts as F
 from model import messages as M
 from model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
 from model.errors import LocalProtocolError, RemoteProtocolError
@@ -35,6 +36,12 @@ TO_CONTROLLER_SAMPLES = [
     M.Finished(job="7", attempt=2, exit_code=-1, signal=None, finished_at=4.0, started_at=3.25),
     M.Finished(job="8", attempt=1, exit_code=None, signal=15, finished_at=4.0),
     M.Heartbeat(running=3, digest=(1 << 64) - 1, seen_seq=12),
+    M.Started(job="7", attempt=2, started_at=3.25, uid="a1b2c3d4e5f60718"),
+    M.Finished(job="7", attempt=2, exit_code=0, signal=None, finished_at=4.0, uid="a1b2c3d4e5f60718"),
+    M.ResyncReport(token=TOK, page=0, pages=1, entries=(
+        M.ReportEntry(job="1", attempt=1, status=M.EntryStatus.RUNNING, uid="a1b2c3d4e5f60718"),)),
+    M.DispatchRefused(job="9", attempt=1, uid="a1b2c3d4e5f60718", reason="held for another submission"),
+    M.DispatchRefused(job="9", attempt=1, reason="held with a different job spec"),
 ]
 TO_AGENT_SAMPLES = [
     M.Welcome(seq=1, version=1, token=None),
@@ -43,6 +50,8 @@ TO_AGENT_SAMPLES = [
     M.ResyncDone(seq=5, token=TOK),
     M.Dispatch(seq=6, job="9", attempt=1, spec=FULL_SPEC),
     M.Kill(seq=7, job="9", attempt=1),
+    M.Dispatch(seq=6, job="9", attempt=1, spec=FULL_SPEC, uid="a1b2c3d4e5f60718"),
+    M.Kill(seq=7, job="9", attempt=1, uid="a1b2c3d4e5f60718"),
     M.Ack(seq=8, job="9", attempt=1, outcome=M.AckOutcome.STALE_ATTEMPT),
     M.Error(seq=0, reason="nope", fatal=False),
 ]
@@ -325,9 +334,12 @@ def test_report_entry_for_an_unknown_job_invents_nothing() -> None:
         M.ReportEntry(job="78", attempt=2, status=M.EntryStatus.RUNNING),
         M.ReportEntry(job="79", attempt=1, status=M.EntryStatus.UNRECOGNIZED),
     )))
-    assert facts_of(commands) == [] and len(h.log) == log_len
-    assert h.controller.state.digest() == before
+    # No job or agent record changes; only the ids the agent holds are never issued (INV-OUTCOME-OWNER).
+    assert facts_of(commands) == [F.JobIdsReserved(upto=79)]  # one for the whole report
+    assert len(h.log) == log_len + 1
+    assert h.controller.state.digest()[2:] == before[2:] and h.controller.state.next_job == 80
     assert set(h.controller.state.jobs) == {"1"}
+    assert [(m.job, m.attempt) for m in sends_of(commands, M.Kill)] == [("78", 2)]  # its process must stop
     assert any(isinstance(m, M.ResyncDone) for m in sends_of(commands))  # handled: the round resolved
 
 
@@ -337,7 +349,8 @@ def test_completion_for_an_unknown_job_is_acked_unknown() -> None:
     commands = h.send_to_controller("a1", M.Finished(job="404", attempt=1, exit_code=0, signal=None,
                                                      finished_at=1.0))
     assert [m.outcome for m in sends_of(commands, M.Ack)] == [M.AckOutcome.UNKNOWN_JOB]
-    assert facts_of(commands) == [] and h.controller.state.digest() == before
+    assert facts_of(commands) == [F.JobIdsReserved(upto=404)]  # the id is never issued; no job changes
+    assert h.controller.state.digest()[2:] == before[2:]
 
 
 def test_cancel_of_an_unknown_job_raises_and_changes_nothing() -> None:
@@ -362,10 +375,14 @@ def test_cancel_twice_changes_nothing_the_second_time() -> None:
 def test_started_for_a_job_not_running_here_is_ignored() -> None:
     h = _busy()
     before = h.controller.state.digest()
-    for msg in (M.Started(job="1", attempt=1, started_at=1.0), M.Started(job="2", attempt=5, started_at=1.0),
-                M.Started(job="404", attempt=1, started_at=1.0)):
+    for msg in (M.Started(job="1", attempt=1, started_at=1.0), M.Started(job="2", attempt=5, started_at=1.0)):
         assert facts_of(h.send_to_controller("a1", msg)) == []
     assert h.controller.state.digest() == before
+    # A job this history never issued: no job changes, its id is never issued, its process is killed.
+    commands = h.send_to_controller("a1", M.Started(job="404", attempt=1, started_at=1.0))
+    assert facts_of(commands) == [F.JobIdsReserved(upto=404)]
+    assert [(m.job, m.attempt) for m in sends_of(commands, M.Kill)] == [("404", 1)]
+    assert h.controller.state.digest()[2:] == before[2:]
 
 
 # ---- bad input to the agent changes nothing ----------------------------------------------------

@@ -255,9 +255,10 @@ def test_req_4_7_unqueried_extras_follow_the_same_precedence_rules() -> None:
     commands = _report(h, tok, _running(queried),
                        _finished(done, code=1, at=50.0),  # terminal already: no-op
                        _finished(elsewhere, code=0, at=2.0),  # current attempt placed on a2: stale
-                       _running("999"))  # never existed: nothing invented
+                       _running("999"))  # never existed: nothing invented (its id is reserved, its process killed)
 
-    assert h.controller.state.digest() == before and len(h.log) == log_len
+    assert h.controller.state.digest()[2:] == before[2:] and h.log[log_len:] == [F.JobIdsReserved(upto=999)]
+    assert ("999", 1) in [(m.job, m.attempt) for m in sends_of(commands, M.Kill)]
     assert h.job(elsewhere).state is JobState.RUNNING and h.job(elsewhere).agent == "a2"
     assert "999" not in h.controller.state.jobs
     assert h.controller.node_state("a1") == "BUSY"  # the round resolved

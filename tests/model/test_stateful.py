@@ -98,6 +98,7 @@ class Proc:
     exit_code: int | None = None
     signal: int | None = None
     finished_at: float | None = None
+    uid: str | None = None  # the submission it runs for (the agent record's uid)
 
     @property
     def ended(self) -> bool:
@@ -107,6 +108,10 @@ class Proc:
     @property
     def outcome(self) -> tuple:
         return (self.exit_code, self.signal, self.finished_at)
+
+    def runs_for(self, job: Any) -> bool:
+        """Whether this process ran for ``job``'s submission (its id and uid; a None uid is legacy)."""
+        return self.job == job.id and (self.uid is None or job.uid is None or self.uid == job.uid)
 
 
 @dataclass
@@ -164,6 +169,7 @@ class ReckonMachine(RuleBasedStateMachine):
             self.sides[name] = Side(name=name, config=cfg, agent=Agent(cfg))
         self.wire: list[Wire] = []
         self.uid = 0
+        self.submissions = 0  # for fresh submission uids
         self.next_conn = 1
         self.next_token = 1
         self.conn_agent: dict[int, str] = {}
@@ -173,6 +179,8 @@ class ReckonMachine(RuleBasedStateMachine):
         self.timers: dict[tuple[str, bytes], float] = {}  # armed round timers
         self.ended_timers: list[tuple[str, bytes]] = []  # timers of rounds that ended (stale if fired)
         self.procs: list[Proc] = []
+        self.ever_dispatched: set[tuple[str, int, str]] = set()  # (job, attempt, agent) of every history's log
+        self.lost_terminal: set[tuple[str, str | None]] = set()  # (job, uid) whose terminal fact a rollback lost
         self.terminal_seen: dict[str, tuple] = {}
         self.applied_tokens: list[bytes] = []  # every applied round, across controller lives
         self.queries: dict[tuple[str, bytes], dict[int, tuple]] = {}  # query pages an agent processed
@@ -254,6 +262,8 @@ class ReckonMachine(RuleBasedStateMachine):
                 self._violate("INV-CAPACITY", f"dispatch of {fact.job} made {fact.agent} use {info.used}/{info.slots}")
         self.log.append(back)
         S.apply(self.durable, back)
+        if isinstance(back, F.JobDispatched):
+            self.ever_dispatched.add((back.job, back.attempt, back.agent))
 
     def _wire_roundtrip(self, msg: M.Message, *, to: str) -> dict:
         data = cbor_like(M.to_wire(msg))
@@ -284,7 +294,7 @@ class ReckonMachine(RuleBasedStateMachine):
         elif isinstance(msg, M.Kill):
             job = self.controller.state.jobs.get(msg.job)
             if (job is not None and not job.terminal and not job.cancel_requested and job.attempt == msg.attempt
-                    and job.agent == name):
+                    and job.agent == name and (msg.uid is None or job.uid is None or msg.uid == job.uid)):
                 self._violate("INV-NO-WRONG-KILL", f"Kill of live, uncancelled {msg.job}/{msg.attempt} on {name}")
         elif isinstance(msg, M.ResyncQuery):
             if len(msg.jobs) > self.cconf.page_size:
@@ -377,16 +387,16 @@ class ReckonMachine(RuleBasedStateMachine):
                             self.last_report[side.name] = (side.conn, [])
                         self.last_report[side.name][1].append(data)
             elif isinstance(cmd, E.StartProcess):
-                if not any(isinstance(f, F.JobDispatched) and (f.job, f.attempt, f.agent) == (cmd.job, cmd.attempt,
-                                                                                              side.name)
-                           for f in self.log):
+                # Dispatched by this history, or by one a rollback lost (the agent still had it in flight).
+                if (cmd.job, cmd.attempt, side.name) not in self.ever_dispatched:
                     self._violate("INV-NO-INVENTED-WORK", f"{side.name} starts {cmd.job}/{cmd.attempt}, never dispatched")
                 alive = [p for p in self.procs if p.alive and p.agent == side.name
                          and (p.job, p.attempt) == (cmd.job, cmd.attempt)]
                 if alive:
                     self._violate("INV-SINGLE-PROCESS", f"{side.name} starts {cmd.job}/{cmd.attempt} twice")
+                record = side.agent.records.get((cmd.job, cmd.attempt)) if side.agent is not None else None
                 self.procs.append(Proc(pid=len(self.procs) + 1, agent=side.name, job=cmd.job, attempt=cmd.attempt,
-                                       started_at=self.now))
+                                       started_at=self.now, uid=record.uid if record is not None else None))
                 follow.append(E.ProcessStarted(job=cmd.job, attempt=cmd.attempt, started_at=self.now))
             elif isinstance(cmd, E.KillProcess):
                 for p in self.procs:
@@ -575,7 +585,8 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _submit(self, slots: int, command: tuple) -> None:
         spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots)
-        self._ctrl(E.SubmitJob(spec=spec, now=self.now))
+        self.submissions += 1
+        self._ctrl(E.SubmitJob(spec=spec, now=self.now, uid=f"{self.submissions:016x}"))
 
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
           command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2))
@@ -750,6 +761,33 @@ class ReckonMachine(RuleBasedStateMachine):
         self.proposals = []
         self._ctrl_commands(self.controller.initial_notes())
 
+    @precondition(lambda self: len(self.log) > 1)
+    @rule(keep=INDEX)
+    def controller_rollback(self, keep):
+        """The operator restores an older copy of the controller's state: a prefix of its log
+        (never before the history's first fact).  Agents still hold what the lost facts placed."""
+        for conn, is_open in list(self.ctrl_open.items()):
+            if is_open:
+                self.ctrl_open[conn] = False
+                if self.agent_open.get(conn):
+                    self._enqueue(self.conn_agent[conn], conn, None)
+        self.wire = [w for w in self.wire if w.to != "controller"]
+        self.timers.clear()
+        self.applied_tokens.extend(self.controller.applied_rounds)
+        old = self.controller.state
+        k = 1 + keep % len(self.log)
+        for fact in self.log[k:]:
+            if isinstance(fact, TERMINAL_FACTS):
+                self.lost_terminal.add((fact.job, old.jobs[fact.job].uid))
+        self.log = self.log[:k]
+        self.durable = S.replay(list(self.log))
+        self.terminal_seen = {}  # the restored history's terminal jobs are the stable ones from here on
+        self.controller = Controller.from_log(list(self.log), self.cconf)
+        self.scheduler = Scheduler()
+        self.notes = []
+        self.proposals = []
+        self._ctrl_commands(self.controller.initial_notes())
+
     @precondition(lambda self: any(s.agent is not None for s in self.sides.values()))
     @rule(i=INDEX, restart_now=st.booleans(), lost=st.lists(st.booleans(), max_size=4),
           slots=st.none() | st.integers(1, 3))
@@ -863,6 +901,28 @@ class ReckonMachine(RuleBasedStateMachine):
                 f"INV-TRUE-OUTCOME: job {job.id} attempt {job.attempt} recorded {got}, world observed {truths}")
             assert job.terminal, f"INV-TRUE-OUTCOME: job {job.id} has an outcome but is {job.state.value}"
 
+    @invariant()
+    def inv_outcome_owner(self):
+        """INV-OUTCOME-OWNER: an outcome is only ever applied to the submission whose process produced it."""
+        placed = self._placements()
+        for job in self.controller.state.jobs.values():
+            if job.finished_at is None:
+                continue
+            where = placed.get((job.id, job.attempt))
+            got = (job.exit_code, job.signal, job.finished_at)
+            # Whose process, not which values: those are INV-TRUE-OUTCOME's.
+            owners = [p for p in self.procs if p.ended and p.runs_for(job) and (p.agent, p.attempt) == (where, job.attempt)]
+            assert owners, (f"INV-OUTCOME-OWNER: job {job.id} (uid {job.uid}) attempt {job.attempt} recorded {got}, "
+                            f"but no process of that submission ended there")
+
+    @staticmethod
+    def _current(p: Proc, placed: dict[tuple[str, int], str]) -> bool:
+        """Whether the current history placed ``p``'s attempt on its agent.  Always true without a
+        rollback; after one, a process started by a lost dispatch may run next to the same
+        attempt placed again elsewhere (the restored state cannot know): it is killed when its
+        agent rejoins (INV-LIVENESS-AGREE), and never gives its outcome to another submission."""
+        return placed.get((p.job, p.attempt)) == p.agent
+
     def _placements(self) -> dict[tuple[str, int], str]:
         """(job, attempt) -> the agent the log placed it on."""
         return {(f.job, f.attempt): f.agent for f in self.log if isinstance(f, (F.JobDispatched, F.JobAdopted))}
@@ -875,7 +935,8 @@ class ReckonMachine(RuleBasedStateMachine):
             if job.started_at is None:
                 continue
             where = placed.get((job.id, job.attempt))
-            truths = [p.started_at for p in self.procs if (p.agent, p.job, p.attempt) == (where, job.id, job.attempt)]
+            truths = [p.started_at for p in self.procs
+                      if (p.agent, p.attempt) == (where, job.attempt) and p.runs_for(job)]
             assert job.started_at in truths, (
                 f"INV-TRUE-START-TIME: job {job.id}/{job.attempt} started_at {job.started_at}, world {truths}")
 
@@ -937,8 +998,11 @@ class ReckonMachine(RuleBasedStateMachine):
                 if record.status is not LocalStatus.FINISHED or not record.acked:
                     continue
                 job = self.controller.state.jobs.get(job_id)
+                if job is not None and (job.id, job.uid) in self.lost_terminal:
+                    continue  # acknowledged by a history the operator rolled back: the ack is void
                 assert job is None or not (job.state is JobState.RUNNING and job.attempt == attempt
-                                           and job.agent == name), (
+                                           and job.agent == name
+                                           and (record.uid is None or job.uid is None or record.uid == job.uid)), (
                     f"INV-ACK-MEANS-RECORDED: {name} holds {job_id}/{attempt} as acknowledged, "
                     f"but the controller still runs that attempt there")
 
@@ -1012,12 +1076,10 @@ class ReckonMachine(RuleBasedStateMachine):
     def inv_single_process(self):
         """INV-SINGLE-PROCESS: at most one world process runs the current attempt of a job."""
         self._take("INV-SINGLE-PROCESS")
-        count: dict[tuple[str, int], int] = defaultdict(int)
-        for p in self.procs:
-            if p.alive:
-                count[(p.job, p.attempt)] += 1
+        placed = self._placements()
         for job in self.controller.state.jobs.values():
-            n = count.get((job.id, job.attempt), 0)
+            n = sum(1 for p in self.procs if p.alive and p.attempt == job.attempt and p.runs_for(job)
+                    and self._current(p, placed))
             assert n <= 1, f"INV-SINGLE-PROCESS: {n} processes run job {job.id} attempt {job.attempt}"
 
     @invariant()
@@ -1113,6 +1175,11 @@ class ReckonMachine(RuleBasedStateMachine):
                 return False
         return True
 
+    def _pending_that_fits(self) -> bool:
+        state = self.controller.state
+        return any(job.state is JobState.PENDING and info.slots - info.used >= job.spec.slots
+                   for job in state.jobs.values() for info in state.agents.values())
+
     def _check_all_invariants(self) -> None:
         for name in sorted(dir(self)):
             if name.startswith("inv_"):
@@ -1156,8 +1223,12 @@ class ReckonMachine(RuleBasedStateMachine):
             assert not side.agent.outbox and not side.outbox, f"INV-LIVENESS-QUIET: {name}'s outbox is not empty"
             assert self.controller.sessions[name].round is None, f"INV-LIVENESS-QUIET: {name} has an open round"
         for job in state.jobs.values():
-            ends = [p for p in self.procs if p.ended and (p.job, p.attempt) == (job.id, job.attempt)]
-            if not ends:
+            placed = self._placements()
+            ends = [p for p in self.procs if p.ended and p.attempt == job.attempt and p.runs_for(job)
+                    and self._current(p, placed)]
+            if not ends or (job.id, job.uid) in self.lost_terminal:
+                # (The second: a rollback voided the recorded end; the restored history may
+                # run the job again or cancel it without an outcome, never give it another's.)
                 continue
             assert job.terminal, (
                 f"INV-LIVENESS-OUTCOME: job {job.id} attempt {job.attempt} ended in the world but is {job.state.value}")
@@ -1169,8 +1240,13 @@ class ReckonMachine(RuleBasedStateMachine):
                 assert got in [p.outcome for p in ends], f"INV-LIVENESS-OUTCOME: job {job.id} recorded {got}"
         # Req 5.2 / 7.2: with the cluster quiet, a scheduler pass places every
         # pending job that fits somewhere: nothing is withheld by a stale view.
-        self._schedule(None)
-        self._deliver_all()
+        # After a rollback an agent may refuse a dispatch (it holds the attempt for another
+        # submission): the job is requeued and placed again by the next pass.
+        for _ in range(10):
+            self._schedule(None)
+            self._deliver_all()
+            if not self._pending_that_fits():
+                break
         state = self.controller.state
         for job in state.jobs.values():
             if job.state is not JobState.PENDING:
@@ -1183,7 +1259,7 @@ class ReckonMachine(RuleBasedStateMachine):
             if p.alive:
                 job = state.jobs.get(p.job)
                 assert (job is not None and job.state is JobState.RUNNING and job.attempt == p.attempt
-                        and job.agent == p.agent), (
+                        and job.agent == p.agent and p.runs_for(job)), (
                     f"INV-LIVENESS-AGREE: process {p.job}/{p.attempt} on {p.agent} runs, controller has "
                     f"{job and (job.state.value, job.attempt, job.agent)}")
 

@@ -1,0 +1,60 @@
+"""A controller state directory restored from an older copy (issue #9 bug 3), with real processes.
+
+The agent still runs a job the restored state never issued, and a new job
+reuses that job's id before the agent is back.  The new job must run its own
+process and get its own exit code; the old process is killed; the old job's
+exit code is recorded for nobody.  INV-OUTCOME-OWNER.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def _copy_state(src, dst) -> None:
+    """What an operator does with the controller stopped: copy every controller.db* file."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in dst.glob("controller.db*"):
+        path.unlink()
+    for path in src.glob("controller.db*"):
+        shutil.copy2(path, dst / path.name)
+
+
+def test_restored_controller_state_never_gives_the_old_process_outcome_to_the_new_job(cluster, truth_dir):
+    cluster.start_controller()
+    cluster.start_agent("a1")
+    cluster.stop("controller")
+    backup = truth_dir / "controller-backup"
+    _copy_state(cluster.controller_dir, backup)  # the copy: the history exists, no job yet
+
+    cluster.start_controller()
+    old_pid = truth_dir / "old.pid"
+    old = cluster.submit("sh", "-c", f"echo $$ > {old_pid}; exec sleep 120")
+    cluster.wait_file(old_pid)
+    pid = int(old_pid.read_text())
+    assert cluster.alive(pid)
+
+    # The controller is stopped and its older copy restored; the agent is away meanwhile
+    # (stopped: its job process keeps running under its supervisor).
+    cluster.stop("controller")
+    cluster.stop("a1")
+    _copy_state(backup, cluster.controller_dir)
+    cluster.start_controller()
+    ran = truth_dir / "new.ran"
+    new = cluster.submit("sh", "-c", f"touch {ran}; exit 3")
+    assert new == old  # the restored history issues the id again: only the uid tells them apart
+
+    cluster.start_agent("a1")
+    record = cluster.wait_job(new)
+    assert ran.exists(), "the new job never ran"
+    assert (record["state"], record["exit_code"], record["signal"]) == ("FAILED", 3, None), record
+    assert record["attempt"] == 2  # the agent refused attempt 1: it holds it for the old submission
+    cluster.wait_for(lambda: not cluster.alive(pid), what="the old process to be killed")
+    cluster.wait_node("a1", ("IDLE",))
+    later = cluster.submit("true")
+    assert int(later) == int(new) + 1
+    assert cluster.wait_job(later)["state"] == "COMPLETED"
