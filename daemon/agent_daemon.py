@@ -32,6 +32,7 @@ from model.errors import ProtocolError, RemoteProtocolError
 from . import runtime, wire
 from .agentstore import AgentStore
 from .statelock import hold_state_dir
+from .wsconnect import open_websocket
 from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
@@ -262,9 +263,9 @@ class AgentDaemon:
         headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
         while True:
             try:
-                async with open_websocket_url(url, extra_headers=headers,
-                                              max_message_size=wire.MAX_AGENT_MESSAGE,
-                                              connect_timeout=5, disconnect_timeout=2) as ws:
+                async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
+                                          connect_timeout=5, disconnect_timeout=2,
+                                          opener=open_websocket_url) as ws:
                     delay = self.options.reconnect_initial
                     self._generation += 1
                     conn = _Connection(ws=ws, generation=self._generation)

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from .run import ChaosConfig, ChaosRun, dumps, kill_job_processes, print_report, report
+from .run import ChaosConfig, ChaosInterrupted, ChaosRun, dumps, kill_job_processes, print_report, report
 from .schedule import make_plan
 
 
@@ -57,7 +57,6 @@ def run_chaos(args: argparse.Namespace) -> int:
     if args.agents < 1 or args.slots < 1:
         print("reckon: --agents and --slots must be at least 1", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a killed chaos run still stops its cluster
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
     jobs = args.jobs if args.jobs is not None else max(1, round(args.rate * args.duration))
     agents = tuple(f"agent-{i}" for i in range(1, args.agents + 1))
@@ -74,9 +73,11 @@ def run_chaos(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         verdict, info = trio.run(chaos.run)
+    except (ChaosInterrupted, KeyboardInterrupt) as exc:
+        print(f"reckon chaos: stopped ({exc or 'interrupted'}); seed {seed}, directory kept: {base}", file=sys.stderr)
+        return 130
     except BaseException:
         print(f"reckon chaos: the run broke off; seed {seed}, directory kept: {base}", file=sys.stderr)
-        args.keep = True
         raise
     finally:
         chaos.cluster.stop_all()

@@ -34,6 +34,7 @@ from .truth import TERMINAL, Verdict, job_command, judge, read_truth
 CONTROLLER_ARGS = ("--heartbeat-timeout", "3", "--round-timeout", "10")  # lost_after stays off
 AGENT_ARGS = ("--reconnect-max", "0.5", "--heartbeat-interval", "0.5", "--retry-max", "2", "--kill-grace", "2")
 SUBMIT_EVERY = 0.5  # seconds between submission batches
+SUBMIT_GUARD = 60.0  # seconds one submission may take (a stopped controller holds it) before it counts as lost
 TERM_GRACE = 15.0   # seconds a SIGTERMed daemon may take to stop before it is SIGKILLed (and reported)
 
 
@@ -61,12 +62,13 @@ class ChaosRun:
         self.applied: list[dict[str, Any]] = []  # faults as applied: the report
         self.notes: list[str] = []               # anything abnormal in the daemons' behaviour
         self.t0 = 0.0
+        self.interrupted = False
 
     def say(self, line: str) -> None:
         print(line, file=sys.stderr if self.config.quiet else sys.stdout, flush=True)
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.t0
+        return trio.current_time() - self.t0
 
     # ---- daemons ----------------------------------------------------------------------
 
@@ -159,11 +161,14 @@ class ChaosRun:
         specs = [{"name": j.name, "command": job_command(j, self.truth_dir), "cwd": str(self.work_dir),
                   "env": [], "slots": 1} for j in batch]
         sent_to, connected = self.controller_starts, False
-        try:
-            async with Client(self.cluster.url, None) as client:
-                connected = True
-                await client.call("submit_many", specs=specs)
-        except ClientError:
+        with trio.move_on_after(SUBMIT_GUARD) as guard:
+            try:
+                async with Client(self.cluster.url, None) as client:
+                    connected = True
+                    await client.call("submit_many", specs=specs)
+            except ClientError:
+                guard.cancel()
+        if guard.cancelled_caught:
             if not connected:
                 return batch  # nothing was sent
             uncertain.append((sent_to, batch))  # sent, reply lost: look before sending again
@@ -210,8 +215,9 @@ class ChaosRun:
             await self._wait(self._all_joined, "every agent to join", 60.0)
             self.say(f"reckon chaos: seed {plan.seed}, {len(config.agents)} agents x {config.slots} slots, "
                      f"{len(plan.jobs)} jobs over {config.duration:g}s, {len(plan.faults)} faults planned, in {self.base}")
-            self.t0 = time.monotonic()
+            self.t0 = trio.current_time()
             nursery.start_soon(self.progress)
+            nursery.start_soon(self._stop_on_sigterm, nursery.cancel_scope)
             async with trio.open_nursery() as work:
                 work.start_soon(self.submitter)
                 for fault in plan.faults:
@@ -226,6 +232,8 @@ class ChaosRun:
             settled_at = self.elapsed()
             final = await self._call("jobs", timeout=60.0)
             nursery.cancel_scope.cancel()
+        if self.interrupted:
+            raise ChaosInterrupted("SIGTERM: the run was stopped before its verdict")
         await trio.to_thread.run_sync(self.cluster.stop_all)
         finish_facts = await _count_finish_facts(self.base / "controller")
         verdict = judge(list(plan.jobs), self.acknowledged, final["jobs"] if final else [],
@@ -233,6 +241,13 @@ class ChaosRun:
         return verdict, {"healed_at_s": round(healed_at, 1), "settled_at_s": round(settled_at, 1),
                          "controller_starts": self.controller_starts,
                          "proxy_connections": sum(p.connections for p in self.proxies.values())}
+
+    async def _stop_on_sigterm(self, scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                self.interrupted = True
+                scope.cancel()
+                return
 
     async def _wait(self, predicate, what: str, timeout: float) -> None:
         with trio.move_on_after(timeout):
@@ -255,6 +270,10 @@ class ChaosRun:
 
     async def _no_job_processes(self) -> bool:
         return not list(job_processes(self.work_dir))
+
+
+class ChaosInterrupted(Exception):
+    """The run was told to stop (SIGTERM); its daemons are stopped on the way out."""
 
 
 class ChaosStuck(Exception):
