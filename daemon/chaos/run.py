@@ -160,15 +160,16 @@ class ChaosRun:
         """Send one batch; the jobs to send again (none if it arrived or its fate is unknown)."""
         specs = [{"name": j.name, "command": job_command(j, self.truth_dir), "cwd": str(self.work_dir),
                   "env": [], "slots": 1} for j in batch]
-        sent_to, connected = self.controller_starts, False
-        with trio.move_on_after(SUBMIT_GUARD) as guard:
+        sent_to, connected, answered = self.controller_starts, False, False
+        with trio.move_on_after(SUBMIT_GUARD):
             try:
                 async with Client(self.cluster.url, None) as client:
                     connected = True
                     await client.call("submit_many", specs=specs)
+                    answered = True
             except ClientError:
-                guard.cancel()
-        if guard.cancelled_caught:
+                pass
+        if not answered:
             if not connected:
                 return batch  # nothing was sent
             uncertain.append((sent_to, batch))  # sent, reply lost: look before sending again

@@ -15,7 +15,8 @@ The supervisor takes ``started_at`` just before it forks the job and
 ``finished_at`` as soon as ``waitid`` reports the job's end, so for a true
 record ``started_at <= own start`` and ``own end <= finished_at``, each gap
 being process start-up or exit (milliseconds, up to seconds on a loaded
-machine): the verdict requires each gap in ``[0, TIME_SLACK]`` and reports the
+machine): the verdict requires them in ``[0, FINISH_SLACK]`` and ``[0, START_SLACK]``
+and reports the
 largest seen.
 """
 
@@ -28,7 +29,8 @@ from pathlib import Path
 
 from .schedule import ChaosJob
 
-TIME_SLACK = 5.0  # seconds: the largest gap accepted between a job's own timestamp and the record
+FINISH_SLACK = 1.0  # seconds: the largest gap accepted between a job's own end and the recorded finish
+START_SLACK = 2.0  # seconds: ... between the recorded start and the job's own start (fork + exec of sh, date)
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 
 
@@ -179,7 +181,7 @@ def judge(planned: list[ChaosJob], acknowledged: set[str], recorded: list[dict],
             wrong.append(f"recorded {job['id']}.{job['attempt']} on {job['agent']}, ran as "
                          f"{run.job}.{run.attempt} on {run.agent}")
         finish_gap = None if job["finished_at"] is None else job["finished_at"] - run.finished
-        if finish_gap is None or not 0 <= finish_gap <= TIME_SLACK:
+        if finish_gap is None or not 0 <= finish_gap <= FINISH_SLACK:
             wrong.append(f"finished_at {job['finished_at']}, own end {run.finished:.6f}")
         else:
             verdict.finish_gaps.append(finish_gap)
@@ -187,7 +189,7 @@ def judge(planned: list[ChaosJob], acknowledged: set[str], recorded: list[dict],
             verdict.start_missing.append(f"{want.name} (job {job['id']})")
         else:
             start_gap = run.started - job["started_at"]
-            if not 0 <= start_gap <= TIME_SLACK:
+            if not 0 <= start_gap <= START_SLACK:
                 wrong.append(f"started_at {job['started_at']}, own start {run.started:.6f}")
             else:
                 verdict.start_gaps.append(start_gap)

@@ -4,20 +4,16 @@ The seed is fixed and chosen so that the 30 s schedule holds every fault
 kind: SIGKILL, SIGTERM and SIGSTOP of the controller and of agents, an
 agent's connections cut and stalled, and a partition of every agent (11
 faults).  The job mix is light (2 jobs/s over 3 agents x 4 slots) so that a
-loaded 2-core machine keeps up; the run's own hang guards (``--settle-timeout``)
-end it before the test's guard.  Teardown kills anything the run left
-behind (the ``cluster`` fixture's sweep of processes under ``tmp_path``).
+loaded 2-core machine keeps up; the run's own hang guard (``--settle-timeout``)
+ends it before the test's.  Teardown kills anything the run left behind
+(the ``cluster`` fixture's sweep of processes under ``tmp_path``).
 """
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 
 import pytest
-
-from .conftest import hermetic_env, reckon_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -27,18 +23,12 @@ EVERY_FAULT = {"kill controller", "term controller", "stop controller", "partiti
 
 
 def test_short_chaos_run_passes(cluster, tmp_path):
-    # `cluster` is used only for its teardown: it kills every process left under tmp_path.
-    argv = reckon_argv() + ["chaos", "--seed", str(SEED), "--duration", "30", "--agents", "3", "--slots", "4",
-                            "--rate", "2", "--fault-every", "2.5", "--max-outage", "4", "--settle-timeout", "60",
-                            "--json", "--dir", str(tmp_path / "run")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env=hermetic_env(), stdin=subprocess.DEVNULL)
-    try:
-        out, err = proc.communicate(timeout=135)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)  # the run stops its daemons on SIGTERM
-        out, err = proc.communicate(timeout=20)
-        pytest.fail(f"reckon chaos did not finish in time; its progress:\n{err}")
+    # The run starts its own daemons; `cluster` runs the CLI and, at teardown, kills anything
+    # left under tmp_path (also when the run is killed by the timeout below).
+    result = cluster.run("chaos", "--seed", str(SEED), "--duration", "30", "--agents", "3", "--slots", "4",
+                         "--rate", "2", "--fault-every", "2.5", "--max-outage", "4", "--settle-timeout", "60",
+                         "--json", "--dir", str(tmp_path / "run"), timeout=135)
+    out, err = result.stdout, result.stderr
     print(err)  # the progress and fault lines, shown when the test fails
     report = json.loads(out)
     print(json.dumps(report, indent=1))
@@ -47,5 +37,5 @@ def test_short_chaos_run_passes(cluster, tmp_path):
     assert report["jobs"] == 60 and report["executions"] == 60
     assert (report["lost"], report["invented"], report["run_twice"], report["stuck"]) == (0, 0, 0, 0), \
         report["problems"]
-    assert report["verdict"] == "PASS" and proc.returncode == 0
+    assert report["verdict"] == "PASS" and result.returncode == 0
     assert report["controller_starts"] >= 3  # the first start, after the SIGTERM and after the SIGKILL
