@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import time

@@ -13,7 +13,6 @@ controller's fact log and judges (``truth.judge``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import sys
@@ -332,8 +331,8 @@ def report(verdict: Verdict, plan: Plan, config: ChaosConfig, run_info: dict[str
            notes: list[str], wall: float) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for fault in applied:
-        kinds[f"{fault['kind']} {'controller' if fault['target'] == CONTROLLER else 'agent'}"] = \
-            kinds.get(f"{fault['kind']} {'controller' if fault['target'] == CONTROLLER else 'agent'}", 0) + 1
+        kind = f"{fault['kind']} {'controller' if fault['target'] == CONTROLLER else 'agent'}"
+        kinds[kind] = kinds.get(kind, 0) + 1
     return {"verdict": "PASS" if verdict.passed else "FAIL", "seed": plan.seed, "duration_s": config.duration,
             "wall_s": round(wall, 1), "agents": len(config.agents), "slots": config.slots,
             **verdict.counts(), "by_state": verdict.by_state, "faults": len(applied), "faults_by_kind": kinds,
@@ -361,8 +360,9 @@ def print_report(out: dict[str, Any]) -> None:
     print(f"VERDICT: {out['verdict']}: {out['lost']} lost, {out['invented']} invented, {out['run_twice']} run twice, "
           f"{out['stuck']} stuck; {out['jobs']} jobs, seed {out['seed']} (replay: --seed {out['seed']})")
     if out["start_missing"]:
-        print(f"(start time missing on {out['start_missing']} terminal job(s): issue #9 item 6)")
+        print(f"FAIL also because the start time is missing on {out['start_missing']} terminal job(s) "
+              f"(issue #9, item 6)")
 
 
 def dumps(out: dict[str, Any]) -> str:
-    return json.dumps(out, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
+    return json.dumps(out)

@@ -110,7 +110,8 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        return not (self.lost or self.invented or self.run_twice or self.stuck)
+        # A terminal job without its start time fails too: the start is part of the truth (issue #9, item 6).
+        return not (self.lost or self.invented or self.run_twice or self.stuck or self.start_missing)
 
     def counts(self) -> dict[str, int]:
         return {"jobs": self.jobs, "executions": self.executions, "lost": len(self.lost),

@@ -183,3 +183,8 @@ async def test_proxy_relays_stalls_and_cuts(autojump_clock):
             assert await again.receive_some(10) == b"three"
             assert proxy.connections == 2
             nursery.cancel_scope.cancel()
+
+
+def test_a_missing_start_time_fails_the_verdict():
+    v = verdict([record(started_at=None)], truth(RUN))
+    assert v.start_missing and not v.passed
