@@ -323,7 +323,8 @@ async def _release_on_sigusr1(runner: HoldRunner) -> None:
 
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
-                           signal=status.signal, finished_at=status.finished_at, now=time.time())
+                           signal=status.signal, finished_at=status.finished_at, started_at=status.started_at,
+                           now=time.time())
 
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

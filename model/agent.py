@@ -329,7 +329,8 @@ class Agent:
         elif record.status is LocalStatus.FINISHED:
             return  # already recorded: the supervisor's status was read twice
         record = replace(record, status=LocalStatus.FINISHED, exit_code=ev.exit_code, signal=ev.signal,
-                         finished_at=ev.finished_at, acked=False)
+                         finished_at=ev.finished_at, acked=False,
+                         started_at=record.started_at if record.started_at is not None else ev.started_at)
         self._store(out, record)
         report = record.report()
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)

@@ -177,11 +177,15 @@ class ProcessExited:
     signal: int | None
     finished_at: float
     now: float
+    # The supervisor's start time, from the same status record: the exit can
+    # reach the agent before its ProcessStarted (a short job), or after a
+    # restart that lost it, and the start must not be lost with it.
+    started_at: float | None = None
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                 finished_at=self.finished_at)
+                 finished_at=self.finished_at, started_at=self.started_at)
         check_time("now", self.now)
 
 

@@ -48,3 +48,27 @@ def test_a_disconnected_agent_with_overdue_retries_does_not_ask_to_be_woken():
     assert agent.outbox and agent.next_wakeup() is None
     agent.handle(E.Tick(now=100.0))  # nothing to do, and it stays so
     assert agent.next_wakeup() is None
+
+
+def test_an_exit_handled_before_its_start_keeps_the_supervisors_start_time():
+    """Issue #9 item 6, found by `reckon chaos` (4 of 3,600 jobs): the agent daemon feeds the
+    exit and the start from two tasks, so a short job's exit can come first, and the start
+    is then ignored (the record is FINISHED); after an agent restart the start was never
+    handled at all.  The exit carries the supervisor's start time."""
+    agent = Agent(AgentConfig(name="a", slots=2))
+    agent.handle(E.Connected(now=0.0))
+    agent.handle(E.MessageFromController(message=M.Welcome(seq=1, version=1, token=None), now=0.0))
+    agent.handle(E.MessageFromController(message=M.Dispatch(seq=2, job="1", attempt=1, spec=SPEC), now=0.0))
+    exited = agent.handle(E.ProcessExited(job="1", attempt=1, exit_code=0, signal=None, finished_at=1.2,
+                                          started_at=1.0, now=1.2))
+    assert _sent(exited, M.Finished)[0].started_at == 1.0
+    assert agent.records[("1", 1)].started_at == 1.0
+    agent.handle(E.ProcessStarted(job="1", attempt=1, started_at=1.0))  # late: changes nothing
+    assert agent.records[("1", 1)].started_at == 1.0
+
+
+def test_a_start_time_the_agent_already_has_is_kept():
+    agent = _operating_agent()
+    exited = agent.handle(E.ProcessExited(job="1", attempt=1, exit_code=0, signal=None, finished_at=1.2,
+                                          started_at=0.9, now=1.2))
+    assert _sent(exited, M.Finished)[0].started_at == 1.0
