@@ -7,6 +7,11 @@ faults).  The job mix is light (2 jobs/s over 3 agents x 4 slots) so that a
 loaded 2-core machine keeps up; the run's own hang guard (``--settle-timeout``)
 ends it before the test's.  Teardown kills anything the run left behind
 (the ``cluster`` fixture's sweep of processes under ``tmp_path``).
+
+Checks, on real processes: INV-TRUE-OUTCOME, INV-TRUE-START-TIME,
+INV-FACTS-NO-DUPLICATE, INV-SINGLE-PROCESS (as "ran exactly once"),
+INV-NO-INVENTED-WORK, INV-LIVENESS-OUTCOME, and in part INV-LIVENESS-QUIET and
+INV-LIVENESS-AGREE (see docs/chaos.md for how each is judged).
 """
 
 from __future__ import annotations
