@@ -81,8 +81,9 @@ def run_chaos(args: argparse.Namespace) -> int:
     finally:
         chaos.cluster.stop_all()
         kill_job_processes(chaos.work_dir)
-    out = report(verdict, plan, config, info, chaos.applied, chaos.notes, time.monotonic() - t0)
-    if not verdict.passed:
+    out = report(verdict, plan, config, info, chaos.applied, chaos.notes, chaos.crashes, time.monotonic() - t0)
+    passed = out["verdict"] == "PASS"
+    if not passed:
         args.keep = True
     if args.json:
         print(dumps(out))
@@ -92,4 +93,4 @@ def run_chaos(args: argparse.Namespace) -> int:
         print(f"(kept {base})", file=sys.stderr)
     elif args.dir is None:
         shutil.rmtree(base, ignore_errors=True)
-    return 0 if verdict.passed else 1
+    return 0 if passed else 1

@@ -59,7 +59,8 @@ class ChaosRun:
         self.acknowledged: set[str] = set()   # names the controller confirmed submitted
         self.controller_starts = 0
         self.applied: list[dict[str, Any]] = []  # faults as applied: the report
-        self.notes: list[str] = []               # anything abnormal in the daemons' behaviour
+        self.notes: list[str] = []               # anything abnormal in the run
+        self.crashes: list[str] = []             # daemons that exited by themselves (restarted, as systemd would)
         self.t0 = 0.0
         self.interrupted = False
 
@@ -218,6 +219,7 @@ class ChaosRun:
             self.t0 = trio.current_time()
             nursery.start_soon(self.progress)
             nursery.start_soon(self._stop_on_sigterm, nursery.cancel_scope)
+            nursery.start_soon(self.watchdog)
             async with trio.open_nursery() as work:
                 work.start_soon(self.submitter)
                 for fault in plan.faults:
@@ -241,6 +243,24 @@ class ChaosRun:
         return verdict, {"healed_at_s": round(healed_at, 1), "settled_at_s": round(settled_at, 1),
                          "controller_starts": self.controller_starts,
                          "proxy_connections": sum(p.connections for p in self.proxies.values())}
+
+    async def watchdog(self) -> None:
+        """Restart a daemon that exited by itself (no fault stopped it), as ``Restart=always`` would,
+        and record the crash: it fails the verdict."""
+        while True:
+            await trio.sleep(1)
+            for key, proc in list(self.cluster.procs.items()):
+                if proc.poll() is None:
+                    continue
+                async with self.locks[key]:
+                    if self.cluster.procs.get(key) is not proc:
+                        continue  # a fault took it over meanwhile
+                    del self.cluster.procs[key]
+                    crash = (f"{key} exited by itself with status {proc.returncode} at t={self.elapsed():.1f}s "
+                             f"(see {self.cluster.log_path(key)}); restarted")
+                    self.crashes.append(crash)
+                    self.say(f"  t={self.elapsed():6.1f}s  CRASH: {crash}")
+                    await (self.start_controller() if key == CONTROLLER else self.start_agent(key))
 
     async def _stop_on_sigterm(self, scope: trio.CancelScope) -> None:
         with trio.open_signal_receiver(signal.SIGTERM) as signals:
@@ -328,12 +348,13 @@ class _all_locks:
 
 
 def report(verdict: Verdict, plan: Plan, config: ChaosConfig, run_info: dict[str, Any], applied: list[dict],
-           notes: list[str], wall: float) -> dict[str, Any]:
+           notes: list[str], crashes: list[str], wall: float) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for fault in applied:
         kind = f"{fault['kind']} {'controller' if fault['target'] == CONTROLLER else 'agent'}"
         kinds[kind] = kinds.get(kind, 0) + 1
-    return {"verdict": "PASS" if verdict.passed else "FAIL", "seed": plan.seed, "duration_s": config.duration,
+    return {"verdict": "PASS" if verdict.passed and not crashes else "FAIL", "seed": plan.seed,
+            "duration_s": config.duration, "crashes": crashes,
             "wall_s": round(wall, 1), "agents": len(config.agents), "slots": config.slots,
             **verdict.counts(), "by_state": verdict.by_state, "faults": len(applied), "faults_by_kind": kinds,
             "time_gaps": verdict.gaps(), **run_info, "notes": notes,
@@ -352,13 +373,16 @@ def print_report(out: dict[str, Any]) -> None:
             print(f"{label}: min {g['min'] * 1e3:.1f} ms, median {g['median'] * 1e3:.1f} ms, max {g['max'] * 1e3:.1f} ms")
     for note in out["notes"]:
         print(f"note: {note}")
+    for crash in out["crashes"]:
+        print(f"crash: {crash}")
     for kind, items in out["problems"].items():
         for item in items[:20]:
             print(f"{kind}: {item}")
         if len(items) > 20:
             print(f"{kind}: ... and {len(items) - 20} more")
     print(f"VERDICT: {out['verdict']}: {out['lost']} lost, {out['invented']} invented, {out['run_twice']} run twice, "
-          f"{out['stuck']} stuck; {out['jobs']} jobs, seed {out['seed']} (replay: --seed {out['seed']})")
+          f"{out['stuck']} stuck, {len(out['crashes'])} crashed; {out['jobs']} jobs, seed {out['seed']} "
+          f"(replay: --seed {out['seed']})")
     if out["start_missing"]:
         print(f"FAIL also because the start time is missing on {out['start_missing']} terminal job(s) "
               f"(issue #9, item 6)")

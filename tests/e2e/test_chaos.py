@@ -43,5 +43,6 @@ def test_short_chaos_run_passes(cluster, tmp_path):
     assert (report["lost"], report["invented"], report["run_twice"], report["stuck"]) == (0, 0, 0, 0), \
         report["problems"]
     assert report["start_missing"] == 0, report["problems"]["start_missing"]
+    assert report["crashes"] == []
     assert report["verdict"] == "PASS" and result.returncode == 0
     assert report["controller_starts"] >= 3  # the first start, after the SIGTERM and after the SIGKILL
