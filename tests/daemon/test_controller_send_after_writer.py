@@ -47,5 +47,6 @@ async def test_a_dispatch_to_a_connection_whose_writer_ended_is_dropped_and_the_
             await handler_done.wait()
             await ctl.sync()
             assert ctl.node("n1") == "DISCONNECTED"
-            assert ctl.job("2").state is JobState.RUNNING  # placed; the rejoin round reconciles it
+            # Not lost: still placed (the rejoin round reconciles it) or back in the queue.
+            assert ctl.job("2").state in (JobState.RUNNING, JobState.PENDING)
             assert (await ctl.daemon.call(call=lambda: "alive")) == "alive"

@@ -66,9 +66,3 @@ def test_an_exit_handled_before_its_start_keeps_the_supervisors_start_time():
     agent.handle(E.ProcessStarted(job="1", attempt=1, started_at=1.0))  # late: changes nothing
     assert agent.records[("1", 1)].started_at == 1.0
 
-
-def test_a_start_time_the_agent_already_has_is_kept():
-    agent = _operating_agent()
-    exited = agent.handle(E.ProcessExited(job="1", attempt=1, exit_code=0, signal=None, finished_at=1.2,
-                                          started_at=0.9, now=1.2))
-    assert _sent(exited, M.Finished)[0].started_at == 1.0
