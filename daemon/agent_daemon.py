@@ -39,6 +39,7 @@ from . import runtime, wire
 from .agentstore import AgentStore
 from .refusals import RefusalLog
 from .statelock import hold_state_dir
+from .wsconnect import open_websocket
 from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
@@ -346,9 +347,9 @@ class AgentDaemon:
             conn: _Connection | None = None
             refusal: str | None = None
             try:
-                async with open_websocket_url(url, extra_headers=headers,
-                                              max_message_size=wire.MAX_AGENT_MESSAGE,
-                                              connect_timeout=5, disconnect_timeout=2) as ws:
+                async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
+                                          connect_timeout=5, disconnect_timeout=2,
+                                          opener=open_websocket_url) as ws:
                     delay = self.options.reconnect_initial
                     self._generation += 1
                     conn = _Connection(ws=ws, generation=self._generation)

@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_parser as add_bench_parser
 
     add_bench_parser(sub, common)
+
+    from .chaos import add_parser as add_chaos_parser
+
+    add_chaos_parser(sub, common)
     return parser
 
 
@@ -271,7 +275,7 @@ _ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reas
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
-    if args.command not in ("controller", "agent", "dev", "demo", "bench"):
+    if args.command not in ("controller", "agent", "dev", "demo", "bench", "chaos"):
         level = logging.WARNING
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -290,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import run_bench
 
             return run_bench(args)
+        if args.command == "chaos":
+            from .chaos import run_chaos
+
+            return run_chaos(args)
         return trio.run(_client_command, args)
     except _ONE_LINE_ERRORS as exc:
         print(f"reckon: {exc}", file=sys.stderr)

@@ -8,9 +8,10 @@ from typing import Any
 
 import trio
 from trio_websocket import ConnectionClosed as WSClosed
-from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
+from trio_websocket import ConnectionRejected, HandshakeError
 
 from . import wire
+from .wsconnect import open_websocket
 
 DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
 
@@ -51,9 +52,8 @@ class Client:
         self._ws: Any = None
 
     async def __aenter__(self) -> "Client":
-        self._cm = open_websocket_url(self.url + "/client", extra_headers=auth_headers(self.token),
-                                      max_message_size=wire.MAX_CLIENT_MESSAGE, connect_timeout=5,
-                                      disconnect_timeout=2)
+        self._cm = open_websocket(self.url + "/client", extra_headers=auth_headers(self.token),
+                                  max_message_size=wire.MAX_CLIENT_MESSAGE, connect_timeout=5, disconnect_timeout=2)
         try:
             self._ws = await self._cm.__aenter__()
         except ConnectionRejected as exc:

@@ -218,6 +218,10 @@ class ControllerDaemon:
                 except trio.WouldBlock:
                     log.warning("connection %s is not reading; closing it", cmd.conn)
                     self._close(conn, "send queue full")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    # The writer has ended (the peer is gone) before the reader wound the
+                    # connection up: the message is dropped, as the network would drop it.
+                    self._close(conn, "the peer is gone")
             self._undelivered(cmd)
         elif isinstance(cmd, E.Close):
             conn = self._conns.get(cmd.conn)
@@ -416,7 +420,10 @@ class ControllerDaemon:
             except RemoteProtocolError as exc:  # the whole frame is refused: nothing of it is used
                 log.warning("agent connection %s (%s): %s", conn.id, conn.agent, exc)
                 if not conn.closing:
-                    conn.outgoing.send_nowait(wire.encode(M.Error(seq=0, reason=str(exc))))
+                    try:
+                        conn.outgoing.send_nowait(wire.encode(M.Error(seq=0, reason=str(exc))))
+                    except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass  # the writer is gone or stuck: the close below still ends the connection
                     self._close(conn, str(exc))
                 return
             for event in events:

@@ -47,9 +47,11 @@ class LocalCluster:
         self.port = int(line.rsplit(b":", 1)[1])
         return time.monotonic() - t0
 
-    async def start_agent(self, name: str, slots: int, *extra: str) -> None:
+    async def start_agent(self, name: str, slots: int, *extra: str, controller: str | None = None) -> None:
+        """Start (or restart) an agent; ``controller`` is the URL it dials (default: the controller's own)."""
         proc = self._spawn(name, ["agent", "--name", name, "--slots", str(slots),
-                                  "--state-dir", str(self.base / name), "--controller", self.url, *extra])
+                                  "--state-dir", str(self.base / name), "--controller", controller or self.url,
+                                  *extra])
         line = await trio.to_thread.run_sync(proc.stdout.readline)
         if not line.startswith(b"reckon agent"):
             raise RuntimeError(f"agent {name} did not start: {line!r}; see {self.log_path(name)}")
@@ -66,9 +68,25 @@ class LocalCluster:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
 
+    def terminate(self, key: str, grace: float = 15.0) -> bool:
+        """SIGTERM and reap (a clean stop); SIGKILL after ``grace`` seconds.  True if it stopped in time."""
+        proc = self.procs.pop(key)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+            return True
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return False
+
+    def running(self, key: str) -> bool:
+        return key in self.procs and self.procs[key].poll() is None
+
     def stop_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a stopped daemon would not see the SIGTERM
                 proc.send_signal(signal.SIGTERM)
         for key in list(self.procs):
             proc = self.procs.pop(key)

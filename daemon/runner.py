@@ -150,8 +150,10 @@ def _status_from(key: Key, obj: dict) -> ExitStatus | None:
         return None
     if (exit_code is None) == (sig is None) or not isinstance(finished_at, (int, float)):
         return None
+    if not isinstance(started_at, (int, float)) or isinstance(started_at, bool):
+        started_at = None  # a start time we cannot read is unknown, not an error
     return ExitStatus(job=key[0], attempt=key[1], exit_code=exit_code, signal=sig,
-                      started_at=started_at, finished_at=float(finished_at))
+                      started_at=None if started_at is None else float(started_at), finished_at=float(finished_at))
 
 
 _BOOT_ID = _launcher.boot_id()

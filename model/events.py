@@ -226,7 +226,10 @@ class ProcessExited:
     signal: int | None
     finished_at: float
     now: float
-    started_at: float | None = None  # as the supervisor recorded it (None: it did not say)
+    # The supervisor's start time, from the same status record: the exit can
+    # reach the agent before its ProcessStarted (a short job), or after a
+    # restart that lost it, and the start must not be lost with it.
+    started_at: float | None = None
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
