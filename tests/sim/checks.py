@@ -47,7 +47,8 @@ class Checker:
         for sub, procs in sorted(runs.items()):
             allowed = 1 + justified.get(procs[0].job, 0)
             if len(procs) > allowed:
-                where = ", ".join(f"{p.job}.{p.attempt} on {p.host} at t={p.started_fake:.2f}" for p in procs)
+                where = ", ".join(f"{p.job}.{p.attempt} on {p.host} at t={p.started_fake:.2f}" for p in procs[:6])
+                where += ", ..." if len(procs) > 6 else ""
                 out.append(f"INV-SIM-RUN-AT-MOST-ONCE: submission {sub} ran {len(procs)} times ({where})")
         return out
 

@@ -10,6 +10,7 @@ and starting it again recovers from whatever its state directory holds.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import shutil
@@ -92,12 +93,15 @@ class SimController:
             self._stopped.set()
 
     def serve(self, stream: trio.abc.Stream) -> None:
-        assert self._nursery is not None and self.daemon is not None
+        """Serve one new connection, as the listener would (``OSError`` once the controller is going)."""
+        if self._nursery is None or self.daemon is None:
+            raise OSError(errno.ECONNREFUSED, "connection refused (the controller is down)")
         self._nursery.start_soon(serve_connection, self._nursery, self.daemon, stream)
 
     async def crash(self) -> None:
         if self._scope is None or self.daemon is None:
             return
+        self.net.controller = None  # no new connections from here on
         self._scope.cancel()
         await self._stopped.wait()
         await self.net.reset_all()  # the host is gone: every connection breaks

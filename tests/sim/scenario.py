@@ -16,6 +16,7 @@ from typing import Union
 
 import trio
 import trio.testing
+from hypothesis.internal.entropy import deterministic_PRNG  # seeds trio's scheduler, as under @given
 
 from checks import Checker
 from cluster import Cluster
@@ -118,20 +119,23 @@ class Scenario:
     steps: tuple[Step, ...]
     launch_time: float = 0.0
     lost_after: float | None = None
+    hosts: tuple[str, ...] = HOSTS
 
 
 # ---- running one ---------------------------------------------------------------------------------
 
 
 def run(scenario: Scenario) -> list[str]:
-    with tempfile.TemporaryDirectory(prefix="reckon-sim-") as root:
+    """The violations this scenario finds (none: every checked invariant held).  Deterministic:
+    trio's scheduler (made deterministic by Hypothesis' trio plugin) is seeded from ``scenario.seed``."""
+    with tempfile.TemporaryDirectory(prefix="reckon-sim-") as root, deterministic_PRNG(scenario.seed):
         return trio.run(_main, scenario, Path(root), clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 async def _main(scenario: Scenario, root: Path) -> list[str]:
     with trio.fail_after(RUN_GUARD):
         async with trio.open_nursery() as nursery:
-            cluster = Cluster(root, nursery, seed=scenario.seed, hosts=HOSTS, slots=SLOTS,
+            cluster = Cluster(root, nursery, seed=scenario.seed, hosts=scenario.hosts, slots=SLOTS,
                               launch_time=scenario.launch_time, lost_after=scenario.lost_after)
             with installed(network=cluster.net, runner_factory=cluster.world.runner_factory(),
                            agent_wall=cluster.agent_wall, controller_wall=cluster.controller_wall,

@@ -1,0 +1,137 @@
+"""A deterministic simulation of the real daemons (issue #9), driven by Hypothesis.
+
+What runs: the real ``ControllerDaemon`` and the real agent daemon
+(``run_agent``: store, adopt, core loop, ticker, exits, connection loop) in one
+trio run under ``MockClock`` (autojump), on real SQLite stores in a temporary
+directory, over an in-memory network (``net.py``), with a fake runner whose
+world owns the truth about every process (``world.py``).  Faults are steps
+(``scenario.py``); the checks (``checks.py``) are the invariants of
+docs/invariants.md that apply to whole daemons, named by their IDs (the
+section "Daemon simulation" there lists them and how each is judged).
+
+Replaying a failure.  Hypothesis prints the falsifying example as a
+``Scenario(seed=..., steps=(...), ...)`` value: the whole scenario, already
+shrunk.  Replay it, with the daemons' logs, by
+
+    .venv/bin/python tests/sim/replay.py 'Scenario(seed=..., steps=(...))'
+
+or pin it as a test: ``assert scenario.run(Scenario(...)) == []``.  A run is
+deterministic for a given scenario: the trio scheduler is seeded by
+Hypothesis' trio plugin (``replay.py`` seeds it the same way), the daemons'
+``random`` and ``secrets`` by ``seed``, time is trio's mock clock, and the
+database threads block the run while they work (``patches.py``).  Hypothesis
+also prints a ``@reproduce_failure`` blob, and ``--hypothesis-seed=N`` replays
+a whole search.
+
+Budgets: ``ci`` (the default profile) runs ``CI_EXAMPLES`` scenarios of at
+most ``CI_STEPS`` steps (about a minute on 2 cores); ``RECKON_HYPOTHESIS_PROFILE=fuzz``
+(``make fuzz``) runs ``RECKON_SIM_EXAMPLES`` (default 2,000) of up to
+``FUZZ_STEPS`` steps.
+
+Fault rules whose bug is still open on this branch are switched off by
+``KNOWN_OPEN`` (so the property test is green); each has a test below that
+drives the simulation straight into its bug, marked ``xfail(strict=True)``
+until the fix lands (then remove the mark and the rule from ``KNOWN_OPEN``:
+the test is that fix's regression test).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import scenario as S
+from scenario import (
+    AgentRestart, Cancel, ControllerRestart, ControllerRollback, Duplicate, Scenario, Submit, Wait,
+)
+from strategies import scenarios
+
+# Fault rules switched off in the property test, each with the open bug of issue #9 it finds.
+KNOWN_OPEN = {
+    "duplicate_name": "bug 1: two agents with the same name kick each other off and requeue each other's jobs",
+    "cancel_during_launch": "bug 2: a cancel during the launch is lost (the kill reaches a runner that "
+                            "does not list the job yet)",
+    "rollback": "bug 3: after a controller rollback a reused job id gets an old process's outcome",
+}
+ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
+
+PROFILE = os.environ.get("RECKON_HYPOTHESIS_PROFILE", "ci")
+CI_EXAMPLES, CI_STEPS = 60, 30
+FUZZ_STEPS = 80
+EXAMPLES, STEPS = ((int(os.environ.get("RECKON_SIM_EXAMPLES", "2000")), FUZZ_STEPS) if PROFILE == "fuzz"
+                   else (CI_EXAMPLES, CI_STEPS))
+
+
+class BugReproduced(AssertionError):
+    """The simulation found exactly the bug a directed test drives at."""
+
+
+def holds(found: list[str], *, bug_id: str | None = None) -> None:
+    """No violation; with ``bug_id``, a violation of that ID raises ``BugReproduced`` instead."""
+    if bug_id is not None and any(v.startswith(bug_id) or f": {bug_id}:" in v for v in found):
+        raise BugReproduced("\n".join(found))
+    assert not found, "\n".join(found)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(scenario=scenarios(ENABLED, max_steps=STEPS))
+def test_the_daemons_keep_the_promise_under_faults(scenario: Scenario) -> None:
+    """INV-SIM-RUN-AT-MOST-ONCE, INV-TRUE-OUTCOME, INV-TRUE-START-TIME, INV-TERMINAL-STABLE after every
+    step; INV-SIM-CANCEL-STOPS-PROCESS and INV-LIVENESS-AGREE once the faults stop; INV-SIM-NOTHING-STUCK,
+    INV-LIVENESS-OUTCOME once every process ended; INV-SIM-LOG-STEADY at the end."""
+    holds(S.run(scenario))
+
+
+# ---- the harness itself --------------------------------------------------------------------
+
+
+def test_a_quiet_cluster_runs_every_job_once_with_its_true_outcome() -> None:
+    """The checks pass on a fault-free run, and the world saw every job run (the harness is not vacuous)."""
+    steps = (Submit(3.0, 0), Submit(5.0, 3), Submit(300.0, 0), Wait(2.0), Cancel(2), Wait(10.0))
+    holds(S.run(Scenario(seed=1, steps=steps)))
+
+
+def test_crashes_and_restarts_keep_the_promise() -> None:
+    """A job that ends while its agent is down is adopted and reported; a controller crash loses nothing."""
+    steps = (Submit(20.0, 1), Submit(40.0, 0), Wait(2.0), AgentRestart("a1", 30.0), AgentRestart("a2", 30.0),
+             ControllerRestart(down=15.0, backup=False), Submit(5.0, 0), Wait(5.0))
+    holds(S.run(Scenario(seed=2, steps=steps)))
+
+
+def test_the_checks_see_a_run_twice() -> None:
+    """Bite: the run-twice check is not vacuous (a world where one submission ran twice)."""
+    from checks import Checker
+    from world import Process
+
+    class FakeWorld:
+        processes = {("a1", "1", 1): Process(host="a1", job="1", attempt=1, submission=1, started_at=0, started_fake=0),
+                     ("a2", "1", 2): Process(host="a2", job="1", attempt=2, submission=1, started_at=0, started_fake=0)}
+
+    found = Checker(FakeWorld()).run_at_most_once([])  # type: ignore[arg-type]
+    assert len(found) == 1 and found[0].startswith("INV-SIM-RUN-AT-MOST-ONCE")
+
+
+# ---- the open bugs of issue #9, reached by the simulation -----------------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=KNOWN_OPEN["duplicate_name"])
+def test_bug1_a_duplicate_name_agent_does_not_run_jobs_twice() -> None:
+    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Duplicate("a1", 20.0), Wait(25.0))
+    holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1",))), bug_id="INV-SIM-RUN-AT-MOST-ONCE")
+
+
+@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=KNOWN_OPEN["cancel_during_launch"])
+def test_bug2_a_cancel_during_the_launch_stops_the_process() -> None:
+    steps = (Submit(300.0, 0), Wait(0.2), Cancel(0), Wait(5.0))
+    holds(S.run(Scenario(seed=4, steps=steps, hosts=("a1",), launch_time=S.LAUNCH_TIME)),
+          bug_id="INV-SIM-CANCEL-STOPS-PROCESS")
+
+
+@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=KNOWN_OPEN["rollback"])
+def test_bug3_after_a_rollback_no_job_gets_another_submissions_outcome() -> None:
+    steps = (ControllerRestart(down=0.0, backup=True), Submit(20.0, 7), Wait(3.0), ControllerRollback(down=0.0),
+             Submit(300.0, 0), Wait(30.0))
+    holds(S.run(Scenario(seed=5, steps=steps, hosts=("a1",))), bug_id="INV-TRUE-OUTCOME")
