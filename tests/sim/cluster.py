@@ -14,6 +14,7 @@ import errno
 import logging
 import random
 import shutil
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ class SimController:
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
+        self._crashing = False
+        self.deaths: list[str] = []  # how it died when nobody crashed it (INV-SIM-NO-DAEMON-DEATH)
 
     @property
     def up(self) -> bool:
@@ -66,6 +69,7 @@ class SimController:
 
     async def _run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self._scope = trio.CancelScope()
+        self._crashing = False
         try:
             with self._scope:
                 store = await FactStore.open(self.state_dir)
@@ -86,6 +90,13 @@ class SimController:
                 finally:
                     with trio.CancelScope(shield=True):
                         await store.aclose()
+        except Exception as exc:
+            # A simulated crash is a SIGKILL: what the daemon's tasks raise while torn
+            # down (a send to a connection whose writer is already gone) would never
+            # happen to a killed process.  Anything else is the daemon dying by itself.
+            if not self._crashing:
+                self.deaths.append(describe_death("the controller", exc))
+            log.debug("controller crash: ignored what its teardown raised", exc_info=True)
         finally:
             self.daemon = self._nursery = None
             if self.net.controller is self:
@@ -102,6 +113,7 @@ class SimController:
         if self._scope is None or self.daemon is None:
             return
         self.net.controller = None  # no new connections from here on
+        self._crashing = True
         self._scope.cancel()
         await self._stopped.wait()
         await self.net.reset_all()  # the host is gone: every connection breaks
@@ -134,6 +146,7 @@ class SimAgent:
     scope: trio.CancelScope | None = None
     stopped: trio.Event = field(default_factory=trio.Event)
     daemon: Any = None
+    deaths: list[str] = field(default_factory=list)
 
     @property
     def up(self) -> bool:
@@ -153,6 +166,10 @@ class SimAgent:
         try:
             with self.scope:
                 await run_agent(self.options(slots), task_status=_Capture(self, task_status))
+        except Exception as exc:
+            if not self.scope.cancel_called:  # else a simulated crash: see SimController._run
+                self.deaths.append(describe_death(f"agent {self.host}", exc))
+            log.debug("agent %s crash: ignored what its teardown raised", self.host, exc_info=True)
         finally:
             self.daemon = None
             self.stopped.set()
@@ -176,18 +193,34 @@ class _Capture:
         self.task_status.started(value)
 
 
+def describe_death(who: str, exc: BaseException) -> str:
+    """INV-SIM-NO-DAEMON-DEATH: a daemon ended by itself; its innermost errors, where they were raised."""
+    leaves = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        else:
+            frames = traceback.extract_tb(e.__traceback__)
+            where = next((f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames)
+                          if "/daemon/" in f.filename), "?")
+            leaves.append(f"{type(e).__name__}({e}) at {where}")
+    return f"INV-SIM-NO-DAEMON-DEATH: {who} died: {'; '.join(leaves)}"
+
+
 class Cluster:
     """The controller, the agents (and duplicates), the world and the network of one run."""
 
     def __init__(self, root: Path, nursery: trio.Nursery, *, seed: int, hosts: tuple[str, ...],
-                 slots: int, launch_time: float, lost_after: float | None) -> None:
+                 slots: int, launch_time: float, lost_after: float | None, reset_in_handshake: bool) -> None:
         self.root = root
         self.nursery = nursery
         self.slots = slots
         self.agent_wall = SimWall()
         self.controller_wall = SimWall()
         self.secrets = SeededSecrets(random.Random(seed + 2))
-        self.net = Network(nursery)
+        self.net = Network(nursery, reset_in_handshake=reset_in_handshake)
         self.world = World(nursery, self.agent_wall, launch_time=launch_time)
         self.controller = SimController(root / "controller", self.net, self.controller_wall, self.secrets,
                                         lost_after)
@@ -248,6 +281,10 @@ class Cluster:
     async def stop_duplicates(self) -> None:
         for dup in self.duplicates.values():
             await dup.crash(self.net)
+
+    def deaths(self) -> list[str]:
+        return [*self.controller.deaths,
+                *(d for a in [*self.agents.values(), *self.duplicates.values()] for d in a.deaths)]
 
     async def heal(self) -> None:
         """Faults stop: links healed, the controller and every agent up, duplicates gone."""

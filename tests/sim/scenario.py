@@ -110,6 +110,7 @@ RULES = {
     "duplicate_name": Duplicate,
     "clock_step": ClockStep,
     "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, so a cancel can land inside one
+    "reset_in_handshake": None,  # not a step: resets (and crashes) also break connections still in their handshake
 }
 
 
@@ -120,6 +121,7 @@ class Scenario:
     launch_time: float = 0.0
     lost_after: float | None = None
     hosts: tuple[str, ...] = HOSTS
+    reset_in_handshake: bool = True
 
 
 # ---- running one ---------------------------------------------------------------------------------
@@ -136,7 +138,8 @@ async def _main(scenario: Scenario, root: Path) -> list[str]:
     with trio.fail_after(RUN_GUARD):
         async with trio.open_nursery() as nursery:
             cluster = Cluster(root, nursery, seed=scenario.seed, hosts=scenario.hosts, slots=SLOTS,
-                              launch_time=scenario.launch_time, lost_after=scenario.lost_after)
+                              launch_time=scenario.launch_time, lost_after=scenario.lost_after,
+                              reset_in_handshake=scenario.reset_in_handshake)
             with installed(network=cluster.net, runner_factory=cluster.world.runner_factory(),
                            agent_wall=cluster.agent_wall, controller_wall=cluster.controller_wall,
                            seed=scenario.seed):
@@ -161,18 +164,20 @@ async def _drive(cluster: Cluster, scenario: Scenario) -> list[str]:
         faults.cancel_scope.cancel()
     await cluster.heal()
     await trio.sleep(SETTLE)
-    found = await _safety(cluster, checker) + checker.settled(_jobs(cluster), _names(cluster))
+    found = await _safety(cluster, checker) or checker.settled(_jobs(cluster), _names(cluster))
     if found:
         return [f"{SETTLE:.0f} s after the faults stopped: {v}" for v in found]
     with trio.move_on_after(FINISH_GUARD):
         while cluster.world.alive() or not all(j.terminal for j in _jobs(cluster).values()):
             await trio.sleep(5)
     await trio.sleep(SETTLE)  # let the last outcomes travel
-    found = await _safety(cluster, checker) + checker.finished(_jobs(cluster))
+    found = await _safety(cluster, checker) or checker.finished(_jobs(cluster))
     if found:
         return [f"once every process ended: {v}" for v in found]
     before = len(await cluster.controller.facts())
     await trio.sleep(STEADY)
+    if cluster.deaths():
+        return cluster.deaths()
     after = len(await cluster.controller.facts())
     if after != before:
         return [f"INV-SIM-LOG-STEADY: the fact log grew from {before} to {after} facts in {STEADY:.0f} s "
@@ -189,6 +194,8 @@ def _names(cluster: Cluster) -> dict[str, str]:
 
 
 async def _safety(cluster: Cluster, checker: Checker) -> list[str]:
+    if cluster.deaths():
+        return cluster.deaths()
     if not cluster.controller.up:
         return checker.run_at_most_once([])  # the world alone: no requeue can justify anything now
     await cluster.controller.daemon.call(call=lambda: None)  # what it decided so far is durable

@@ -40,4 +40,5 @@ def scenarios(rules: frozenset[str], *, max_steps: int) -> st.SearchStrategy[S.S
     launch_time = S.LAUNCH_TIME if "cancel_during_launch" in rules else 0.0
     return st.builds(S.Scenario, seed=st.integers(0, 2**32 - 1),
                      steps=st.lists(step(rules), min_size=1, max_size=max_steps).map(tuple),
-                     launch_time=st.just(launch_time))
+                     launch_time=st.just(launch_time),
+                     reset_in_handshake=st.just("reset_in_handshake" in rules))
