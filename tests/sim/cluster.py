@@ -39,6 +39,7 @@ log = logging.getLogger("reckon.sim")
 TOKEN = "sim-token"
 HEARTBEAT_TIMEOUT = 10.0
 ROUND_TIMEOUT = 30.0
+CALL_GUARD = 60.0  # fake seconds a client waits for the controller's answer
 AGENT_MODEL = {"heartbeat_interval": 2.0, "retry_initial": 1.0, "retry_max": 4.0}
 
 
@@ -124,16 +125,26 @@ class SimController:
         assert snapshot is None, "the simulation never writes a snapshot (snapshot_every is large)"
         return facts
 
+    async def call(self, **work: Any) -> Any:
+        """``ControllerDaemon.call`` (a client's request), or None if the controller is down or
+        its core loop does not answer within ``CALL_GUARD`` fake seconds (then it counts as dead)."""
+        daemon = self.daemon
+        if daemon is None:
+            return None
+        with trio.move_on_after(CALL_GUARD):
+            return await daemon.call(**work)
+        if daemon is self.daemon:
+            self.deaths.append(f"INV-SIM-NO-DAEMON-DEATH: the controller's core loop did not answer for {CALL_GUARD} s")
+        return None
+
     async def submit(self, spec) -> str | None:
-        assert self.daemon is not None
-        commands = await self.daemon.call(event=E.SubmitJob(spec=spec, now=self.wall.time()))
-        return next(f.job for c in commands if isinstance(c, E.Append) for f in c.facts
-                    if isinstance(f, F.JobSubmitted))
+        commands = await self.call(event=E.SubmitJob(spec=spec, now=self.wall.time()))
+        return next((f.job for c in commands or () if isinstance(c, E.Append) for f in c.facts
+                     if isinstance(f, F.JobSubmitted)), None)
 
     async def cancel(self, job: str) -> None:
-        assert self.daemon is not None
         try:
-            await self.daemon.call(event=E.CancelJob(job=job, now=self.wall.time()))
+            await self.call(event=E.CancelJob(job=job, now=self.wall.time()))
         except LocalProtocolError:
             pass  # refused (already terminal, unknown): a defined answer, nothing changes
 

@@ -127,14 +127,15 @@ class Scenario:
 # ---- running one ---------------------------------------------------------------------------------
 
 
-def run(scenario: Scenario) -> list[str]:
+def run(scenario: Scenario, stats: dict[str, int] | None = None) -> list[str]:
     """The violations this scenario finds (none: every checked invariant held).  Deterministic:
     trio's scheduler (made deterministic by Hypothesis' trio plugin) is seeded from ``scenario.seed``."""
     with tempfile.TemporaryDirectory(prefix="reckon-sim-") as root, deterministic_PRNG(scenario.seed):
-        return trio.run(_main, scenario, Path(root), clock=trio.testing.MockClock(autojump_threshold=0))
+        return trio.run(_main, scenario, Path(root), {} if stats is None else stats,
+                        clock=trio.testing.MockClock(autojump_threshold=0))
 
 
-async def _main(scenario: Scenario, root: Path) -> list[str]:
+async def _main(scenario: Scenario, root: Path, stats: dict[str, int]) -> list[str]:
     with trio.fail_after(RUN_GUARD):
         async with trio.open_nursery() as nursery:
             cluster = Cluster(root, nursery, seed=scenario.seed, hosts=scenario.hosts, slots=SLOTS,
@@ -146,6 +147,7 @@ async def _main(scenario: Scenario, root: Path) -> list[str]:
                 try:
                     return await _drive(cluster, scenario)
                 finally:
+                    stats.update(_stats(cluster))
                     with trio.CancelScope(shield=True):
                         await cluster.stop()
                     nursery.cancel_scope.cancel()
@@ -156,19 +158,21 @@ async def _drive(cluster: Cluster, scenario: Scenario) -> list[str]:
     checker = Checker(cluster.world)
     await cluster.start()
     async with trio.open_nursery() as faults:  # background fault timers; cancelled when faults stop
-        for index, step in enumerate(scenario.steps):
-            await _do(cluster, faults, step)
-            found = await _safety(cluster, checker)
-            if found:
-                return [f"after step {index} {step}: {v}" for v in found]
-        faults.cancel_scope.cancel()
+        try:
+            for index, step in enumerate(scenario.steps):
+                await _do(cluster, faults, step)
+                found = await _safety(cluster, checker)
+                if found:
+                    return [f"after step {index} {step}: {v}" for v in found]
+        finally:
+            faults.cancel_scope.cancel()
     await cluster.heal()
     await trio.sleep(SETTLE)
     found = await _safety(cluster, checker) or checker.settled(_jobs(cluster), _names(cluster))
     if found:
         return [f"{SETTLE:.0f} s after the faults stopped: {v}" for v in found]
     with trio.move_on_after(FINISH_GUARD):
-        while cluster.world.alive() or not all(j.terminal for j in _jobs(cluster).values()):
+        while (cluster.world.alive() or not all(j.terminal for j in _jobs(cluster).values())) and not cluster.deaths():
             await trio.sleep(5)
     await trio.sleep(SETTLE)  # let the last outcomes travel
     found = await _safety(cluster, checker) or checker.finished(_jobs(cluster))
@@ -185,8 +189,16 @@ async def _drive(cluster: Cluster, scenario: Scenario) -> list[str]:
     return []
 
 
-def _jobs(cluster: Cluster):
-    return cluster.controller.daemon.model.state.jobs
+def _stats(cluster: Cluster) -> dict[str, int]:
+    """What a run did, for Hypothesis' statistics (is the search reaching anything?)."""
+    procs = cluster.world.processes.values()
+    return {"submissions": len(cluster.submissions), "processes": len(procs),
+            "killed": sum(p.killed for p in procs), "fake seconds": int(trio.current_time())}
+
+
+def _jobs(cluster: Cluster) -> dict:
+    daemon = cluster.controller.daemon
+    return {} if daemon is None else daemon.model.state.jobs
 
 
 def _names(cluster: Cluster) -> dict[str, str]:
@@ -198,7 +210,9 @@ async def _safety(cluster: Cluster, checker: Checker) -> list[str]:
         return cluster.deaths()
     if not cluster.controller.up:
         return checker.run_at_most_once([])  # the world alone: no requeue can justify anything now
-    await cluster.controller.daemon.call(call=lambda: None)  # what it decided so far is durable
+    await cluster.controller.call(call=lambda: None)  # what it decided so far is durable
+    if cluster.deaths() or not cluster.controller.up:
+        return cluster.deaths()
     return checker.safety(_jobs(cluster), await cluster.controller.facts())
 
 
