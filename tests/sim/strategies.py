@@ -11,12 +11,12 @@ short = st.floats(min_value=0.0, max_value=15.0, allow_nan=False).map(lambda s: 
 durations = st.one_of(st.floats(min_value=0.1, max_value=40.0).map(lambda d: round(d, 2)), st.just(300.0))
 
 
+submits = st.builds(S.Submit, duration=durations, exit_code=st.sampled_from([0, 0, 1, 3]))
+
+
 def step(rules: frozenset[str]) -> st.SearchStrategy[S.Step]:
     """One step; the fault rules not in ``rules`` are never drawn."""
-    options: list[st.SearchStrategy[S.Step]] = [
-        st.builds(S.Submit, duration=durations, exit_code=st.sampled_from([0, 0, 1, 3])),
-        st.builds(S.Wait, seconds=short),
-    ]
+    options: list[st.SearchStrategy[S.Step]] = [submits, submits, st.builds(S.Wait, seconds=short)]
     by_rule = {
         "cancel": st.builds(S.Cancel, pick=st.integers(0, 50)),
         "delay": st.builds(S.Delay, host=hosts, seconds=short),
@@ -38,7 +38,9 @@ def step(rules: frozenset[str]) -> st.SearchStrategy[S.Step]:
 
 def scenarios(rules: frozenset[str], *, max_steps: int) -> st.SearchStrategy[S.Scenario]:
     launch_time = S.LAUNCH_TIME if "cancel_during_launch" in rules else 0.0
-    return st.builds(S.Scenario, seed=st.integers(0, 2**32 - 1),
-                     steps=st.lists(step(rules), min_size=1, max_size=max_steps).map(tuple),
+    # A few jobs first (so that faults find work to break), then the steps.
+    steps = st.tuples(st.lists(submits, min_size=1, max_size=6),
+                      st.lists(step(rules), min_size=1, max_size=max_steps)).map(lambda p: (*p[0], *p[1]))
+    return st.builds(S.Scenario, seed=st.integers(0, 2**32 - 1), steps=steps,
                      launch_time=st.just(launch_time),
                      reset_in_handshake=st.just("reset_in_handshake" in rules))

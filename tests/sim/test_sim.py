@@ -62,7 +62,7 @@ ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
 RESETS_IN_HANDSHAKE = "reset_in_handshake" in ENABLED
 
 PROFILE = os.environ.get("RECKON_HYPOTHESIS_PROFILE", "ci")
-CI_EXAMPLES, CI_STEPS = 60, 30
+CI_EXAMPLES, CI_STEPS = 120, 30
 FUZZ_STEPS = 80
 EXAMPLES, STEPS = ((int(os.environ.get("RECKON_SIM_EXAMPLES", "2000")), FUZZ_STEPS) if PROFILE == "fuzz"
                    else (CI_EXAMPLES, CI_STEPS))
