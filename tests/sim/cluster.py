@@ -45,14 +45,14 @@ AGENT_MODEL = {"heartbeat_interval": 2.0, "retry_initial": 1.0, "retry_max": 4.0
 
 class SimController:
     def __init__(self, state_dir: Path, net: Network, wall: SimWall, secrets: SeededSecrets,
-                 lost_after: float | None) -> None:
+                 lost_after: float | None, heartbeat_timeout: float) -> None:
         self.state_dir = state_dir
         self.net = net
         self.wall = wall
         self.secrets = secrets
         self.options = ControllerOptions(state_dir=state_dir, token=TOKEN,
                                          model=ControllerConfig(round_timeout=ROUND_TIMEOUT, lost_after=lost_after),
-                                         heartbeat_timeout=HEARTBEAT_TIMEOUT)
+                                         heartbeat_timeout=heartbeat_timeout)
         self.daemon: ControllerDaemon | None = None
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
@@ -224,17 +224,18 @@ class Cluster:
     """The controller, the agents (and duplicates), the world and the network of one run."""
 
     def __init__(self, root: Path, nursery: trio.Nursery, *, seed: int, hosts: tuple[str, ...],
-                 slots: int, launch_time: float, lost_after: float | None, reset_in_handshake: bool) -> None:
+                 slots: int, launch_time: float, lost_after: float | None, reset_in_handshake: bool,
+                 latency: float, heartbeat_timeout: float) -> None:
         self.root = root
         self.nursery = nursery
         self.slots = slots
         self.agent_wall = SimWall()
         self.controller_wall = SimWall()
         self.secrets = SeededSecrets(random.Random(seed + 2))
-        self.net = Network(nursery, reset_in_handshake=reset_in_handshake)
+        self.net = Network(nursery, reset_in_handshake=reset_in_handshake, latency=latency)
         self.world = World(nursery, self.agent_wall, launch_time=launch_time)
         self.controller = SimController(root / "controller", self.net, self.controller_wall, self.secrets,
-                                        lost_after)
+                                        lost_after, heartbeat_timeout)
         self.agents = {h: SimAgent(host=h, name=h, state_dir=root / h) for h in hosts}
         self.duplicates: dict[str, SimAgent] = {}
         self.backups: list[Path] = []

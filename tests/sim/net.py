@@ -9,7 +9,9 @@ a controller crash takes its connections with it).
 Faults are TCP-shaped: a connection never loses one message and delivers the
 next.  Per link (one agent host):
 
-* ``delay(seconds)``: bytes wait in the sender's buffer, then arrive in order;
+* ``latency``: every byte takes that long, each way, in order;
+* ``delay(seconds)``: bytes wait in the sender's buffer, then arrive in order
+  (``up_only``: only the agent's);
 * ``partition``: new connections are refused and the live ones go silent (no
   byte arrives, no FIN); healing the partition resets the silent connections
   (TCP gives up on them) — so message loss is a silent connection followed by
@@ -33,12 +35,15 @@ from daemon import wire
 
 @dataclass(eq=False)
 class _Pipe:
-    """One direction of one connection."""
+    """One direction of one connection: bytes leave the sender's buffer in order, arrive ``latency`` later."""
 
     link: "Link"
     conn: "Connection"
+    upstream: bool  # agent -> controller
     send: trio.testing.MemorySendStream = field(default_factory=trio.testing.MemorySendStream)
     recv: trio.testing.MemoryReceiveStream = field(default_factory=trio.testing.MemoryReceiveStream)
+    in_flight: list[tuple[float, bytes]] = field(default_factory=list)  # (arrival time, bytes; b"": EOF)
+    carrier: bool = False  # a task is delivering in_flight
 
     def __post_init__(self) -> None:
         async def on_send() -> None:
@@ -56,10 +61,36 @@ class _Pipe:
             with contextlib.suppress(trio.WouldBlock):
                 self.send.get_data_nowait()  # into the void
             return
-        if self.link.stalled:
+        if self.link.stalled or (self.upstream and self.link.stalled_up):
             return  # stays buffered, in order, until the stall ends
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            trio.testing.memory_stream_pump(self.send, self.recv)
+        try:
+            data = self.send.get_data_nowait()
+        except trio.WouldBlock:
+            return
+        if not self.link.latency and not self.in_flight:
+            self._arrive(data)
+            return
+        self.in_flight.append((trio.current_time() + self.link.latency, data))
+        if not self.carrier:
+            self.carrier = True
+            self.link.nursery.start_soon(self._carry)
+
+    async def _carry(self) -> None:
+        try:
+            while self.in_flight:
+                await trio.sleep_until(self.in_flight[0][0])
+                _, data = self.in_flight.pop(0)
+                if not (self.conn.broken or self.conn.silent):
+                    self._arrive(data)
+        finally:
+            self.carrier = False
+
+    def _arrive(self, data: bytes) -> None:
+        with contextlib.suppress(trio.ClosedResourceError):
+            if data:
+                self.recv.put_data(data)
+            else:
+                self.recv.put_eof()
 
 
 @dataclass(eq=False)
@@ -86,13 +117,16 @@ class Link:
     """The network between one agent host and the controller."""
 
     host: str
+    nursery: trio.Nursery
+    latency: float = 0.0  # fake seconds each byte takes, each way
     stalled: bool = False
+    stalled_up: bool = False  # only agent -> controller
     partitioned: bool = False
     connections: list[Connection] = field(default_factory=list)
 
     def open(self) -> Connection:
         conn = Connection(link=self)
-        to_server, to_client = _Pipe(self, conn), _Pipe(self, conn)
+        to_server, to_client = _Pipe(self, conn, upstream=True), _Pipe(self, conn, upstream=False)
         conn.pipes = [to_server, to_client]
         conn.client = trio.StapledStream(to_server.send, to_client.recv)
         conn.server = trio.StapledStream(to_client.send, to_server.recv)
@@ -100,7 +134,7 @@ class Link:
         return conn
 
     def unstall(self) -> None:
-        self.stalled = False
+        self.stalled = self.stalled_up = False
         for conn in self.connections:
             for pipe in conn.pipes:
                 pipe.pump()
@@ -114,22 +148,29 @@ class Link:
 
 
 class Network:
-    def __init__(self, nursery: trio.Nursery, *, reset_in_handshake: bool = True) -> None:
+    def __init__(self, nursery: trio.Nursery, *, reset_in_handshake: bool = True, latency: float = 0.0) -> None:
         self.nursery = nursery
         # False: resets spare connections still in their handshake (an open bug of the
         # controller dies of those: see test_sim.py KNOWN_OPEN["reset_in_handshake"]).
         self.reset_in_handshake = reset_in_handshake
+        self.latency = latency
         self.links: dict[str, Link] = {}
         self.controller: Any = None  # the live SimController, or None while it is down
 
     def link(self, host: str) -> Link:
-        return self.links.setdefault(host, Link(host=host))
+        if host not in self.links:
+            self.links[host] = Link(host=host, nursery=self.nursery, latency=self.latency)
+        return self.links[host]
 
     # ---- faults ----------------------------------------------------------------------
 
-    async def delay(self, host: str, seconds: float) -> None:
+    async def delay(self, host: str, seconds: float, *, up_only: bool = False) -> None:
+        """Hold the link's bytes (only the agent's, with ``up_only``) for ``seconds``."""
         link = self.link(host)
-        link.stalled = True
+        if up_only:
+            link.stalled_up = True
+        else:
+            link.stalled = True
         self.nursery.start_soon(self._unstall_after, link, seconds)
 
     @staticmethod

@@ -19,7 +19,7 @@ import trio.testing
 from hypothesis.internal.entropy import deterministic_PRNG  # seeds trio's scheduler, as under @given
 
 from checks import Checker
-from cluster import Cluster
+from cluster import HEARTBEAT_TIMEOUT, Cluster
 from patches import installed
 
 HOSTS = ("a1", "a2")
@@ -62,6 +62,12 @@ class Partition:
 
 
 @dataclass(frozen=True)
+class StallRoundAnswer:
+    host: str
+    seconds: float  # the next time a round opens for this host's agent, hold what it sends this long
+
+
+@dataclass(frozen=True)
 class Reset:
     host: str
 
@@ -95,7 +101,7 @@ class ClockStep:
     seconds: float
 
 
-Step = Union[Submit, Cancel, Wait, Delay, Partition, Reset, ControllerRestart, ControllerRollback, AgentRestart,
+Step = Union[Submit, Cancel, Wait, Delay, Partition, StallRoundAnswer, Reset, ControllerRestart, ControllerRollback, AgentRestart,
              Duplicate, ClockStep]
 
 # The fault rules, by name; a scenario uses only the enabled ones (see test_sim.py's KNOWN_OPEN).
@@ -122,6 +128,8 @@ class Scenario:
     lost_after: float | None = None
     hosts: tuple[str, ...] = HOSTS
     reset_in_handshake: bool = True
+    latency: float = 0.0  # fake seconds each way on every link
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
 
 
 # ---- running one ---------------------------------------------------------------------------------
@@ -140,7 +148,8 @@ async def _main(scenario: Scenario, root: Path, stats: dict[str, int]) -> list[s
         async with trio.open_nursery() as nursery:
             cluster = Cluster(root, nursery, seed=scenario.seed, hosts=scenario.hosts, slots=SLOTS,
                               launch_time=scenario.launch_time, lost_after=scenario.lost_after,
-                              reset_in_handshake=scenario.reset_in_handshake)
+                              reset_in_handshake=scenario.reset_in_handshake, latency=scenario.latency,
+                              heartbeat_timeout=scenario.heartbeat_timeout)
             with installed(network=cluster.net, runner_factory=cluster.world.runner_factory(),
                            agent_wall=cluster.agent_wall, controller_wall=cluster.controller_wall,
                            seed=scenario.seed):
@@ -229,6 +238,8 @@ async def _do(cluster: Cluster, faults: trio.Nursery, step: Step) -> None:
     elif isinstance(step, Partition):
         net.partition(step.host)
         faults.start_soon(_later, step.seconds, net.heal, step.host)
+    elif isinstance(step, StallRoundAnswer):
+        faults.start_soon(_stall_round_answer, cluster, step.host, step.seconds)
     elif isinstance(step, Reset):
         await net.reset(step.host)
     elif isinstance(step, ControllerRestart):
@@ -245,6 +256,18 @@ async def _do(cluster: Cluster, faults: trio.Nursery, step: Step) -> None:
         wall.step += step.seconds
     else:
         raise TypeError(f"not a step: {step!r}")
+
+
+async def _stall_round_answer(cluster: Cluster, host: str, seconds: float) -> None:
+    """Wait (polling in fake time) until a round is open for ``host``'s agent, then hold its answer."""
+    name = cluster.agents[host].name
+    while True:
+        daemon = cluster.controller.daemon
+        session = daemon.model.sessions.get(name) if daemon is not None else None
+        if session is not None and session.round is not None:
+            break
+        await trio.sleep(0.01)
+    await cluster.net.delay(host, seconds, up_only=True)
 
 
 async def _later(seconds: float, fn, *args) -> None:

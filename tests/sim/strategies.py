@@ -43,4 +43,5 @@ def scenarios(rules: frozenset[str], *, max_steps: int) -> st.SearchStrategy[S.S
                       st.lists(step(rules), min_size=1, max_size=max_steps)).map(lambda p: (*p[0], *p[1]))
     return st.builds(S.Scenario, seed=st.integers(0, 2**32 - 1), steps=steps,
                      launch_time=st.just(launch_time),
-                     reset_in_handshake=st.just("reset_in_handshake" in rules))
+                     reset_in_handshake=st.just("reset_in_handshake" in rules),
+                     latency=st.sampled_from([0.0, 0.01, 0.2]))
