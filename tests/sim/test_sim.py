@@ -16,15 +16,16 @@ shrunk.  Replay it, with the daemons' logs, by
     .venv/bin/python tests/sim/replay.py 'Scenario(seed=..., steps=(...))'
 
 or pin it as a test: ``assert scenario.run(Scenario(...)) == []``.  A run is
-deterministic for a given scenario: the trio scheduler is seeded by
-Hypothesis' trio plugin (``replay.py`` seeds it the same way), the daemons'
-``random`` and ``secrets`` by ``seed``, time is trio's mock clock, and the
-database threads block the run while they work (``patches.py``).  Hypothesis
-also prints a ``@reproduce_failure`` blob, and ``--hypothesis-seed=N`` replays
-a whole search.
+deterministic for a given scenario, in any process: ``scenario.run`` seeds
+trio's scheduler from ``seed`` (Hypothesis' trio plugin makes the scheduler
+deterministic once seeded), the daemons' ``random`` and ``secrets`` are seeded
+from it too, time is trio's mock clock, and the database threads block the run
+while they work (``patches.py``).  Hypothesis also prints a
+``@reproduce_failure`` blob, and ``--hypothesis-seed=N`` replays a whole
+search.  Shrinking a failure takes up to about five minutes.
 
 Budgets: ``ci`` (the default profile) runs ``CI_EXAMPLES`` scenarios of at
-most ``CI_STEPS`` steps (about a minute on 2 cores); ``RECKON_HYPOTHESIS_PROFILE=fuzz``
+most ``CI_STEPS`` steps (about a minute on 2 shared cores); ``RECKON_HYPOTHESIS_PROFILE=fuzz``
 (``make fuzz``) runs ``RECKON_SIM_EXAMPLES`` (default 2,000) of up to
 ``FUZZ_STEPS`` steps.
 
@@ -66,7 +67,7 @@ BUG_4 = "bug 4: lost_after fires early after a round deadline (the drop does not
 RESETS_IN_HANDSHAKE = "reset_in_handshake" in ENABLED
 
 PROFILE = os.environ.get("RECKON_HYPOTHESIS_PROFILE", "ci")
-CI_EXAMPLES, CI_STEPS = 120, 30
+CI_EXAMPLES, CI_STEPS = 100, 30
 FUZZ_STEPS = 80
 EXAMPLES, STEPS = ((int(os.environ.get("RECKON_SIM_EXAMPLES", "2000")), FUZZ_STEPS) if PROFILE == "fuzz"
                    else (CI_EXAMPLES, CI_STEPS))
