@@ -8,7 +8,8 @@ import scenario as S
 
 hosts = st.sampled_from(S.HOSTS)
 short = st.floats(min_value=0.0, max_value=15.0, allow_nan=False).map(lambda s: round(s, 2))
-durations = st.one_of(st.floats(min_value=0.1, max_value=40.0).map(lambda d: round(d, 2)), st.just(300.0))
+# Jobs that end at once, short ones, and ones that outlive most scenarios (so cancels and orphans show).
+durations = st.one_of(st.just(0.0), st.floats(min_value=0.1, max_value=40.0).map(lambda d: round(d, 2)), st.just(300.0))
 
 
 submits = st.builds(S.Submit, duration=durations, exit_code=st.sampled_from([0, 0, 1, 3]))
