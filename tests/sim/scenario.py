@@ -170,6 +170,8 @@ async def _drive(cluster: Cluster, scenario: Scenario) -> list[str]:
         try:
             for index, step in enumerate(scenario.steps):
                 await _do(cluster, faults, step)
+                if isinstance(step, ControllerRollback):
+                    checker.rolled_back()
                 found = await _safety(cluster, checker)
                 if found:
                     return [f"after step {index} {step}: {v}" for v in found]
