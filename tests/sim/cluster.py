@@ -225,14 +225,15 @@ class Cluster:
 
     def __init__(self, root: Path, nursery: trio.Nursery, *, seed: int, hosts: tuple[str, ...],
                  slots: int, launch_time: float, lost_after: float | None, reset_in_handshake: bool,
-                 latency: float, heartbeat_timeout: float) -> None:
+                 sends_fail_after_reset: bool, latency: float, heartbeat_timeout: float) -> None:
         self.root = root
         self.nursery = nursery
         self.slots = slots
         self.agent_wall = SimWall()
         self.controller_wall = SimWall()
         self.secrets = SeededSecrets(random.Random(seed + 2))
-        self.net = Network(nursery, reset_in_handshake=reset_in_handshake, latency=latency)
+        self.net = Network(nursery, reset_in_handshake=reset_in_handshake,
+                           sends_fail_after_reset=sends_fail_after_reset, latency=latency)
         self.world = World(nursery, self.agent_wall, launch_time=launch_time)
         self.controller = SimController(root / "controller", self.net, self.controller_wall, self.secrets,
                                         lost_after, heartbeat_timeout)

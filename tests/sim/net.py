@@ -56,7 +56,9 @@ class _Pipe:
         if self.conn.broken:
             with contextlib.suppress(trio.WouldBlock):
                 self.send.get_data_nowait()
-            raise trio.BrokenResourceError("connection reset")
+            if self.link.sends_fail_after_reset:
+                raise trio.BrokenResourceError("connection reset")
+            return  # as after a FIN: the bytes go nowhere, the sender learns of it by reading
         if self.conn.silent:
             with contextlib.suppress(trio.WouldBlock):
                 self.send.get_data_nowait()  # into the void
@@ -122,6 +124,7 @@ class Link:
     stalled: bool = False
     stalled_up: bool = False  # only agent -> controller
     partitioned: bool = False
+    sends_fail_after_reset: bool = True  # a reset is an RST: later sends fail (else they vanish)
     connections: list[Connection] = field(default_factory=list)
 
     def open(self) -> Connection:
@@ -148,18 +151,21 @@ class Link:
 
 
 class Network:
-    def __init__(self, nursery: trio.Nursery, *, reset_in_handshake: bool = True, latency: float = 0.0) -> None:
+    def __init__(self, nursery: trio.Nursery, *, reset_in_handshake: bool = True, sends_fail_after_reset: bool = True,
+                 latency: float = 0.0) -> None:
         self.nursery = nursery
         # False: resets spare connections still in their handshake (an open bug of the
         # controller dies of those: see test_sim.py KNOWN_OPEN["reset_in_handshake"]).
         self.reset_in_handshake = reset_in_handshake
+        self.sends_fail_after_reset = sends_fail_after_reset  # False spares another open bug: KNOWN_OPEN
         self.latency = latency
         self.links: dict[str, Link] = {}
         self.controller: Any = None  # the live SimController, or None while it is down
 
     def link(self, host: str) -> Link:
         if host not in self.links:
-            self.links[host] = Link(host=host, nursery=self.nursery, latency=self.latency)
+            self.links[host] = Link(host=host, nursery=self.nursery, latency=self.latency,
+                                    sends_fail_after_reset=self.sends_fail_after_reset)
         return self.links[host]
 
     # ---- faults ----------------------------------------------------------------------

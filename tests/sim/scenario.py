@@ -117,6 +117,7 @@ RULES = {
     "clock_step": ClockStep,
     "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, so a cancel can land inside one
     "reset_in_handshake": None,  # not a step: resets (and crashes) also break connections still in their handshake
+    "sends_fail_after_reset": None,  # not a step: a reset is an RST (later sends fail), not only a FIN
 }
 
 
@@ -128,6 +129,7 @@ class Scenario:
     lost_after: float | None = None
     hosts: tuple[str, ...] = HOSTS
     reset_in_handshake: bool = True
+    sends_fail_after_reset: bool = True
     latency: float = 0.0  # fake seconds each way on every link
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
 
@@ -148,7 +150,8 @@ async def _main(scenario: Scenario, root: Path, stats: dict[str, int]) -> list[s
         async with trio.open_nursery() as nursery:
             cluster = Cluster(root, nursery, seed=scenario.seed, hosts=scenario.hosts, slots=SLOTS,
                               launch_time=scenario.launch_time, lost_after=scenario.lost_after,
-                              reset_in_handshake=scenario.reset_in_handshake, latency=scenario.latency,
+                              reset_in_handshake=scenario.reset_in_handshake,
+                              sends_fail_after_reset=scenario.sends_fail_after_reset, latency=scenario.latency,
                               heartbeat_timeout=scenario.heartbeat_timeout)
             with installed(network=cluster.net, runner_factory=cluster.world.runner_factory(),
                            agent_wall=cluster.agent_wall, controller_wall=cluster.controller_wall,
