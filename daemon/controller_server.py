@@ -207,6 +207,11 @@ class ControllerDaemon:
                 except trio.WouldBlock:
                     log.warning("connection %s is not reading; closing it", cmd.conn)
                     self._close(conn, "send queue full")
+                except trio.BrokenResourceError:
+                    # Its writer already ended (the connection broke under a send): the
+                    # message is lost like any sent into a dying connection, and the
+                    # handler's finally reports the close.  It must not end the core loop.
+                    self._close(conn, "connection broken")
         elif isinstance(cmd, E.Close):
             conn = self._conns.get(cmd.conn)
             if conn is not None:

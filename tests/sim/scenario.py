@@ -116,8 +116,8 @@ RULES = {
     "duplicate_name": Duplicate,
     "clock_step": ClockStep,
     "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, so a cancel can land inside one
-    "reset_in_handshake": None,  # not a step: resets (and crashes) also break connections still in their handshake
-    "sends_fail_after_reset": None,  # not a step: a reset is an RST (later sends fail), not only a FIN
+    "reset_in_handshake": None,  # not a step: resets and crashes also break connections in their handshake
+    "sends_fail_after_reset": None,  # not a step: a reset may be an RST (later sends fail), not only a FIN
 }
 
 

@@ -45,5 +45,5 @@ def scenarios(rules: frozenset[str], *, max_steps: int) -> st.SearchStrategy[S.S
     return st.builds(S.Scenario, seed=st.integers(0, 2**32 - 1), steps=steps,
                      launch_time=st.just(launch_time),
                      reset_in_handshake=st.just("reset_in_handshake" in rules),
-                     sends_fail_after_reset=st.just("sends_fail_after_reset" in rules),
+                     sends_fail_after_reset=st.booleans() if "sends_fail_after_reset" in rules else st.just(False),
                      latency=st.sampled_from([0.0, 0.01, 0.2]))
