@@ -101,7 +101,8 @@ class ClockStep:
     seconds: float
 
 
-Step = Union[Submit, Cancel, Wait, Delay, Partition, StallRoundAnswer, Reset, ControllerRestart, ControllerRollback, AgentRestart,
+Step = Union[Submit, Cancel, Wait, Delay, Partition, StallRoundAnswer, Reset, ControllerRestart, ControllerRollback,
+             AgentRestart,
              Duplicate, ClockStep]
 
 # The fault rules, by name; a scenario uses only the enabled ones (see test_sim.py's KNOWN_OPEN).
