@@ -102,8 +102,7 @@ class ClockStep:
 
 
 Step = Union[Submit, Cancel, Wait, Delay, Partition, StallRoundAnswer, Reset, ControllerRestart, ControllerRollback,
-             AgentRestart,
-             Duplicate, ClockStep]
+             AgentRestart, Duplicate, ClockStep]
 
 # The fault rules, by name; a scenario uses only the enabled ones (see test_sim.py's KNOWN_OPEN).
 RULES = {
