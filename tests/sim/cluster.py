@@ -39,6 +39,7 @@ log = logging.getLogger("reckon.sim")
 TOKEN = "sim-token"
 HEARTBEAT_TIMEOUT = 10.0
 ROUND_TIMEOUT = 30.0
+LAUNCH_GUARD = 5.0  # fake seconds a cancel waits for a launch to end when cancels spare launches
 CALL_GUARD = 60.0  # fake seconds a client waits for the controller's answer
 AGENT_MODEL = {"heartbeat_interval": 2.0, "retry_initial": 1.0, "retry_max": 4.0}
 
@@ -257,14 +258,28 @@ class Cluster:
         if job is not None:
             self.submissions[submission] = job
 
-    async def cancel(self, pick: int) -> None:
+    async def cancel(self, pick: int, *, spare_launches: bool) -> None:
+        """Cancel a submission's job; with ``spare_launches``, first wait (a little fake time) until
+        it is not being launched (placed, no process yet): the rule `cancel_during_launch` is off."""
         if not self.controller.up or not self.submissions:
             return
         submission = sorted(self.submissions)[pick % len(self.submissions)]
         job = self.submissions[submission]
-        record = self.controller.daemon.model.state.jobs.get(job)
+        if spare_launches:
+            with trio.move_on_after(LAUNCH_GUARD):
+                while self._launching(job):
+                    await trio.sleep(0.01)
+        daemon = self.controller.daemon
+        record = daemon.model.state.jobs.get(job) if daemon is not None else None
         if record is not None and int(record.spec.command[1]) == submission:
             await self.controller.cancel(job)
+
+    def _launching(self, job: str) -> bool:
+        daemon = self.controller.daemon
+        record = daemon.model.state.jobs.get(job) if daemon is not None else None
+        if record is None or record.agent is None:
+            return False
+        return not any(p.job == job and p.attempt == record.attempt for p in self.world.processes.values())
 
     async def restart_controller(self, *, backup: bool, rollback: bool, down: float) -> None:
         await self.controller.crash()

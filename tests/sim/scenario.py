@@ -115,7 +115,7 @@ RULES = {
     "agent_crash": AgentRestart,
     "duplicate_name": Duplicate,
     "clock_step": ClockStep,
-    "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, so a cancel can land inside one
+    "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, and a cancel may land inside one
     "reset_in_handshake": None,  # not a step: resets and crashes also break connections in their handshake
     "sends_fail_after_reset": None,  # not a step: a reset may be an RST (later sends fail), not only a FIN
 }
@@ -126,6 +126,7 @@ class Scenario:
     seed: int
     steps: tuple[Step, ...]
     launch_time: float = 0.0
+    cancels_in_launch: bool = True  # False: a cancel waits until its job is not being launched
     lost_after: float | None = None
     hosts: tuple[str, ...] = HOSTS
     reset_in_handshake: bool = True
@@ -172,7 +173,7 @@ async def _drive(cluster: Cluster, scenario: Scenario) -> list[str]:
     async with trio.open_nursery() as faults:  # background fault timers; cancelled when faults stop
         try:
             for index, step in enumerate(scenario.steps):
-                await _do(cluster, faults, step)
+                await _do(cluster, faults, step, spare_launches=not scenario.cancels_in_launch)
                 if isinstance(step, ControllerRollback):
                     checker.rolled_back()
                 found = await _safety(cluster, checker)
@@ -230,12 +231,12 @@ async def _safety(cluster: Cluster, checker: Checker) -> list[str]:
     return checker.safety(_jobs(cluster), await cluster.controller.facts())
 
 
-async def _do(cluster: Cluster, faults: trio.Nursery, step: Step) -> None:
+async def _do(cluster: Cluster, faults: trio.Nursery, step: Step, *, spare_launches: bool) -> None:
     net = cluster.net
     if isinstance(step, Submit):
         await cluster.submit(step.duration, step.exit_code)
     elif isinstance(step, Cancel):
-        await cluster.cancel(step.pick)
+        await cluster.cancel(step.pick, spare_launches=spare_launches)
     elif isinstance(step, Wait):
         await trio.sleep(step.seconds)
     elif isinstance(step, Delay):

@@ -44,6 +44,7 @@ def scenarios(rules: frozenset[str], *, max_steps: int) -> st.SearchStrategy[S.S
                       st.lists(step(rules), min_size=1, max_size=max_steps)).map(lambda p: (*p[0], *p[1]))
     return st.builds(S.Scenario, seed=st.integers(0, 2**32 - 1), steps=steps,
                      launch_time=st.just(launch_time),
+                     cancels_in_launch=st.just("cancel_during_launch" in rules),
                      reset_in_handshake=st.just("reset_in_handshake" in rules),
                      sends_fail_after_reset=st.booleans() if "sends_fail_after_reset" in rules else st.just(False),
                      latency=st.sampled_from([0.0, 0.01, 0.2]))
