@@ -3,7 +3,8 @@
 Fails when an ID defined in the doc (a ``### INV-...`` heading) is named by no
 test file, when a test names an ``INV-...`` ID the doc does not define, when
 the doc mentions an undefined ID, or when a non-liveness ID has no
-``ReckonMachine.inv_<id>`` invariant method.
+``ReckonMachine.inv_<id>`` invariant method (``INV-SIM-*`` IDs are properties
+of the real daemons: tests/sim checks them, and must name each).
 """
 
 from __future__ import annotations
@@ -47,11 +48,19 @@ def test_tests_name_only_documented_invariants():
     assert not unknown, f"tests name IDs missing from docs/invariants.md: {unknown}"
 
 
+def test_each_simulation_invariant_is_named_by_the_simulation():
+    sim = set().union(*(ids for path, ids in _test_files().items() if "sim" in path.relative_to(ROOT).parts))
+    missing = sorted(i for i in doc_ids() if i.startswith("INV-SIM-") and i not in sim)
+    assert not missing, f"INV-SIM-* IDs no file of tests/sim names: {missing}"
+
+
 def test_each_safety_invariant_has_its_method():
     source = (ROOT / "tests" / "model" / "test_stateful.py").read_text()
     for inv_id in doc_ids():
         if inv_id.startswith("INV-LIVENESS-"):
             continue  # checked in teardown, not after each step
+        if inv_id.startswith("INV-SIM-"):
+            continue  # a property of the real daemons: checked by the simulation (tests/sim), not the model
         method = "inv_" + inv_id[len("INV-"):].lower().replace("-", "_")
         pattern = rf"@invariant\(\)\n    def {method}\(self\):\n        \"\"\"{re.escape(inv_id)}:"
         found = re.search(pattern, source) is not None

@@ -1,0 +1,331 @@
+"""A cluster of real daemons in one trio run: one controller, agents, the world and the network.
+
+``SimController`` runs the real ``ControllerDaemon`` (core loop and ticker)
+recovered from its state directory the way ``serve_controller`` does it;
+``SimAgent`` runs the real ``run_agent`` (store, adopt, core loop, ticker,
+exits, connection loop).  Each runs in a cancel scope of its own: cancelling it
+is a crash (nothing is flushed but what ``run_agent``'s own ``finally`` writes),
+and starting it again recovers from whatever its state directory holds.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import shutil
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from daemon.agent_daemon import AgentOptions, run_agent
+from daemon.controller_server import ControllerDaemon, ControllerOptions
+from daemon.factstore import FactStore
+from model import events as E
+from model import facts as F
+from model.controller import Controller, ControllerConfig
+from model.errors import LocalProtocolError
+from model.state import apply
+
+from net import Network, serve_connection
+from patches import SeededSecrets, SimWall
+from world import World, job_spec
+
+log = logging.getLogger("reckon.sim")
+
+TOKEN = "sim-token"
+HEARTBEAT_TIMEOUT = 10.0
+ROUND_TIMEOUT = 30.0
+LAUNCH_GUARD = 5.0  # fake seconds a cancel waits for a launch to end when cancels spare launches
+CALL_GUARD = 60.0  # fake seconds a client waits for the controller's answer
+AGENT_MODEL = {"heartbeat_interval": 2.0, "retry_initial": 1.0, "retry_max": 4.0}
+
+
+class SimController:
+    def __init__(self, state_dir: Path, net: Network, wall: SimWall, secrets: SeededSecrets,
+                 lost_after: float | None, heartbeat_timeout: float) -> None:
+        self.state_dir = state_dir
+        self.net = net
+        self.wall = wall
+        self.secrets = secrets
+        self.options = ControllerOptions(state_dir=state_dir, token=TOKEN,
+                                         model=ControllerConfig(round_timeout=ROUND_TIMEOUT, lost_after=lost_after),
+                                         heartbeat_timeout=heartbeat_timeout)
+        self.daemon: ControllerDaemon | None = None
+        self._scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stopped = trio.Event()
+        self._crashing = False
+        self.deaths: list[str] = []  # how it died when nobody crashed it (INV-SIM-NO-DAEMON-DEATH)
+
+    @property
+    def up(self) -> bool:
+        return self.daemon is not None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        self._stopped = trio.Event()
+        await nursery.start(self._run)
+
+    async def _run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self._scope = trio.CancelScope()
+        self._crashing = False
+        try:
+            with self._scope:
+                store = await FactStore.open(self.state_dir)
+                try:
+                    snapshot, facts, _ = await store.load()
+                    model = Controller.from_log(facts, self.options.model, snapshot)
+                    if model.state.cluster is None:  # a new history, as serve_controller names it
+                        created = F.ClusterCreated(cluster=self.secrets.token_hex(8))
+                        apply(model.state, created)
+                        await store.append([created])
+                    daemon = ControllerDaemon(self.options, store, model)
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(daemon.core_loop)
+                        nursery.start_soon(daemon.ticker)
+                        self._nursery, self.daemon = nursery, daemon
+                        self.net.controller = self
+                        task_status.started()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await store.aclose()
+        except Exception as exc:
+            # A simulated crash is a SIGKILL: what the daemon's tasks raise while torn
+            # down (a send to a connection whose writer is already gone) would never
+            # happen to a killed process.  Anything else is the daemon dying by itself.
+            if not self._crashing:
+                self.deaths.append(describe_death("the controller", exc))
+            log.debug("controller crash: ignored what its teardown raised", exc_info=True)
+        finally:
+            self.daemon = self._nursery = None
+            if self.net.controller is self:
+                self.net.controller = None
+            self._stopped.set()
+
+    def serve(self, stream: trio.abc.Stream) -> None:
+        """Serve one new connection, as the listener would (``OSError`` once the controller is going)."""
+        if self._nursery is None or self.daemon is None:
+            raise OSError(errno.ECONNREFUSED, "connection refused (the controller is down)")
+        self._nursery.start_soon(serve_connection, self._nursery, self.daemon, stream)
+
+    async def crash(self) -> None:
+        if self._scope is None or self.daemon is None:
+            return
+        self.net.controller = None  # no new connections from here on
+        self._crashing = True
+        self._scope.cancel()
+        await self._stopped.wait()
+        await self.net.reset_all()  # the host is gone: every connection breaks
+
+    async def facts(self) -> list[F.Fact]:
+        assert self.daemon is not None
+        snapshot, facts, _ = await self.daemon.store.load()
+        assert snapshot is None, "the simulation never writes a snapshot (snapshot_every is large)"
+        return facts
+
+    async def call(self, **work: Any) -> Any:
+        """``ControllerDaemon.call`` (a client's request), or None if the controller is down or
+        its core loop does not answer within ``CALL_GUARD`` fake seconds (then it counts as dead)."""
+        daemon = self.daemon
+        if daemon is None:
+            return None
+        with trio.move_on_after(CALL_GUARD):
+            return await daemon.call(**work)
+        if daemon is self.daemon:
+            self.deaths.append(f"INV-SIM-NO-DAEMON-DEATH: the controller's core loop did not answer for {CALL_GUARD} s")
+        return None
+
+    async def submit(self, spec) -> str | None:
+        commands = await self.call(event=E.SubmitJob(spec=spec, now=self.wall.time()))
+        return next((f.job for c in commands or () if isinstance(c, E.Append) for f in c.facts
+                     if isinstance(f, F.JobSubmitted)), None)
+
+    async def cancel(self, job: str) -> None:
+        try:
+            await self.call(event=E.CancelJob(job=job, now=self.wall.time()))
+        except LocalProtocolError:
+            pass  # refused (already terminal, unknown): a defined answer, nothing changes
+
+
+@dataclass(eq=False)
+class SimAgent:
+    host: str  # its state directory's name and its link
+    name: str  # the --name it joins with
+    state_dir: Path
+    scope: trio.CancelScope | None = None
+    stopped: trio.Event = field(default_factory=trio.Event)
+    daemon: Any = None
+    deaths: list[str] = field(default_factory=list)
+
+    @property
+    def up(self) -> bool:
+        return self.daemon is not None
+
+    def options(self, slots: int) -> AgentOptions:
+        return AgentOptions(name=self.name, slots=slots, state_dir=self.state_dir,
+                            controller=f"ws://{self.host}.sim", token=TOKEN, executor="null",
+                            reconnect_initial=0.1, reconnect_max=1.0, kill_grace=1.0, model=dict(AGENT_MODEL))
+
+    async def start(self, nursery: trio.Nursery, slots: int) -> None:
+        self.stopped = trio.Event()
+        self.scope = trio.CancelScope()
+        await nursery.start(self._run, slots)
+
+    async def _run(self, slots: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self.scope:
+                await run_agent(self.options(slots), task_status=_Capture(self, task_status))
+        except Exception as exc:
+            if not self.scope.cancel_called:  # else a simulated crash: see SimController._run
+                self.deaths.append(describe_death(f"agent {self.host}", exc))
+            log.debug("agent %s crash: ignored what its teardown raised", self.host, exc_info=True)
+        finally:
+            self.daemon = None
+            self.stopped.set()
+
+    async def crash(self, net: Network) -> None:
+        if self.scope is None or self.daemon is None:
+            return
+        self.scope.cancel()
+        await self.stopped.wait()
+        await net.reset(self.host)  # its host is gone: its connection breaks
+
+
+class _Capture:
+    """A task_status that also keeps the started daemon."""
+
+    def __init__(self, agent: SimAgent, task_status: Any) -> None:
+        self.agent, self.task_status = agent, task_status
+
+    def started(self, value: Any = None) -> None:
+        self.agent.daemon = value
+        self.task_status.started(value)
+
+
+def describe_death(who: str, exc: BaseException) -> str:
+    """INV-SIM-NO-DAEMON-DEATH: a daemon ended by itself; its innermost errors, where they were raised."""
+    leaves = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        else:
+            frames = traceback.extract_tb(e.__traceback__)
+            where = next((f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames)
+                          if "/daemon/" in f.filename), "?")
+            leaves.append(f"{type(e).__name__}({e}) at {where}")
+    return f"INV-SIM-NO-DAEMON-DEATH: {who} died: {'; '.join(leaves)}"
+
+
+class Cluster:
+    """The controller, the agents (and duplicates), the world and the network of one run."""
+
+    def __init__(self, root: Path, nursery: trio.Nursery, *, seed: int, hosts: tuple[str, ...],
+                 slots: int, launch_time: float, lost_after: float | None, reset_in_handshake: bool,
+                 sends_fail_after_reset: bool, latency: float, heartbeat_timeout: float) -> None:
+        self.root = root
+        self.nursery = nursery
+        self.slots = slots
+        self.agent_wall = SimWall()
+        self.controller_wall = SimWall()
+        self.secrets = SeededSecrets(random.Random(seed + 2))
+        self.net = Network(nursery, reset_in_handshake=reset_in_handshake,
+                           sends_fail_after_reset=sends_fail_after_reset, latency=latency)
+        self.world = World(nursery, self.agent_wall, launch_time=launch_time)
+        self.controller = SimController(root / "controller", self.net, self.controller_wall, self.secrets,
+                                        lost_after, heartbeat_timeout)
+        self.agents = {h: SimAgent(host=h, name=h, state_dir=root / h) for h in hosts}
+        self.duplicates: dict[str, SimAgent] = {}
+        self.backups: list[Path] = []
+        self.submissions: dict[int, str] = {}  # submission -> the job id its submit returned
+
+    async def start(self) -> None:
+        await self.controller.start(self.nursery)
+        for agent in self.agents.values():
+            await agent.start(self.nursery, self.slots)
+
+    # ---- operator actions -----------------------------------------------------------------
+
+    async def submit(self, duration: float, exit_code: int) -> None:
+        if not self.controller.up:
+            return  # the client is refused
+        submission = len(self.submissions) + 1
+        job = await self.controller.submit(job_spec(submission, duration, exit_code))
+        if job is not None:
+            self.submissions[submission] = job
+
+    async def cancel(self, pick: int, *, spare_launches: bool) -> None:
+        """Cancel a submission's job; with ``spare_launches``, first wait (a little fake time) until
+        it is not being launched (placed, no process yet): the rule `cancel_during_launch` is off."""
+        if not self.controller.up or not self.submissions:
+            return
+        submission = sorted(self.submissions)[pick % len(self.submissions)]
+        job = self.submissions[submission]
+        if spare_launches:
+            with trio.move_on_after(LAUNCH_GUARD):
+                while self._launching(job):
+                    await trio.sleep(0.01)
+        daemon = self.controller.daemon
+        record = daemon.model.state.jobs.get(job) if daemon is not None else None
+        if record is not None and int(record.spec.command[1]) == submission:
+            await self.controller.cancel(job)
+
+    def _launching(self, job: str) -> bool:
+        daemon = self.controller.daemon
+        record = daemon.model.state.jobs.get(job) if daemon is not None else None
+        if record is None or record.agent is None:
+            return False
+        return not any(p.job == job and p.attempt == record.attempt for p in self.world.processes.values())
+
+    async def restart_controller(self, *, backup: bool, rollback: bool, down: float) -> None:
+        await self.controller.crash()
+        if backup:
+            copy = self.root / f"controller-backup-{len(self.backups)}"
+            shutil.copytree(self.controller.state_dir, copy)
+            self.backups.append(copy)
+        await trio.sleep(down)
+        if rollback and self.backups:
+            shutil.rmtree(self.controller.state_dir)
+            shutil.copytree(self.backups[0], self.controller.state_dir)  # the oldest: the most forgotten
+        await self.controller.start(self.nursery)
+
+    async def restart_agent(self, host: str, down: float) -> None:
+        agent = self.agents[host]
+        await agent.crash(self.net)
+        await trio.sleep(down)
+        await agent.start(self.nursery, self.slots)
+
+    async def start_duplicate(self, host: str) -> None:
+        """A second agent daemon with ``host``'s name and a state directory of its own (a cloned VM)."""
+        dup = self.duplicates.setdefault(host, SimAgent(host=f"{host}-dup", name=host,
+                                                        state_dir=self.root / f"{host}-dup"))
+        if not dup.up:
+            await dup.start(self.nursery, self.slots)
+
+    async def stop_duplicates(self) -> None:
+        for dup in self.duplicates.values():
+            await dup.crash(self.net)
+
+    def deaths(self) -> list[str]:
+        return [*self.controller.deaths,
+                *(d for a in [*self.agents.values(), *self.duplicates.values()] for d in a.deaths)]
+
+    async def heal(self) -> None:
+        """Faults stop: links healed, the controller and every agent up, duplicates gone."""
+        await self.stop_duplicates()
+        for host in list(self.net.links):
+            await self.net.heal(host)
+        if not self.controller.up:
+            await self.controller.start(self.nursery)
+        for agent in self.agents.values():
+            if not agent.up:
+                await agent.start(self.nursery, self.slots)
+
+    async def stop(self) -> None:
+        for agent in [*self.agents.values(), *self.duplicates.values()]:
+            await agent.crash(self.net)
+        await self.controller.crash()
