@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lost-after", type=_positive, default=None,
                    help="requeue the jobs of an agent disconnected this long (default: never)")
     p.add_argument("--snapshot-every", type=int, default=200_000, help="facts between snapshots")
+    p.add_argument("--rejoin-grace", type=float, default=15.0, metavar="SECONDS",
+                   help="after a start, dispatch nothing until every known agent has rejoined, or this "
+                        "long (default 15; 0: dispatch at once)")
 
     p = sub.add_parser("agent", parents=[common], help="run an agent in the foreground")
     p.add_argument("--name", required=True)
@@ -231,6 +234,7 @@ async def _controller_command(args: argparse.Namespace) -> int:
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
+        rejoin_grace=max(args.rejoin_grace, 0.0),
     )
 
     async def run() -> None:

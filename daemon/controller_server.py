@@ -58,6 +58,9 @@ class ControllerOptions:
     snapshot_every: int = 200_000  # facts between snapshots
     max_batch: int = 5_000  # events decided per group commit
     max_dispatch_per_batch: int = 2_000  # dispatches per group commit
+    # After a start, no dispatch until every agent the log knows has rejoined and
+    # answered its round, or this many seconds have passed (0: no hold).  See _holding.
+    rejoin_grace: float = 15.0
 
 
 @dataclass(slots=True)
@@ -106,6 +109,7 @@ class ControllerDaemon:
         # by (agent name, address) at the Join.
         self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
         self.started_at = time.time()
+        self._hold_until: float | None = trio.current_time() + options.rejoin_grace if options.rejoin_grace > 0 else None
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
@@ -184,6 +188,8 @@ class ControllerDaemon:
         loop straight back for the rest after this batch's effects are out.
         """
         out: list[E.Command] = []
+        if self._holding():
+            return out
         pending_notes = True
         budget = self.options.max_dispatch_per_batch
         while pending_notes:
@@ -204,6 +210,31 @@ class ControllerDaemon:
                         pending_notes = True
                 out.extend(cmds)
         return out
+
+    def _holding(self) -> bool:
+        """Whether dispatch is still held after this controller's start.
+
+        The state may be a restored older copy: a job it calls PENDING may have
+        run, even finished, on an agent since (its dispatch is not in the copy).
+        That agent reports the attempt when it rejoins, and the job is adopted
+        with its true outcome; dispatching the job elsewhere first would run it
+        twice.  So nothing is dispatched until every agent the log knows has
+        rejoined and answered its round, or ``rejoin_grace`` has passed (an
+        agent that stays away longer may still hold such a job: README).
+        """
+        if self._hold_until is None:
+            return False
+        sessions = self.model.sessions
+        if trio.current_time() < self._hold_until and not all(
+                (s := sessions.get(name)) is not None and s.connected and not s.reconciling
+                for name in self.model.state.agents):
+            return True
+        self._hold_until = None
+        if self.model.state.agents:
+            log.info("dispatching: %s", "every known agent has rejoined" if all(
+                (s := sessions.get(name)) is not None and s.connected for name in self.model.state.agents)
+                else f"the rejoin grace of {self.options.rejoin_grace:g}s is over")
+        return False
 
     def _release(self, cmd: E.Command) -> None:
         if isinstance(cmd, E.Notify):
@@ -342,16 +373,19 @@ class ControllerDaemon:
         return "missing token"
 
     async def handle_request(self, request: WebSocketRequest) -> None:
-        refused = self._authorized(request)
-        if refused is not None:
-            host = _peer_host(request)
-            self.refusals.refused(("handshake", host, request.path, refused),
-                                  f"refused connections from {host} to {request.path}: {refused}")
-            await request.reject(401, body=refused.encode())
-            return
-        path = request.path
-        ws = await request.accept()
+        # A peer may reset its connection at any point, also while we accept or
+        # reject it: that ends this connection only, never the server (trio's
+        # listener would pass the exception up and stop the controller).
         try:
+            refused = self._authorized(request)
+            if refused is not None:
+                host = _peer_host(request)
+                self.refusals.refused(("handshake", host, request.path, refused),
+                                      f"refused connections from {host} to {request.path}: {refused}")
+                await request.reject(401, body=refused.encode())
+                return
+            path = request.path
+            ws = await request.accept()
             if path.startswith("/agent"):
                 await self._agent_connection(ws, _peer_host(request))
             elif path.startswith("/client"):
@@ -454,7 +488,11 @@ class ControllerDaemon:
         return events
 
     async def ticker(self) -> None:
-        """Time for the model: lost-agent detection when ``lost_after`` is set."""
+        """Time: the end of the start's dispatch hold (see _holding); lost-agent detection when
+        ``lost_after`` is set."""
+        if self._hold_until is not None:
+            await trio.sleep_until(self._hold_until)
+            await self.submit(_Work())  # a batch, so that _schedule runs once the hold is over
         if self.options.model.lost_after is None:
             return
         while True:

@@ -14,6 +14,8 @@ from model.jobs import JobRecord, JobState
 
 from world import Process, World, submission_of
 
+OPERATOR_FORGOT = "agent forgotten by the operator"  # model.controller's requeue reason for `reckon forget`
+
 
 def _processes_of(world: World, job: JobRecord) -> list[Process]:
     """The world's processes of this job's current attempt, of this very submission."""
@@ -34,14 +36,16 @@ class Checker:
 
     def run_at_most_once(self, facts: list[F.Fact]) -> list[str]:
         """INV-SIM-RUN-AT-MOST-ONCE: a submission runs at most once, unless the log requeued an
-        attempt the world never started (its dispatch was lost before any process existed)."""
+        attempt the world never started (its dispatch was lost before any process existed), or the
+        operator allowed it (``reckon forget`` of an agent gone for good requeues its jobs)."""
         runs: dict[int, list[Process]] = {}
         for proc in self.world.processes.values():
             runs.setdefault(proc.submission, []).append(proc)
         started = {(p.job, p.attempt) for p in self.world.processes.values()}
         justified: dict[str, int] = {}
         for fact in facts:
-            if isinstance(fact, F.JobRequeued) and (fact.job, fact.attempt) not in started:
+            if isinstance(fact, F.JobRequeued) and ((fact.job, fact.attempt) not in started
+                                                   or fact.reason == OPERATOR_FORGOT):
                 justified[fact.job] = justified.get(fact.job, 0) + 1
         out = []
         for sub, procs in sorted(runs.items()):

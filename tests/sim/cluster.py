@@ -139,9 +139,17 @@ class SimController:
         return None
 
     async def submit(self, spec) -> str | None:
-        commands = await self.call(event=E.SubmitJob(spec=spec, now=self.wall.time()))
-        return next((f.job for c in commands or () if isinstance(c, E.Append) for f in c.facts
-                     if isinstance(f, F.JobSubmitted)), None)
+        """Through the daemon's own submit path (the one a client's ``submit`` takes), which
+        gives the submission its uid; None if the controller is down or does not answer."""
+        daemon = self.daemon
+        if daemon is None:
+            return None
+        with trio.move_on_after(CALL_GUARD):
+            [job] = await daemon._submit_batch([spec])
+            return job
+        if daemon is self.daemon:
+            self.deaths.append(f"INV-SIM-NO-DAEMON-DEATH: the controller's core loop did not answer for {CALL_GUARD} s")
+        return None
 
     async def cancel(self, job: str) -> None:
         try:
@@ -159,6 +167,8 @@ class SimAgent:
     stopped: trio.Event = field(default_factory=trio.Event)
     daemon: Any = None
     deaths: list[str] = field(default_factory=list)
+    pong_timeout: float = 10.0  # the agent's keepalive: a controller silent this long is given up on
+    identity: str | None = None  # the identity its state directory gave it (known once started)
 
     @property
     def up(self) -> bool:
@@ -167,7 +177,8 @@ class SimAgent:
     def options(self, slots: int) -> AgentOptions:
         return AgentOptions(name=self.name, slots=slots, state_dir=self.state_dir,
                             controller=f"ws://{self.host}.sim", token=TOKEN, executor="null",
-                            reconnect_initial=0.1, reconnect_max=1.0, kill_grace=1.0, model=dict(AGENT_MODEL))
+                            reconnect_initial=0.1, reconnect_max=1.0, kill_grace=1.0, pong_timeout=self.pong_timeout,
+                            model=dict(AGENT_MODEL))
 
     async def start(self, nursery: trio.Nursery, slots: int) -> None:
         self.stopped = trio.Event()
@@ -202,6 +213,7 @@ class _Capture:
 
     def started(self, value: Any = None) -> None:
         self.agent.daemon = value
+        self.agent.identity = value.model.config.identity
         self.task_status.started(value)
 
 
@@ -226,7 +238,8 @@ class Cluster:
 
     def __init__(self, root: Path, nursery: trio.Nursery, *, seed: int, hosts: tuple[str, ...],
                  slots: int, launch_time: float, lost_after: float | None, reset_in_handshake: bool,
-                 sends_fail_after_reset: bool, latency: float, heartbeat_timeout: float) -> None:
+                 sends_fail_after_reset: bool, latency: float, heartbeat_timeout: float,
+                 pong_timeout: float = 10.0) -> None:
         self.root = root
         self.nursery = nursery
         self.slots = slots
@@ -238,7 +251,7 @@ class Cluster:
         self.world = World(nursery, self.agent_wall, launch_time=launch_time)
         self.controller = SimController(root / "controller", self.net, self.controller_wall, self.secrets,
                                         lost_after, heartbeat_timeout)
-        self.agents = {h: SimAgent(host=h, name=h, state_dir=root / h) for h in hosts}
+        self.agents = {h: SimAgent(host=h, name=h, state_dir=root / h, pong_timeout=pong_timeout) for h in hosts}
         self.duplicates: dict[str, SimAgent] = {}
         self.backups: list[Path] = []
         self.submissions: dict[int, str] = {}  # submission -> the job id its submit returned
@@ -310,6 +323,27 @@ class Cluster:
         for dup in self.duplicates.values():
             await dup.crash(self.net)
 
+    async def _retire_duplicates(self) -> None:
+        """What the operator does once a cloned machine is shut down for good: its processes
+        end with it, and if the clone holds the name with jobs placed (it took the name over
+        while the original was away, then went), ``reckon forget`` frees the name (README:
+        replacing a machine), so the original can join again and those jobs run again."""
+        for dup in self.duplicates.values():
+            for proc in self.world.alive():
+                if proc.host == dup.host:
+                    self.world.end(proc, exit_code=None, sig=9)
+            daemon = self.controller.daemon
+            info = daemon.model.state.agents.get(dup.name) if daemon is not None else None
+            if daemon is None or info is None or dup.identity is None or info.identity != dup.identity:
+                continue
+            with trio.move_on_after(CALL_GUARD):  # the controller notices the clone's connection break
+                while (session := daemon.model.sessions.get(dup.name)) is not None and session.connected:
+                    await trio.sleep(0.1)
+            try:
+                await self.controller.call(event=E.ForgetAgent(agent=dup.name, now=self.controller_wall.time()))
+            except LocalProtocolError:
+                pass  # refused (connected again, unknown): a defined answer, nothing changes
+
     def deaths(self) -> list[str]:
         return [*self.controller.deaths,
                 *(d for a in [*self.agents.values(), *self.duplicates.values()] for d in a.deaths)]
@@ -321,6 +355,7 @@ class Cluster:
             await self.net.heal(host)
         if not self.controller.up:
             await self.controller.start(self.nursery)
+        await self._retire_duplicates()
         for agent in self.agents.values():
             if not agent.up:
                 await agent.start(self.nursery, self.slots)

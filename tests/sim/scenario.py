@@ -133,6 +133,7 @@ class Scenario:
     sends_fail_after_reset: bool = True
     latency: float = 0.0  # fake seconds each way on every link
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
+    pong_timeout: float = 10.0  # the agents' keepalive (AgentOptions.pong_timeout)
 
 
 # ---- running one ---------------------------------------------------------------------------------
@@ -153,7 +154,8 @@ async def _main(scenario: Scenario, root: Path, stats: dict[str, int]) -> list[s
                               launch_time=scenario.launch_time, lost_after=scenario.lost_after,
                               reset_in_handshake=scenario.reset_in_handshake,
                               sends_fail_after_reset=scenario.sends_fail_after_reset, latency=scenario.latency,
-                              heartbeat_timeout=scenario.heartbeat_timeout)
+                              heartbeat_timeout=scenario.heartbeat_timeout,
+                              pong_timeout=scenario.pong_timeout)
             with installed(network=cluster.net, runner_factory=cluster.world.runner_factory(),
                            agent_wall=cluster.agent_wall, controller_wall=cluster.controller_wall,
                            seed=scenario.seed):

@@ -29,11 +29,12 @@ most ``CI_STEPS`` steps (about a minute on 2 shared cores); ``RECKON_HYPOTHESIS_
 (``make fuzz``) runs ``RECKON_SIM_EXAMPLES`` (default 2,000) of up to
 ``FUZZ_STEPS`` steps.
 
-Fault rules whose bug is still open on this branch are switched off by
-``KNOWN_OPEN`` (so the property test is green); each has a test below that
-drives the simulation straight into its bug, marked ``xfail(strict=True)``
-until the fix lands (then remove the mark and the rule from ``KNOWN_OPEN``:
-the test is that fix's regression test).
+A fault rule whose bug is open is switched off by ``KNOWN_OPEN`` (so the
+property test stays green) and gets a test that drives the simulation
+straight into its bug, marked ``xfail(strict=True)`` until the fix lands;
+then the mark and the ``KNOWN_OPEN`` entry go, and the test is that fix's
+regression test.  ``tests/sim/test_sim_bites.py`` re-injects the fixed bugs
+of issue #9 and shows the simulation catches each.
 """
 
 from __future__ import annotations
@@ -50,19 +51,14 @@ from scenario import (
 )
 from strategies import scenarios
 
-# Fault rules switched off in the property test, each with the open bug of issue #9 it finds.
-KNOWN_OPEN = {
-    "duplicate_name": "bug 1: two agents with the same name kick each other off and requeue each other's jobs",
-    "cancel_during_launch": "bug 2: a cancel during the launch is lost (the kill reaches a runner that "
-                            "does not list the job yet)",
-    "rollback": "bug 3: after a controller rollback a reused job id gets an old process's outcome",
-    "reset_in_handshake": "found by the simulation: a connection reset before the controller accepted it "
-                          "kills the controller (ConnectionClosed out of request.accept() in handle_request)",
-}
+# Fault rules switched off in the property test while the bug each finds is open
+# (rule -> the bug).  None now: issue #9's bugs 1 (duplicate_name), 2
+# (cancel_during_launch), 3 (rollback) and the handshake reset found here are
+# fixed, and each directed test below is that fix's regression test.
+KNOWN_OPEN: dict[str, str] = {}
 ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
 # Not a rule: the property test runs with lost_after off (its requeues may rightly run a job twice,
 # and judging one needs the agent's true reachability), so bug 4 has only its directed test.
-BUG_4 = "bug 4: lost_after fires early after a round deadline (the drop does not update last_heard)"
 # The directed tests below keep their runs clear of the other open bugs.
 RESETS_IN_HANDSHAKE = "reset_in_handshake" in ENABLED
 
@@ -134,14 +130,12 @@ def test_the_checks_see_a_run_twice() -> None:
 # ---- the open bugs of issue #9, reached by the simulation -----------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=KNOWN_OPEN["duplicate_name"])
 def test_bug1_a_duplicate_name_agent_does_not_run_jobs_twice() -> None:
     steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Duplicate("a1", 20.0), Wait(25.0))
     holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
           bug_id="INV-SIM-RUN-AT-MOST-ONCE")
 
 
-@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=KNOWN_OPEN["cancel_during_launch"])
 def test_bug2_a_cancel_during_the_launch_stops_the_process() -> None:
     steps = (Submit(300.0, 0), Wait(0.2), Cancel(0), Wait(5.0))
     holds(S.run(Scenario(seed=4, steps=steps, hosts=("a1",), launch_time=S.LAUNCH_TIME,
@@ -149,17 +143,18 @@ def test_bug2_a_cancel_during_the_launch_stops_the_process() -> None:
           bug_id="INV-SIM-CANCEL-STOPS-PROCESS")
 
 
-@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=BUG_4)
 def test_bug4_lost_after_counts_from_the_round_deadline_not_from_the_join() -> None:
     """lost_after=10, round_timeout=30: a round's answer is held 32 s (the agent is slow, not gone);
     the deadline drops it at join+30, it is back at join+32, well within lost_after of the drop.
-    (A heartbeat timeout above the round timeout, so that the round deadline is what ends the connection.)"""
+    (A heartbeat timeout above the round timeout, so that the round deadline is what ends the connection;
+    a patient keepalive, so that the agent does not give up on the stalled connection first, which
+    would make it really unreachable for longer than lost_after.)"""
     steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), StallRoundAnswer("a1", 32.0), Reset("a1"), Wait(60.0))
     holds(S.run(Scenario(seed=6, steps=steps, hosts=("a1",), lost_after=10.0, latency=0.05, heartbeat_timeout=60.0,
+                         pong_timeout=60.0,
                          reset_in_handshake=RESETS_IN_HANDSHAKE)), bug_id="INV-SIM-RUN-AT-MOST-ONCE")
 
 
-@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=KNOWN_OPEN["reset_in_handshake"])
 def test_found_a_reset_during_the_handshake_does_not_kill_the_controller() -> None:
     """Found by this simulation (shrunk to one step: reset agent a1's link while it first connects)."""
     holds(S.run(Scenario(seed=8, steps=(Reset("a1"),), reset_in_handshake=True)),
@@ -174,9 +169,18 @@ def test_found_a_send_after_a_reset_does_not_kill_the_controller() -> None:
     holds(S.run(Scenario(seed=0, steps=steps, reset_in_handshake=RESETS_IN_HANDSHAKE)))  # INV-SIM-NO-DAEMON-DEATH
 
 
-@pytest.mark.xfail(strict=True, raises=BugReproduced, reason=KNOWN_OPEN["rollback"])
 def test_bug3_after_a_rollback_no_job_gets_another_submissions_outcome() -> None:
     steps = (ControllerRestart(down=0.0, backup=True), Submit(20.0, 7), Wait(3.0), ControllerRollback(down=0.0),
              Submit(300.0, 0), Wait(30.0))
     holds(S.run(Scenario(seed=5, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
           bug_id="INV-TRUE-OUTCOME")
+
+
+def test_found_after_a_rollback_a_finished_job_is_not_run_again_elsewhere() -> None:
+    """Found by this simulation's random search (shrunk): job 5 ran and finished on a1 after the
+    backup; the restored state calls it PENDING, and a2 rejoined first and got it: it ran twice.
+    A controller now dispatches nothing after its start until every agent it knows has rejoined
+    (or its rejoin grace is over), so a1 reports job 5 first and it is adopted with its outcome."""
+    steps = (Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Wait(0.0),
+             ControllerRestart(down=0.0, backup=True), Wait(3.0), ControllerRollback(down=0.0))
+    holds(S.run(Scenario(seed=0, steps=steps, launch_time=0.5, sends_fail_after_reset=False)))

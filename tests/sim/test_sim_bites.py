@@ -1,0 +1,66 @@
+"""Bites: the simulation catches issue #9's bugs when they are put back.
+
+Each test re-injects one fixed bug into the real daemon or model code (with
+``monkeypatch``, so the fix stays in the tree) and runs that bug's directed
+scenario from ``test_sim.py``: the simulation must report the bug's own
+invariant (``BugReproduced``), not pass and not fail otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import test_sim as T
+from daemon.agent_daemon import AgentDaemon
+from model import controller as controller_model
+from model import events as E
+from model.agent import Agent
+from model.controller import Controller
+
+
+class _NoLaunchTracking(dict):
+    """The agent daemon before bug 2's fix: it keeps no note of launches under way,
+    so a kill that overtakes a launch goes to a runner that does not list the job yet."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+def test_bite_bug1_names_are_not_bound_to_identities(monkeypatch):
+    monkeypatch.setattr(Controller, "_name_refusal", lambda self, join, session, info: None)
+    with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
+        T.test_bug1_a_duplicate_name_agent_does_not_run_jobs_twice()
+
+
+def test_bite_bug2_a_kill_during_the_launch_is_dropped(monkeypatch):
+    init = AgentDaemon.__init__
+
+    def without_launch_tracking(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        self._launching = _NoLaunchTracking()
+
+    monkeypatch.setattr(AgentDaemon, "__init__", without_launch_tracking)
+    with pytest.raises(T.BugReproduced, match="INV-SIM-CANCEL-STOPS-PROCESS"):
+        T.test_bug2_a_cancel_during_the_launch_stops_the_process()
+
+
+def test_bite_bug3_reports_are_matched_by_job_and_attempt_alone(monkeypatch):
+    monkeypatch.setattr(controller_model, "_same_submission", lambda ours, theirs: True)
+    monkeypatch.setattr(Agent, "_other_submission", staticmethod(lambda held, msg: None))
+    with pytest.raises(T.BugReproduced, match="INV-TRUE-OUTCOME"):
+        T.test_bug3_after_a_rollback_no_job_gets_another_submissions_outcome()
+
+
+def test_bite_bug4_a_round_deadline_does_not_count_as_hearing_from_the_agent(monkeypatch):
+    on_deadline = Controller._HANDLERS[E.RoundDeadlineExpired]
+
+    def silence_from_the_join(self, ev, out) -> None:
+        session = self.sessions.get(ev.agent)
+        before = session.last_heard if session is not None else None
+        on_deadline(self, ev, out)
+        if session is not None:
+            session.last_heard = before
+
+    monkeypatch.setitem(Controller._HANDLERS, E.RoundDeadlineExpired, silence_from_the_join)
+    with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
+        T.test_bug4_lost_after_counts_from_the_round_deadline_not_from_the_join()
