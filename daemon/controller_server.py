@@ -109,7 +109,11 @@ class ControllerDaemon:
         # by (agent name, address) at the Join.
         self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
         self.started_at = time.time()
-        self._hold_until: float | None = trio.current_time() + options.rejoin_grace if options.rejoin_grace > 0 else None
+        # See _holding: only jobs already PENDING at the start can have run somewhere since.
+        pending_at_start = any(j.state is JobState.PENDING for j in controller.state.jobs.values())
+        self._hold_until: float | None = (trio.current_time() + options.rejoin_grace
+                                          if options.rejoin_grace > 0 and pending_at_start else None)
+        self._known_at_start = tuple(controller.state.agents)  # the agents the recovered state knows
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
@@ -218,22 +222,23 @@ class ControllerDaemon:
         run, even finished, on an agent since (its dispatch is not in the copy).
         That agent reports the attempt when it rejoins, and the job is adopted
         with its true outcome; dispatching the job elsewhere first would run it
-        twice.  So nothing is dispatched until every agent the log knows has
-        rejoined and answered its round, or ``rejoin_grace`` has passed (an
-        agent that stays away longer may still hold such a job: README).
+        twice.  So when jobs were PENDING at the start, nothing is dispatched
+        until every agent the recovered state knows has rejoined and answered
+        its round, or ``rejoin_grace`` has passed (the whole grace when it knows
+        no agent: a copy taken before the agents joined; an agent that stays
+        away longer may still hold such a job: README).
         """
         if self._hold_until is None:
             return False
         sessions = self.model.sessions
-        if trio.current_time() < self._hold_until and not all(
-                (s := sessions.get(name)) is not None and s.connected and not s.reconciling
-                for name in self.model.state.agents):
+        rejoined = bool(self._known_at_start) and all(
+            (s := sessions.get(name)) is not None and s.connected and not s.reconciling
+            for name in self._known_at_start)
+        if trio.current_time() < self._hold_until and not rejoined:
             return True
         self._hold_until = None
-        if self.model.state.agents:
-            log.info("dispatching: %s", "every known agent has rejoined" if all(
-                (s := sessions.get(name)) is not None and s.connected for name in self.model.state.agents)
-                else f"the rejoin grace of {self.options.rejoin_grace:g}s is over")
+        log.info("dispatching: %s", "every known agent has rejoined" if rejoined
+                 else f"the rejoin grace of {self.options.rejoin_grace:g}s is over")
         return False
 
     def _release(self, cmd: E.Command) -> None:

@@ -184,3 +184,12 @@ def test_found_after_a_rollback_a_finished_job_is_not_run_again_elsewhere() -> N
     steps = (Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Wait(0.0),
              ControllerRestart(down=0.0, backup=True), Wait(3.0), ControllerRollback(down=0.0))
     holds(S.run(Scenario(seed=0, steps=steps, launch_time=0.5, sends_fail_after_reset=False)))
+
+
+def test_found_after_a_rollback_to_a_copy_that_knows_no_agent_nothing_runs_twice() -> None:
+    """Found by this simulation's random search (shrunk): the copy was taken before any agent had
+    joined, so "every known agent has rejoined" held as soon as one agent joined, and jobs that had
+    finished on the other one ran again.  With no agent known, the hold lasts the whole grace."""
+    steps = (Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Wait(0.0),
+             ControllerRestart(down=14.62, backup=True), Wait(2.73), ControllerRollback(down=0.0))
+    holds(S.run(Scenario(seed=0, steps=steps, launch_time=0.5)))
