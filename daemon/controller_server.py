@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import trio
 from trio_websocket import ConnectionClosed as WSClosed
-from trio_websocket import WebSocketConnection, WebSocketRequest, serve_websocket
+from trio_websocket import WebSocketConnection, WebSocketRequest, WebSocketServer
 
 from model import events as E
 from model import messages as M
@@ -606,6 +606,25 @@ def _peer_host(request: WebSocketRequest) -> str:
     return "?" if address is None else str(address)
 
 
+class ContainedServer(WebSocketServer):
+    """trio-websocket's server, where one connection's failure ends that connection only.
+
+    trio-websocket 0.12 answers a ping from its reader task; a ping that arrives
+    while the connection is closing makes wsproto raise ``LocalProtocolError``
+    there, out of the connection's nursery, through the listener's handler
+    nursery, and the whole controller stopped (found by the long ``reckon
+    chaos`` run: agents ping every 5 s, and a silent agent's connection is
+    closed).  Whatever one connection raises is logged and ends it alone.
+    """
+
+    async def _handle_connection(self, stream: trio.abc.Stream) -> None:
+        try:
+            await super()._handle_connection(stream)
+        except Exception as exc:  # not Cancelled (a BaseException): a stop still stops everything
+            log.info("a connection failed in the WebSocket layer, closed it: %r", exc)
+            await trio.aclose_forcefully(stream)
+
+
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
     t0 = time.perf_counter()
@@ -634,13 +653,10 @@ async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(daemon.core_loop)
             nursery.start_soon(daemon.ticker)
-            server = await nursery.start(
-                lambda task_status: serve_websocket(
-                    daemon.handle_request, options.host, options.port, None,
-                    handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE,
-                    task_status=task_status,
-                )
-            )
+            listeners = await trio.open_tcp_listeners(options.port, host=options.host)
+            server = await nursery.start(ContainedServer(
+                daemon.handle_request, listeners, handler_nursery=nursery,
+                max_message_size=wire.MAX_AGENT_MESSAGE).run)
             if options.token is None:
                 log.warning("no token configured: accepting loopback connections only")
             task_status.started((server.port, daemon))
