@@ -260,6 +260,11 @@ class ReckonMachine(RuleBasedStateMachine):
             info = self.controller.state.agents.get(fact.agent)
             if info is not None and info.used > info.slots:
                 self._violate("INV-CAPACITY", f"dispatch of {fact.job} made {fact.agent} use {info.used}/{info.slots}")
+        if isinstance(back, F.JobDispatched):
+            before = self.durable.jobs.get(back.job)
+            if before is not None and (before.cancel_requested or before.state is JobState.CANCELLED):
+                self._violate("INV-CANCELLED-NOT-DISPATCHED", f"{back.job}/{back.attempt} dispatched to {back.agent} "
+                                                              f"after its cancel")
         self.log.append(back)
         S.apply(self.durable, back)
         if isinstance(back, F.JobDispatched):
@@ -1152,6 +1157,11 @@ class ReckonMachine(RuleBasedStateMachine):
     def inv_resync_holds_back(self):
         """INV-RESYNC-HOLDS-BACK: an agent sends no heartbeat, start or completion until its report is out."""
         self._take("INV-RESYNC-HOLDS-BACK")
+
+    @invariant()
+    def inv_cancelled_not_dispatched(self):
+        """INV-CANCELLED-NOT-DISPATCHED: a job whose cancel was requested is never dispatched again."""
+        self._take("INV-CANCELLED-NOT-DISPATCHED")
 
     @invariant()
     def inv_stale_ignored(self):

@@ -1,0 +1,431 @@
+"""Exhaustive small-scope exploration of the model (issue #13).
+
+A breadth-first search over every interleaving of deliveries, faults, crashes,
+cancels, process ends and time, up to a depth bound, for a small scope (e.g. one
+controller, two agents, two jobs, page size 1).  The world it explores is the
+stateful machine's (``test_stateful.ReckonMachine``): the real ``Controller``,
+``Agent`` and ``Scheduler`` models, per-connection FIFO channels of in-flight
+wire maps, a fake process table, durable agent disks and the controller's fact
+log.  The explorer only chooses the next step; every invariant is the machine's
+own ``inv_*`` check (one place, shared by both), run at every explored state.
+
+States are hashed through a canonical form (``canonical``): round tokens and
+connection numbers come from counters and are renamed by their order of
+creation among the live ones; history kept only for checking (the fact log, the
+list of ended timers, counters) is left out and the controller's durable state
+enters as its digest.  So equal states, reached by different paths, are
+explored once.
+
+Liveness: from every state at the frontier (the depth bound), and from every
+state whose successors were all seen before, faults stop and the machine's
+``teardown`` runs the cluster to quiescence and checks that every outcome is
+recorded, nothing is stuck and every pending job that fits gets placed.
+
+A violation is reported with the shortest trace (breadth-first) as a readable
+event list and as a replayable pytest snippet (``Violation.snippet``).
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import pickle
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from model import events as E
+from model.jobs import JobState
+
+from test_stateful import ReckonMachine
+
+TOKEN_LEN = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """What is explored: the cluster's size and which fault kinds are enabled."""
+
+    agents: int = 2
+    jobs: int = 2
+    slots: int = 1  # per agent
+    ctrl_page: int = 1
+    agent_page: int = 1
+    round_timeout: float = 5.0
+    lost_after: float | None = None
+    outcomes: tuple[tuple[int | None, int | None], ...] = ((0, None), (1, None))
+    settle_first: bool = True  # start from a settled cluster (every job running), else from dispatches in flight
+    agent_down: bool = False  # an agent may stay down (crash now, restart later), not only crash-and-restart
+    snapshots: bool = True  # controller crash may recover from a snapshot of half the log
+    time_step: float = 2.5  # one "time passes" step: past the heartbeat interval (2 s)
+    faults: int = 2  # fault steps (FAULTS) per trace; deliveries, time, cancels and process ends are unbounded
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.agents <= 3 or not 0 <= self.jobs <= 4 or not 1 <= self.slots <= 3:
+            raise ValueError(f"scope out of range: {self}")
+
+
+class ExploredMachine(ReckonMachine):
+    """The stateful machine, driven step by step by the explorer instead of Hypothesis."""
+
+    def __init__(self) -> None:  # noqa: D107 - skip Hypothesis' set-up: nothing here uses it
+        self.ready = False
+
+    @classmethod
+    def start(cls, scope: Scope) -> "ExploredMachine":
+        m = cls()
+        m.setup(n_agents=scope.agents, slots=[scope.slots] * 3, ctrl_page=scope.ctrl_page,
+                agent_page=scope.agent_page, round_timeout=scope.round_timeout, lost_after=scope.lost_after,
+                recent_window=300.0, retry_max=4.0, initial_jobs=[1] * scope.jobs)
+        if scope.settle_first:
+            m._deliver_all()
+            m._advance(scope.time_step, 0.0, False)  # the Started reports go out with a tick
+            m._deliver_all()
+        m.check()
+        return m
+
+    # ---- steps the Hypothesis rules do not offer in this exact form ----------------
+
+    def delay(self, i: int) -> None:
+        """The head of channel ``i`` is delivered late: behind everything now in flight on any channel."""
+        item = self._heads()[i]
+        self.wire.remove(item)
+        self.wire.append(item)
+
+    def drop_head(self, i: int) -> None:
+        self.wire.remove(self._heads()[i])
+
+    def duplicate_head(self, i: int) -> None:
+        item = self._heads()[i]
+        self.uid += 1
+        self.wire.insert(self.wire.index(item) + 1, _twin(item, self.uid))
+
+    def round_deadline(self, agent: str) -> None:
+        """The open round's timer fires at its deadline (time jumps there, no one else ticks)."""
+        token, deadline = next((k[1], d) for k, d in sorted(self.timers.items()) if k[0] == agent)
+        self.now = max(self.now, deadline)
+        self._ctrl(E.RoundDeadlineExpired(agent=agent, token=token, now=self.now))
+
+    def check(self) -> None:
+        """Every state invariant of the machine (each ``inv_*``)."""
+        self._check_all_invariants()
+
+
+def _twin(item: Any, uid: int) -> Any:
+    twin = copy.copy(item)
+    twin.data = copy.deepcopy(item.data)
+    twin.uid = uid
+    return twin
+
+
+# ---- the steps enabled in a state ---------------------------------------------------------
+
+Step = tuple[str, tuple[tuple[str, Any], ...]]  # (method, keyword arguments)
+
+# Steps that are faults: a trace may take at most ``Scope.faults`` of them.
+FAULTS = frozenset({"drop_head", "duplicate_head", "delay", "disconnect", "agent_crash", "controller_crash",
+                    "supervisor_lost"})
+
+
+def _step(method: str, **kwargs: Any) -> Step:
+    return (method, tuple(kwargs.items()))
+
+
+def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1) -> list[Step]:
+    out = _all_steps(m, scope)
+    return out if faults_left > 0 else [s for s in out if s[0] not in FAULTS]
+
+
+def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
+    out: list[Step] = []
+    for i, head in enumerate(m._heads()):
+        out.append(_step("deliver", i=i, keep_copy=False))
+        if head.data is not None:  # a close notice is never lost, duplicated or overtaken
+            out += [_step("drop_head", i=i), _step("duplicate_head", i=i), _step("delay", i=i)]
+    names = list(m.sides)
+    connected = [s for s in m.sides.values() if s.conn is not None]
+    for i, _ in enumerate(connected):
+        out.append(_step("disconnect", i=i, lose_in_flight=False))
+    down_conn = [s for s in m.sides.values() if s.agent is not None and s.conn is None]
+    for i, _ in enumerate(down_conn):
+        out.append(_step("rejoin", i=i, deliver_join=False, then_schedule=False))
+    alive = [s for s in m.sides.values() if s.agent is not None]
+    for i, _ in enumerate(alive):
+        out.append(_step("agent_crash", i=i, restart_now=not scope.agent_down, lost=[], slots=None))
+    if scope.agent_down:
+        for i, _ in enumerate(s for s in m.sides.values() if s.agent is None):
+            out.append(_step("agent_restart", i=i, lost=[], slots=None))
+    out.append(_step("controller_crash", keep_stale=True, snapshot_at=None))
+    if scope.snapshots and len(m.log) > 2:
+        out.append(_step("controller_crash", keep_stale=True, snapshot_at=len(m.log) // 2))
+    jobs = list(m.controller.state.jobs.values())
+    for i, job in enumerate(jobs):
+        if not job.terminal:
+            out.append(_step("cancel", i=i, running_only=False))
+    procs = [p for p in m.procs if p.alive]
+    for i, _ in enumerate(procs):
+        for outcome in scope.outcomes:
+            out.append(_step("process_ends", i=i, outcome=outcome))
+    for i, _ in enumerate(p for p in procs if m.sides[p.agent].agent is not None):
+        out.append(_step("supervisor_lost", i=i))
+    for name in names:
+        if any(k[0] == name for k in m.timers):
+            out.append(_step("round_deadline", agent=name))
+    if any(j.state is JobState.PENDING for j in jobs):
+        out.append(_step("scheduler_pass", limit=None, defer=False))
+    out.append(_step("advance_time", dt=scope.time_step, jitter=0.0, fire=False))
+    return out
+
+
+def run_step(m: ExploredMachine, step: Step) -> None:
+    method, kwargs = step
+    getattr(m, method)(**dict(kwargs))
+
+
+def describe(step: Step) -> str:
+    method, kwargs = step
+    return f"{method}({', '.join(f'{k}={v!r}' for k, v in kwargs)})"
+
+
+# ---- canonical form -------------------------------------------------------------------------
+
+# Machine fields that are history kept for the checks (or counters), not state.
+_HISTORY = frozenset({
+    "log", "durable", "ended_timers", "queries", "applied_tokens", "violations", "uid", "next_token", "next_conn",
+    "last_report", "ever_dispatched", "terminal_seen", "ready", "cconf", "names",
+    "conn_agent", "ctrl_open", "ctrl_joined", "agent_open",  # re-entered below, for live connections only
+})
+_CONN_FIELDS = frozenset({"conn", "latest_conn"})
+_SKIP_ATTRS = frozenset({"applied_rounds", "facts_applied", "digest", "pid", "uid_wire", "config"})
+
+
+class _Canon:
+    """Builds a hashable canonical form; tokens and connections are renamed by order of creation."""
+
+    def __init__(self, tokens: dict[bytes, int], conns: dict[int, int]) -> None:
+        self.tokens, self.conns = tokens, conns
+
+    def form(self, obj: Any, conn: bool = False) -> Any:
+        if conn and isinstance(obj, int):
+            return ("c", self.conns.get(obj, -1))
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj
+        if isinstance(obj, bytes):
+            return ("t", self.tokens.get(obj, -1)) if len(obj) == TOKEN_LEN else obj
+        if isinstance(obj, enum.Enum):
+            return obj.name
+        if isinstance(obj, (list, tuple)):
+            return tuple(self.form(x) for x in obj)
+        if isinstance(obj, (set, frozenset)):
+            return ("set", tuple(sorted((self.form(x) for x in obj), key=repr)))
+        if isinstance(obj, dict):
+            items = [(self.form(k, conn), self.form(v, conn=k in _CONN_FIELDS)) for k, v in obj.items()]
+            return ("map", tuple(sorted(items, key=lambda kv: repr(kv[0]))))
+        return (type(obj).__name__, tuple(
+            (name, self.form(value, conn=name in _CONN_FIELDS)) for name, value in _attrs(obj)
+            if name not in _SKIP_ATTRS))
+
+
+def _attrs(obj: Any) -> list[tuple[str, Any]]:
+    names: list[str] = []
+    for klass in type(obj).__mro__:
+        for name in getattr(klass, "__slots__", ()):
+            if name not in names and not name.startswith("__"):
+                names.append(name)
+    names += [n for n in getattr(obj, "__dict__", {}) if n not in names]
+    return [(n, getattr(obj, n)) for n in names if hasattr(obj, n)]
+
+
+def _collect_tokens(obj: Any, found: set[bytes], depth: int = 0) -> None:
+    if isinstance(obj, bytes):
+        if len(obj) == TOKEN_LEN:
+            found.add(obj)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for x in obj:
+            _collect_tokens(x, found, depth + 1)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _collect_tokens(k, found, depth + 1)
+            _collect_tokens(v, found, depth + 1)
+    elif obj is not None and not isinstance(obj, (bool, int, float, str, enum.Enum)):
+        for _, v in _attrs(obj):
+            _collect_tokens(v, found, depth + 1)
+
+
+def canonical(m: ExploredMachine) -> Any:
+    """The state of model + world, with counters' values renamed: equal states get equal forms."""
+    live_conns = {s.conn for s in m.sides.values() if s.conn is not None}
+    live_conns |= {w.conn for w in m.wire}
+    live_conns |= set(m.controller._conns)
+    for sess in m.controller.sessions.values():
+        live_conns |= {c for c in (sess.conn, sess.latest_conn) if c}
+    conns = {c: k for k, c in enumerate(sorted(live_conns))}
+    parts = {
+        "durable": m.controller.state.digest(),
+        "controller": (m.controller.sessions, m.controller._conns),
+        "links": {c: (m.conn_agent.get(c), m.ctrl_open.get(c), m.ctrl_joined.get(c), m.agent_open.get(c))
+                  for c in live_conns},
+        "rest": {k: v for k, v in vars(m).items() if k not in _HISTORY and k != "controller"},
+    }
+    found: set[bytes] = set()
+    _collect_tokens(parts, found)
+    canon = _Canon({t: k for k, t in enumerate(sorted(found))}, conns)
+    return (canon.form(parts["durable"]), canon.form(parts["controller"]),
+            tuple(sorted(((conns[c], canon.form(v)) for c, v in parts["links"].items()))),
+            canon.form(parts["rest"]))
+
+
+# ---- the search ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Violation:
+    invariant: str  # the invariant ID named by the failed check (or the exception's type)
+    message: str
+    trace: list[Step]
+    scope: Scope
+    liveness: bool = False  # found while running to quiescence from the trace's last state
+
+    def events(self) -> str:
+        lines = [f"{k + 1:3d}. {describe(s)}" for k, s in enumerate(self.trace)]
+        if self.liveness:
+            lines.append("     then: faults stop, run to quiescence (teardown)")
+        return "\n".join(lines)
+
+    def snippet(self) -> str:
+        body = "\n".join(f"    m.{describe(s)}\n    m.check()" for s in self.trace)
+        tail = "\n    m.teardown()" if self.liveness else ""
+        return (f"def test_found_by_explorer():\n    m = ExploredMachine.start({self.scope!r})\n"
+                f"{body}{tail}\n")
+
+    def __str__(self) -> str:
+        return (f"{self.invariant}: {self.message}\nshortest trace ({len(self.trace)} steps):\n{self.events()}\n"
+                f"replayable test:\n{self.snippet()}")
+
+
+@dataclass
+class Result:
+    states: int = 0  # distinct states explored
+    transitions: int = 0
+    depth: int = 0  # deepest level completed
+    liveness_checked: int = 0
+    seconds: float = 0.0
+    violation: Violation | None = None
+    per_depth: list[int] = field(default_factory=list)
+
+    def summary(self) -> str:
+        found = f"VIOLATION {self.violation.invariant}" if self.violation else "no violation"
+        return (f"{self.states} states, {self.transitions} transitions, depth {self.depth} "
+                f"(per depth {self.per_depth}), {self.liveness_checked} liveness runs, {self.seconds:.1f} s: {found}")
+
+
+def _invariant_of(exc: BaseException) -> str:
+    text = str(exc)
+    if text.startswith("INV-"):
+        return text.split(":", 1)[0]
+    for word in text.replace(",", " ").split():
+        if word.startswith("INV-"):
+            return word.rstrip(":")
+    return type(exc).__name__
+
+
+def _clone(m: ExploredMachine) -> ExploredMachine:
+    return pickle.loads(pickle.dumps(m, pickle.HIGHEST_PROTOCOL))  # several times faster than deepcopy
+
+
+def _teardown(m: ExploredMachine) -> None:
+    m.teardown()
+
+
+def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_states: int | None = None,
+            liveness: Callable[[int, bool], bool] | None = None) -> Result:
+    """Breadth-first to ``depth`` steps; stops at the first violation (its trace is a shortest one).
+
+    ``liveness(level, leaf)`` says whether to run to quiescence from a state; by
+    default from every frontier state and every state with no new successor.
+    """
+    started = time.monotonic()
+    result = Result()
+    check_liveness = liveness or (lambda level, leaf: leaf or level == depth)
+    root = ExploredMachine.start(scope)
+    for st in prefix:  # a scenario's way to an interesting state, then everything from there
+        run_step(root, st)
+        root.check()
+    seen = {(scope.faults, canonical(root))}
+    level: list[tuple[ExploredMachine, list[Step], int]] = [(root, list(prefix), scope.faults)]
+    result.states = 1
+    result.per_depth.append(1)
+
+    def fail(exc: BaseException, trace: list[Step], live: bool) -> Result:
+        result.violation = Violation(invariant=_invariant_of(exc), message=str(exc)[:2000], trace=trace,
+                                     scope=scope, liveness=live)
+        result.seconds = time.monotonic() - started
+        return result
+
+    for d in range(depth + 1):
+        following: list[tuple[ExploredMachine, list[Step], int]] = []
+        for m, trace, faults_left in level:
+            new = 0
+            if d < depth:
+                for st in steps(m, scope, faults_left):
+                    child = _clone(m)
+                    result.transitions += 1
+                    try:
+                        run_step(child, st)
+                        child.check()
+                    except Exception as exc:  # noqa: BLE001 - any failure of the model is a finding
+                        return fail(exc, trace + [st], False)
+                    left = faults_left - (st[0] in FAULTS)
+                    key = (left, canonical(child))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    new += 1
+                    following.append((child, trace + [st], left))
+                    if max_states is not None and len(seen) >= max_states:
+                        break
+            if check_liveness(d, new == 0):
+                result.liveness_checked += 1
+                probe = _clone(m)
+                try:
+                    _teardown(probe)
+                except Exception as exc:  # noqa: BLE001
+                    return fail(exc, trace, True)
+        result.depth = d
+        if not following:
+            break
+        result.states += len(following)
+        result.per_depth.append(len(following))
+        level = following
+        if max_states is not None and len(seen) >= max_states:
+            result.depth = d + 1
+            break
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def main() -> None:  # pragma: no cover - the deep run: `make check-deep`
+    import argparse
+
+    parser = argparse.ArgumentParser(description="exhaustive exploration of the model")
+    parser.add_argument("--depth", type=int, default=6)
+    parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--agent-down", action="store_true")
+    parser.add_argument("--pending", action="store_true", help="start with dispatches in flight, not settled")
+    args = parser.parse_args()
+    scope = Scope(agents=args.agents, jobs=args.jobs, agent_down=args.agent_down, settle_first=not args.pending)
+    for d in range(1, args.depth + 1):
+        result = explore(scope, d)
+        print(f"depth {d}: {result.summary()}", flush=True)
+        if result.violation:
+            print(result.violation)
+            raise SystemExit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+
+__all__ = ["ExploredMachine", "Result", "Scope", "Violation", "canonical", "explore", "steps"]
