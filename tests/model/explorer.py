@@ -87,17 +87,24 @@ class ExploredMachine(ReckonMachine):
 
     # ---- steps the Hypothesis rules do not offer in this exact form ----------------
 
+    lossy: set[int]  # connections a message was dropped, duplicated or reordered on (see settle_in_place)
+
+    def _tamper(self, i: int) -> Any:
+        item = self._heads()[i]
+        self.lossy = getattr(self, "lossy", set()) | {item.conn}
+        return item
+
     def delay(self, i: int) -> None:
         """The head of channel ``i`` is delivered late: behind everything now in flight on any channel."""
-        item = self._heads()[i]
+        item = self._tamper(i)
         self.wire.remove(item)
         self.wire.append(item)
 
     def drop_head(self, i: int) -> None:
-        self.wire.remove(self._heads()[i])
+        self.wire.remove(self._tamper(i))
 
     def duplicate_head(self, i: int) -> None:
-        item = self._heads()[i]
+        item = self._tamper(i)
         self.uid += 1
         self.wire.insert(self.wire.index(item) + 1, _twin(item, self.uid))
 
@@ -139,6 +146,8 @@ def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1) -> list[Step]:
 
 def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
     out: list[Step] = []
+    if m.wire:
+        out.append(_step("settle"))  # deliver everything, oldest first: a shortcut to deeper states
     for i, head in enumerate(m._heads()):
         out.append(_step("deliver", i=i, keep_copy=False))
         if head.data is not None:  # a close notice is never lost, duplicated or overtaken
@@ -174,6 +183,9 @@ def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
             out.append(_step("round_deadline", agent=name))
     if any(j.state is JobState.PENDING for j in jobs):
         out.append(_step("scheduler_pass", limit=None, defer=False))
+        out.append(_step("scheduler_pass", limit=None, defer=True))  # its proposals reach the controller later
+    for i, _ in enumerate(m.proposals):
+        out.append(_step("late_proposal", i=i))
     out.append(_step("advance_time", dt=scope.time_step, jitter=0.0, fire=False))
     return out
 
@@ -194,7 +206,7 @@ def describe(step: Step) -> str:
 _HISTORY = frozenset({
     "log", "durable", "ended_timers", "queries", "applied_tokens", "violations", "uid", "next_token", "next_conn",
     "last_report", "ever_dispatched", "terminal_seen", "ready", "cconf", "names",
-    "conn_agent", "ctrl_open", "ctrl_joined", "agent_open",  # re-entered below, for live connections only
+    "conn_agent", "ctrl_open", "ctrl_joined", "agent_open", "lossy",  # re-entered below, for live connections only
 })
 _CONN_FIELDS = frozenset({"conn", "latest_conn"})
 _SKIP_ATTRS = frozenset({"applied_rounds", "facts_applied", "digest", "pid", "uid_wire", "config"})
@@ -264,8 +276,8 @@ def canonical(m: ExploredMachine) -> Any:
     parts = {
         "durable": m.controller.state.digest(),
         "controller": (m.controller.sessions, m.controller._conns),
-        "links": {c: (m.conn_agent.get(c), m.ctrl_open.get(c), m.ctrl_joined.get(c), m.agent_open.get(c))
-                  for c in live_conns},
+        "links": {c: (m.conn_agent.get(c), m.ctrl_open.get(c), m.ctrl_joined.get(c), m.agent_open.get(c),
+                      c in getattr(m, "lossy", ())) for c in live_conns},
         "rest": {k: v for k, v in vars(m).items() if k not in _HISTORY and k != "controller"},
     }
     found: set[bytes] = set()
@@ -312,6 +324,7 @@ class Result:
     liveness_checked: int = 0
     seconds: float = 0.0
     violation: Violation | None = None
+    goal: list[Step] | None = None  # the shortest way to a state ``goal`` accepts
     per_depth: list[int] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -334,12 +347,42 @@ def _clone(m: ExploredMachine) -> ExploredMachine:
     return pickle.loads(pickle.dumps(m, pickle.HIGHEST_PROTOCOL))  # several times faster than deepcopy
 
 
+def settle_in_place(m: ExploredMachine, rounds: int = 12) -> None:
+    """Faults stop and nobody reconnects: deliver everything and let time pass (heartbeats, retries,
+    deadlines).  Every agent still connected ends with the controller's placement (INV-LIVENESS-AGREE):
+    anti-entropy repairs a disagreement on a live connection, without a join round."""
+    step = 1.0 + max(max(s.config.retry_max * 1.25, s.config.heartbeat_interval) for s in m.sides.values())
+    def judged() -> list[str]:  # a WebSocket loses nothing without closing: a tampered connection is not judged
+        return [name for name, side in m.sides.items()
+                if side.agent is not None and side.conn is not None and side.conn not in getattr(m, "lossy", ())
+                and getattr(m.controller.sessions.get(name), "conn", None) == side.conn]
+
+    def agree(name: str) -> bool:
+        return sorted(m.sides[name].agent.held()) == sorted(m.controller.placed_on(name).items())
+
+    for k in range(rounds):
+        m._deliver_all()
+        m._drain_notes()
+        m.check()
+        if k >= 2 and not m.wire and all(agree(name) for name in judged()):
+            break
+        m._advance(step, 0.0, True)
+    m._deliver_all()
+    m.check()
+    for name in judged():
+        held, placed = sorted(m.sides[name].agent.held()), sorted(m.controller.placed_on(name).items())
+        assert held == placed, (f"INV-LIVENESS-AGREE: {name} stays connected and holds {held}, "
+                                f"the controller places {placed} there (anti-entropy did not repair it)")
+
+
 def _teardown(m: ExploredMachine) -> None:
+    settle_in_place(_clone(m))
     m.teardown()
 
 
 def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_states: int | None = None,
-            liveness: Callable[[int, bool], bool] | None = None) -> Result:
+            liveness: Callable[[int, bool], bool] | None = None,
+            goal: Callable[[ExploredMachine], bool] | None = None) -> Result:
     """Breadth-first to ``depth`` steps; stops at the first violation (its trace is a shortest one).
 
     ``liveness(level, leaf)`` says whether to run to quiescence from a state; by
@@ -381,6 +424,10 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
                     if key in seen:
                         continue
                     seen.add(key)
+                    if goal is not None and goal(child):  # a search for a way into a state, not a check
+                        result.goal = trace + [st]
+                        result.seconds = time.monotonic() - started
+                        return result
                     new += 1
                     following.append((child, trace + [st], left))
                     if max_states is not None and len(seen) >= max_states:
@@ -403,6 +450,66 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
             break
     result.seconds = time.monotonic() - started
     return result
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scope, a way into it (steps run before the search) and the depth searched from there."""
+
+    name: str
+    scope: Scope
+    depth: int
+    prefix: tuple[Step, ...] = ()
+
+
+S_ = _step
+# a1's anti-entropy round R1 (its supervisor lost job 1) is applied; a copy of R1's report page is kept
+# in flight; job 1's next attempt runs on a1 and is lost too, so a heartbeat arms R2 on the same
+# connection, overtaking the copy.  From here a stale round's page can reach the open round.
+TWO_ROUNDS = (
+    S_("supervisor_lost", i=0), S_("advance_time", dt=2.5, jitter=0.0, fire=False),
+    S_("deliver", i=0, keep_copy=False),  # a1's heartbeat: R1
+    S_("deliver", i=0, keep_copy=False),  # a2's heartbeat
+    S_("deliver", i=0, keep_copy=False),  # R1's query: its report is in flight
+    S_("duplicate_head", i=0),
+    S_("deliver", i=0, keep_copy=False),  # R1 applied: job 1 requeued
+    S_("deliver", i=1, keep_copy=False),  # R1's ResyncDone
+    S_("scheduler_pass", limit=None, defer=False),  # job 1 attempt 2 goes to a1
+    S_("deliver", i=1, keep_copy=False),  # a1 starts it
+    S_("supervisor_lost", i=1), S_("advance_time", dt=2.5, jitter=0.0, fire=False),
+    S_("delay", i=0),  # R1's copied page falls behind a1's heartbeat
+    S_("deliver", i=0, keep_copy=False),  # R2
+)
+
+# The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1,
+# one fault per trace, from four starting points.  `make check-deep` runs DEEP.
+SCENARIOS = (
+    Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
+    Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
+    Scenario("rejoining", Scope(faults=1), depth=3,  # a1 cut and back: its join round's query is in flight
+             prefix=(S_("disconnect", i=0, lose_in_flight=False),
+                     S_("rejoin", i=0, deliver_join=True, then_schedule=False))),
+    Scenario("two-rounds", Scope(faults=1), depth=3, prefix=TWO_ROUNDS),
+)
+DEEP = (
+    Scenario("settled", Scope(faults=2), depth=4),
+    Scenario("dispatching", Scope(settle_first=False, faults=2), depth=4),
+    Scenario("rejoining", Scope(faults=2), depth=4, prefix=SCENARIOS[2].prefix),
+    Scenario("two-rounds", Scope(faults=2), depth=4, prefix=TWO_ROUNDS),
+    Scenario("agent-down", Scope(agent_down=True), depth=4),
+    Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
+)
+
+
+def run_scenarios(scenarios: tuple[Scenario, ...], **kwargs: Any) -> list[tuple[Scenario, Result]]:
+    """Explore each scenario; stop at the first violation."""
+    results = []
+    for sc in scenarios:
+        result = explore(sc.scope, sc.depth, prefix=sc.prefix, **kwargs)
+        results.append((sc, result))
+        if result.violation is not None:
+            break
+    return results
 
 
 def main() -> None:  # pragma: no cover - the deep run: `make check-deep`

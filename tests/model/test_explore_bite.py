@@ -1,0 +1,123 @@
+"""Checks that bite, for the exhaustive explorer (issue #13).
+
+Each test re-injects one bug into ``model/`` (a one-line source mutation of a
+real method, see ``mutate``), runs the explorer at the CI bound
+(``explorer.SCENARIOS``) and asserts that it reports the named invariant.  The
+first six are the classes issue #13 found the random machine missing; the rest
+are bugs invented for other parts of the model.  Which layer catches each
+(unit tests, the random machine, the explorer) is recorded in
+docs/invariants.md, "Exhaustive exploration".
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+import pytest
+
+from model import controller as C
+from model import agent as A
+from model import records as R
+from model import state as S
+
+import explorer as X
+
+
+def mutate(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, old: str, new: str) -> None:
+    """Replace ``old`` (exactly once) by ``new`` in the source of ``owner.name`` and install the result."""
+    original = inspect.getattr_static(owner, name)
+    func = original.__func__ if isinstance(original, staticmethod) else original
+    source = inspect.getsource(func)  # as indented in the file: ``old`` is copied from there
+    assert source.count(old) == 1, f"mutation site not unique in {owner.__name__}.{name}: {old!r}"
+    namespace: dict = {}
+    exec(compile(textwrap.dedent(source.replace(old, new)), f"<mutant of {owner.__name__}.{name}>", "exec"),  # noqa: S102
+         func.__globals__, namespace)
+    mutant = namespace[name]
+    monkeypatch.setattr(owner, name, mutant)
+    handlers = getattr(owner, "_HANDLERS", None)
+    if isinstance(handlers, dict):  # handlers dispatch through a table built at class creation
+        for event, handler in list(handlers.items()):
+            if handler is func:
+                monkeypatch.setitem(handlers, event, getattr(mutant, "__func__", mutant))
+
+
+def mutate_function(monkeypatch: pytest.MonkeyPatch, module, name: str, old: str, new: str) -> None:
+    func = getattr(module, name)
+    source = inspect.getsource(func)
+    assert source.count(old) == 1, f"mutation site not unique in {module.__name__}.{name}: {old!r}"
+    namespace: dict = {}
+    exec(compile(textwrap.dedent(source.replace(old, new)), f"<mutant of {name}>", "exec"),  # noqa: S102
+         func.__globals__, namespace)
+    monkeypatch.setattr(module, name, namespace[name])
+    table = getattr(module, "_APPLY", None)
+    if isinstance(table, dict):
+        for kind, fn in list(table.items()):
+            if fn is func:
+                monkeypatch.setitem(table, kind, namespace[name])
+
+
+def assert_explorer_finds(*inv_ids: str) -> X.Violation:
+    results = X.run_scenarios(X.SCENARIOS)
+    scenario, result = results[-1]
+    assert result.violation is not None, "the explorer found nothing: " + "; ".join(
+        f"{sc.name}: {r.summary()}" for sc, r in results)
+    assert result.violation.invariant in inv_ids, f"found, but not by {inv_ids}:\n{result.violation}"
+    print(f"{scenario.name}: {result.summary()}\n{result.violation}")
+    return result.violation
+
+
+# ---- the classes issue #13 names ------------------------------------------------------------
+
+
+def test_explore_bite_round_token_check_removed(monkeypatch):
+    """A page of a stale round is applied to the open one."""
+    mutate(monkeypatch, C.Controller, "_on_report_page", "if rnd is None or rnd.token != page.token:",
+           "if rnd is None:")
+    assert_explorer_finds("INV-REPORT-COMPLETE", "INV-STALE-IGNORED", "INV-REPORT-APPLIED-ONCE",
+                          "INV-TRUE-OUTCOME", "RemoteProtocolError")
+
+
+def test_explore_bite_dispatch_gate_removed(monkeypatch):
+    """A RECONCILING agent gets new work."""
+    mutate(monkeypatch, C.Controller, "_on_dispatch", "and session.connected and not session.reconciling",
+           "and session.connected")
+    assert_explorer_finds("INV-DISPATCH-GATED")
+
+
+def test_explore_bite_deadline_never_resolves(monkeypatch):
+    """A round deadline that never resolves the round."""
+    mutate(monkeypatch, C.Controller, "_on_deadline", "        self._end_round(out, session, expire=True)\n", "")
+    assert_explorer_finds("INV-ROUND-ENDS", "INV-LIVENESS-QUIET")
+
+
+def test_explore_bite_agent_stale_done_token(monkeypatch):
+    """Any ResyncDone acknowledges the completions of another round."""
+    mutate(monkeypatch, A.Agent, "_on_done", "if msg.token != self._answered:", "if False:")
+    assert_explorer_finds("INV-ACK-MEANS-RECORDED", "INV-LIVENESS-OUTCOME", "INV-OUTBOX-DURABLE")
+
+
+def test_explore_bite_adopts_job_held_elsewhere(monkeypatch):
+    """An extra is adopted although another agent's record holds it."""
+    mutate(monkeypatch, C.Controller, "_reconcile",
+           "adoptable = job.state is JobState.PENDING and job.attempt == entry.attempt",
+           "adoptable = job.attempt == entry.attempt")
+    assert_explorer_finds("INV-SINGLE-OWNER", "INV-SLOTS-ACCOUNTED", "LocalProtocolError", "INV-FACTS-NO-DUPLICATE")
+
+
+def test_explore_bite_heartbeat_compares_counts_only(monkeypatch):
+    """A heartbeat digest compare that only compares counts."""
+    mutate(monkeypatch, C.Controller, "_on_heartbeat", "if theirs == ours:", "if theirs[0] == ours[0]:")
+    assert_explorer_finds("INV-LIVENESS-QUIET", "INV-LIVENESS-AGREE")
+
+
+def test_explore_bite_requeue_ignores_cancel(monkeypatch):
+    """An unrecognized attempt with a cancel pending is requeued instead of confirmed: dispatched again."""
+    mutate(monkeypatch, C.Controller, "_reconcile", """            if here and queried:
+                if job.cancel_requested:
+                    self._apply(out, F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+                else:
+                    self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="unrecognized by agent"))""",
+           """            if here and queried:
+                self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="unrecognized by agent"))""")
+    assert_explorer_finds("INV-CANCELLED-NOT-DISPATCHED")
