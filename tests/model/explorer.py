@@ -515,20 +515,17 @@ def run_scenarios(scenarios: tuple[Scenario, ...], **kwargs: Any) -> list[tuple[
 def main() -> None:  # pragma: no cover - the deep run: `make check-deep`
     import argparse
 
-    parser = argparse.ArgumentParser(description="exhaustive exploration of the model")
-    parser.add_argument("--depth", type=int, default=6)
-    parser.add_argument("--agents", type=int, default=2)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--agent-down", action="store_true")
-    parser.add_argument("--pending", action="store_true", help="start with dispatches in flight, not settled")
+    parser = argparse.ArgumentParser(description="exhaustive exploration of the model's small scopes")
+    parser.add_argument("--deep", action="store_true", help="the DEEP scenarios (default: the CI ones)")
     args = parser.parse_args()
-    scope = Scope(agents=args.agents, jobs=args.jobs, agent_down=args.agent_down, settle_first=not args.pending)
-    for d in range(1, args.depth + 1):
-        result = explore(scope, d)
-        print(f"depth {d}: {result.summary()}", flush=True)
-        if result.violation:
-            print(result.violation)
-            raise SystemExit(1)
+    failed = False
+    for scenario in DEEP if args.deep else SCENARIOS:
+        result = explore(scenario.scope, scenario.depth, prefix=scenario.prefix)
+        print(f"{scenario.name}: {result.summary()}", flush=True)
+        if result.violation is not None:
+            print(result.violation, flush=True)
+            failed = True
+    raise SystemExit(1 if failed else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,7 +18,7 @@ import pytest
 
 from model import controller as C
 from model import agent as A
-from model import records as R
+from model import resync as RS
 from model import state as S
 
 import explorer as X
@@ -74,6 +74,7 @@ def test_explore_bite_round_token_check_removed(monkeypatch):
     """A page of a stale round is applied to the open one."""
     mutate(monkeypatch, C.Controller, "_on_report_page", "if rnd is None or rnd.token != page.token:",
            "if rnd is None:")
+    mutate(monkeypatch, RS.ResyncRound, "add_page", "if page.token != self.token:", "if False:")  # its backstop
     assert_explorer_finds("INV-REPORT-COMPLETE", "INV-STALE-IGNORED", "INV-REPORT-APPLIED-ONCE",
                           "INV-TRUE-OUTCOME", "RemoteProtocolError")
 
@@ -121,3 +122,52 @@ def test_explore_bite_requeue_ignores_cancel(monkeypatch):
            """            if here and queried:
                 self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="unrecognized by agent"))""")
     assert_explorer_finds("INV-CANCELLED-NOT-DISPATCHED")
+
+
+# ---- invented bugs in other parts of the model -------------------------------------------------
+
+
+def test_explore_bite_duplicate_dispatch_starts_again(monkeypatch):
+    """The agent treats a duplicated Dispatch of an attempt it holds as new work."""
+    mutate(monkeypatch, A.Agent, "_on_dispatch", "        if held is None:\n", "        if True:\n")
+    assert_explorer_finds("INV-SINGLE-PROCESS")
+
+
+def test_explore_bite_finish_keeps_allocation(monkeypatch):
+    """A finished job keeps its agent's slots (and its place in the running set)."""
+    mutate_function(monkeypatch, S, "_finished", "agent = _release(state, job)", "agent = job.agent")
+    assert_explorer_finds("INV-SINGLE-OWNER", "INV-SLOTS-ACCOUNTED", "INV-DIGEST-CURRENT")
+
+
+def test_explore_bite_exit_not_in_durable_outbox(monkeypatch):
+    """A completion is sent before (here: without) being made durable."""
+    mutate(monkeypatch, A.Agent, "_on_exited", "        out.append(E.OutboxPut(report=report))", "        pass")
+    assert_explorer_finds("INV-OUTBOX-DURABLE")
+
+
+def test_explore_bite_orphan_never_killed(monkeypatch):
+    """An attempt that is current nowhere is left running."""
+    mutate(monkeypatch, C.Controller, "_kill_orphan", "        if session.connected:", "        if False:")
+    assert_explorer_finds("INV-LIVENESS-AGREE")
+
+
+def test_explore_bite_close_keeps_session(monkeypatch):
+    """A closed connection is not dropped: its round stays open, the agent stays 'connected'."""
+    mutate(monkeypatch, C.Controller, "_on_closed", "        self._drop_connection(out, ev.conn)", "        pass")
+    assert_explorer_finds("INV-ROUND-ENDS", "INV-SCHEDULER-VIEW", "INV-DISPATCH-GATED", "INV-LIVENESS-QUIET",
+                          "RemoteProtocolError")
+
+
+def test_explore_bite_cancel_of_running_job_forgotten(monkeypatch):
+    """A cancel of a running job is acknowledged but never requested (no fact, no kill)."""
+    mutate(monkeypatch, C.Controller, "_on_cancel", """            self._apply(out, F.JobCancelRequested(job=job.id))
+            session""", """            return
+            session""")
+    assert_explorer_finds("INV-LIVENESS-OUTCOME", "INV-CANCELLED-NOT-DISPATCHED", "AssertionError")
+
+
+def test_explore_bite_exit_of_finished_record_overwrites(monkeypatch):
+    """A second read of a finished supervisor's status records (and reports) the outcome again."""
+    mutate(monkeypatch, A.Agent, "_on_exited", "        elif record.status is LocalStatus.FINISHED:\n"
+           "            return", "        elif False:\n            return")
+    assert_explorer_finds("INV-TRUE-OUTCOME", "INV-TERMINAL-STABLE", "INV-OUTBOX-DURABLE", "INV-LIVENESS-QUIET")

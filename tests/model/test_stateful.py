@@ -508,7 +508,15 @@ class ReckonMachine(RuleBasedStateMachine):
                 if self.agent_open.get(conn):
                     self._enqueue(item.agent, conn, None)
             return
-        self._ctrl(E.MessageFromAgent(conn=conn, message=msg, now=self.now, token=self._token()))
+        sess = self.controller.sessions.get(item.agent)
+        stale_page = isinstance(msg, M.ResyncReport) and not (
+            sess is not None and sess.conn == conn and sess.round is not None and sess.round.token == msg.token)
+        before = self.controller.state.digest()
+        cmds = self._ctrl(E.MessageFromAgent(conn=conn, message=msg, now=self.now, token=self._token()))
+        if stale_page and (self.controller.state.digest() != before or any(
+                not (isinstance(c, E.Send) and isinstance(c.message, M.Error)) for c in cmds)):
+            # A page of a round that is not open on this live connection is discarded (an error reply only).
+            self._violate("INV-STALE-IGNORED", f"page of a stale round from {item.agent} caused {cmds}")
 
     def _deliver_to_agent(self, item: Wire) -> None:
         side = self.sides[item.to]
