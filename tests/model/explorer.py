@@ -206,6 +206,7 @@ def describe(step: Step) -> str:
 _HISTORY = frozenset({
     "log", "durable", "ended_timers", "queries", "applied_tokens", "violations", "uid", "next_token", "next_conn",
     "last_report", "ever_dispatched", "terminal_seen", "ready", "cconf", "names",
+    "scheduler", "notes",  # re-entered below as the view the scheduler has once the notes drain
     "conn_agent", "ctrl_open", "ctrl_joined", "agent_open", "lossy",  # re-entered below, for live connections only
 })
 _CONN_FIELDS = frozenset({"conn", "latest_conn"})
@@ -273,9 +274,13 @@ def canonical(m: ExploredMachine) -> Any:
     for sess in m.controller.sessions.values():
         live_conns |= {c for c in (sess.conn, sess.latest_conn) if c}
     conns = {c: k for k, c in enumerate(sorted(live_conns))}
+    scheduler = copy.deepcopy(m.scheduler)
+    for note in m.notes:  # every use of the scheduler drains the notes first
+        scheduler.notify(note)
     parts = {
+        "scheduler": scheduler.view(),
         "durable": m.controller.state.digest(),
-        "controller": (m.controller.sessions, m.controller._conns),
+        "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller._conns.items()}),
         "links": {c: (m.conn_agent.get(c), m.ctrl_open.get(c), m.ctrl_joined.get(c), m.agent_open.get(c),
                       c in getattr(m, "lossy", ())) for c in live_conns},
         "rest": {k: v for k, v in vars(m).items() if k not in _HISTORY and k != "controller"},
@@ -283,7 +288,7 @@ def canonical(m: ExploredMachine) -> Any:
     found: set[bytes] = set()
     _collect_tokens(parts, found)
     canon = _Canon({t: k for k, t in enumerate(sorted(found))}, conns)
-    return (canon.form(parts["durable"]), canon.form(parts["controller"]),
+    return (canon.form(parts["durable"]), canon.form(parts["scheduler"]), canon.form(parts["controller"]),
             tuple(sorted(((conns[c], canon.form(v)) for c, v in parts["links"].items()))),
             canon.form(parts["rest"]))
 
