@@ -132,7 +132,7 @@ Step = tuple[str, tuple[tuple[str, Any], ...]]  # (method, keyword arguments)
 
 # Steps that are faults: a trace may take at most ``Scope.faults`` of them.
 FAULTS = frozenset({"drop_head", "duplicate_head", "delay", "disconnect", "agent_crash", "controller_crash",
-                    "supervisor_lost"})
+                    "controller_rollback", "supervisor_lost"})
 
 
 def _step(method: str, **kwargs: Any) -> Step:
@@ -168,6 +168,8 @@ def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
     out.append(_step("controller_crash", keep_stale=True, snapshot_at=None))
     if scope.snapshots and len(m.log) > 2:
         out.append(_step("controller_crash", keep_stale=True, snapshot_at=len(m.log) // 2))
+    if len(m.log) > 3:  # the operator restores the state before the newest fact (agents keep what it placed)
+        out.append(_step("controller_rollback", keep=len(m.log) - 2))
     jobs = list(m.controller.state.jobs.values())
     for i, job in enumerate(jobs):
         if not job.terminal:
@@ -486,8 +488,13 @@ TWO_ROUNDS = (
     S_("deliver", i=0, keep_copy=False),  # R2
 )
 
+# Both dispatches were lost by a rollback of the controller's state, but the agents got them and run
+# jobs 1 and 2; a2 (2 slots) has rejoined, so its job 2 was adopted.
+ROLLED_BACK = (S_("controller_rollback", keep=4), S_("settle"),
+               S_("rejoin", i=1, deliver_join=False, then_schedule=False), S_("settle"))
+
 # The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1,
-# one fault per trace, from four starting points.  `make check-deep` runs DEEP.
+# one fault per trace, from five starting points.  `make check-deep` runs DEEP.
 SCENARIOS = (
     Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
     Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
@@ -495,12 +502,14 @@ SCENARIOS = (
              prefix=(S_("disconnect", i=0, lose_in_flight=False),
                      S_("rejoin", i=0, deliver_join=True, then_schedule=False))),
     Scenario("two-rounds", Scope(faults=1), depth=3, prefix=TWO_ROUNDS),
+    Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=1), depth=3, prefix=ROLLED_BACK),
 )
 DEEP = (
     Scenario("settled", Scope(faults=2), depth=4),
     Scenario("dispatching", Scope(settle_first=False, faults=2), depth=4),
     Scenario("rejoining", Scope(faults=2), depth=4, prefix=SCENARIOS[2].prefix),
     Scenario("two-rounds", Scope(faults=2), depth=4, prefix=TWO_ROUNDS),
+    Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=2), depth=4, prefix=ROLLED_BACK),
     Scenario("agent-down", Scope(agent_down=True), depth=4),
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
 )
