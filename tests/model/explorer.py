@@ -513,13 +513,13 @@ SCENARIOS = (
     Scenario("two-rounds", Scope(faults=1), depth=3, prefix=TWO_ROUNDS),
     Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=1), depth=3, prefix=ROLLED_BACK),
 )
-DEEP = (
-    Scenario("settled", Scope(faults=2), depth=4),
-    Scenario("dispatching", Scope(settle_first=False, faults=2), depth=4),
-    Scenario("rejoining", Scope(jobs=5, slots=2, faults=2), depth=4, prefix=REJOINING),
-    Scenario("two-rounds", Scope(faults=2), depth=4, prefix=TWO_ROUNDS),
-    Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=2), depth=4, prefix=ROLLED_BACK),
-    Scenario("agent-down", Scope(agent_down=True), depth=4),
+DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
+    Scenario("settled", Scope(faults=2), depth=3),
+    Scenario("dispatching", Scope(settle_first=False, faults=2), depth=3),
+    Scenario("rejoining", Scope(jobs=5, slots=2, faults=2), depth=3, prefix=REJOINING),
+    Scenario("two-rounds", Scope(faults=2), depth=3, prefix=TWO_ROUNDS),
+    Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=2), depth=3, prefix=ROLLED_BACK),
+    Scenario("agent-down", Scope(agent_down=True, faults=2), depth=3),
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
 )
 
