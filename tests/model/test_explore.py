@@ -46,7 +46,7 @@ def test_equal_states_are_explored_once():
 
 
 def test_violation_prints_trace_and_replayable_snippet():
-    v = X.Violation(invariant="INV-X", message="INV-X: boom", scope=X.Scope(settle_first=False),
+    v = X.Violation(invariant="SOME-CHECK", message="SOME-CHECK: boom", scope=X.Scope(settle_first=False),
                     trace=[X._step("deliver", i=0, keep_copy=False)])
     text = str(v)
     assert "1. deliver(i=0, keep_copy=False)" in text
