@@ -511,7 +511,7 @@ class ReckonMachine(RuleBasedStateMachine):
         sess = self.controller.sessions.get(item.agent)
         stale_page = isinstance(msg, M.ResyncReport) and not (
             sess is not None and sess.conn == conn and sess.round is not None and sess.round.token == msg.token)
-        before = self.controller.state.digest()
+        before = self.controller.state.digest() if stale_page else None
         cmds = self._ctrl(E.MessageFromAgent(conn=conn, message=msg, now=self.now, token=self._token()))
         if stale_page and (self.controller.state.digest() != before or any(
                 not (isinstance(c, E.Send) and isinstance(c.message, M.Error)) for c in cmds)):
