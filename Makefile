@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install fuzz clean
+.PHONY: test demo install fuzz check-deep clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(STAMP)
 
 fuzz: $(STAMP)
 	RECKON_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/model tests/sim -p no:cacheprovider
+
+# The exhaustive explorer at its deep bound (tests/model/explorer.py DEEP; figures in docs/invariants.md).
+check-deep: $(STAMP)
+	cd tests/model && ../../$(BIN)/python explorer.py --deep
 
 demo: $(STAMP)
 	$(BIN)/reckon demo

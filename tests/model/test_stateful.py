@@ -260,6 +260,11 @@ class ReckonMachine(RuleBasedStateMachine):
             info = self.controller.state.agents.get(fact.agent)
             if info is not None and info.used > info.slots:
                 self._violate("INV-CAPACITY", f"dispatch of {fact.job} made {fact.agent} use {info.used}/{info.slots}")
+        if isinstance(back, F.JobDispatched):
+            before = self.durable.jobs.get(back.job)
+            if before is not None and (before.cancel_requested or before.state is JobState.CANCELLED):
+                self._violate("INV-CANCELLED-NOT-DISPATCHED", f"{back.job}/{back.attempt} dispatched to {back.agent} "
+                                                              f"after its cancel")
         self.log.append(back)
         S.apply(self.durable, back)
         if isinstance(back, F.JobDispatched):
@@ -503,7 +508,15 @@ class ReckonMachine(RuleBasedStateMachine):
                 if self.agent_open.get(conn):
                     self._enqueue(item.agent, conn, None)
             return
-        self._ctrl(E.MessageFromAgent(conn=conn, message=msg, now=self.now, token=self._token()))
+        sess = self.controller.sessions.get(item.agent)
+        stale_page = isinstance(msg, M.ResyncReport) and not (
+            sess is not None and sess.conn == conn and sess.round is not None and sess.round.token == msg.token)
+        before = self.controller.state.digest() if stale_page else None
+        cmds = self._ctrl(E.MessageFromAgent(conn=conn, message=msg, now=self.now, token=self._token()))
+        if stale_page and (self.controller.state.digest() != before or any(
+                not (isinstance(c, E.Send) and isinstance(c.message, M.Error)) for c in cmds)):
+            # A page of a round that is not open on this live connection is discarded (an error reply only).
+            self._violate("INV-STALE-IGNORED", f"page of a stale round from {item.agent} caused {cmds}")
 
     def _deliver_to_agent(self, item: Wire) -> None:
         side = self.sides[item.to]
@@ -1152,6 +1165,11 @@ class ReckonMachine(RuleBasedStateMachine):
     def inv_resync_holds_back(self):
         """INV-RESYNC-HOLDS-BACK: an agent sends no heartbeat, start or completion until its report is out."""
         self._take("INV-RESYNC-HOLDS-BACK")
+
+    @invariant()
+    def inv_cancelled_not_dispatched(self):
+        """INV-CANCELLED-NOT-DISPATCHED: a job whose cancel was requested is never dispatched again."""
+        self._take("INV-CANCELLED-NOT-DISPATCHED")
 
     @invariant()
     def inv_stale_ignored(self):

@@ -1,0 +1,558 @@
+"""Exhaustive small-scope exploration of the model (issue #13).
+
+A breadth-first search over every interleaving of deliveries, faults, crashes,
+cancels, process ends and time, up to a depth bound, for a small scope (e.g. one
+controller, two agents, two jobs, page size 1).  The world it explores is the
+stateful machine's (``test_stateful.ReckonMachine``): the real ``Controller``,
+``Agent`` and ``Scheduler`` models, per-connection FIFO channels of in-flight
+wire maps, a fake process table, durable agent disks and the controller's fact
+log.  The explorer only chooses the next step; every invariant is the machine's
+own ``inv_*`` check (one place, shared by both), run at every explored state.
+
+States are hashed through a canonical form (``canonical``): round tokens and
+connection numbers come from counters and are renamed by their order of
+creation among the live ones; history kept only for checking (the fact log, the
+list of ended timers, counters) is left out and the controller's durable state
+enters as its digest.  So equal states, reached by different paths, are
+explored once.
+
+Liveness: from every state at the frontier (the depth bound), and from every
+state whose successors were all seen before, faults stop and the machine's
+``teardown`` runs the cluster to quiescence and checks that every outcome is
+recorded, nothing is stuck and every pending job that fits gets placed.
+
+A violation is reported with the shortest trace (breadth-first) as a readable
+event list and as a replayable pytest snippet (``Violation.snippet``).
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import pickle
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from model import events as E
+from model.jobs import JobState
+
+from test_stateful import ReckonMachine
+
+TOKEN_LEN = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """What is explored: the cluster's size and which fault kinds are enabled."""
+
+    agents: int = 2
+    jobs: int = 2
+    slots: int = 1  # per agent
+    ctrl_page: int = 1
+    agent_page: int = 1
+    round_timeout: float = 5.0
+    lost_after: float | None = None
+    outcomes: tuple[tuple[int | None, int | None], ...] = ((0, None), (1, None))
+    settle_first: bool = True  # start from a settled cluster (every job running), else from dispatches in flight
+    agent_down: bool = False  # an agent may stay down (crash now, restart later), not only crash-and-restart
+    snapshots: bool = True  # controller crash may recover from a snapshot of half the log
+    time_step: float = 2.5  # one "time passes" step: past the heartbeat interval (2 s)
+    faults: int = 2  # fault steps (FAULTS) per trace; deliveries, time, cancels and process ends are unbounded
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.agents <= 3 or not 0 <= self.jobs <= 6 or not 1 <= self.slots <= 3:
+            raise ValueError(f"scope out of range: {self}")
+
+
+class ExploredMachine(ReckonMachine):
+    """The stateful machine, driven step by step by the explorer instead of Hypothesis."""
+
+    def __init__(self) -> None:  # noqa: D107 - skip Hypothesis' set-up: nothing here uses it
+        self.ready = False
+
+    @classmethod
+    def start(cls, scope: Scope) -> "ExploredMachine":
+        m = cls()
+        m.setup(n_agents=scope.agents, slots=[scope.slots] * 3, ctrl_page=scope.ctrl_page,
+                agent_page=scope.agent_page, round_timeout=scope.round_timeout, lost_after=scope.lost_after,
+                recent_window=300.0, retry_max=4.0, initial_jobs=[1] * scope.jobs)
+        if scope.settle_first:
+            m._deliver_all()
+            m._advance(scope.time_step, 0.0, False)  # the Started reports go out with a tick
+            m._deliver_all()
+        m.check()
+        return m
+
+    # ---- steps the Hypothesis rules do not offer in this exact form ----------------
+
+    lossy: set[int]  # connections a message was dropped, duplicated or reordered on (see settle_in_place)
+
+    def _tamper(self, i: int) -> Any:
+        item = self._heads()[i]
+        self.lossy = getattr(self, "lossy", set()) | {item.conn}
+        return item
+
+    def delay(self, i: int) -> None:
+        """The head of channel ``i`` is delivered late: behind everything now in flight on any channel."""
+        item = self._tamper(i)
+        self.wire.remove(item)
+        self.wire.append(item)
+
+    def drop_head(self, i: int) -> None:
+        self.wire.remove(self._tamper(i))
+
+    def duplicate_head(self, i: int) -> None:
+        item = self._tamper(i)
+        self.uid += 1
+        self.wire.insert(self.wire.index(item) + 1, _twin(item, self.uid))
+
+    def round_deadline(self, agent: str) -> None:
+        """The open round's timer fires at its deadline (time jumps there, no one else ticks)."""
+        token, deadline = next((k[1], d) for k, d in sorted(self.timers.items()) if k[0] == agent)
+        self.now = max(self.now, deadline)
+        self._ctrl(E.RoundDeadlineExpired(agent=agent, token=token, now=self.now))
+
+    def check(self) -> None:
+        """Every state invariant of the machine (each ``inv_*``)."""
+        self._check_all_invariants()
+
+
+def _twin(item: Any, uid: int) -> Any:
+    twin = copy.copy(item)
+    twin.data = copy.deepcopy(item.data)
+    twin.uid = uid
+    return twin
+
+
+# ---- the steps enabled in a state ---------------------------------------------------------
+
+Step = tuple[str, tuple[tuple[str, Any], ...]]  # (method, keyword arguments)
+
+# Steps that are faults: a trace may take at most ``Scope.faults`` of them.
+FAULTS = frozenset({"drop_head", "duplicate_head", "delay", "disconnect", "agent_crash", "controller_crash",
+                    "controller_rollback", "supervisor_lost"})
+
+
+def _step(method: str, **kwargs: Any) -> Step:
+    return (method, tuple(kwargs.items()))
+
+
+def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1) -> list[Step]:
+    out = _all_steps(m, scope)
+    return out if faults_left > 0 else [s for s in out if s[0] not in FAULTS]
+
+
+def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
+    out: list[Step] = []
+    if m.wire:
+        out.append(_step("settle"))  # deliver everything, oldest first: a shortcut to deeper states
+    for i, head in enumerate(m._heads()):
+        out.append(_step("deliver", i=i, keep_copy=False))
+        if head.data is not None:  # a close notice is never lost, duplicated or overtaken
+            out += [_step("drop_head", i=i), _step("duplicate_head", i=i), _step("delay", i=i)]
+    names = list(m.sides)
+    connected = [s for s in m.sides.values() if s.conn is not None]
+    for i, _ in enumerate(connected):
+        out.append(_step("disconnect", i=i, lose_in_flight=False))
+    down_conn = [s for s in m.sides.values() if s.agent is not None and s.conn is None]
+    for i, _ in enumerate(down_conn):
+        out.append(_step("rejoin", i=i, deliver_join=False, then_schedule=False))
+    alive = [s for s in m.sides.values() if s.agent is not None]
+    for i, _ in enumerate(alive):
+        out.append(_step("agent_crash", i=i, restart_now=not scope.agent_down, lost=[], slots=None))
+    if scope.agent_down:
+        for i, _ in enumerate(s for s in m.sides.values() if s.agent is None):
+            out.append(_step("agent_restart", i=i, lost=[], slots=None))
+    out.append(_step("controller_crash", keep_stale=True, snapshot_at=None))
+    if scope.snapshots and len(m.log) > 2:
+        out.append(_step("controller_crash", keep_stale=True, snapshot_at=len(m.log) // 2))
+    if len(m.log) > 3:  # the operator restores the state before the newest fact (agents keep what it placed)
+        out.append(_step("controller_rollback", keep=len(m.log) - 2))
+    jobs = list(m.controller.state.jobs.values())
+    for i, job in enumerate(jobs):
+        if not job.terminal:
+            out.append(_step("cancel", i=i, running_only=False))
+    procs = [p for p in m.procs if p.alive]
+    for i, _ in enumerate(procs):
+        for outcome in scope.outcomes:
+            out.append(_step("process_ends", i=i, outcome=outcome))
+    for i, _ in enumerate(p for p in procs if m.sides[p.agent].agent is not None):
+        out.append(_step("supervisor_lost", i=i))
+    for name in names:
+        if any(k[0] == name for k in m.timers):
+            out.append(_step("round_deadline", agent=name))
+    if any(j.state is JobState.PENDING for j in jobs):
+        out.append(_step("scheduler_pass", limit=None, defer=False))
+        out.append(_step("scheduler_pass", limit=None, defer=True))  # its proposals reach the controller later
+    for i, _ in enumerate(m.proposals):
+        out.append(_step("late_proposal", i=i))
+    out.append(_step("advance_time", dt=scope.time_step, jitter=0.0, fire=False))
+    return out
+
+
+def run_step(m: ExploredMachine, step: Step) -> None:
+    method, kwargs = step
+    getattr(m, method)(**dict(kwargs))
+
+
+def describe(step: Step) -> str:
+    method, kwargs = step
+    return f"{method}({', '.join(f'{k}={v!r}' for k, v in kwargs)})"
+
+
+# ---- canonical form -------------------------------------------------------------------------
+
+# Machine fields that are history kept for the checks (or counters), not state.
+_HISTORY = frozenset({
+    "log", "durable", "ended_timers", "queries", "applied_tokens", "violations", "uid", "next_token", "next_conn",
+    "last_report", "ever_dispatched", "terminal_seen", "ready", "cconf", "names",
+    "scheduler", "notes",  # re-entered below as the view the scheduler has once the notes drain
+    "conn_agent", "ctrl_open", "ctrl_joined", "agent_open", "lossy",  # re-entered below, for live connections only
+})
+_CONN_FIELDS = frozenset({"conn", "latest_conn"})
+_SKIP_ATTRS = frozenset({"applied_rounds", "facts_applied", "digest", "pid", "uid_wire", "config"})
+
+
+class _Canon:
+    """Builds a hashable canonical form; tokens and connections are renamed by order of creation."""
+
+    def __init__(self, tokens: dict[bytes, int], conns: dict[int, int]) -> None:
+        self.tokens, self.conns = tokens, conns
+
+    def form(self, obj: Any, conn: bool = False) -> Any:
+        if conn and isinstance(obj, int):
+            return ("c", self.conns.get(obj, -1))
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj
+        if isinstance(obj, bytes):
+            return ("t", self.tokens.get(obj, -1)) if len(obj) == TOKEN_LEN else obj
+        if isinstance(obj, enum.Enum):
+            return obj.name
+        if isinstance(obj, (list, tuple)):
+            return tuple(self.form(x) for x in obj)
+        if isinstance(obj, (set, frozenset)):
+            return ("set", tuple(sorted((self.form(x) for x in obj), key=repr)))
+        if isinstance(obj, dict):
+            items = [(self.form(k, conn), self.form(v, conn=k in _CONN_FIELDS)) for k, v in obj.items()]
+            return ("map", tuple(sorted(items, key=lambda kv: repr(kv[0]))))
+        return (type(obj).__name__, tuple(
+            (name, self.form(value, conn=name in _CONN_FIELDS)) for name, value in _attrs(obj)
+            if name not in _SKIP_ATTRS))
+
+
+def _attrs(obj: Any) -> list[tuple[str, Any]]:
+    names: list[str] = []
+    for klass in type(obj).__mro__:
+        for name in getattr(klass, "__slots__", ()):
+            if name not in names and not name.startswith("__"):
+                names.append(name)
+    names += [n for n in getattr(obj, "__dict__", {}) if n not in names]
+    return [(n, getattr(obj, n)) for n in names if hasattr(obj, n)]
+
+
+def _collect_tokens(obj: Any, found: set[bytes], depth: int = 0) -> None:
+    if isinstance(obj, bytes):
+        if len(obj) == TOKEN_LEN:
+            found.add(obj)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for x in obj:
+            _collect_tokens(x, found, depth + 1)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _collect_tokens(k, found, depth + 1)
+            _collect_tokens(v, found, depth + 1)
+    elif obj is not None and not isinstance(obj, (bool, int, float, str, enum.Enum)):
+        for _, v in _attrs(obj):
+            _collect_tokens(v, found, depth + 1)
+
+
+def canonical(m: ExploredMachine) -> Any:
+    """The state of model + world, with counters' values renamed: equal states get equal forms."""
+    live_conns = {s.conn for s in m.sides.values() if s.conn is not None}
+    live_conns |= {w.conn for w in m.wire}
+    live_conns |= set(m.controller._conns)
+    for sess in m.controller.sessions.values():
+        live_conns |= {c for c in (sess.conn, sess.latest_conn) if c}
+    conns = {c: k for k, c in enumerate(sorted(live_conns))}
+    scheduler = copy.deepcopy(m.scheduler)
+    for note in m.notes:  # every use of the scheduler drains the notes first
+        scheduler.notify(note)
+    parts = {
+        "scheduler": scheduler.view(),
+        "durable": m.controller.state.digest(),
+        "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller._conns.items()}),
+        "links": {c: (m.conn_agent.get(c), m.ctrl_open.get(c), m.ctrl_joined.get(c), m.agent_open.get(c),
+                      c in getattr(m, "lossy", ())) for c in live_conns},
+        "rest": {k: v for k, v in vars(m).items() if k not in _HISTORY and k != "controller"},
+    }
+    found: set[bytes] = set()
+    _collect_tokens(parts, found)
+    canon = _Canon({t: k for k, t in enumerate(sorted(found))}, conns)
+    return (canon.form(parts["durable"]), canon.form(parts["scheduler"]), canon.form(parts["controller"]),
+            tuple(sorted(((conns[c], canon.form(v)) for c, v in parts["links"].items()))),
+            canon.form(parts["rest"]))
+
+
+# ---- the search ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Violation:
+    invariant: str  # the invariant ID named by the failed check (or the exception's type)
+    message: str
+    trace: list[Step]
+    scope: Scope
+    liveness: bool = False  # found while running to quiescence from the trace's last state
+
+    def events(self) -> str:
+        lines = [f"{k + 1:3d}. {describe(s)}" for k, s in enumerate(self.trace)]
+        if self.liveness:
+            lines.append("     then: faults stop, run to quiescence (teardown)")
+        return "\n".join(lines)
+
+    def snippet(self) -> str:
+        body = "\n".join(f"    m.{describe(s)}\n    m.check()" for s in self.trace)
+        tail = "\n    m.teardown()" if self.liveness else ""
+        return (f"def test_found_by_explorer():\n    m = ExploredMachine.start({self.scope!r})\n"
+                f"{body}{tail}\n")
+
+    def __str__(self) -> str:
+        return (f"{self.invariant}: {self.message}\nshortest trace ({len(self.trace)} steps):\n{self.events()}\n"
+                f"replayable test:\n{self.snippet()}")
+
+
+@dataclass
+class Result:
+    states: int = 0  # distinct states explored
+    transitions: int = 0
+    depth: int = 0  # deepest level completed
+    liveness_checked: int = 0
+    seconds: float = 0.0
+    violation: Violation | None = None
+    goal: list[Step] | None = None  # the shortest way to a state ``goal`` accepts
+    per_depth: list[int] = field(default_factory=list)
+
+    def summary(self) -> str:
+        found = f"VIOLATION {self.violation.invariant}" if self.violation else "no violation"
+        return (f"{self.states} states, {self.transitions} transitions, depth {self.depth} "
+                f"(per depth {self.per_depth}), {self.liveness_checked} liveness runs, {self.seconds:.1f} s: {found}")
+
+
+def _invariant_of(exc: BaseException) -> str:
+    text = str(exc)
+    if text.startswith("INV-"):
+        return text.split(":", 1)[0]
+    for word in text.replace(",", " ").split():
+        if word.startswith("INV-"):
+            return word.rstrip(":")
+    return type(exc).__name__
+
+
+def _clone(m: ExploredMachine) -> ExploredMachine:
+    return pickle.loads(pickle.dumps(m, pickle.HIGHEST_PROTOCOL))  # several times faster than deepcopy
+
+
+def settle_in_place(m: ExploredMachine, rounds: int = 12) -> None:
+    """Faults stop and nobody reconnects: deliver everything and let time pass (heartbeats, retries,
+    deadlines).  Every agent still connected ends with the controller's placement (INV-LIVENESS-AGREE):
+    anti-entropy repairs a disagreement on a live connection, without a join round."""
+    step = 1.0 + max(max(s.config.retry_max * 1.25, s.config.heartbeat_interval) for s in m.sides.values())
+    def judged() -> list[str]:  # a WebSocket loses nothing without closing: a tampered connection is not judged
+        return [name for name, side in m.sides.items()
+                if side.agent is not None and side.conn is not None and side.conn not in getattr(m, "lossy", ())
+                and getattr(m.controller.sessions.get(name), "conn", None) == side.conn]
+
+    def agree(name: str) -> bool:
+        return sorted(m.sides[name].agent.held()) == sorted(m.controller.placed_on(name).items())
+
+    for k in range(rounds):
+        m._deliver_all()
+        m._drain_notes()
+        m.check()
+        if k >= 2 and not m.wire and all(agree(name) for name in judged()):
+            break
+        m._advance(step, 0.0, True)
+    m._deliver_all()
+    m.check()
+    for name, side in m.sides.items():  # tampered or not: a round ends (applied, or timed out and closed)
+        sess = m.controller.sessions.get(name)
+        assert sess is None or sess.round is None or sess.conn != side.conn, (
+            f"INV-LIVENESS-QUIET: {name} stays connected with a round open (deadlines fired, nothing in flight)")
+    for name in judged():
+        held, placed = sorted(m.sides[name].agent.held()), sorted(m.controller.placed_on(name).items())
+        assert held == placed, (f"INV-LIVENESS-AGREE: {name} stays connected and holds {held}, "
+                                f"the controller places {placed} there (anti-entropy did not repair it)")
+
+
+def _teardown(m: ExploredMachine) -> None:
+    settle_in_place(_clone(m))
+    m.teardown()
+
+
+def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_states: int | None = None,
+            liveness: Callable[[int, bool], bool] | None = None,
+            goal: Callable[[ExploredMachine], bool] | None = None) -> Result:
+    """Breadth-first to ``depth`` steps; stops at the first violation (its trace is a shortest one).
+
+    ``liveness(level, leaf)`` says whether to run to quiescence from a state; by
+    default from every frontier state and every state with no new successor.
+    """
+    started = time.monotonic()
+    result = Result()
+    check_liveness = liveness or (lambda level, leaf: leaf or level == depth)
+    root = ExploredMachine.start(scope)
+    for st in prefix:  # a scenario's way to an interesting state, then everything from there
+        run_step(root, st)
+        root.check()
+    seen = {(scope.faults, canonical(root))}
+    level: list[tuple[ExploredMachine, list[Step], int]] = [(root, list(prefix), scope.faults)]
+    result.states = 1
+    result.per_depth.append(1)
+
+    def fail(exc: BaseException, trace: list[Step], live: bool) -> Result:
+        result.violation = Violation(invariant=_invariant_of(exc), message=str(exc)[:2000], trace=trace,
+                                     scope=scope, liveness=live)
+        result.seconds = time.monotonic() - started
+        return result
+
+    for d in range(depth + 1):
+        following: list[tuple[ExploredMachine, list[Step], int]] = []
+        for m, trace, faults_left in level:
+            new = 0
+            if d < depth:
+                for st in steps(m, scope, faults_left):
+                    child = _clone(m)
+                    result.transitions += 1
+                    try:
+                        run_step(child, st)
+                        child.check()
+                    except Exception as exc:  # noqa: BLE001 - any failure of the model is a finding
+                        return fail(exc, trace + [st], False)
+                    left = faults_left - (st[0] in FAULTS)
+                    key = (left, canonical(child))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    if goal is not None and goal(child):  # a search for a way into a state, not a check
+                        result.goal = trace + [st]
+                        result.seconds = time.monotonic() - started
+                        return result
+                    new += 1
+                    following.append((child, trace + [st], left))
+                    if max_states is not None and len(seen) >= max_states:
+                        break
+            if check_liveness(d, new == 0):
+                result.liveness_checked += 1
+                probe = _clone(m)
+                try:
+                    _teardown(probe)
+                except Exception as exc:  # noqa: BLE001
+                    return fail(exc, trace, True)
+        result.depth = d
+        if not following:
+            break
+        result.states += len(following)
+        result.per_depth.append(len(following))
+        level = following
+        if max_states is not None and len(seen) >= max_states:
+            result.depth = d + 1
+            break
+    result.seconds = time.monotonic() - started
+    return result
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scope, a way into it (steps run before the search) and the depth searched from there."""
+
+    name: str
+    scope: Scope
+    depth: int
+    prefix: tuple[Step, ...] = ()
+
+
+S_ = _step
+# a1's anti-entropy round R1 (its supervisor lost job 1) is applied; a copy of R1's report page is kept
+# in flight; job 1's next attempt runs on a1 and is lost too, so a heartbeat arms R2 on the same
+# connection, overtaking the copy.  From here a stale round's page can reach the open round.
+TWO_ROUNDS = (
+    S_("supervisor_lost", i=0), S_("advance_time", dt=2.5, jitter=0.0, fire=False),
+    S_("deliver", i=0, keep_copy=False),  # a1's heartbeat: R1
+    S_("deliver", i=0, keep_copy=False),  # a2's heartbeat
+    S_("deliver", i=0, keep_copy=False),  # R1's query: its report is in flight
+    S_("duplicate_head", i=0),
+    S_("deliver", i=0, keep_copy=False),  # R1 applied: job 1 requeued
+    S_("deliver", i=1, keep_copy=False),  # R1's ResyncDone
+    S_("scheduler_pass", limit=None, defer=False),  # job 1 attempt 2 goes to a1
+    S_("deliver", i=1, keep_copy=False),  # a1 starts it
+    S_("supervisor_lost", i=1), S_("advance_time", dt=2.5, jitter=0.0, fire=False),
+    S_("delay", i=0),  # R1's copied page falls behind a1's heartbeat
+    S_("deliver", i=0, keep_copy=False),  # R2
+)
+
+# Both dispatches were lost by a rollback of the controller's state, but the agents got them and run
+# jobs 1 and 2; a2 (2 slots) has rejoined, so its job 2 was adopted.
+ROLLED_BACK = (S_("controller_rollback", keep=4), S_("settle"),
+               S_("rejoin", i=1, deliver_join=False, then_schedule=False), S_("settle"))
+
+# Four jobs run on two agents of two slots, a fifth is pending; a1's job 1 ended, so a scheduler pass
+# proposed job 5 for a1, but the proposal is still on its way when a1 is cut and back: it has its
+# Welcome, its join round's query is in flight.
+REJOINING = (S_("process_ends", i=0, outcome=(0, None)), S_("settle"), S_("scheduler_pass", limit=None, defer=True),
+             S_("disconnect", i=0, lose_in_flight=False), S_("rejoin", i=0, deliver_join=True, then_schedule=False),
+             S_("deliver", i=1, keep_copy=False))  # a1's Welcome (with the round's token)
+
+# The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1
+# (5 jobs x 2 slots for "rejoining"), one fault per trace, from five starting points.  `make check-deep` runs DEEP.
+SCENARIOS = (
+    Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
+    Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
+    Scenario("rejoining", Scope(jobs=5, slots=2, faults=1), depth=2, prefix=REJOINING),
+    Scenario("two-rounds", Scope(faults=1), depth=3, prefix=TWO_ROUNDS),
+    Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=1), depth=3, prefix=ROLLED_BACK),
+)
+DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
+    Scenario("settled", Scope(faults=2), depth=3),
+    Scenario("dispatching", Scope(settle_first=False, faults=2), depth=3),
+    Scenario("rejoining", Scope(jobs=5, slots=2, faults=2), depth=3, prefix=REJOINING),
+    Scenario("two-rounds", Scope(faults=2), depth=3, prefix=TWO_ROUNDS),
+    Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=2), depth=3, prefix=ROLLED_BACK),
+    Scenario("agent-down", Scope(agent_down=True, faults=2), depth=3),
+    Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
+)
+
+
+def run_scenarios(scenarios: tuple[Scenario, ...], **kwargs: Any) -> list[tuple[Scenario, Result]]:
+    """Explore each scenario; stop at the first violation."""
+    results = []
+    for sc in scenarios:
+        result = explore(sc.scope, sc.depth, prefix=sc.prefix, **kwargs)
+        results.append((sc, result))
+        if result.violation is not None:
+            break
+    return results
+
+
+def main() -> None:  # pragma: no cover - the deep run: `make check-deep`
+    import argparse
+
+    parser = argparse.ArgumentParser(description="exhaustive exploration of the model's small scopes")
+    parser.add_argument("--deep", action="store_true", help="the DEEP scenarios (default: the CI ones)")
+    args = parser.parse_args()
+    failed = False
+    for scenario in DEEP if args.deep else SCENARIOS:
+        result = explore(scenario.scope, scenario.depth, prefix=scenario.prefix)
+        print(f"{scenario.name}: {result.summary()}", flush=True)
+        if result.violation is not None:
+            print(result.violation, flush=True)
+            failed = True
+    raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+
+__all__ = ["ExploredMachine", "Result", "Scope", "Violation", "canonical", "explore", "steps"]
