@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# Two workers (the machine has 2 cores); the end-to-end tests share one (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 fuzz: $(STAMP)
 	RECKON_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/model tests/sim -p no:cacheprovider

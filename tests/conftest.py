@@ -21,3 +21,14 @@ settings.register_profile(
     suppress_health_check=list(HealthCheck),
 )
 settings.load_profile(os.environ.get("RECKON_HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs on two pytest-xdist workers (`--dist loadgroup`).  The end-to-end
+    tests start real daemons and jobs: they share one worker, one at a time, so that no two
+    real clusters compete for the machine while the other worker runs the in-process tests."""
+    import pytest
+
+    for item in items:
+        if "/tests/e2e/" in str(item.path):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
