@@ -10,8 +10,8 @@ import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import ConnectionRejected, HandshakeError
 
-from . import wire
-from .wsconnect import open_websocket
+from daemon import wire
+from daemon.wsconnect import open_websocket
 
 DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import trio
 
-from .run import ChaosConfig, ChaosInterrupted, ChaosRun, dumps, kill_job_processes, print_report, report
-from .schedule import make_plan
+from daemon.chaos.run import ChaosConfig, ChaosInterrupted, ChaosRun, dumps, kill_job_processes, print_report, report
+from daemon.chaos.schedule import make_plan
 
 
 def _positive(value: str) -> float:

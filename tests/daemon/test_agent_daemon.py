@@ -1,4 +1,4 @@
-"""The agent daemon (daemon/agent_daemon.py) under trio's mock clock.
+"""The agent daemon (daemon/agent/daemon.py) under trio's mock clock.
 
 ``run_agent`` itself runs, with its real AgentStore (SQLite under tmp_path)
 and its real connection loop.  What is replaced: the network
@@ -14,8 +14,9 @@ from __future__ import annotations
 import cbor2
 import trio
 
-from daemon import agent_daemon, controller_server
-from daemon.agent_daemon import AgentOptions, run_agent
+from daemon.agent import daemon as agent_daemon
+from daemon.controller import server as controller_server
+from daemon.agent.daemon import AgentOptions, run_agent
 from model import events as E
 from model import facts as F
 from model import messages as M

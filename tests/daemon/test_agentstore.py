@@ -1,4 +1,4 @@
-"""The agent's local records and completion outbox (daemon/agentstore.py).
+"""The agent's local records and completion outbox (daemon/store/agent.py).
 
 Real SQLite files under tmp_path; no fixed sleeps; a hang guard on every test.
 """
@@ -14,8 +14,8 @@ import pytest
 import trio
 import trio.testing
 
-from daemon.agentstore import AgentStore
-from daemon.sqlite_thread import StoreError
+from daemon.store.agent import AgentStore
+from daemon.store.sqlite_thread import StoreError
 from model import events as E
 from model import messages as M
 from model.agent import Agent, AgentConfig, LocalJob, LocalStatus
@@ -325,7 +325,7 @@ async def test_cancel_while_writing_completes_and_cancel_while_queued_drops(tmp_
 
 @hang_guard
 async def test_identity_is_made_once_and_bound_to_the_first_name(tmp_path):
-    from daemon.statelock import WrongStateDir
+    from daemon.store.statelock import WrongStateDir
 
     async with await AgentStore.open(tmp_path) as store:
         # A directory from before identities (records, no identity yet) gets one on its next start.

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from daemon.plot import line_plot
+from daemon.bench.plot import line_plot
 
 pytestmark = pytest.mark.e2e
 

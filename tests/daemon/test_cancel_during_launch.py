@@ -14,8 +14,9 @@ import time as _time
 
 import trio
 
-from daemon import agent_daemon, controller_server
-from daemon.runner import ExitStatus
+from daemon.agent import daemon as agent_daemon
+from daemon.controller import server as controller_server
+from daemon.agent.runner import ExitStatus
 from model import events as E
 from model.jobs import JobSpec, JobState
 from test_agent_daemon import GUARD, install, options, start_agent

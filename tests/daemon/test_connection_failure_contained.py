@@ -15,7 +15,7 @@ from trio_websocket import open_websocket_url
 from wsproto.utilities import LocalProtocolError
 
 from daemon.client import call
-from daemon.controller_server import ControllerOptions, serve_controller
+from daemon.controller.server import ControllerOptions, serve_controller
 
 
 async def test_a_failing_connection_does_not_stop_the_controller(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The controller daemon (daemon/controller_server.py) under trio's mock clock.
+"""The controller daemon (daemon/controller/server.py) under trio's mock clock.
 
 The real ``ControllerDaemon``: its core loop, its connection handler and its
 group commit into a real SQLite fact log, with connections over in-memory
@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from daemon import controller_server
+from daemon.controller import server as controller_server
 from model import events as E
 from model import facts as F
 from model import messages as M

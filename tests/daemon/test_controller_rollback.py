@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon import agent_daemon, controller_server
-from daemon.runner import AlreadyLaunched, ExitStatus, check_key
+from daemon.agent import daemon as agent_daemon
+from daemon.controller import server as controller_server
+from daemon.agent.runner import AlreadyLaunched, ExitStatus, check_key
 from model import events as E
 from model import facts as F
 from model import messages as M

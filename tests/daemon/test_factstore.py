@@ -1,4 +1,4 @@
-"""The controller's fact log (daemon/factstore.py) and its database thread (daemon/sqlite_thread.py).
+"""The controller's fact log (daemon/store/facts.py) and its database thread (daemon/store/sqlite_thread.py).
 
 Real SQLite files under tmp_path.  No fixed sleeps: tests wait on conditions
 (threading events, a child's output), and every test runs under a hang guard.
@@ -18,8 +18,8 @@ import pytest
 import trio
 import trio.testing
 
-from daemon.factstore import FactStore
-from daemon.sqlite_thread import SqliteThread, StoreError
+from daemon.store.facts import FactStore
+from daemon.store.sqlite_thread import SqliteThread, StoreError
 from model import facts as F
 from model.jobs import JobSpec
 from model.state import ControllerState, replay, restore, snapshot
@@ -444,7 +444,7 @@ async def test_cancel_at_any_point_returned_iff_durable(tmp_path, checkpoints):
 CHILD = """
 import sys, threading, trio
 from pathlib import Path
-from daemon.factstore import FactStore
+from daemon.store.facts import FactStore
 from model import facts as F
 from model.jobs import JobSpec
 

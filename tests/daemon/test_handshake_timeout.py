@@ -15,8 +15,8 @@ import dataclasses
 import trio
 import trio_websocket
 
-from daemon import agent_daemon
-from daemon.agent_daemon import run_agent
+from daemon.agent import daemon as agent_daemon
+from daemon.agent.daemon import run_agent
 from daemon.client import Client, ClientError
 from test_agent_daemon import install, options
 from trio_harness import FakeNet

@@ -17,8 +17,8 @@ import logging
 import pytest
 import trio
 
-from daemon.agent_daemon import REFUSAL_RETRY_FIRST, run_agent
-from daemon.statelock import WrongStateDir
+from daemon.agent.daemon import REFUSAL_RETRY_FIRST, run_agent
+from daemon.store.statelock import WrongStateDir
 from model.jobs import JobState
 from test_agent_daemon import install, options, start_agent
 from model import messages as M

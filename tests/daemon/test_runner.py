@@ -1,4 +1,4 @@
-"""daemon.runner / daemon.launcher with real processes.
+"""daemon.agent.runner / daemon.agent.launcher with real processes.
 
 Every test runs under a hang guard (``trio.fail_after``) and waits on
 conditions, never on fixed sleeps.  The autouse ``reaper`` fixture SIGKILLs
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.launcher import append_record, read_records
-from daemon.runner import AlreadyLaunched, ExitStatus, JobLost, JobRunner, LaunchError, NullRunner, check_key
+from daemon.agent.launcher import append_record, read_records
+from daemon.agent.runner import AlreadyLaunched, ExitStatus, JobLost, JobRunner, LaunchError, NullRunner, check_key
 from model import messages as M
 from model.jobs import JobSpec
 
@@ -422,7 +422,7 @@ CRASHING_AGENT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     import trio
-    from daemon.runner import JobRunner
+    from daemon.agent.runner import JobRunner
     from model.jobs import JobSpec
 
     async def main(state, jobs):
@@ -555,7 +555,7 @@ async def test_attempts_left_in_the_directory_layout_by_an_upgrade_are_still_run
     ``jobs/<job>.<attempt>/``.  After an upgrade their attempts are adopted,
     read, signalled, watched to their end and forgotten; none is lost and none
     is launched again."""
-    from daemon import launcher
+    from daemon.agent import launcher
 
     jobs = tmp_path / "state" / "jobs"
     done = jobs / "old.1"
@@ -653,7 +653,7 @@ async def test_the_runner_outlives_its_launcher(tmp_path):
 STALLED_LAUNCH = """
 import json, os, sys, time
 sys.path.insert(0, {root!r})
-import daemon.launcher as L
+import daemon.agent.launcher as L
 L._BASE_ENV.update(os.environ)
 req = json.loads(sys.stdin.readline())
 pid = os.fork()
@@ -742,7 +742,7 @@ async def test_an_attempt_adopt_calls_lost_is_never_run_by_a_late_supervisor(tmp
     late_supervisor = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from daemon.launcher import boot_id, supervise
+        from daemon.agent.launcher import boot_id, supervise
         sys.exit(supervise({request!r}, time.time(), boot_id()))
     """)
     import subprocess

@@ -42,10 +42,10 @@ from trio_websocket import ConnectionRejected
 from trio_websocket import WebSocketConnection, wrap_client_stream, wrap_server_stream
 
 from daemon import wire
-from daemon.agentstore import AgentStore
-from daemon.controller_server import ControllerDaemon, ControllerOptions
-from daemon.factstore import FactStore
-from daemon.runner import ExitStatus, NullRunner, check_key
+from daemon.store.agent import AgentStore
+from daemon.controller.server import ControllerDaemon, ControllerOptions
+from daemon.store.facts import FactStore
+from daemon.agent.runner import ExitStatus, NullRunner, check_key
 from model import events as E
 from model import facts as F
 from model import messages as M
@@ -438,7 +438,7 @@ async def controller(state_dir: Path, *, round_timeout: float = 30.0, heartbeat_
 
 
 class FakeNet:
-    """Replaces ``open_websocket_url`` in ``daemon.agent_daemon``.
+    """Replaces ``open_websocket_url`` in ``daemon.agent.daemon``.
 
     While ``up`` is false a connect fails at once (ECONNREFUSED) and is counted in
     ``attempts`` (fake times).  While up, it connects over memory streams either to

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import pytest
 
-from daemon.launcher import read_records
+from daemon.agent.launcher import read_records
 
 HANG = 30.0  # seconds: the default guard of one wait, never reached by a passing test
 TEST_GUARD = 150  # seconds: a whole test (setup, body, teardown), never reached either
@@ -400,7 +400,7 @@ class Cluster:
         wait_for(path.exists, timeout=timeout, interval=0.02, what=f"{path} to exist")
         return path
 
-    # ---- the agents' runner files (daemon/launcher.py: jobs/<job>.<attempt>.run) ---------
+    # ---- the agents' runner files (daemon/agent/launcher.py: jobs/<job>.<attempt>.run) ---------
 
     def run_records(self, agent: str, job: str, attempt: int = 1) -> tuple[dict | None, dict | None]:
         """The (pid, status) records of an attempt's .run file."""
@@ -433,7 +433,7 @@ class Cluster:
         assert not self.running("controller"), "stop the controller before reading its log"
         import trio
 
-        from daemon.factstore import FactStore
+        from daemon.store.facts import FactStore
 
         async def load() -> list:
             store = await FactStore.open(self.controller_dir)

@@ -21,9 +21,9 @@ from typing import Any
 
 import trio
 
-from daemon.agent_daemon import AgentOptions, run_agent
-from daemon.controller_server import ControllerDaemon, ControllerOptions
-from daemon.factstore import FactStore
+from daemon.agent.daemon import AgentOptions, run_agent
+from daemon.controller.server import ControllerDaemon, ControllerOptions
+from daemon.store.facts import FactStore
 from model import events as E
 from model import facts as F
 from model.controller import Controller, ControllerConfig

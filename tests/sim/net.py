@@ -1,6 +1,6 @@
 """The simulation's network: WebSocket connections over memory streams, with faults.
 
-``Network.open_websocket_url`` replaces ``daemon.agent_daemon.open_websocket_url``.
+``Network.open_websocket_url`` replaces ``daemon.agent.daemon.open_websocket_url``.
 Each agent daemon gets its own controller URL, ``ws://<host>.sim``, so the
 network knows which agent's link a connection runs over.  The server side of
 every connection is served by the live ``SimController`` (in its nursery, so

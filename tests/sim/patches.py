@@ -5,7 +5,7 @@
   until the thread answers.  No fake time passes and no other task runs
   meanwhile, so a run does not depend on how fast the disk is: same seed, same
   interleaving.
-* ``time`` of ``daemon.agent_daemon`` and ``daemon.controller_server``: wall and
+* ``time`` of ``daemon.agent.daemon`` and ``daemon.controller.server``: wall and
   monotonic time moving with trio's clock, each machine with its own step.
 * ``random`` (the agent's jitter) and ``secrets`` (the controller's tokens,
   cluster id): seeded from the scenario.
@@ -24,7 +24,9 @@ from typing import Any, Iterator
 import pytest
 import trio
 
-from daemon import agent_daemon, controller_server, sqlite_thread
+from daemon.agent import daemon as agent_daemon
+from daemon.controller import server as controller_server
+from daemon.store import sqlite_thread
 
 
 class SimWall:

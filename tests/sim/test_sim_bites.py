@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import test_sim as T
-from daemon.agent_daemon import AgentDaemon
+from daemon.agent.daemon import AgentDaemon
 from model import controller as controller_model
 from model import events as E
 from model.agent import Agent

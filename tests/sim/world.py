@@ -1,7 +1,7 @@
 """The simulation's ground truth: every process the agents start, and how it really ends.
 
 ``World`` owns the processes; ``WorldRunner`` is the JobRunner API an agent
-daemon sees (``daemon/runner.py``), one per agent life, attached to the
+daemon sees (``daemon/agent/runner.py``), one per agent life, attached to the
 world under the agent's state directory.  Processes outlive the runner that
 started them (an agent crash does not stop its jobs): a later runner on the
 same state directory finds them through ``adopt()``, as the real runner does
@@ -27,7 +27,7 @@ from typing import Any, Literal, Sequence
 
 import trio
 
-from daemon.runner import AlreadyLaunched, ExitStatus, check_key
+from daemon.agent.runner import AlreadyLaunched, ExitStatus, check_key
 from model import messages as M
 from model.jobs import JobSpec
 
@@ -108,7 +108,7 @@ class World:
 
 
 class WorldRunner:
-    """The runner API over the world, for one agent life (``daemon/runner.py`` has the contract)."""
+    """The runner API over the world, for one agent life (``daemon/agent/runner.py`` has the contract)."""
 
     def __init__(self, world: World, host: str) -> None:
         self.world = world

@@ -21,7 +21,7 @@ import trio
 
 from model.jobs import JobSpec
 
-from .runner import JobRunner
+from daemon.agent.runner import JobRunner
 
 
 def _cpu() -> float:

@@ -30,8 +30,8 @@ from model.agent import LocalJob, LocalStatus
 from model.jobs import JobSpec
 from model.messages import Finished
 
-from .statelock import WrongStateDir
-from .sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
+from daemon.store.statelock import WrongStateDir
+from daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 2  # 2: local_job.uid and outbox.uid (the submission a dispatch was for)
 _SCHEMA = (

@@ -20,8 +20,8 @@ import trio
 from model.controller import ControllerConfig
 from model.jobs import JobSpec
 
-from .client import ClientError, call, resolve_controller, resolve_token
-from .statelock import StateDirBusy, WrongStateDir
+from daemon.client import ClientError, call, resolve_controller, resolve_token
+from daemon.store.statelock import StateDirBusy, WrongStateDir
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -127,11 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
-    from .bench import add_parser as add_bench_parser
+    from daemon.bench.run import add_parser as add_bench_parser
 
     add_bench_parser(sub, common)
 
-    from .chaos import add_parser as add_chaos_parser
+    from daemon.chaos import add_parser as add_chaos_parser
 
     add_chaos_parser(sub, common)
     return parser
@@ -226,7 +226,7 @@ async def _until_signalled(run: Any) -> None:
 
 
 async def _controller_command(args: argparse.Namespace) -> int:
-    from .controller_server import ControllerOptions, serve_controller
+    from daemon.controller.server import ControllerOptions, serve_controller
 
     token = resolve_token(args.token_file)
     options = ControllerOptions(
@@ -247,7 +247,7 @@ async def _controller_command(args: argparse.Namespace) -> int:
 
 
 async def _agent_command(args: argparse.Namespace) -> int:
-    from .agent_daemon import AgentOptions, run_agent
+    from daemon.agent.daemon import AgentOptions, run_agent
 
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
@@ -267,7 +267,7 @@ async def _agent_command(args: argparse.Namespace) -> int:
 
 
 async def _dev_command(args: argparse.Namespace) -> int:
-    from .dev import run_dev
+    from daemon.cli.dev import run_dev
 
     await _until_signalled(partial(run_dev, args))
     return 0
@@ -291,15 +291,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dev":
             return trio.run(_dev_command, args)
         if args.command == "demo":
-            from .demo import run_demo
+            from daemon.cli.demo import run_demo
 
             return run_demo(args)
         if args.command == "bench":
-            from .bench import run_bench
+            from daemon.bench.run import run_bench
 
             return run_bench(args)
         if args.command == "chaos":
-            from .chaos import run_chaos
+            from daemon.chaos import run_chaos
 
             return run_chaos(args)
         return trio.run(_client_command, args)

@@ -22,8 +22,8 @@ import cbor2
 
 from model import facts as F
 
-from . import runtime
-from .sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
+from daemon import runtime
+from daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 1
 _SCHEMA = (

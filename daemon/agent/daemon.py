@@ -35,12 +35,12 @@ from model import messages as M
 from model.agent import Agent, AgentConfig, LocalStatus
 from model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 
-from . import runtime, wire
-from .agentstore import AgentStore
-from .refusals import RefusalLog
-from .statelock import hold_state_dir
-from .wsconnect import open_websocket
-from .runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
+from daemon import runtime, wire
+from daemon.store.agent import AgentStore
+from daemon.refusals import RefusalLog
+from daemon.store.statelock import hold_state_dir
+from daemon.wsconnect import open_websocket
+from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
 

@@ -36,10 +36,10 @@ from model.state import apply, snapshot
 from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
 
-from . import runtime, wire
-from .factstore import FactStore
-from .refusals import RefusalLog
-from .statelock import hold_state_dir
+from daemon import runtime, wire
+from daemon.store.facts import FactStore
+from daemon.refusals import RefusalLog
+from daemon.store.statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
 

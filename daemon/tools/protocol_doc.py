@@ -7,9 +7,9 @@ comments and docstrings).  Rendering is a pure function of the model's code;
 the only thing it reads is the model's own source text (``inspect``), for the
 comments.
 
-    python -m model.docs                           # print every generated block
-    python -m model.docs --write docs/protocol.md  # refresh the blocks in place
-    python -m model.docs --check docs/protocol.md  # exit 1 if they are stale
+    python -m daemon.tools.protocol_doc                           # print every generated block
+    python -m daemon.tools.protocol_doc --write docs/protocol.md  # refresh the blocks in place
+    python -m daemon.tools.protocol_doc --check docs/protocol.md  # exit 1 if they are stale
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import tokenize
 from dataclasses import MISSING, fields
 from typing import Callable, Mapping
 
-from . import messages as M
-from .agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
-from .jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
-from .resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
+from model import messages as M
+from model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
+from model.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
+from model.resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
 
 BEGIN = "<!-- BEGIN GENERATED: {name} -->"
 END = "<!-- END GENERATED -->"

@@ -1,13 +1,13 @@
 """Jobs as real OS processes: the agent's side of the launcher and supervisors.
 
-``JobRunner`` starts one launcher (``daemon/launcher.py``, a fork server) and
+``JobRunner`` starts one launcher (``daemon/agent/launcher.py``, a fork server) and
 talks to it over its stdin/stdout pipes.  Each job runs under its own
 supervisor process (forked by the launcher, its own session) which records the
 job's end durably in ``state_dir/jobs/<job>.<attempt>.run``; the agent only
 ever *reads* outcomes, so an outcome exists on disk whether or not the agent is
 alive when the job ends.
 
-Files of one attempt, in ``state_dir/jobs/`` (``daemon/launcher.py`` has the
+Files of one attempt, in ``state_dir/jobs/`` (``daemon/agent/launcher.py`` has the
 details):
 
 ``<job>.<attempt>.stdout``, ``<job>.<attempt>.stderr``
@@ -70,7 +70,7 @@ import trio
 from model import messages as M
 from model.jobs import JobSpec
 
-from . import launcher as _launcher
+from daemon.agent import launcher as _launcher
 
 __all__ = ["ExitStatus", "JobLost", "RunnerError", "LaunchError", "AlreadyLaunched", "JobRunner", "NullRunner",
            "check_key"]
@@ -254,9 +254,9 @@ class JobRunner:
         # -I -S: no site, no PYTHON* variables, no cwd on sys.path (the
         # launcher imports nothing outside the standard library).  The path
         # is given explicitly so this works whatever the agent's cwd is.
-        root = str(Path(_launcher.__file__).resolve().parent.parent)
+        root = str(Path(_launcher.__file__).resolve().parents[2])
         return [sys.executable, "-I", "-S", "-c",
-                f"import sys; sys.path.insert(0, {root!r}); from daemon.launcher import main; main()"]
+                f"import sys; sys.path.insert(0, {root!r}); from daemon.agent.launcher import main; main()"]
 
     async def _launcher_task(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         started = False

@@ -24,8 +24,8 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from .client import Client
-from .procs import LocalCluster
+from daemon.client import Client
+from daemon.procs import LocalCluster
 
 HANG_GUARD = 1800.0  # seconds: no single run may take longer than this
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
@@ -242,7 +242,7 @@ async def _restart_run(args: argparse.Namespace, facts: int, prepared: Path) -> 
 def _prepare_history(facts: int, where: Path) -> dict[str, Any]:
     """Write `facts` facts of realistic history with the production store and
     snapshot policy: jobs submitted, dispatched, started and finished."""
-    from .history import write_history
+    from daemon.bench.history import write_history
 
     return trio.run(write_history, where, facts)
 
@@ -300,7 +300,7 @@ def run_bench(args: argparse.Namespace) -> int:
         for key, c in cpu_per_job.items():
             lines.append(f"CPU per job, {key}: {_fmt(c, 'ms', scale=1e3, digits=3)}")
     elif args.bench == "launch":
-        from .benchlaunch import launch_run
+        from daemon.bench.launch import launch_run
 
         cpu_values: list[float] = []
 
@@ -323,7 +323,7 @@ def run_bench(args: argparse.Namespace) -> int:
             out["rounds"].append({"jobs": n, "seconds": s, "per_job_seconds": per_job})
             lines.append(f"resync, {n} jobs: {_fmt(s, 's', digits=3)}; per job {per_job['median'] * 1e6:.1f} us")
         if args.plot is not None:
-            from .plot import line_plot
+            from daemon.bench.plot import line_plot
 
             args.plot.write_text(line_plot(
                 [(r["jobs"], r["seconds"]["median"]) for r in out["rounds"]],
@@ -331,7 +331,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 ylabel="seconds"))
             lines.append(f"plot written to {args.plot}")
     elif args.bench == "resync-stages":
-        from .benchstages import STAGES, run_round
+        from daemon.bench.stages import STAGES, run_round
 
         out["rounds"] = []
         for n in args.jobs:

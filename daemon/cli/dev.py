@@ -24,10 +24,10 @@ from pathlib import Path
 
 import trio
 
-from .agent_daemon import AgentOptions, run_agent
-from .client import resolve_token
-from .controller_server import ControllerOptions, serve_controller
-from .runner import JobRunner
+from daemon.agent.daemon import AgentOptions, run_agent
+from daemon.client import resolve_token
+from daemon.controller.server import ControllerOptions, serve_controller
+from daemon.agent.runner import JobRunner
 
 log = logging.getLogger("reckon.dev")
 

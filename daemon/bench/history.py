@@ -17,8 +17,8 @@ from model.facts import JobSubmitted
 from model.jobs import JobSpec
 from model.state import snapshot
 
-from .controller_server import ControllerOptions
-from .factstore import FactStore
+from daemon.controller.server import ControllerOptions
+from daemon.store.facts import FactStore
 
 BATCH_JOBS = 2_500
 

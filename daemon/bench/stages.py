@@ -28,7 +28,7 @@ from model.jobs import JobSpec
 from model.records import LocalJob, LocalStatus
 from model.state import ControllerState, apply
 
-from . import runtime, wire
+from daemon import runtime, wire
 
 STAGES = (
     "controller builds the query", "query encoded", "query decoded", "agent answers",

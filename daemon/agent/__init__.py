@@ -1,0 +1,1 @@
+"""The agent: runs jobs as real processes (runner, launcher, supervisors) and reports them."""

@@ -1,0 +1,1 @@
+"""`reckon bench`: end-to-end and per-stage benchmarks that print figures."""

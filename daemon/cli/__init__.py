@@ -1,0 +1,1 @@
+"""`reckon`: the command line, and the commands that run daemons for a user (demo, dev)."""

@@ -1,0 +1,3 @@
+from daemon.cli.main import main
+
+main()

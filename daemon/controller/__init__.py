@@ -1,0 +1,1 @@
+"""The controller daemon: WebSocket endpoints for agents and clients around ``model.Controller``."""

@@ -1,0 +1,1 @@
+"""Durable state: the controller's fact store, the agent's record store, the state-directory lock."""
