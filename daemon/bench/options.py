@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from daemon.cli.main import path
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
     q = bench("resync", "N jobs finish while their agent is cut off; time from its rejoin to the round resolved")
     q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000], help="job counts to measure")
-    q.add_argument("--plot", type=Path, help="also write an SVG plot of round time against job count here")
+    q.add_argument("--plot", type=path, help="also write an SVG plot of round time against job count here")
 
     q = bench("resync-stages", "one round in-process (no sockets, no disk): the cost of each stage per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000, 100000], help="job counts to measure")
@@ -42,6 +43,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
     q = bench("restart", "controller restart time with N facts of history")
     q.add_argument("--facts", type=int, nargs="+", default=[100_000, 1_000_000], help="history sizes to measure")
+
+    q = bench("cli", "the command line as a shell loop drives it: submit/show/jobs latency, a bulk submit end to end")
+    q.add_argument("--jobs", type=int, default=200, help="submits in the loop, and jobs in the bulk submit "
+                                                         "(default 200)")
+    q.add_argument("--slots", type=int, default=32, help="slots of the one agent (default 32)")
+    q.add_argument("--executor", choices=("process", "null"), default="process",
+                   help="process: real `true` jobs; null: the agent finishes each job at once (default process)")
 
     q = bench("memory", "controller resident memory per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

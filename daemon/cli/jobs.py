@@ -13,7 +13,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from daemon import wire
 from daemon.cli.client import SyncClient, UsageError, request_bytes, resolve_controller, resolve_token
@@ -97,7 +96,7 @@ def job_spec(argv: list[str], args: argparse.Namespace, cwd: str) -> dict:
     from model.jobs import JobSpec
 
     try:
-        spec = JobSpec(name=args.name or Path(argv[0]).name, command=tuple(argv), cwd=cwd,
+        spec = JobSpec(name=args.name or argv[0].rstrip("/").rpartition("/")[2] or argv[0], command=tuple(argv), cwd=cwd,
                        env=tuple(args.env), slots=args.slots)
     except ValueError as exc:
         raise UsageError(f"invalid job: {exc}") from None
