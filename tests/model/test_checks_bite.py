@@ -252,7 +252,7 @@ def test_bite_extra_job_guard_regresses_terminal(monkeypatch):
         finally:
             self.__dict__["_in_report"] = None
 
-    def assignment_guard(self, session, entry, *, queried, out):
+    def assignment_guard(self, session, entry, *, queried, out, **how):
         job = self.state.jobs.get(entry.job)
         extra = self.__dict__.get("_in_report") is not None and not queried  # an unqueried extra of a report
         if (extra and job is not None and job.terminal and job.attempt == entry.attempt
@@ -261,7 +261,7 @@ def test_bite_extra_job_guard_regresses_terminal(monkeypatch):
             self._apply(out, F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name,
                                           started_at=entry.started_at))
             return M.AckOutcome.APPLIED
-        return reconcile(self, session, entry, queried=queried, out=out)
+        return reconcile(self, session, entry, queried=queried, out=out, **how)
 
     monkeypatch.setattr(Controller, "_reconcile", assignment_guard)
     monkeypatch.setattr(Controller, "_apply_report", in_report)
