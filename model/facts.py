@@ -10,7 +10,7 @@ version.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Union
 
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
@@ -104,8 +104,9 @@ class JobFinished:
     started_at: float | None = None
     # How the outcome reached the controller: one of FINISH_VIA ("report": the
     # agent's completion message; "round": a resync round's report).  None for
-    # facts written before version 3, which did not record it.
-    via: str | None = None
+    # facts written before version 3, which did not record it.  Provenance, not
+    # outcome: two facts with the same outcome are equal however it came (Req 4.1).
+    via: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _job_attempt(self)
