@@ -56,6 +56,7 @@ class JobHistory:
 def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
     """Fold the facts about ``job`` (others are skipped) into its history."""
     h = JobHistory(job=job)
+    cancel_requested = False
     for fact in facts:
         if getattr(fact, "job", None) != job:
             continue
@@ -74,6 +75,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
             a = h._attempt(fact.attempt)
             a.ended, a.exit_code, a.signal, a.finished_at, a.via = (
                 "finished", fact.exit_code, fact.signal, fact.finished_at, fact.via)
+            if cancel_requested:  # the process ended after the kill the cancel sent: the job is CANCELLED
+                a.ended, a.reason = "cancelled", "cancelled by a user while running"
             if fact.started_at is not None and a.started_at is None:
                 a.started_at = fact.started_at
         elif kind is F.JobRequeued:
@@ -81,6 +84,7 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
             a.ended, a.reason = "requeued", fact.reason
             h.events.append({"event": "requeued", "attempt": fact.attempt, "reason": fact.reason})
         elif kind is F.JobCancelRequested:
+            cancel_requested = True
             h.events.append({"event": "cancel_requested", "attempt": max(h.attempts, default=None),
                              "reason": "cancelled by a user while running"})
         elif kind is F.JobCancelConfirmed:

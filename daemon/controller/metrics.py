@@ -99,7 +99,9 @@ class ControllerMetrics:
                 if at is not None:  # clocks of two machines: never a negative latency
                     self.dispatch_to_start.observe(max(0.0, fact.started_at - at))
             elif kind is F.JobFinished:
-                self._dispatched_at.pop((fact.job, fact.attempt), None)
+                at = self._dispatched_at.pop((fact.job, fact.attempt), None)
+                if at is not None and fact.started_at is not None:  # a short job's start comes with its end
+                    self.dispatch_to_start.observe(max(0.0, fact.started_at - at))
                 self.finished.labels(via=fact.via or "unknown").inc()
                 self.finish_to_recorded.observe(max(0.0, now - fact.finished_at))
             elif kind in (F.JobRequeued, F.JobCancelConfirmed):
