@@ -115,3 +115,28 @@ def test_finish_records_how_the_outcome_arrived() -> None:
     vias = {f.job: f.via for f in h.log if isinstance(f, F.JobFinished)}
     assert vias[by_report] == "report"
     assert vias[by_round] == "round"
+
+
+def test_history_folds_every_attempt_and_why_it_ended() -> None:
+    from model.history import job_history
+
+    h = Harness()
+    h.join("a1")
+    job = h.run_jobs(1)[0]
+    h.disconnect("a1")
+    h.controller_handle(E.ForgetAgent(agent="a1", now=h.now))  # attempt 1 requeued
+    h.add_agent("a2", slots=4)
+    h.join("a2")
+    h.schedule()
+    h.pump()
+    h.cancel(job)  # attempt 2 runs on a2: the cancel kills it
+    h.pump()
+    h.exit("a2", job, 2, exit_code=None, signal=15)
+    h.pump()
+    hist = job_history(job, h.log)
+    assert not hist.compacted
+    first, second = hist.attempts[1], hist.attempts[2]
+    assert (first.agent, first.ended, first.reason) == ("a1", "requeued", "agent forgotten by the operator")
+    assert (second.agent, second.ended) == ("a2", "cancelled")
+    assert [e["event"] for e in hist.events] == ["requeued", "cancel_requested"]
+    assert job_history(job, h.log[3:]).compacted  # the submission pruned away
