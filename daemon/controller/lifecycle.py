@@ -95,15 +95,15 @@ class NodeTracker:
         self._clock = clock
         self.states: dict[str, tuple[str, float]] = {}  # agent -> (state, wall time it entered it)
 
-    def observe(self, name: str, state: str | None, *, slots: int = 0) -> None:
-        """``state`` None: the agent is gone from the table (forgotten)."""
+    def observe(self, name: str, state: str | None, *, slots: int = 0, at: float | None = None) -> None:
+        """``state`` None: the agent is gone from the table (forgotten).  ``at``: when it entered it, if known."""
         previous = self.states.get(name, (None, 0.0))[0]
         if state == previous:
             return
         if state is None:
             self.states.pop(name, None)
             return
-        self.states[name] = (state, self._clock())
+        self.states[name] = (state, self._clock() if at is None else at)
         was_connected = previous in _CONNECTED_STATES
         if state in _CONNECTED_STATES and not was_connected:
             log.info("agent %s joined (%d slot(s))", name, slots)

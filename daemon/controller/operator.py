@@ -38,7 +38,9 @@ def node_objects(daemon: "ControllerDaemon") -> list[dict]:
     out = []
     for name, info in sorted(model.state.agents.items()):
         state = model.node_state(name)
-        tracker.observe(name, state, slots=info.slots)
+        # A state no notification has shown yet is the one the agent had when this controller started.
+        tracker.observe(name, state, slots=info.slots,
+                        at=daemon.started_at if tracker.since(name) is None else None)
         out.append({"name": name, "state": state, "slots": info.slots, "used": info.used,
                     "drained": info.drained, "since": tracker.since(name)})
     return out
