@@ -142,6 +142,6 @@ def format_job(job: dict) -> str:
             value = f"{value:.3f} ({_when(value)})"
         elif key == "command":
             value = " ".join(value)
-        label = "waiting" if key == "pending_reason" else key  # why a PENDING job waits
+        label = "reason" if key == "pending_reason" else key  # why a PENDING job waits
         lines.append(f"{label + ':':14}{'-' if value is None else value}")
     return "\n".join(lines)

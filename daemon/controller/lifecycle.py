@@ -80,11 +80,12 @@ def log_facts(facts: list[F.Fact]) -> None:
 
 
 def round_opened(agent: str, token: bytes, queried: int) -> None:
-    log.info("resync round %s with agent %s opened: %d job(s) queried", token.hex()[:8], agent, queried)
+    # Wording kept from before this module: daemon/bench and the e2e tests parse these two lines.
+    log.info("resync round %s with agent %s started: %d job(s) queried", token.hex()[:8], agent, queried)
 
 
 def round_resolved(agent: str, token: bytes, seconds: float, since_join: float, queried: int) -> None:
-    log.info("resync round %s with agent %s resolved after %.3fs, %.3fs since its join (%d job(s) queried)",
+    log.info("resync round %s with agent %s ended after %.3fs, %.3fs since its join (%d job(s) queried)",
              token.hex()[:8], agent, seconds, since_join, queried)
 
 

@@ -43,8 +43,8 @@ def test_round_lines_carry_their_counts(caplog):
     lifecycle.round_opened("a1", bytes.fromhex("0badc0de99"), 12)
     lifecycle.round_resolved("a1", bytes.fromhex("0badc0de99"), 0.25, 0.5, 12)
     assert _lines(caplog) == [
-        "resync round 0badc0de with agent a1 opened: 12 job(s) queried",
-        "resync round 0badc0de with agent a1 resolved after 0.250s, 0.500s since its join (12 job(s) queried)",
+        "resync round 0badc0de with agent a1 started: 12 job(s) queried",
+        "resync round 0badc0de with agent a1 ended after 0.250s, 0.500s since its join (12 job(s) queried)",
     ]
 
 
