@@ -19,6 +19,7 @@ from . import messages as M
 from ._check import MAX_NAME
 from .errors import LocalProtocolError, RemoteProtocolError
 from .jobs import JobRecord, JobState
+from .nodes import node_state, on_drain, on_resume
 from .resync import ResyncRound
 from .scheduler import AgentNote, JobNote
 from .state import AgentInfo, ControllerState, apply, replay, restore
@@ -177,6 +178,7 @@ class Controller:
                 used=info.used if info else 0,
                 connected=bool(session and session.connected),
                 reconciling=bool(session and session.reconciling),
+                drained=bool(info and info.drained),
             )))
         out.changed_jobs.clear()
         out.changed_agents.clear()
@@ -391,7 +393,7 @@ class Controller:
         entry = M.ReportEntry(job=msg.job, attempt=msg.attempt, status=M.EntryStatus.FINISHED,
                               exit_code=msg.exit_code, signal=msg.signal, started_at=msg.started_at,
                               finished_at=msg.finished_at, uid=msg.uid)
-        outcome = self._reconcile(session, entry, queried=False, out=out)
+        outcome = self._reconcile(session, entry, queried=False, out=out, via="report")
         self._send(out, session, lambda seq: M.Ack(seq=seq, job=msg.job, attempt=msg.attempt, outcome=outcome))
 
     def _on_started(self, session: AgentSession, msg: M.Started, out: _Out) -> None:
@@ -448,7 +450,7 @@ class Controller:
         self.applied_rounds.append(rnd.token)
         for entry in entries:
             queried = rnd.queried.get(entry.job) == entry.attempt
-            self._reconcile(session, entry, queried=queried, out=out)
+            self._reconcile(session, entry, queried=queried, out=out, via="round")
         session.round = None
         token = rnd.token
         # Req 7.3: every change of the round (and the cleared RECONCILING flag) is
@@ -466,7 +468,8 @@ class Controller:
 
     # ---- reconciling one fact from an agent -----------------------------------------
 
-    def _reconcile(self, session: AgentSession, entry: M.ReportEntry, *, queried: bool, out: _Out) -> M.AckOutcome:
+    def _reconcile(self, session: AgentSession, entry: M.ReportEntry, *, queried: bool, out: _Out,
+                   via: str) -> M.AckOutcome:
         """The one path for what an agent says about (job, attempt): completion
         reports, round entries for queried jobs and unqueried extras alike."""
         job = self.state.jobs.get(entry.job)
@@ -521,7 +524,7 @@ class Controller:
         assert entry.finished_at is not None
         self._apply(out, F.JobFinished(job=job.id, attempt=job.attempt, exit_code=entry.exit_code,
                                        signal=entry.signal, finished_at=entry.finished_at,
-                                       started_at=entry.started_at))
+                                       started_at=entry.started_at, via=via))
         return M.AckOutcome.APPLIED
 
     def _kill_entry(self, session: AgentSession, entry: M.ReportEntry, out: _Out) -> None:
@@ -589,7 +592,7 @@ class Controller:
         ok = (
             job is not None and job.state is JobState.PENDING
             and session is not None and session.connected and not session.reconciling
-            and info is not None and info.slots - info.used >= job.spec.slots
+            and info is not None and not info.drained and info.slots - info.used >= job.spec.slots
         )
         if not ok:
             # Req 5.4: fail at once; the job stays PENDING.  Re-send the truth so
@@ -626,19 +629,13 @@ class Controller:
         agents = {}
         for name, info in self.state.agents.items():
             session = self.sessions.get(name)
-            available = bool(session and session.connected and not session.reconciling)
+            available = bool(session and session.connected and not session.reconciling and not info.drained)
             agents[name] = (info.slots, info.used, available)
         return pending, agents
 
     def node_state(self, name: str) -> str:
-        """IDLE, BUSY, RECONCILING, DISCONNECTED or LOST (the CLI's node state)."""
-        session = self.sessions.get(name)
-        info = self.state.agents.get(name)
-        if session is None or not session.connected:
-            return "LOST" if session is not None and session.lost else "DISCONNECTED"
-        if session.reconciling:
-            return "RECONCILING"
-        return "BUSY" if info is not None and info.used > 0 else "IDLE"
+        """One of model.nodes.NODE_STATES (the CLI's node state)."""
+        return node_state(self, name)
 
     _HANDLERS: dict[type, Callable] = {
         E.AgentJoined: _on_join,
@@ -651,5 +648,7 @@ class Controller:
         E.DispatchProposed: _on_dispatch,
         E.DispatchUndelivered: _on_undelivered,
         E.ForgetAgent: _on_forget,
+        E.DrainAgent: on_drain,
+        E.ResumeAgent: on_resume,
     }
 

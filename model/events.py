@@ -174,9 +174,33 @@ class ForgetAgent:
         check_time("now", self.now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainAgent:
+    """The operator drains an agent (``reckon drain``): no new dispatches there; running jobs finish."""
+
+    agent: str
+    now: float
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
+        check_time("now", self.now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeAgent:
+    """The operator resumes a drained agent (``reckon resume``): it takes new jobs again."""
+
+    agent: str
+    now: float
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
+        check_time("now", self.now)
+
+
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
-    DispatchProposed, DispatchUndelivered, ForgetAgent,
+    DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
 ]
 
 

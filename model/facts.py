@@ -10,7 +10,7 @@ version.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Union
 
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
@@ -87,18 +87,26 @@ class JobAdopted:
         check_opt_time("started_at", self.started_at)
 
 
+FINISH_VIA = frozenset({"report", "round"})  # the ways an outcome arrives (JobFinished.via)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobFinished:
     """The process of (job, attempt) ended as the agent observed it."""
 
     KIND: ClassVar[str] = "job_finished"
-    VERSION: ClassVar[int] = 2  # v1 had no signal and no started_at
+    VERSION: ClassVar[int] = 3  # v1 had no signal and no started_at; v2 no via
     job: str
     attempt: int
     exit_code: int | None
     signal: int | None
     finished_at: float
     started_at: float | None = None
+    # How the outcome reached the controller: one of FINISH_VIA ("report": the
+    # agent's completion message; "round": a resync round's report).  None for
+    # facts written before version 3, which did not record it.  Provenance, not
+    # outcome: two facts with the same outcome are equal however it came (Req 4.1).
+    via: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _job_attempt(self)
@@ -108,6 +116,8 @@ class JobFinished:
             raise ValueError("a finished job needs an exit code or a signal")
         check_time("finished_at", self.finished_at)
         check_opt_time("started_at", self.started_at)
+        if self.via is not None and self.via not in FINISH_VIA:
+            raise ValueError(f"via must be one of {sorted(FINISH_VIA)} or None, got {self.via!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +206,30 @@ class AgentForgotten:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AgentDrained:
+    """The operator drained the agent (``reckon drain``): no new dispatches; its running jobs finish."""
+
+    KIND: ClassVar[str] = "agent_drained"
+    VERSION: ClassVar[int] = 1
+    agent: str
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentResumed:
+    """The operator resumed a drained agent (``reckon resume``): it takes new jobs again."""
+
+    KIND: ClassVar[str] = "agent_resumed"
+    VERSION: ClassVar[int] = 1
+    agent: str
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobIdsReserved:
     """An agent reported job ids this history never issued (its state was rolled
     back): no submit may reuse any id up to ``upto``."""
@@ -223,12 +257,14 @@ class ClusterCreated:
 Fact = Union[
     JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
     JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
+    AgentDrained, AgentResumed,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
     for cls in (
         JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
         JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
+        AgentDrained, AgentResumed,
     )
 }
 
@@ -258,6 +294,8 @@ def _upgrade(kind: str, version: int, data: dict[str, Any]) -> dict[str, Any]:
         else:
             data.setdefault("signal", None)
         data.setdefault("started_at", None)
+    if kind == JobFinished.KIND and version < 3 and "via" in data:
+        raise ValueError(f"fact {kind} v{version} has unknown fields ['via']")
     if kind == AgentRegistered.KIND and version == 1 and "identity" in data:
         # v1 had no identity (None, the default, is what it meant): one here is corruption.
         raise ValueError(f"fact {kind} v1 has unknown fields ['identity']")

@@ -35,6 +35,7 @@ class AgentNote(NamedTuple):
     used: int
     connected: bool
     reconciling: bool
+    drained: bool = False  # the operator drained it: no new placements
 
 
 @dataclass(slots=True)
@@ -43,14 +44,15 @@ class _AgentView:
     used: int
     connected: bool
     reconciling: bool
+    drained: bool
 
     @property
     def available(self) -> bool:
-        return self.connected and not self.reconciling
+        return self.connected and not self.reconciling and not self.drained
 
 
 class Scheduler:
-    """FIFO placement by free slots onto connected, non-reconciling agents."""
+    """FIFO placement by free slots onto connected, non-reconciling, non-drained agents."""
 
     def __init__(self) -> None:
         self._pending: dict[str, tuple[int, int]] = {}  # job -> (order, slots)
@@ -68,7 +70,8 @@ class Scheduler:
             else:
                 self._pending.pop(note.job, None)
         elif isinstance(note, AgentNote):
-            self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling)
+            self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling,
+                                                  note.drained)
         else:
             raise TypeError(f"not a scheduler note: {note!r}")
 

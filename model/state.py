@@ -26,6 +26,7 @@ class AgentInfo:
     slots: int
     registered: bool = False  # an AgentRegistered fact named it (not only a job placement)
     identity: str | None = None  # the durable identity that holds this name (None: none claimed it)
+    drained: bool = False  # the operator drained it (AgentDrained): no new dispatches until AgentResumed
     used: int = 0  # slots of the RUNNING jobs placed here, kept by apply
     running: set[str] = field(default_factory=set)  # ids of RUNNING jobs placed here
     # running_digest() of the placed (job, attempt) pairs, kept up to date by
@@ -80,7 +81,8 @@ class ControllerState:
             self.cluster,
             self.next_job,
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
-            tuple(sorted((a.name, a.slots, a.registered, a.identity or "", a.used, tuple(sorted(a.running)))
+            tuple(sorted((a.name, a.slots, a.registered, a.identity or "", a.used, tuple(sorted(a.running)),
+                          a.drained)
                          for a in self.agents.values())),
         )
 
@@ -232,6 +234,26 @@ def _forgotten(state: ControllerState, fact: F.AgentForgotten) -> Changes:
     return Changes(agents=(fact.agent,))
 
 
+def _drained(state: ControllerState, fact: F.AgentDrained) -> Changes:
+    info = state.agents.get(fact.agent)
+    if info is None:
+        raise LocalProtocolError(f"unknown agent {fact.agent!r}")
+    if info.drained:
+        raise LocalProtocolError(f"agent {fact.agent} is already drained")
+    info.drained = True
+    return Changes(agents=(fact.agent,))
+
+
+def _resumed(state: ControllerState, fact: F.AgentResumed) -> Changes:
+    info = state.agents.get(fact.agent)
+    if info is None:
+        raise LocalProtocolError(f"unknown agent {fact.agent!r}")
+    if not info.drained:
+        raise LocalProtocolError(f"agent {fact.agent} is not drained")
+    info.drained = False
+    return Changes(agents=(fact.agent,))
+
+
 def _cluster_created(state: ControllerState, fact: F.ClusterCreated) -> Changes:
     if state.cluster is not None:
         raise LocalProtocolError(f"this history already is cluster {state.cluster}")
@@ -253,6 +275,8 @@ _APPLY: dict[type, Any] = {
     F.AgentRegistered: _registered,
     F.AgentForgotten: _forgotten,
     F.JobIdsReserved: _ids_reserved,
+    F.AgentDrained: _drained,
+    F.AgentResumed: _resumed,
 }
 
 
@@ -267,11 +291,11 @@ def replay(facts: list[F.Fact], state: ControllerState | None = None) -> Control
 def snapshot(state: ControllerState) -> dict[str, Any]:
     """A plain map of the whole state, for fast restart."""
     return {
-        "v": 2,  # v1: agents were [name, slots, registered], without the identity
+        "v": 3,  # v1: agents were [name, slots, registered], without the identity; v2: without drained
         "next_job": state.next_job,
         "cluster": state.cluster,
         "facts_applied": state.facts_applied,
-        "agents": [[a.name, a.slots, a.registered, a.identity] for a in state.agents.values()],
+        "agents": [[a.name, a.slots, a.registered, a.identity, a.drained] for a in state.agents.values()],
         "jobs": [
             [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.ran_on, j.submitted_at, j.started_at,
              j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues, j.uid]
@@ -282,14 +306,16 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
 
 def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running) are recomputed."""
-    if data.get("v") not in (1, 2):
+    if data.get("v") not in (1, 2, 3):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
                             cluster=data.get("cluster"))
     for row in data["agents"]:
         name, slots, registered = row[:3]
         identity = row[3] if data["v"] >= 2 else None
-        state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered, identity=identity)
+        drained = bool(row[4]) if data["v"] >= 3 else False
+        state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered, identity=identity,
+                                       drained=drained)
     for row in data["jobs"]:
         # 13 fields before job uids; the 14th is the uid.
         (jid, spec, st, attempt, agent, ran_on, submitted, started, finished, code, sig, cancel, requeues) = row[:13]

@@ -41,6 +41,8 @@ from daemon.refusals import RefusalLog
 from daemon.store.statelock import hold_state_dir
 from daemon.wsconnect import open_websocket
 from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
+from daemon.agent import lifecycle
+from daemon.ops.metrics_http import serve_metrics
 
 log = logging.getLogger("reckon.agent")
 
@@ -72,6 +74,7 @@ class AgentOptions:
     refusal_retry_max: float = 60.0  # retry cap after a permanent refusal (not an outage: an operator must act)
     refusal_reminder: float = 300.0  # seconds between reminders of a refusal that goes on
     model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
+    metrics: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None: off
 
     def __post_init__(self) -> None:
         if not self.ping_interval > 0 or not self.pong_timeout > 0:
@@ -179,6 +182,7 @@ class AgentDaemon:
         losing it in a crash is the same as crashing a moment earlier, and the
         next effect commits it first anyway.
         """
+        lifecycle.log_commands(commands)
         durable = [cmd for cmd, _ in commands if isinstance(cmd, _DURABLE)]
         effects = [(cmd, conn) for cmd, conn in commands if not isinstance(cmd, _DURABLE)]
         if not effects and len(self._deferred) + len(durable) < MAX_DEFERRED:
@@ -493,6 +497,8 @@ async def _run(options: AgentOptions, task_status) -> None:
                     nursery.start_soon(daemon.connection_loop)
                     if isinstance(runner, HoldRunner):
                         nursery.start_soon(_release_on_sigusr1, runner)
+                    if options.metrics is not None:
+                        await nursery.start(serve_metrics, *options.metrics, lifecycle.agent_registry(daemon))
                     task_status.started(daemon)
             finally:
                 with trio.CancelScope(shield=True):

@@ -20,8 +20,9 @@ _ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from daemon.ops.logformat import setup_logging
+
+    setup_logging(verbose=args.verbose, log_format=getattr(args, "log_format", "text"))
     try:
         if args.command == "controller":
             return trio.run(_controller_command, args)
@@ -75,7 +76,7 @@ async def _controller_command(args: argparse.Namespace) -> int:
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
-        rejoin_grace=max(args.rejoin_grace, 0.0),
+        rejoin_grace=max(args.rejoin_grace, 0.0), metrics=args.metrics,
     )
 
     async def run() -> None:
@@ -97,6 +98,7 @@ async def _agent_command(args: argparse.Namespace) -> int:
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
+        metrics=args.metrics,
     )
 
     async def run() -> None:

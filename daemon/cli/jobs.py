@@ -1,4 +1,4 @@
-"""The client commands of `reckon` (submit, jobs, show, cancel, nodes, forget): blocking, no trio.
+"""The client commands of `reckon` (submit, jobs, show, cancel, nodes, forget, history, drain, resume): blocking, no trio.
 
 Each is one connection to the controller's `/client` endpoint through
 ``daemon.cli.client.SyncClient``.  What they print is a contract (scripts
@@ -42,6 +42,15 @@ def run_client_command(args: argparse.Namespace) -> int:
         elif args.command == "nodes":
             nodes = client.call("nodes")["nodes"]
             out.write((json.dumps(nodes) if args.json else format_nodes(nodes)) + "\n")
+        elif args.command == "history":
+            history = client.call("history", job=args.job)["history"]
+            out.write((json.dumps(history) if args.json else format_history(history)) + "\n")
+        elif args.command in ("drain", "resume"):
+            result = client.call(args.command, agent=args.node)
+            node = result["node"]
+            verb = "drained" if args.command == "drain" else "resumed"
+            already = "" if result["changed"] else f" (it already was {'drained' if args.command == 'drain' else 'taking jobs'})"
+            out.write(f"{verb} {result['agent']}{already}: now {node['state']}, {node['used']}/{node['slots']} slots used\n")
         else:
             raise AssertionError(f"not a client command: {args.command}")
     return 0
@@ -153,9 +162,38 @@ def format_jobs(jobs: list[dict]) -> str:
 
 
 def format_nodes(nodes: list[dict]) -> str:
-    rows = [("NAME", "STATE", "SLOTS", "USED")]
-    rows += [(n["name"], n["state"], str(n["slots"]), str(n["used"])) for n in nodes]
+    rows = [("NAME", "STATE", "USED/SLOTS", "SINCE")]
+    rows += [(n["name"], n["state"], f"{n['used']}/{n['slots']}", _when(n.get("since"))) for n in nodes]
     return _table(rows)
+
+
+def _outcome(exit_code: int | None, signal: int | None) -> str:
+    if signal is not None:
+        return f"signal {signal}"
+    return "-" if exit_code is None else f"exit {exit_code}"
+
+
+def format_history(history: dict) -> str:
+    """One line per attempt, then the requeues and cancels with their reasons."""
+    record = history["record"]
+    lines = [f"job {history['job']} ({record['name']}): {record['state']}"
+             + (f", waiting: {record['pending_reason']}" if record.get("pending_reason") else "")]
+    if history["compacted"]:
+        lines.append("(older history was compacted by a controller snapshot: attempts before it are not shown)")
+    else:
+        lines.append(f"submitted {_when(history['submitted_at'])}")
+    rows = [("ATTEMPT", "AGENT", "STARTED", "FINISHED", "OUTCOME", "VIA", "ENDED", "REASON")]
+    for a in history["attempts"]:
+        placed = a["agent"] or "-"
+        if a["placed"] == "adopted":
+            placed += " (adopted)"
+        rows.append((str(a["attempt"]), placed, _when(a["started_at"]), _when(a["finished_at"]),
+                     _outcome(a["exit_code"], a["signal"]), a["via"] or "-", a["ended"], a["reason"] or "-"))
+    lines.append(_table(rows))
+    for e in history["events"]:
+        attempt = "" if e["attempt"] is None else f" attempt {e['attempt']}"
+        lines.append(f"{e['event']}{attempt}: {e['reason']}")
+    return "\n".join(lines)
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -164,14 +202,17 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def format_job(job: dict) -> str:
-    keys = ("id", "name", "state", "agent", "attempt", "exit_code", "signal", "submitted_at", "started_at",
-            "finished_at", "command", "cwd", "slots", "stdout", "stderr")
+    keys = ("id", "name", "state", "pending_reason", "agent", "attempt", "exit_code", "signal", "submitted_at",
+            "started_at", "finished_at", "command", "cwd", "slots", "stdout", "stderr")
     lines = []
     for key in keys:
         value = job.get(key)
+        if key == "pending_reason" and value is None:
+            continue  # only a PENDING job waits for something
         if key.endswith("_at") and value is not None:
             value = f"{value:.3f} ({_when(value)})"
         elif key == "command":
             value = " ".join(value)
-        lines.append(f"{key + ':':14}{'-' if value is None else value}")
+        label = "reason" if key == "pending_reason" else key  # why a PENDING job waits
+        lines.append(f"{label + ':':14}{'-' if value is None else value}")
     return "\n".join(lines)

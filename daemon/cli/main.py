@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from pathlib import Path
 
-CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget")
+CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos")
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
@@ -178,7 +178,12 @@ def command_of(argv: list[str]) -> str | None:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``only``, that command's options alone (the others by name and help)."""
     verbose = _Parser(add_help=False)
-    verbose.add_argument("-v", "--verbose", action="store_true", help="log more")
+    verbose.add_argument("-v", "--verbose", action="store_true", help="log more (protocol detail; never raw frames)")
+    verbose.add_argument("--log-format", choices=("text", "json"), default="text",
+                         help="text (default), or json: one JSON object per line, for log shippers")
+    metrics = _Parser(add_help=False)
+    metrics.add_argument("--metrics", type=_listen, default=None, metavar="HOST:PORT",
+                         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     token = _Parser(add_help=False)
     token.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
                                             "$RECKON_TOKEN holds the token itself)")
@@ -195,7 +200,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction)
     sub: Any = _Commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), only)
 
-    p = sub.add_parser("controller", parents=[verbose, token], help="run the controller in the foreground")
+    p = sub.add_parser("controller", parents=[verbose, token, metrics], help="run the controller in the foreground")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
                    help="address to serve agents and clients on (default 127.0.0.1:7420; port 0: any free port)")
     p.add_argument("--state-dir", type=path, required=True,
@@ -211,7 +216,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
 
-    p = sub.add_parser("agent", parents=[verbose, controller, token], help="run an agent in the foreground")
+    p = sub.add_parser("agent", parents=[verbose, controller, token, metrics], help="run an agent in the foreground")
     p.add_argument("--name", type=_agent_name, required=True,
                    help="the agent's name, unique in the cluster: " + AGENT_NAME_RULE)
     p.add_argument("--slots", type=_count, required=True, help="how many job slots this machine offers")
@@ -267,6 +272,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                     "replacement machine) may join under it.  If that machine is in fact still alive, the "
                     "jobs it still runs may run twice: make sure it is gone first.  A connected agent "
                     "cannot be forgotten.")
+    p.add_argument("node", help="the agent's name")
+
+    p = sub.add_parser("history", parents=[client], help="every attempt of a job and why each ended",
+                       description="Every attempt of a job: its agent, start and finish, exit code or signal, "
+                                   "how the outcome arrived (the agent's report or a resync round), and every "
+                                   "requeue or cancel with its reason, read from the controller's fact log.  "
+                                   "History older than the controller's last snapshot is compacted: the output "
+                                   "says so.")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("--json", action="store_true", help="print the history as a JSON object")
+
+    p = sub.add_parser("drain", parents=[client], help="no new jobs on a node; its running jobs finish",
+                       description="Drain a node: nothing new is dispatched there, its running jobs finish.  "
+                                   "The node shows DRAINING, then DRAINED once idle.  Survives restarts; "
+                                   "undo with `reckon resume`.")
+    p.add_argument("node", help="the agent's name")
+
+    p = sub.add_parser("resume", parents=[client], help="let a drained node take new jobs again")
     p.add_argument("node", help="the agent's name")
 
     p = sub.add_parser("dev", parents=[verbose, token],

@@ -38,6 +38,9 @@ from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
 
 from daemon import runtime, wire
+from daemon.controller import lifecycle, operator
+from daemon.controller.metrics import ControllerMetrics
+from daemon.ops.metrics_http import serve_metrics
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
 from daemon.controller.listen import listening
@@ -63,6 +66,7 @@ class ControllerOptions:
     # After a start, no dispatch until every agent the log knows has rejoined and
     # answered its round, or this many seconds have passed (0: no hold).  See _holding.
     rejoin_grace: float = 15.0
+    metrics: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None: off
 
 
 @dataclass(slots=True)
@@ -111,6 +115,8 @@ class ControllerDaemon:
         # by (agent name, address) at the Join.
         self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
         self.started_at = time.time()
+        self.nodes = lifecycle.NodeTracker()  # since when each node is in its state
+        self.metrics = ControllerMetrics(self)
         # See _holding: only jobs already PENDING at the start can have run somewhere since.
         pending_at_start = any(j.state is JobState.PENDING for j in controller.state.jobs.values())
         self._hold_until: float | None = (trio.current_time() + options.rejoin_grace
@@ -157,7 +163,10 @@ class ControllerDaemon:
             if facts:
                 # Commit before effect: nothing below leaves this process until the
                 # facts behind it are durable.  A failed commit kills the daemon.
+                committing = time.perf_counter()
                 await self.store.append(facts)
+                self.metrics.committed(facts, time.perf_counter() - committing)
+            lifecycle.after_commit(self, facts, commands)
             for cmd in commands:
                 self._release(cmd)
             for work in batch:
@@ -269,15 +278,14 @@ class ControllerDaemon:
             session = self.model.sessions.get(cmd.agent)
             queried = len(session.round.queried) if session is not None and session.round is not None else 0
             self._round_started[cmd.token] = (trio.current_time(), queried)
-            log.info("resync round %s with agent %s started: %d job(s) queried", cmd.token.hex()[:8],
-                     cmd.agent, queried)
+            lifecycle.round_opened(cmd.agent, cmd.token, queried)
             self._start_round_timer(cmd)
         elif isinstance(cmd, E.RoundEnded):
             started, queried = self._round_started.pop(cmd.token, (trio.current_time(), 0))
             now = trio.current_time()
-            log.info("resync round %s with agent %s ended after %.3fs, %.3fs since its join (%d job(s) queried)",
-                     cmd.token.hex()[:8], cmd.agent, now - started, now - self._joined_at.get(cmd.agent, started),
-                     queried)
+            lifecycle.round_resolved(cmd.agent, cmd.token, now - started, now - self._joined_at.get(cmd.agent, started),
+                                     queried)
+            self.metrics.round_resolved(now - started, queried)
             for conn in self._conns.values():
                 ended = conn.rounds.pop(cmd.token, None)
                 if ended is not None:
@@ -523,6 +531,8 @@ class ControllerDaemon:
 
     async def _client_op(self, request: dict) -> dict:
         op = request.get("op")
+        if op in operator.OPS:  # show, nodes, drain, resume, history
+            return await operator.OPS[op](self, request)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":
             [job_id] = await self._submit_batch([JobSpec.from_dict(request["spec"])], queue_anyway)
@@ -533,15 +543,11 @@ class ControllerDaemon:
         if op == "cancel":
             await self.call(event=E.CancelJob(job=str(request["job"]), now=time.time()))
             return {"job": await self.call(call=lambda: self.job_object(str(request["job"])))}
-        if op == "show":
-            return {"job": await self.call(call=lambda: self.job_object(str(request["job"])))}
         if op == "jobs":
             state = request.get("state")
             if state is not None and state not in JobState.__members__:
                 raise ValueError(f"unknown state {state!r}; one of {', '.join(JobState.__members__)}")
             return {"jobs": await self.call(call=lambda: self.job_objects(state))}
-        if op == "nodes":
-            return {"nodes": await self.call(call=self.node_objects)}
         if op == "status":
             return {"status": await self.call(call=self.status)}
         if op == "forget":
@@ -594,12 +600,6 @@ class ControllerDaemon:
 
     def job_objects(self, state: str | None) -> list[dict]:
         return [j.to_dict() for j in self.model.state.jobs.values() if state is None or j.state.value == state]
-
-    def node_objects(self) -> list[dict]:
-        return [
-            {"name": name, "state": self.model.node_state(name), "slots": info.slots, "used": info.used}
-            for name, info in sorted(self.model.state.agents.items())
-        ]
 
     def status(self) -> dict:
         counts: dict[str, int] = {}
@@ -667,6 +667,8 @@ async def _serve(options: ControllerOptions, t0: float, listeners: list[trio.Soc
                 max_message_size=wire.MAX_AGENT_MESSAGE).run)
             if options.token is None:
                 log.warning("no token configured: accepting loopback connections only")
+            if options.metrics is not None:
+                await nursery.start(serve_metrics, *options.metrics, daemon.metrics.registry)
             task_status.started((server.port, daemon))
     finally:
         with trio.CancelScope(shield=True):

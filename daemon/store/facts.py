@@ -92,6 +92,14 @@ class FactStore:
             raise TypeError("upto_seq must be an int")
         await self.db.run(_write_snapshot, snapshot, upto_seq, self.prune)
         self._snapshot_seq = max(self._snapshot_seq, upto_seq)
+        if self.prune:
+            # The pruned facts' pages would stay in the file (SQLite reuses, never
+            # returns them): compact it so controller.db does not keep its largest size.
+            await self.db.run(_compact)
+
+    async def facts_about(self, job: str) -> list[F.Fact]:
+        """The facts still in the log that name ``job``, in order (decoded on the store's thread)."""
+        return await self.db.run(_facts_about, job, self.db.path)
 
     async def aclose(self) -> None:
         await self.db.aclose()
@@ -132,6 +140,18 @@ def _write_snapshot(conn: sqlite3.Connection, snapshot: dict[str, Any], upto_seq
         conn.execute("DELETE FROM snapshot WHERE upto_seq < ?", (upto_seq,))
         if prune:
             conn.execute("DELETE FROM fact WHERE seq <= ?", (upto_seq,))
+
+
+def _compact(conn: sqlite3.Connection) -> None:
+    conn.execute("VACUUM")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def _facts_about(conn: sqlite3.Connection, job: str, path: Path) -> list[F.Fact]:
+    with transaction(conn, write=False):
+        first = conn.execute("SELECT ifnull(min(seq), 1) FROM fact").fetchone()[0]
+        facts = _decode_facts(conn.execute("SELECT seq, data FROM fact ORDER BY seq"), first, path)
+    return [f for f in facts if getattr(f, "job", None) == job]
 
 
 def _load(conn: sqlite3.Connection, path: Path) -> tuple[dict[str, Any] | None, list[F.Fact], int, int]:

@@ -259,7 +259,7 @@ class Cluster:
         line = _read_line(daemon.proc, HANG, daemon.log)
         assert line.startswith(f"reckon agent {name} running"), f"unexpected first line {line!r}"
         if wait_joined:
-            self.wait_node(name, ("IDLE", "BUSY"))
+            self.wait_node(name, ("IDLE", "MIXED", "BUSY"))
         return daemon
 
     def start_dev(self, *extra: str, tmpdir: Path) -> tuple[Daemon, str]:

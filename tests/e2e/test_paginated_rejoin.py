@@ -2,7 +2,7 @@
 
 Page size 3 on the controller (query pages) and on the agent (report
 pages): 20 running jobs make a round of 7 query pages and at least 7 report
-pages.  After a controller restart the round completes (the node is BUSY
+pages.  After a controller restart the round completes (the node is MIXED
 again, not RECONCILING, and no round timed out), every job is still RUNNING
 on its first attempt, and each then finishes with its own exit code.
 """
@@ -37,8 +37,8 @@ def test_rejoin_round_spanning_many_pages(cluster, truth_dir):
     cluster.kill("controller")
     log_before = len(cluster.log_text("controller"))
     cluster.start_controller()
-    # DISCONNECTED (restored, nobody joined) -> RECONCILING (round open) -> BUSY (round resolved).
-    node = cluster.wait_node("a1", ("BUSY",))
+    # DISCONNECTED (restored, nobody joined) -> RECONCILING (round open) -> MIXED (round resolved).
+    node = cluster.wait_node("a1", ("MIXED",))  # N_JOBS of N_JOBS + 4 slots
     assert node["used"] == N_JOBS
     after = cluster.log_text("controller")[log_before:]
     assert re.search(r"resync round (\w+) with agent a1 started(.|\n)*resync round \1 with agent a1 ended", after), after

@@ -34,6 +34,9 @@ SAMPLES = [
     F.AgentForgotten(agent="a1"),
     F.ClusterCreated(cluster="3f2a9c01d4e5b6a7"),
     F.JobIdsReserved(upto=7),
+    F.JobFinished(job="1", attempt=1, exit_code=0, signal=None, finished_at=2.0, via="round"),
+    F.AgentDrained(agent="a1"),
+    F.AgentResumed(agent="a1"),
 ]
 
 
@@ -93,7 +96,7 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("unknown kind", {"k": "job_exploded", "v": 1}, "unknown fact kind 'job_exploded'"),
     ("unhashable kind", {"k": ["job_cancelled"], "v": 1, "job": "1"}, "unknown fact kind"),
     ("version 0", _enc(FIN, v=0), "unsupported version 0"),
-    ("future version", _enc(FIN, v=3), "unsupported version 3"),
+    ("future version", _enc(FIN, v=4), "unsupported version 4"),
     ("version as str", _enc(FIN, v="2"), "unsupported version '2'"),
     ("version as bool", _enc(F.JobCancelled(job="1"), v=True), "unsupported version True"),
     ("missing field", _drop(FIN, "finished_at"), "finished_at"),

@@ -315,7 +315,7 @@ def test_page_when_no_round_is_open_gets_a_nonfatal_error() -> None:
     before = h.controller.state.digest()
     commands = h.send_to_controller("a1", REPORT)
     assert [(type(m), m.fatal) for m in sends_of(commands)] == [(M.Error, False)]
-    assert h.controller.state.digest() == before and h.controller.node_state("a1") == "BUSY"
+    assert h.controller.state.digest() == before and h.controller.node_state("a1") == "MIXED"
 
 
 def test_report_entry_for_an_unknown_job_invents_nothing() -> None:

@@ -50,7 +50,7 @@ def test_req_5_1_partial_report_keeps_the_agent_gated() -> None:
     assert sends_of(h.dispatch(waiting, "a1"), M.Dispatch) == []
 
     h.deliver_to_controller("a1", 1)
-    assert h.controller.node_state("a1") == "BUSY"
+    assert h.controller.node_state("a1") == "MIXED"
     assert h.schedule() == [(waiting, "a1")]
 
 
@@ -123,7 +123,7 @@ def test_req_5_3_round_deadline_resolves_the_round() -> None:
 
     # Reattempted on the next rejoin, with a fresh token; this time it completes.
     h.join("a1")
-    assert h.controller.node_state("a1") == "BUSY"
+    assert h.controller.node_state("a1") == "MIXED"
     assert h.rounds_ended[-1][1] != old_token
     assert h.job(job).state is JobState.RUNNING
     h.assert_views_agree()
@@ -142,7 +142,7 @@ def test_req_5_3_deadline_of_a_finished_round_is_ignored() -> None:
     commands = h.controller_handle(E.RoundDeadlineExpired(agent="a1", token=tok, now=99.0))
 
     assert commands == []
-    assert h.controller.node_state("a1") == "BUSY" and h.controller.state.digest() == before
+    assert h.controller.node_state("a1") == "MIXED" and h.controller.state.digest() == before
 
 
 def test_req_5_4_dispatch_to_disconnected_agent_fails_at_once() -> None:

@@ -133,7 +133,7 @@ def test_req_6_2_whole_report_resent_after_it_was_applied_changes_nothing() -> N
 
     assert h.controller.state.digest() == before and len(h.log) == log_len
     assert h.controller.applied_rounds == applied
-    assert h.controller.node_state("a1") == "BUSY"
+    assert h.controller.node_state("a1") == "MIXED"
 
 
 def test_req_6_3_report_for_a_discarded_round_is_discarded() -> None:

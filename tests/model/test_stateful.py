@@ -261,6 +261,10 @@ class ReckonMachine(RuleBasedStateMachine):
             if info is not None and info.used > info.slots:
                 self._violate("INV-CAPACITY", f"dispatch of {fact.job} made {fact.agent} use {info.used}/{info.slots}")
         if isinstance(back, F.JobDispatched):
+            placed_on = self.durable.agents.get(back.agent)
+            if placed_on is not None and placed_on.drained:
+                self._violate("INV-DRAINED-NOT-DISPATCHED", f"{back.job}/{back.attempt} dispatched to drained "
+                                                            f"agent {back.agent}")
             before = self.durable.jobs.get(back.job)
             if before is not None and (before.cancel_requested or before.state is JobState.CANCELLED):
                 self._violate("INV-CANCELLED-NOT-DISPATCHED", f"{back.job}/{back.attempt} dispatched to {back.agent} "
@@ -622,6 +626,15 @@ class ReckonMachine(RuleBasedStateMachine):
             assert was_terminal, f"cancel of non-terminal job {job.id} refused"
         else:
             assert not was_terminal, f"cancel of terminal job {job.id} accepted"
+
+    @precondition(lambda self: self.controller.state.agents)
+    @rule(i=INDEX)
+    def drain_or_resume(self, i):
+        """The operator drains a node, or resumes a drained one (``reckon drain``/``resume``)."""
+        names = sorted(self.controller.state.agents)
+        name = names[i % len(names)]
+        drained = self.controller.state.agents[name].drained
+        self._ctrl((E.ResumeAgent if drained else E.DrainAgent)(agent=name, now=self.now))
 
     @rule(limit=st.none() | st.integers(1, 2), defer=st.booleans())
     def scheduler_pass(self, limit, defer):
@@ -1168,6 +1181,11 @@ class ReckonMachine(RuleBasedStateMachine):
         self._take("INV-RESYNC-HOLDS-BACK")
 
     @invariant()
+    def inv_drained_not_dispatched(self):
+        """INV-DRAINED-NOT-DISPATCHED: no job is dispatched to an agent the operator drained."""
+        self._take("INV-DRAINED-NOT-DISPATCHED")
+
+    @invariant()
     def inv_cancelled_not_dispatched(self):
         """INV-CANCELLED-NOT-DISPATCHED: a job whose cancel was requested is never dispatched again."""
         self._take("INV-CANCELLED-NOT-DISPATCHED")
@@ -1196,7 +1214,7 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _pending_that_fits(self) -> bool:
         state = self.controller.state
-        return any(job.state is JobState.PENDING and info.slots - info.used >= job.spec.slots
+        return any(job.state is JobState.PENDING and not info.drained and info.slots - info.used >= job.spec.slots
                    for job in state.jobs.values() for info in state.agents.values())
 
     def _check_all_invariants(self) -> None:
@@ -1271,7 +1289,7 @@ class ReckonMachine(RuleBasedStateMachine):
             if job.state is not JobState.PENDING:
                 continue
             for name, info in state.agents.items():
-                assert info.slots - info.used < job.spec.slots, (
+                assert info.drained or info.slots - info.used < job.spec.slots, (  # a drained agent takes none
                     f"INV-LIVENESS-SCHEDULES: pending job {job.id} ({job.spec.slots} slots) fits on {name} "
                     f"({info.used}/{info.slots} used) but was not dispatched")
         for p in self.procs:

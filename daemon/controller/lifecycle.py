@@ -1,0 +1,130 @@
+"""The controller's lifecycle log: one INFO line per job or node event, in one place.
+
+Every line is derived from what the model decided, after it is durable:
+a fact (submit, dispatch, start, finish, cancel, requeue with its reason,
+drain, ...), a round command (opened, resolved) or a node's change of state
+(joined, disconnected, lost), never from log calls spread over the daemon.
+Refusals are logged once per condition by ``daemon.refusals``.  The same
+tracker remembers since when each node is in its state, for ``reckon nodes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal as _signal
+import time
+from typing import Any, Callable
+
+from model import facts as F
+from model.events import Notify
+from model.scheduler import AgentNote
+
+log = logging.getLogger("reckon.lifecycle")
+
+_CONNECTED_STATES = frozenset({"RECONCILING", "DRAINING", "DRAINED", "IDLE", "MIXED", "BUSY"})
+
+
+def signal_name(number: int) -> str:
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def outcome_text(exit_code: int | None, signal: int | None) -> str:
+    """'exit code 3' or 'killed by SIGKILL (9)'."""
+    if signal is not None:
+        return f"killed by {signal_name(signal)} ({signal})"
+    return f"exit code {exit_code}"
+
+
+def _finished(f: F.JobFinished) -> str:
+    via = {"report": "reported by the agent", "round": "found by a resync round"}.get(f.via or "", "")
+    return f"job {f.job} attempt {f.attempt} finished: {outcome_text(f.exit_code, f.signal)}" + (
+        f" ({via})" if via else "")
+
+
+# fact type -> its line; None: a fact with no line of its own (logged where it is handled).
+FACT_LINES: dict[type, Callable[..., str] | None] = {
+    F.ClusterCreated: lambda f: f"new cluster history {f.cluster}",
+    F.JobSubmitted: lambda f: f"job {f.job} submitted: {f.spec.name!r}, {f.spec.slots} slot(s)",
+    F.JobDispatched: lambda f: f"job {f.job} attempt {f.attempt} dispatched to agent {f.agent}",
+    F.JobAdopted: lambda f: f"job {f.job} attempt {f.attempt} adopted: agent {f.agent} runs it unplaced",
+    F.JobStarted: lambda f: f"job {f.job} attempt {f.attempt} started",
+    F.JobFinished: _finished,
+    F.JobCancelRequested: lambda f: f"job {f.job} cancel requested: its process is being killed",
+    F.JobCancelled: lambda f: f"job {f.job} cancelled before it ran",
+    F.JobCancelConfirmed: lambda f: f"job {f.job} attempt {f.attempt} cancelled: its process is gone",
+    F.JobRequeued: lambda f: f"job {f.job} attempt {f.attempt} requeued: {f.reason}",
+    F.AgentRegistered: lambda f: f"agent {f.agent} registered with {f.slots} slot(s)",
+    F.AgentForgotten: lambda f: f"agent {f.agent} forgotten by the operator: its name is free",
+    F.AgentDrained: lambda f: f"agent {f.agent} drained: no new jobs there; running jobs finish",
+    F.AgentResumed: lambda f: f"agent {f.agent} resumed: it takes new jobs again",
+    F.JobIdsReserved: None,  # the server explains it as a warning
+}
+assert set(FACT_LINES) == set(F.FACT_TYPES.values()), "every fact kind needs a lifecycle entry"
+
+
+def fact_line(fact: F.Fact) -> str | None:
+    line = FACT_LINES[type(fact)]
+    return None if line is None else line(fact)
+
+
+def log_facts(facts: list[F.Fact]) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for fact in facts:
+        line = fact_line(fact)
+        if line is not None:
+            log.info("%s", line)
+
+
+def round_opened(agent: str, token: bytes, queried: int) -> None:
+    # Wording kept from before this module: daemon/bench and the e2e tests parse these two lines.
+    log.info("resync round %s with agent %s started: %d job(s) queried", token.hex()[:8], agent, queried)
+
+
+def round_resolved(agent: str, token: bytes, seconds: float, since_join: float, queried: int) -> None:
+    log.info("resync round %s with agent %s ended after %.3fs, %.3fs since its join (%d job(s) queried)",
+             token.hex()[:8], agent, seconds, since_join, queried)
+
+
+class NodeTracker:
+    """Since when each node is in its state; logs joins, disconnects and losses once each."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.states: dict[str, tuple[str, float]] = {}  # agent -> (state, wall time it entered it)
+
+    def observe(self, name: str, state: str | None, *, slots: int = 0, at: float | None = None) -> None:
+        """``state`` None: the agent is gone from the table (forgotten).  ``at``: when it entered it, if known."""
+        previous = self.states.get(name, (None, 0.0))[0]
+        if state == previous:
+            return
+        if state is None:
+            self.states.pop(name, None)
+            return
+        self.states[name] = (state, self._clock() if at is None else at)
+        was_connected = previous in _CONNECTED_STATES
+        if state in _CONNECTED_STATES and not was_connected:
+            log.info("agent %s joined (%d slot(s))", name, slots)
+        elif state == "DISCONNECTED" and was_connected:
+            log.info("agent %s disconnected", name)
+        elif state == "LOST":
+            log.info("agent %s lost: silent too long, its jobs were requeued", name)
+
+    def since(self, name: str) -> float | None:
+        entry = self.states.get(name)
+        return None if entry is None else entry[1]
+
+
+def after_commit(daemon: Any, facts: list[F.Fact], commands: list) -> None:
+    """A batch is durable: its lifecycle lines, and the node states it changed (a ControllerDaemon's)."""
+    log_facts(facts)
+    agents = daemon.model.state.agents
+    for cmd in commands:
+        if isinstance(cmd, Notify) and isinstance(cmd.note, AgentNote):
+            name = cmd.note.agent
+            info = agents.get(name)
+            daemon.nodes.observe(name, daemon.model.node_state(name) if info is not None else None,
+                                 slots=info.slots if info is not None else 0)

@@ -1,0 +1,114 @@
+"""The controller's Prometheus metrics.
+
+Counters and histograms are fed by ``observe_batch`` after each group commit
+(from the batch's durable facts and commands); gauges are read from the live
+state at scrape time by a collector, so they cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from model import facts as F
+from model.jobs import JobState
+from model.nodes import NODE_STATES
+
+if TYPE_CHECKING:
+    from daemon.controller.server import ControllerDaemon
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_SIZES = (1, 10, 100, 1_000, 10_000, 100_000)
+MAX_TRACKED_DISPATCHES = 1_000_000  # dispatch times kept for the start latency, at most
+
+
+class _StateCollector(Collector):
+    def __init__(self, daemon: "ControllerDaemon") -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        model = self.daemon.model
+        jobs = GaugeMetricFamily("reckon_jobs", "Jobs in the table by state", labels=["state"])
+        counts = dict.fromkeys((s.value for s in JobState), 0)
+        for job in model.state.jobs.values():
+            counts[job.state.value] += 1
+        for state, n in counts.items():
+            jobs.add_metric([state], n)
+        yield jobs
+        agents = GaugeMetricFamily("reckon_agents", "Known agents by node state", labels=["state"])
+        nodes = dict.fromkeys(NODE_STATES, 0)
+        for name in model.state.agents:
+            nodes[model.node_state(name)] += 1
+        for state, n in nodes.items():
+            agents.add_metric([state], n)
+        yield agents
+        store = self.daemon.store
+        yield GaugeMetricFamily("reckon_fact_log_last_seq", "Sequence number of the newest fact", value=store.last_seq)
+        yield GaugeMetricFamily("reckon_fact_log_since_snapshot", "Facts a restart would replay",
+                                value=store.facts_since_snapshot)
+        try:
+            size = os.stat(store.db.path).st_size
+        except OSError:
+            size = 0
+        yield GaugeMetricFamily("reckon_fact_log_bytes", "Size of controller.db on disk", value=size)
+
+
+class ControllerMetrics:
+    def __init__(self, daemon: "ControllerDaemon") -> None:
+        self.registry = registry = CollectorRegistry()
+        self.submits = Counter("reckon_jobs_submitted", "Jobs submitted", registry=registry)
+        self.finished = Counter("reckon_jobs_finished", "Outcomes recorded, by how they arrived", ["via"],
+                                registry=registry)
+        self.requeues = Counter("reckon_jobs_requeued", "Attempts requeued", registry=registry)
+        self.dispatch_to_start = Histogram("reckon_dispatch_to_start_seconds",
+                                           "From the dispatch's commit to the start the agent reported",
+                                           buckets=_LATENCY, registry=registry)
+        self.finish_to_recorded = Histogram("reckon_finish_to_recorded_seconds",
+                                            "From a job's end on its agent to its outcome's commit",
+                                            buckets=_LATENCY, registry=registry)
+        self.round_seconds = Histogram("reckon_resync_round_seconds", "Resync round durations",
+                                       buckets=_LATENCY, registry=registry)
+        self.round_jobs = Histogram("reckon_resync_round_jobs", "Jobs queried per resync round",
+                                    buckets=(0,) + _SIZES, registry=registry)
+        self.commit_facts = Histogram("reckon_group_commit_facts", "Facts per group commit",
+                                      buckets=_SIZES, registry=registry)
+        self.commit_seconds = Histogram("reckon_group_commit_seconds", "Group commit latency",
+                                        buckets=_LATENCY, registry=registry)
+        registry.register(_StateCollector(daemon))
+        self._dispatched_at: dict[tuple[str, int], float] = {}
+
+    def committed(self, facts: list[F.Fact], seconds: float) -> None:
+        """One group commit of ``facts``, durable after ``seconds``."""
+        self.commit_facts.observe(len(facts))
+        self.commit_seconds.observe(seconds)
+        now = time.time()
+        for fact in facts:
+            kind = type(fact)
+            if kind is F.JobSubmitted:
+                self.submits.inc()
+            elif kind is F.JobDispatched:
+                if len(self._dispatched_at) < MAX_TRACKED_DISPATCHES:
+                    self._dispatched_at[(fact.job, fact.attempt)] = now
+            elif kind is F.JobStarted:
+                at = self._dispatched_at.pop((fact.job, fact.attempt), None)
+                if at is not None:  # clocks of two machines: never a negative latency
+                    self.dispatch_to_start.observe(max(0.0, fact.started_at - at))
+            elif kind is F.JobFinished:
+                at = self._dispatched_at.pop((fact.job, fact.attempt), None)
+                if at is not None and fact.started_at is not None:  # a short job's start comes with its end
+                    self.dispatch_to_start.observe(max(0.0, fact.started_at - at))
+                self.finished.labels(via=fact.via or "unknown").inc()
+                self.finish_to_recorded.observe(max(0.0, now - fact.finished_at))
+            elif kind in (F.JobRequeued, F.JobCancelConfirmed):
+                self._dispatched_at.pop((fact.job, fact.attempt), None)
+                if kind is F.JobRequeued:
+                    self.requeues.inc()
+
+    def round_resolved(self, seconds: float, queried: int) -> None:
+        self.round_seconds.observe(seconds)
+        self.round_jobs.observe(queried)

@@ -1,0 +1,90 @@
+"""The operator's client operations: show (with why a job waits), nodes, drain, resume, history.
+
+Each runs through the controller's core loop like every other client
+operation: reads see only durable state, and drain/resume answer once their
+fact is durable.  History is read from the fact log on the store's thread.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from model import events as E
+from model import facts as F
+from model.history import job_history
+from model.nodes import pending_reason
+
+if TYPE_CHECKING:
+    from daemon.controller.server import ControllerDaemon
+
+
+def _held(daemon: "ControllerDaemon") -> str | None:
+    """The start's dispatch hold, as a reason (see ControllerDaemon._holding)."""
+    if daemon._hold_until is None:
+        return None
+    return (f"waiting for start grace: nothing is dispatched until every known agent has rejoined "
+            f"(at most {daemon.options.rejoin_grace:g}s after the controller's start)")
+
+
+def job_with_reason(daemon: "ControllerDaemon", job_id: str) -> dict:
+    obj = daemon.job_object(job_id)
+    obj["pending_reason"] = pending_reason(daemon.model, job_id, dispatch_held=_held(daemon))
+    return obj
+
+
+def node_objects(daemon: "ControllerDaemon") -> list[dict]:
+    model, tracker = daemon.model, daemon.nodes
+    out = []
+    for name, info in sorted(model.state.agents.items()):
+        state = model.node_state(name)
+        # A state no notification has shown yet is the one the agent had when this controller started.
+        tracker.observe(name, state, slots=info.slots,
+                        at=daemon.started_at if tracker.since(name) is None else None)
+        out.append({"name": name, "state": state, "slots": info.slots, "used": info.used,
+                    "drained": info.drained, "since": tracker.since(name)})
+    return out
+
+
+async def _show(daemon: "ControllerDaemon", request: dict) -> dict:
+    job_id = str(request["job"])
+    return {"job": await daemon.call(call=lambda: job_with_reason(daemon, job_id))}
+
+
+async def _nodes(daemon: "ControllerDaemon", request: dict) -> dict:
+    return {"nodes": await daemon.call(call=lambda: node_objects(daemon))}
+
+
+async def _drain_or_resume(daemon: "ControllerDaemon", request: dict, drain: bool) -> dict:
+    agent = str(request["agent"])
+    event = (E.DrainAgent if drain else E.ResumeAgent)(agent=agent, now=time.time())
+    commands = await daemon.call(event=event)
+    changed = any(isinstance(c, E.Append) and c.facts for c in commands)
+    node = await daemon.call(call=lambda: next(n for n in node_objects(daemon) if n["name"] == agent))
+    return {"agent": agent, "changed": changed, "node": node}
+
+
+async def _drain(daemon: "ControllerDaemon", request: dict) -> dict:
+    return await _drain_or_resume(daemon, request, True)
+
+
+async def _resume(daemon: "ControllerDaemon", request: dict) -> dict:
+    return await _drain_or_resume(daemon, request, False)
+
+
+async def _history(daemon: "ControllerDaemon", request: dict) -> dict:
+    job_id = str(request["job"])
+    record = await daemon.call(call=lambda: job_with_reason(daemon, job_id))  # unknown job: a clear error
+    facts = await daemon.store.facts_about(job_id)
+    history = job_history(job_id, facts).to_dict()
+    history["record"] = record
+    return {"history": history}
+
+
+OPS: dict[str, Callable[["ControllerDaemon", dict], Awaitable[dict[str, Any]]]] = {
+    "show": _show,
+    "nodes": _nodes,
+    "drain": _drain,
+    "resume": _resume,
+    "history": _history,
+}

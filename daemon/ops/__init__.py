@@ -1,0 +1,1 @@
+"""Operating the daemons: metrics endpoint, log formats."""

@@ -1,0 +1,96 @@
+"""A job's history, folded from the fact log: every attempt and why each ended.
+
+Pure: the daemon reads the facts (from its store) and hands them here.  A
+snapshot that pruned the log keeps job records, not their history: when the
+job's submission is no longer in the facts given, ``compacted`` says so and
+the attempts shown start where the log does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from . import facts as F
+
+
+@dataclass(slots=True)
+class Attempt:
+    attempt: int
+    agent: str | None = None
+    placed: str = "dispatched"  # "dispatched" by the scheduler, or "adopted" from an agent that ran it
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    via: str | None = None  # how the outcome arrived: "report", "round" (None: not recorded)
+    ended: str = "running"  # running, finished, requeued, cancelled
+    reason: str | None = None  # why it was requeued or cancelled
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "agent": self.agent, "placed": self.placed, "started_at": self.started_at,
+                "finished_at": self.finished_at, "exit_code": self.exit_code, "signal": self.signal,
+                "via": self.via, "ended": self.ended, "reason": self.reason}
+
+
+@dataclass(slots=True)
+class JobHistory:
+    job: str
+    compacted: bool = True  # the submission is not among the facts: older history was pruned by a snapshot
+    submitted_at: float | None = None
+    attempts: dict[int, Attempt] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)  # requeues and cancels, in log order
+
+    def _attempt(self, number: int) -> Attempt:
+        entry = self.attempts.get(number)
+        if entry is None:
+            entry = self.attempts[number] = Attempt(attempt=number)
+        return entry
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "compacted": self.compacted, "submitted_at": self.submitted_at,
+                "attempts": [a.to_dict() for a in sorted(self.attempts.values(), key=lambda a: a.attempt)],
+                "events": list(self.events)}
+
+
+def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
+    """Fold the facts about ``job`` (others are skipped) into its history."""
+    h = JobHistory(job=job)
+    cancel_requested = False
+    for fact in facts:
+        if getattr(fact, "job", None) != job:
+            continue
+        kind = type(fact)
+        if kind is F.JobSubmitted:
+            h.compacted, h.submitted_at = False, fact.submitted_at
+        elif kind is F.JobDispatched:
+            h._attempt(fact.attempt).agent = fact.agent
+        elif kind is F.JobAdopted:
+            a = h._attempt(fact.attempt)
+            a.agent, a.placed = fact.agent, "adopted"
+            a.started_at = fact.started_at if fact.started_at is not None else a.started_at
+        elif kind is F.JobStarted:
+            h._attempt(fact.attempt).started_at = fact.started_at
+        elif kind is F.JobFinished:
+            a = h._attempt(fact.attempt)
+            a.ended, a.exit_code, a.signal, a.finished_at, a.via = (
+                "finished", fact.exit_code, fact.signal, fact.finished_at, fact.via)
+            if cancel_requested:  # the process ended after the kill the cancel sent: the job is CANCELLED
+                a.ended, a.reason = "cancelled", "cancelled by a user while running"
+            if fact.started_at is not None and a.started_at is None:
+                a.started_at = fact.started_at
+        elif kind is F.JobRequeued:
+            a = h._attempt(fact.attempt)
+            a.ended, a.reason = "requeued", fact.reason
+            h.events.append({"event": "requeued", "attempt": fact.attempt, "reason": fact.reason})
+        elif kind is F.JobCancelRequested:
+            cancel_requested = True
+            h.events.append({"event": "cancel_requested", "attempt": max(h.attempts, default=None),
+                             "reason": "cancelled by a user while running"})
+        elif kind is F.JobCancelConfirmed:
+            a = h._attempt(fact.attempt)
+            a.ended, a.reason = "cancelled", "cancelled by a user; its process is gone"
+            h.events.append({"event": "cancelled", "attempt": fact.attempt, "reason": a.reason})
+        elif kind is F.JobCancelled:
+            h.events.append({"event": "cancelled", "attempt": None, "reason": "cancelled by a user before it ran"})
+    return h

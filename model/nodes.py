@@ -1,0 +1,103 @@
+"""Node controls and the operator's views of nodes and waiting jobs.
+
+``drain``/``resume`` are the operator's events (``reckon drain``/``resume``):
+each becomes one fact, so the flag survives a restart and replay.  Draining
+twice, or resuming an agent that is not drained, changes nothing (no fact):
+the daemon tells the operator so.  The views below are read-only: what
+``reckon nodes`` calls a node's state, and why a PENDING job waits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import events as E
+from . import facts as F
+from .errors import LocalProtocolError
+from .jobs import JobState
+
+if TYPE_CHECKING:  # the controller imports this module
+    from .controller import Controller
+
+# Node states, as ``reckon nodes`` shows them (most urgent first).
+NODE_STATES = (
+    "LOST",  # disconnected longer than --lost-after: its jobs were requeued
+    "DISCONNECTED",  # not connected; its jobs stay placed until it rejoins (or is forgotten or lost)
+    "RECONCILING",  # connected, a resync round is open: nothing is dispatched there
+    "DRAINING",  # drained by the operator, jobs still running there
+    "DRAINED",  # drained by the operator, nothing running: safe to take down
+    "IDLE",  # connected, no slot in use
+    "MIXED",  # connected, some slots in use, some free
+    "BUSY",  # connected, every slot in use
+)
+
+
+def on_drain(ctl: "Controller", ev: E.DrainAgent, out: Any) -> None:
+    info = ctl.state.agents.get(ev.agent)
+    if info is None:
+        raise LocalProtocolError(f"unknown agent {ev.agent!r}")
+    if not info.drained:  # draining a drained agent again: nothing to record
+        ctl._apply(out, F.AgentDrained(agent=ev.agent))
+
+
+def on_resume(ctl: "Controller", ev: E.ResumeAgent, out: Any) -> None:
+    info = ctl.state.agents.get(ev.agent)
+    if info is None:
+        raise LocalProtocolError(f"unknown agent {ev.agent!r}")
+    if info.drained:  # resuming an agent that takes jobs already: nothing to record
+        ctl._apply(out, F.AgentResumed(agent=ev.agent))
+
+
+def node_state(ctl: "Controller", name: str) -> str:
+    """One of NODE_STATES."""
+    session = ctl.sessions.get(name)
+    info = ctl.state.agents.get(name)
+    if session is None or not session.connected:
+        return "LOST" if session is not None and session.lost else "DISCONNECTED"
+    if session.reconciling:
+        return "RECONCILING"
+    used, slots = (info.used, info.slots) if info is not None else (0, 0)
+    if info is not None and info.drained:
+        return "DRAINING" if used > 0 else "DRAINED"
+    if used <= 0:
+        return "IDLE"
+    return "BUSY" if used >= slots else "MIXED"
+
+
+def pending_reason(ctl: "Controller", job_id: str, *, dispatch_held: str | None = None) -> str | None:
+    """Why a PENDING job is not running yet, in the operator's words; None for a job not PENDING.
+
+    ``dispatch_held``: the daemon's reason when it holds every dispatch (the
+    start's rejoin grace), which outranks anything the agents say.
+    """
+    job = ctl.state.job(job_id)
+    if job.state is not JobState.PENDING:
+        return None
+    if dispatch_held is not None:
+        return dispatch_held
+    need = job.spec.slots
+    agents = ctl.state.agents
+    if not agents:
+        return "no agent has joined"
+    big_enough = sorted(name for name, info in agents.items() if info.slots >= need)
+    if not big_enough:
+        largest = max(info.slots for info in agents.values())
+        return f"no agent has {need} slot{'s' if need != 1 else ''} (the largest has {largest})"
+    why: list[str] = []
+    for name in big_enough:
+        info = agents[name]
+        session = ctl.sessions.get(name)
+        if session is None or not session.connected:
+            why.append(f"agent {name} is {'lost' if session is not None and session.lost else 'disconnected'}")
+        elif session.reconciling:
+            why.append(f"agent {name} is reconciling")
+        elif info.drained:
+            why.append(f"agent {name} is drained")
+        elif info.slots - info.used < need:
+            why.append(f"agent {name} has {info.slots - info.used} of {info.slots} slots free")
+        else:
+            # A fitting agent is free: the job is placed in the next scheduling pass
+            # unless jobs submitted before it take the room first.
+            return f"agent {name} has room: waiting for the next scheduling pass"
+    shown = "; ".join(why[:3]) + (f"; and {len(why) - 3} more" if len(why) > 3 else "")
+    return f"waiting for {need} free slot{'s' if need != 1 else ''}: {shown}"

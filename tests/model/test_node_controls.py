@@ -1,0 +1,142 @@
+"""Node controls (issue #11): drain and resume as facts, node states, why a PENDING job waits."""
+
+from __future__ import annotations
+
+import pytest
+from harness import Harness, facts_of, sends_of
+
+from model import events as E
+from model import facts as F
+from model import messages as M
+from model.errors import LocalProtocolError
+from model.jobs import JobState
+from model.nodes import pending_reason
+from model.state import restore, snapshot
+
+
+def _drain(h: Harness, name: str = "a1") -> list[E.Command]:
+    return h.controller_handle(E.DrainAgent(agent=name, now=h.now))
+
+
+def _resume(h: Harness, name: str = "a1") -> list[E.Command]:
+    return h.controller_handle(E.ResumeAgent(agent=name, now=h.now))
+
+
+def test_drained_agent_gets_no_new_dispatch_and_its_running_jobs_finish() -> None:
+    h = Harness()
+    h.join("a1")
+    running = h.run_jobs(1)[0]
+    assert facts_of(_drain(h)) == [F.AgentDrained(agent="a1")]
+    assert h.controller.node_state("a1") == "DRAINING"
+    waiting = h.submit(1)[0]
+    assert h.scheduler.place() == []  # the scheduler does not propose it
+    assert sends_of(h.dispatch(waiting, "a1"), M.Dispatch) == []  # and the controller refuses anyway
+    assert h.job(waiting).state is JobState.PENDING
+    assert pending_reason(h.controller, waiting) == "waiting for 1 free slot: agent a1 is drained"
+    h.exit("a1", running)  # the running job finishes and is recorded
+    h.pump()
+    assert h.job(running).state is JobState.COMPLETED
+    assert h.controller.node_state("a1") == "DRAINED"
+    h.assert_views_agree()
+    assert facts_of(_resume(h)) == [F.AgentResumed(agent="a1")]
+    assert h.schedule() == [(waiting, "a1")]
+    h.assert_views_agree()
+    h.assert_replay_agrees()
+
+
+def test_drain_survives_replay_and_snapshot() -> None:
+    h = Harness()
+    h.join("a1")
+    _drain(h)
+    h.assert_replay_agrees()
+    assert restore(snapshot(h.controller.state)).agents["a1"].drained
+    restarted = h.crash_controller()
+    assert restarted.state.agents["a1"].drained
+
+
+def test_drain_twice_and_resume_undrained_change_nothing() -> None:
+    h = Harness()
+    h.join("a1")
+    assert facts_of(_resume(h)) == []
+    _drain(h)
+    before = h.controller.state.digest()
+    assert facts_of(_drain(h)) == []
+    assert h.controller.state.digest() == before
+    with pytest.raises(LocalProtocolError, match="unknown agent 'nobody'"):
+        h.controller.handle(E.DrainAgent(agent="nobody", now=0.0))
+    # apply itself refuses the redundant fact: the log never holds one
+    from model.state import apply
+    with pytest.raises(LocalProtocolError, match="already drained"):
+        apply(h.controller.state, F.AgentDrained(agent="a1"))
+    assert h.controller.state.digest() == before
+
+
+def test_node_states_idle_mixed_busy() -> None:
+    h = Harness(slots=2)
+    h.join("a1")
+    assert h.controller.node_state("a1") == "IDLE"
+    h.run_jobs(1)
+    assert h.controller.node_state("a1") == "MIXED"
+    h.run_jobs(1)
+    assert h.controller.node_state("a1") == "BUSY"
+
+
+def test_pending_reasons() -> None:
+    h = Harness(slots=4)
+    job = h.submit(1)[0]
+    assert pending_reason(h.controller, job) == "no agent has joined"
+    h.join("a1")
+    big = h.submit(1, slots=16)[0]
+    assert pending_reason(h.controller, big) == "no agent has 16 slots (the largest has 4)"
+    assert pending_reason(h.controller, job, dispatch_held="waiting for start grace") == "waiting for start grace"
+    assert pending_reason(h.controller, job) == "agent a1 has room: waiting for the next scheduling pass"
+    h.run_jobs(1, slots=4)
+    assert pending_reason(h.controller, job) == "waiting for 1 free slot: agent a1 has 0 of 4 slots free"
+    h.disconnect("a1")
+    assert pending_reason(h.controller, job) == "waiting for 1 free slot: agent a1 is disconnected"
+    h.connect("a1")
+    h.deliver_to_controller("a1", 1)
+    assert pending_reason(h.controller, job) == "waiting for 1 free slot: agent a1 is reconciling"
+    h.pump()
+    h.schedule()
+    assert pending_reason(h.controller, job) == "waiting for 1 free slot: agent a1 has 0 of 4 slots free"
+
+
+def test_finish_records_how_the_outcome_arrived() -> None:
+    h = Harness()
+    h.join("a1")
+    by_report, by_round = h.run_jobs(2)
+    h.exit("a1", by_report)
+    h.pump()
+    h.disconnect("a1")
+    h.exit("a1", by_round)  # finishes while cut off: the round of the rejoin brings it
+    h.connect("a1")
+    h.pump()
+    vias = {f.job: f.via for f in h.log if isinstance(f, F.JobFinished)}
+    assert vias[by_report] == "report"
+    assert vias[by_round] == "round"
+
+
+def test_history_folds_every_attempt_and_why_it_ended() -> None:
+    from model.history import job_history
+
+    h = Harness()
+    h.join("a1")
+    job = h.run_jobs(1)[0]
+    h.disconnect("a1")
+    h.controller_handle(E.ForgetAgent(agent="a1", now=h.now))  # attempt 1 requeued
+    h.add_agent("a2", slots=4)
+    h.join("a2")
+    h.schedule()
+    h.pump()
+    h.cancel(job)  # attempt 2 runs on a2: the cancel kills it
+    h.pump()
+    h.exit("a2", job, 2, exit_code=None, signal=15)
+    h.pump()
+    hist = job_history(job, h.log)
+    assert not hist.compacted
+    first, second = hist.attempts[1], hist.attempts[2]
+    assert (first.agent, first.ended, first.reason) == ("a1", "requeued", "agent forgotten by the operator")
+    assert (second.agent, second.ended) == ("a2", "cancelled")
+    assert [e["event"] for e in hist.events] == ["requeued", "cancel_requested"]
+    assert job_history(job, h.log[3:]).compacted  # the submission pruned away
