@@ -92,13 +92,14 @@ class JobFinished:
     """The process of (job, attempt) ended as the agent observed it."""
 
     KIND: ClassVar[str] = "job_finished"
-    VERSION: ClassVar[int] = 2  # v1 had no signal and no started_at
+    VERSION: ClassVar[int] = 3  # v1 had no signal and no started_at; v2 no timed_out
     job: str
     attempt: int
     exit_code: int | None
     signal: int | None
     finished_at: float
     started_at: float | None = None
+    timed_out: bool = False  # the supervisor stopped the process at the job's time limit
 
     def __post_init__(self) -> None:
         _job_attempt(self)
@@ -108,6 +109,8 @@ class JobFinished:
             raise ValueError("a finished job needs an exit code or a signal")
         check_time("finished_at", self.finished_at)
         check_opt_time("started_at", self.started_at)
+        if not isinstance(self.timed_out, bool):
+            raise ValueError("timed_out must be a bool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,11 +130,54 @@ class JobCancelled:
     """A pending job was cancelled before it ever ran (again)."""
 
     KIND: ClassVar[str] = "job_cancelled"
+    VERSION: ClassVar[int] = 2  # v1 had no reason
+    job: str
+    reason: str | None = None  # None: a user's cancel; else why (e.g. "dependency 12 ended FAILED")
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        if self.reason is not None:
+            check_str("reason", self.reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobHeld:
+    """A user held a PENDING job: it is not dispatched until released."""
+
+    KIND: ClassVar[str] = "job_held"
     VERSION: ClassVar[int] = 1
     job: str
 
     def __post_init__(self) -> None:
         check_str("job", self.job)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobReleased:
+    """A user released a held job."""
+
+    KIND: ClassVar[str] = "job_released"
+    VERSION: ClassVar[int] = 1
+    job: str
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRestarted:
+    """A user requeued a finished job: it goes back to PENDING as attempt + 1.
+
+    The finished attempt's facts stay in the log; its outcome leaves the record.
+    """
+
+    KIND: ClassVar[str] = "job_restarted"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int  # the attempt that had finished
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,12 +269,14 @@ class ClusterCreated:
 Fact = Union[
     JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
     JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
+    JobHeld, JobReleased, JobRestarted,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
     for cls in (
         JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
         JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
+        JobHeld, JobReleased, JobRestarted,
     )
 }
 

@@ -457,7 +457,7 @@ async def _release_on_sigusr1(runner: HoldRunner) -> None:
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
                            signal=status.signal, finished_at=status.finished_at, started_at=status.started_at,
-                           now=time.time())
+                           timed_out=status.timed_out, now=time.time())
 
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -474,7 +474,7 @@ async def _run(options: AgentOptions, task_status) -> None:
         records, outbox = await store.load()
         cluster = await store.load_cluster()
         runner_cls = {"null": NullRunner, "hold": HoldRunner}.get(options.executor, JobRunner)
-        async with runner_cls(options.state_dir) as runner:
+        async with runner_cls(options.state_dir, kill_grace=options.kill_grace) as runner:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
             agent = Agent(config, records, outbox, cluster)
