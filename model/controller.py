@@ -573,7 +573,7 @@ class Controller:
         self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
 
     def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:
-        if ev.whole_array:
+        if ev.whole_array or (ev.whole_array is None and ev.job in self.state.arrays):
             job_ops.on_cancel_array(self, ev, out)
             return
         job = self.state.job(ev.job)  # LocalProtocolError for an unknown job

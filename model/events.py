@@ -148,14 +148,16 @@ class SubmitArray:
 class CancelJob:
     job: str
     now: float
-    # The job is an array's id: cancel every PENDING / RUNNING job of the array.
-    whole_array: bool = False
+    # True: ``job`` is an array's id, cancel every PENDING / RUNNING job of the
+    # array; False: this one job; None: the array if ``job`` names one (like
+    # ``scancel`` of an array's id), else the job.
+    whole_array: bool | None = None
 
     def __post_init__(self) -> None:
         check_str("job", self.job)
         check_time("now", self.now)
-        if not isinstance(self.whole_array, bool):
-            raise ValueError("whole_array must be a bool")
+        if self.whole_array is not None and not isinstance(self.whole_array, bool):
+            raise ValueError("whole_array must be a bool or None")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -74,7 +74,7 @@ def on_cancel_array(controller: "Controller", ev: E.CancelJob, out: "_Out") -> N
     for job_id in members:
         job = controller.state.jobs[job_id]
         if not job.terminal and not job.cancel_requested:
-            controller._on_cancel(E.CancelJob(job=job_id, now=ev.now), out)
+            controller._on_cancel(E.CancelJob(job=job_id, now=ev.now, whole_array=False), out)
 
 
 def cancel_doomed(controller: "Controller", job_id: str, out: "_Out") -> None:
