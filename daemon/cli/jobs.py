@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from daemon.cli import batch
 from daemon.cli.client import SyncClient, UsageError, resolve_controller, resolve_token
 
 
@@ -23,6 +24,14 @@ def run_client_command(args: argparse.Namespace) -> int:
     out = sys.stdout
     if args.command == "submit":
         spec = _job_spec(args)
+        if args.array is not None:  # every id, one per line (the contract); the first names the array
+            batch.check_array(args.array)
+            with SyncClient(url, token, timeout=args.timeout) as client:
+                ids = client.call("submit_array", spec=spec, array=args.array)["jobs"]
+                if args.json:
+                    jobs = [j for j in client.call("jobs")["jobs"] if j["id"] in set(ids)]
+            out.write(json.dumps(jobs) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
+            return 0
         with SyncClient(url, token, timeout=args.timeout) as client:
             job = client.call("submit", spec=spec)["job"]
         out.write((json.dumps(job) if args.json else job["id"]) + "\n")
@@ -30,14 +39,17 @@ def run_client_command(args: argparse.Namespace) -> int:
     with SyncClient(url, token, timeout=args.timeout) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state)["jobs"]
-            out.write((json.dumps(jobs) if args.json else format_jobs(jobs)) + "\n")
+            shown = jobs if args.json or args.expand else batch.fold_arrays(jobs)
+            out.write((json.dumps(jobs) if args.json else format_jobs(shown)) + "\n")
         elif args.command == "show":
             job = client.call("show", job=args.job)["job"]
             out.write((json.dumps(job) if args.json else format_job(job)) + "\n")
         elif args.command == "cancel":
-            job = client.call("cancel", job=args.job)["job"]
-            out.write(f"{job['id']} {job['state']}"
-                      f"{' (cancel requested)' if job['state'] == 'RUNNING' else ''}\n")
+            reply = client.call("cancel", job=args.job, array=False if args.job_only else None)
+            for job in reply.get("array") or [reply["job"]]:  # an array's id: every job of the array
+                batch.write_job_state(out, job)
+        elif args.command in ("hold", "release", "requeue"):
+            batch.write_job_state(out, client.call(args.command, job=args.job)["job"])
         elif args.command == "forget":
             result = client.call("forget", agent=args.node)
             out.write(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "
@@ -59,7 +71,7 @@ def _job_spec(args: argparse.Namespace) -> dict:
         raise UsageError("no command given: reckon submit [OPTIONS] -- CMD [ARG ...]")
     try:
         spec = JobSpec(name=args.name or Path(argv[0]).name, command=tuple(argv), cwd=args.cwd,
-                       env=tuple(args.env), slots=args.slots)
+                       env=tuple(args.env), slots=args.slots, **batch.spec_fields(args))
     except ValueError as exc:
         raise UsageError(f"invalid job: {exc}") from None
     return spec.to_dict()
@@ -94,13 +106,14 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def format_job(job: dict) -> str:
     keys = ("id", "name", "state", "agent", "attempt", "exit_code", "signal", "submitted_at", "started_at",
-            "finished_at", "command", "cwd", "slots", "stdout", "stderr")
+            "finished_at", "command", "cwd", "slots", "stdout", "stderr", "reason", "held", "time_limit",
+            "retries", "retried", "after", "array_id", "array_index")
     lines = []
     for key in keys:
         value = job.get(key)
         if key.endswith("_at") and value is not None:
             value = f"{value:.3f} ({_when(value)})"
-        elif key == "command":
-            value = " ".join(value)
+        elif key in ("command", "after") and value is not None:
+            value = " ".join(value) if key == "command" else ",".join(value) or None
         lines.append(f"{key + ':':14}{'-' if value is None else value}")
     return "\n".join(lines)

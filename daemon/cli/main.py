@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget")
+CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "hold", "release", "requeue")
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 
 
@@ -123,18 +123,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--cwd")
     p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V")
-    p.add_argument("--json", action="store_true", help="print the job object")
+    p.add_argument("--json", action="store_true", help="print the job object (for --array: the list of them)")
+    p.add_argument("--array", metavar="START-END[:STEP][%%MAX]",
+                   help="submit one job per index (env RECKON_ARRAY_INDEX, RECKON_ARRAY_ID = the first job's "
+                        "id, which names the array); %%MAX: at most MAX of them run at once; prints every id")
+    p.add_argument("--time", metavar="DURATION",
+                   help="time limit (90s, 10m, 2h, 1h30m; a bare number is seconds): SIGTERM at the limit, "
+                        "SIGKILL after the agent's --kill-grace; the job ends FAILED with reason timeout")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="run a failed attempt again, up to N times (not a timeout, not a cancel)")
+    p.add_argument("--retry-on-exit", metavar="CODES", help="retry only these exit codes (comma-separated)")
+    p.add_argument("--after", metavar="JOB[,JOB...]",
+                   help="run after all these jobs COMPLETED; if one ends FAILED or CANCELLED this job is "
+                        "cancelled with the reason")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
 
     p = sub.add_parser("jobs", parents=[client], help="list jobs")
     p.add_argument("--state", choices=JOB_STATES)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--expand", action="store_true", help="list every job of an array (default: one line each)")
+    p.add_argument("--json", action="store_true", help="print the job objects (every job, arrays expanded)")
 
     p = sub.add_parser("show", parents=[client], help="show one job")
     p.add_argument("job")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("cancel", parents=[client], help="cancel a job")
+    p = sub.add_parser("cancel", parents=[client], help="cancel a job (an array's id: the whole array)")
+    p.add_argument("job")
+    p.add_argument("--job-only", action="store_true",
+                   help="cancel only this job, also when its id names an array")
+
+    p = sub.add_parser("hold", parents=[client], help="hold a PENDING job: it is not dispatched until released")
+    p.add_argument("job")
+    p = sub.add_parser("release", parents=[client], help="release a held job")
+    p.add_argument("job")
+    p = sub.add_parser("requeue", parents=[client],
+                       help="run a finished job again as a new attempt (a running job: cancel it first)")
     p.add_argument("job")
 
     p = sub.add_parser("nodes", parents=[client], help="list agents")

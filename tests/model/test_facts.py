@@ -34,6 +34,12 @@ SAMPLES = [
     F.AgentForgotten(agent="a1"),
     F.ClusterCreated(cluster="3f2a9c01d4e5b6a7"),
     F.JobIdsReserved(upto=7),
+    # version 4 (issue #10)
+    F.JobFinished(job="1", attempt=2, exit_code=None, signal=15, finished_at=2.0, timed_out=True),
+    F.JobCancelled(job="2", reason="dependency 1 ended FAILED"),
+    F.JobHeld(job="1"),
+    F.JobReleased(job="1"),
+    F.JobRestarted(job="1", attempt=3),
 ]
 
 
@@ -93,7 +99,7 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("unknown kind", {"k": "job_exploded", "v": 1}, "unknown fact kind 'job_exploded'"),
     ("unhashable kind", {"k": ["job_cancelled"], "v": 1, "job": "1"}, "unknown fact kind"),
     ("version 0", _enc(FIN, v=0), "unsupported version 0"),
-    ("future version", _enc(FIN, v=3), "unsupported version 3"),
+    ("future version", _enc(FIN, v=4), "unsupported version 4"),
     ("version as str", _enc(FIN, v="2"), "unsupported version '2'"),
     ("version as bool", _enc(F.JobCancelled(job="1"), v=True), "unsupported version True"),
     ("missing field", _drop(FIN, "finished_at"), "finished_at"),
@@ -197,9 +203,9 @@ def test_missing_job_transition_raises(state: JobState, transition: JobTransitio
         next_state(state, transition)
 
 
-def test_terminal_job_states_have_no_way_out() -> None:
+def test_terminal_job_states_have_no_way_out_but_a_users_requeue() -> None:
     terminal = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
-    assert not [k for k in JOB_TRANSITIONS if k[0] in terminal]
+    assert {k[1] for k in JOB_TRANSITIONS if k[0] in terminal} == {JobTransition.RESTART}
     assert {v for k, v in JOB_TRANSITIONS.items() if k[1] is JobTransition.REQUEUE} == {JobState.PENDING}
 
 
