@@ -375,7 +375,7 @@ def restore(data: dict[str, Any]) -> ControllerState:
             submitted_at=submitted, started_at=started, finished_at=finished, exit_code=code,
             signal=sig, cancel_requested=cancel, requeues=requeues, uid=row[13] if len(row) > 13 else None,
         )
-        if data["v"] >= 3:  # fields 15-17: hold, retries used, reason
+        if len(row) > 14:  # fields 15-17 (snapshot v3): hold, retries used, reason
             job.held, job.retried, job.reason = row[14], row[15], row[16]
         state.jobs[jid] = job
         _index_job(state, job)

@@ -156,7 +156,7 @@ def test_seed002_v1_job_finished_with_negative_exit_code_decodes_to_signal() -> 
 
     assert (state.jobs["1"].state, state.jobs["1"].exit_code, state.jobs["1"].signal) == (JobState.FAILED, None, 9)
     assert (state.jobs["2"].state, state.jobs["2"].exit_code, state.jobs["2"].signal) == (JobState.FAILED, 3, None)
-    assert F.encode(facts[2])["v"] == 2  # re-encoded at the current version
+    assert F.encode(facts[2])["v"] == F.JobFinished.VERSION  # re-encoded at the current version
 
 
 # ---- seed 002: a finish time replaced by processing time -------------------------------
