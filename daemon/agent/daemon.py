@@ -18,6 +18,7 @@ every ``refusal_reminder`` seconds (``RefusalLog``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -473,8 +474,10 @@ async def _run(options: AgentOptions, task_status) -> None:
         identity = await store.claim_identity(options.name)  # WrongStateDir: another agent's directory
         records, outbox = await store.load()
         cluster = await store.load_cluster()
-        runner_cls = {"null": NullRunner, "hold": HoldRunner}.get(options.executor, JobRunner)
-        async with runner_cls(options.state_dir, kill_grace=options.kill_grace) as runner:
+        # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
+        runner_cls = ({"null": NullRunner, "hold": HoldRunner}.get(options.executor)
+                      or functools.partial(JobRunner, kill_grace=options.kill_grace))
+        async with runner_cls(options.state_dir) as runner:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
             agent = Agent(config, records, outbox, cluster)

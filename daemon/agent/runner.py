@@ -689,7 +689,7 @@ class NullRunner:
     For benchmarks of the controller and the protocol alone.
     """
 
-    def __init__(self, state_dir: Path | str | None = None, *, kill_grace: float = 10.0) -> None:
+    def __init__(self, state_dir: Path | str | None = None) -> None:
         self.state_dir = Path(state_dir).absolute() if state_dir is not None else Path(os.devnull)
         self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
         self._started: set[Key] = set()
@@ -742,8 +742,8 @@ class HoldRunner(NullRunner):
     all finish at once while it is away (the agent calls ``release_all`` on SIGUSR1).
     """
 
-    def __init__(self, state_dir: Path | str | None = None, *, kill_grace: float = 10.0) -> None:
-        super().__init__(state_dir, kill_grace=kill_grace)
+    def __init__(self, state_dir: Path | str | None = None) -> None:
+        super().__init__(state_dir)
         self._held: list[Key] = []
 
     async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
