@@ -305,7 +305,8 @@ class Agent:
         if record.status is LocalStatus.FINISHED:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.FINISHED,
                                  exit_code=record.exit_code, signal=record.signal,
-                                 started_at=record.started_at, finished_at=record.finished_at, uid=record.uid)
+                                 started_at=record.started_at, finished_at=record.finished_at, uid=record.uid,
+                                 timed_out=record.timed_out)
         if record.status is LocalStatus.RUNNING:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.RUNNING,
                                  started_at=record.started_at, uid=record.uid)
@@ -367,7 +368,7 @@ class Agent:
             return  # already recorded: the supervisor's status was read twice
         started_at = ev.started_at if ev.started_at is not None else record.started_at
         record = replace(record, status=LocalStatus.FINISHED, exit_code=ev.exit_code, signal=ev.signal,
-                         started_at=started_at, finished_at=ev.finished_at, acked=False)
+                         started_at=started_at, finished_at=ev.finished_at, acked=False, timed_out=ev.timed_out)
         self._store(out, record)
         report = record.report()
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)

@@ -14,12 +14,14 @@ from typing import Callable
 
 from . import events as E
 from .admission import unrunnable_reason
+from . import job_ops
 from . import facts as F
 from . import messages as M
 from ._check import MAX_NAME
 from .errors import LocalProtocolError, RemoteProtocolError
 from .jobs import JobRecord, JobState
 from .nodes import node_state, on_drain, on_resume
+from .policy import array_full, ready
 from .resync import ResyncRound
 from .scheduler import AgentNote, JobNote
 from .state import AgentInfo, ControllerState, apply, replay, restore
@@ -127,7 +129,8 @@ class Controller:
         """Notifications that bring a fresh scheduler up to the current state."""
         out = _Out()
         for job in self.state.jobs.values():
-            if job.state is JobState.PENDING:
+            # RUNNING jobs of a throttled array too: the scheduler counts them against %MAX.
+            if job.state is JobState.PENDING or (job.state is JobState.RUNNING and job.spec.array_max is not None):
                 self._note_job(out, job)
         for name in self.state.agents:
             self._note_agent(out, name)
@@ -155,6 +158,8 @@ class Controller:
         out.facts.append(fact)
         for job_id in changes.jobs:
             self._note_job(out, self.state.jobs[job_id])
+            if self.state.dependants.get(job_id):
+                job_ops.cancel_doomed(self, job_id, out)
         for name in changes.agents:
             self._note_agent(out, name)
 
@@ -168,7 +173,9 @@ class Controller:
         """Hand every pending change to the scheduler's notification path, with current values."""
         for job in out.changed_jobs.values():
             out.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
-                                                      slots=job.spec.slots, agent=job.agent)))
+                                                      slots=job.spec.slots, agent=job.agent,
+                                                      ready=ready(self.state, job), array=job.spec.array_id,
+                                                      array_max=job.spec.array_max)))
         for name in out.changed_agents:
             info = self.state.agents.get(name)
             session = self.sessions.get(name)
@@ -392,7 +399,7 @@ class Controller:
     def _on_finished(self, session: AgentSession, msg: M.Finished, out: _Out) -> None:
         entry = M.ReportEntry(job=msg.job, attempt=msg.attempt, status=M.EntryStatus.FINISHED,
                               exit_code=msg.exit_code, signal=msg.signal, started_at=msg.started_at,
-                              finished_at=msg.finished_at, uid=msg.uid)
+                              finished_at=msg.finished_at, uid=msg.uid, timed_out=msg.timed_out)
         outcome = self._reconcile(session, entry, queried=False, out=out, via="report")
         self._send(out, session, lambda seq: M.Ack(seq=seq, job=msg.job, attempt=msg.attempt, outcome=outcome))
 
@@ -524,7 +531,7 @@ class Controller:
         assert entry.finished_at is not None
         self._apply(out, F.JobFinished(job=job.id, attempt=job.attempt, exit_code=entry.exit_code,
                                        signal=entry.signal, finished_at=entry.finished_at,
-                                       started_at=entry.started_at, via=via))
+                                       started_at=entry.started_at, via=via, timed_out=entry.timed_out))
         return M.AckOutcome.APPLIED
 
     def _kill_entry(self, session: AgentSession, entry: M.ReportEntry, out: _Out) -> None:
@@ -568,9 +575,13 @@ class Controller:
     def _on_submit(self, ev: E.SubmitJob, out: _Out) -> None:
         if not ev.queue_anyway and (refusal := unrunnable_reason(self.state, ev.spec)) is not None:
             raise LocalProtocolError(refusal)
+        job_ops.check_submit(self, ev.spec)
         self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
 
     def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:
+        if ev.whole_array or (ev.whole_array is None and ev.job in self.state.arrays):
+            job_ops.on_cancel_array(self, ev, out)
+            return
         job = self.state.job(ev.job)  # LocalProtocolError for an unknown job
         if job.state is JobState.PENDING:
             self._apply(out, F.JobCancelled(job=job.id))
@@ -590,7 +601,8 @@ class Controller:
         session = self.sessions.get(ev.agent)
         info = self.state.agents.get(ev.agent)
         ok = (
-            job is not None and job.state is JobState.PENDING
+            job is not None and job.state is JobState.PENDING and ready(self.state, job)
+            and not array_full(self.state, job)
             and session is not None and session.connected and not session.reconciling
             and info is not None and not info.drained and info.slots - info.used >= job.spec.slots
         )
@@ -625,7 +637,7 @@ class Controller:
     def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
-            (j for j in self.state.jobs.values() if j.state is JobState.PENDING), key=lambda j: int(j.id)))
+            (j for j in self.state.jobs.values() if ready(self.state, j)), key=lambda j: int(j.id)))
         agents = {}
         for name, info in self.state.agents.items():
             session = self.sessions.get(name)
@@ -650,5 +662,9 @@ class Controller:
         E.ForgetAgent: _on_forget,
         E.DrainAgent: on_drain,
         E.ResumeAgent: on_resume,
+        E.SubmitArray: job_ops.on_submit_array,
+        E.HoldJob: job_ops.on_hold,
+        E.ReleaseJob: job_ops.on_release,
+        E.RequeueJob: job_ops.on_requeue,
     }
 

@@ -11,6 +11,7 @@ from typing import Union
 
 from ._check import check_bytes, check_int, check_opt_time, check_opt_uid, check_str, check_time
 from .facts import Fact
+from .arrays import ArrayRange
 from .jobs import JobSpec
 from .messages import TOKEN_BYTES, Finished, Join, Message
 
@@ -124,7 +125,76 @@ class SubmitJob:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitArray:
+    """Submit one job per index of ``array`` from the template ``spec`` (model/arrays.py)."""
+
+    spec: JobSpec
+    array: ArrayRange
+    now: float
+    uids: tuple[str, ...] | None = None  # one fresh uid per job, in index order (None: callers that predate uids)
+    queue_anyway: bool = False  # queue even if no registered agent could ever run the jobs (model/admission.py)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, JobSpec):
+            raise ValueError("spec must be a JobSpec")
+        if self.spec.array_id is not None:
+            raise ValueError("the template of an array must not be an array job itself")
+        if not isinstance(self.array, ArrayRange):
+            raise ValueError("array must be an ArrayRange")
+        check_time("now", self.now)
+        if self.uids is not None:
+            if not isinstance(self.uids, tuple) or len(self.uids) != self.array.count:
+                raise ValueError("uids must be a tuple with one uid per array index")
+            for uid in self.uids:
+                check_opt_uid("uid", uid)
+        if not isinstance(self.queue_anyway, bool):
+            raise ValueError("queue_anyway must be a bool")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CancelJob:
+    job: str
+    now: float
+    # True: ``job`` is an array's id, cancel every PENDING / RUNNING job of the
+    # array; False: this one job; None: the array if ``job`` names one (like
+    # ``scancel`` of an array's id), else the job.
+    whole_array: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        check_time("now", self.now)
+        if self.whole_array is not None and not isinstance(self.whole_array, bool):
+            raise ValueError("whole_array must be a bool or None")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldJob:
+    """A user holds a PENDING job (``reckon hold``): it is not dispatched until released."""
+
+    job: str
+    now: float
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        check_time("now", self.now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseJob:
+    """A user releases a held job (``reckon release``)."""
+
+    job: str
+    now: float
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        check_time("now", self.now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequeueJob:
+    """A user asks a finished job to run again as a new attempt (``reckon requeue``)."""
+
     job: str
     now: float
 
@@ -201,6 +271,7 @@ class ResumeAgent:
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
     DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
+    SubmitArray, HoldJob, ReleaseJob, RequeueJob,
 ]
 
 
@@ -258,11 +329,12 @@ class ProcessExited:
     # reach the agent before its ProcessStarted (a short job), or after a
     # restart that lost it, and the start must not be lost with it.
     started_at: float | None = None
+    timed_out: bool = False  # the supervisor stopped the process at the job's time limit
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                 finished_at=self.finished_at, started_at=self.started_at)
+                 finished_at=self.finished_at, started_at=self.started_at, timed_out=self.timed_out)
         check_time("now", self.now)
 
 

@@ -95,7 +95,7 @@ class JobFinished:
     """The process of (job, attempt) ended as the agent observed it."""
 
     KIND: ClassVar[str] = "job_finished"
-    VERSION: ClassVar[int] = 3  # v1 had no signal and no started_at; v2 no via
+    VERSION: ClassVar[int] = 3  # v1 had no signal and no started_at; v2 no via and no timed_out
     job: str
     attempt: int
     exit_code: int | None
@@ -107,6 +107,7 @@ class JobFinished:
     # facts written before version 3, which did not record it.  Provenance, not
     # outcome: two facts with the same outcome are equal however it came (Req 4.1).
     via: str | None = field(default=None, compare=False)
+    timed_out: bool = False  # the supervisor stopped the process at the job's time limit
 
     def __post_init__(self) -> None:
         _job_attempt(self)
@@ -118,6 +119,8 @@ class JobFinished:
         check_opt_time("started_at", self.started_at)
         if self.via is not None and self.via not in FINISH_VIA:
             raise ValueError(f"via must be one of {sorted(FINISH_VIA)} or None, got {self.via!r}")
+        if not isinstance(self.timed_out, bool):
+            raise ValueError("timed_out must be a bool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,11 +140,54 @@ class JobCancelled:
     """A pending job was cancelled before it ever ran (again)."""
 
     KIND: ClassVar[str] = "job_cancelled"
+    VERSION: ClassVar[int] = 2  # v1 had no reason
+    job: str
+    reason: str | None = None  # None: a user's cancel; else why (e.g. "dependency 12 ended FAILED")
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        if self.reason is not None:
+            check_str("reason", self.reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobHeld:
+    """A user held a PENDING job: it is not dispatched until released."""
+
+    KIND: ClassVar[str] = "job_held"
     VERSION: ClassVar[int] = 1
     job: str
 
     def __post_init__(self) -> None:
         check_str("job", self.job)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobReleased:
+    """A user released a held job."""
+
+    KIND: ClassVar[str] = "job_released"
+    VERSION: ClassVar[int] = 1
+    job: str
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRestarted:
+    """A user requeued a finished job: it goes back to PENDING as attempt + 1.
+
+    The finished attempt's facts stay in the log; its outcome leaves the record.
+    """
+
+    KIND: ClassVar[str] = "job_restarted"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int  # the attempt that had finished
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +304,7 @@ Fact = Union[
     JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
     JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
     AgentDrained, AgentResumed,
+    JobHeld, JobReleased, JobRestarted,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -265,6 +312,7 @@ FACT_TYPES: dict[str, type] = {
         JobSubmitted, JobDispatched, JobStarted, JobAdopted, JobFinished, JobCancelRequested,
         JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
         AgentDrained, AgentResumed,
+        JobHeld, JobReleased, JobRestarted,
     )
 }
 

@@ -24,7 +24,7 @@ class Attempt:
     exit_code: int | None = None
     signal: int | None = None
     via: str | None = None  # how the outcome arrived: "report", "round" (None: not recorded)
-    ended: str = "running"  # running, finished, requeued, cancelled
+    ended: str = "running"  # running, finished, timed out, requeued, cancelled
     reason: str | None = None  # why it was requeued or cancelled
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +77,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
                 "finished", fact.exit_code, fact.signal, fact.finished_at, fact.via)
             if cancel_requested:  # the process ended after the kill the cancel sent: the job is CANCELLED
                 a.ended, a.reason = "cancelled", "cancelled by a user while running"
+            elif fact.timed_out:  # the supervisor stopped it at the job's --time limit
+                a.ended, a.reason = "timed out", "stopped at its time limit"
             if fact.started_at is not None and a.started_at is None:
                 a.started_at = fact.started_at
         elif kind is F.JobRequeued:
@@ -92,5 +94,14 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
             a.ended, a.reason = "cancelled", "cancelled by a user; its process is gone"
             h.events.append({"event": "cancelled", "attempt": fact.attempt, "reason": a.reason})
         elif kind is F.JobCancelled:
-            h.events.append({"event": "cancelled", "attempt": None, "reason": "cancelled by a user before it ran"})
+            h.events.append({"event": "cancelled", "attempt": None,
+                             "reason": fact.reason or "cancelled by a user before it ran"})
+        elif kind is F.JobHeld:
+            h.events.append({"event": "held", "attempt": None, "reason": "held by a user"})
+        elif kind is F.JobReleased:
+            h.events.append({"event": "released", "attempt": None, "reason": "released by a user"})
+        elif kind is F.JobRestarted:
+            cancel_requested = False  # the new attempt starts afresh
+            h.events.append({"event": "requeued", "attempt": fact.attempt,
+                             "reason": "requeued by a user: runs again as a new attempt"})
     return h

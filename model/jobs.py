@@ -16,6 +16,8 @@ class JobState(enum.Enum):
     COMPLETED = "COMPLETED"  # the process exited 0 (terminal)
     FAILED = "FAILED"  # the process exited non-zero or died by a signal (terminal)
     CANCELLED = "CANCELLED"  # cancelled before it ran, or its process is confirmed gone after a cancel (terminal)
+# A job stopped at its time limit ends FAILED with reason "timeout" (no sixth
+# state: a client that knows the five states reads every job correctly).
 
 
 TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
@@ -29,14 +31,16 @@ class JobTransition(enum.Enum):
     FINISH_FAILED = "finish_failed"  # the agent saw a non-zero exit or a signal
     FINISH_CANCELLED = "finish_cancelled"  # the process is gone after a cancel was requested
     REQUEUE = "requeue"  # the attempt is lost (unrecognized, lost agent): run it again
+    RETRY = "retry"  # the attempt failed and the job's retry policy asks for another attempt
+    RESTART = "restart"  # a user requeued a finished job: it runs again as a new attempt
 
 
 # The job machine.  A job starts PENDING; the only way out of PENDING towards
 # an agent is DISPATCH (or ADOPT when an agent proves it already runs the
 # attempt); RUNNING ends in one of the three terminal states or goes back to
-# PENDING with a new attempt.  Terminal states have no entries at all, so
-# nothing can ever move a finished job: a missing entry raises and changes
-# nothing.
+# PENDING with a new attempt (lost, or a retry).  Terminal states have one
+# entry each, RESTART (a user's requeue): no report, replay or restart can
+# move a finished job; a missing entry raises and changes nothing.
 JOB_TRANSITIONS: dict[tuple[JobState, JobTransition], JobState] = {
     (JobState.PENDING, JobTransition.DISPATCH): JobState.RUNNING,
     (JobState.PENDING, JobTransition.ADOPT): JobState.RUNNING,
@@ -45,6 +49,13 @@ JOB_TRANSITIONS: dict[tuple[JobState, JobTransition], JobState] = {
     (JobState.RUNNING, JobTransition.FINISH_FAILED): JobState.FAILED,
     (JobState.RUNNING, JobTransition.FINISH_CANCELLED): JobState.CANCELLED,
     (JobState.RUNNING, JobTransition.REQUEUE): JobState.PENDING,
+    (JobState.RUNNING, JobTransition.RETRY): JobState.PENDING,
+    # The only ways out of a terminal state: a user's explicit requeue (a
+    # JobRestarted fact), which starts a new attempt and keeps the old one's
+    # facts in the log.
+    (JobState.COMPLETED, JobTransition.RESTART): JobState.PENDING,
+    (JobState.FAILED, JobTransition.RESTART): JobState.PENDING,
+    (JobState.CANCELLED, JobTransition.RESTART): JobState.PENDING,
 }
 
 
@@ -63,6 +74,16 @@ def allowed(state: JobState, transition: JobTransition) -> bool:
 MAX_SLOTS = 1 << 16
 MAX_ARGS = 4096
 MAX_ARG_LEN = 1 << 16
+MAX_RETRIES = 1000
+MAX_AFTER = 1000  # dependencies of one job
+MAX_TIME_LIMIT = 365 * 24 * 3600.0  # a year, in seconds
+# Spec fields added in protocol version 4, with their defaults: to_dict leaves a
+# field at its default out, so a spec without them encodes exactly as before
+# (old facts re-encode byte for byte, old agents decode new dispatches).
+V4_SPEC_DEFAULTS: dict[str, Any] = {
+    "time_limit": None, "retries": 0, "retry_on_exit": (), "after": (),
+    "array_id": None, "array_index": None, "array_max": None,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +95,15 @@ class JobSpec:
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     slots: int = 1
+    # Version 4.  The supervisor stops the process this many seconds after it
+    # started (SIGTERM, SIGKILL after the agent's grace); None: no limit.
+    time_limit: float | None = None
+    retries: int = 0  # how many times a failed attempt is run again (see model/policy.py)
+    retry_on_exit: tuple[int, ...] = ()  # retry only these exit codes (empty: any failure but a timeout)
+    after: tuple[str, ...] = ()  # job ids that must all be COMPLETED before this one runs
+    array_id: str | None = None  # the array's id (its first job's id) for a job of an array
+    array_index: int | None = None  # this job's index in its array
+    array_max: int | None = None  # at most this many jobs of the array run at once (None: no limit)
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -95,15 +125,46 @@ class JobSpec:
             if "=" in pair[0]:
                 raise ValueError(f"env[{i}] key must not contain '='")
         check_int("slots", self.slots, minimum=1, maximum=MAX_SLOTS)
+        if self.time_limit is not None:
+            if (not isinstance(self.time_limit, (int, float)) or isinstance(self.time_limit, bool)
+                    or not 0 < self.time_limit <= MAX_TIME_LIMIT):
+                raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIME_LIMIT:.0f}]")
+        check_int("retries", self.retries, minimum=0, maximum=MAX_RETRIES)
+        check_tuple_of("retry_on_exit", self.retry_on_exit, int)
+        for code in self.retry_on_exit:
+            check_int("retry_on_exit code", code, minimum=1, maximum=255)
+        if self.retry_on_exit and not self.retries:
+            raise ValueError("retry_on_exit needs retries > 0")
+        check_tuple_of("after", self.after, str)
+        if len(self.after) > MAX_AFTER:
+            raise ValueError(f"after names more than {MAX_AFTER} jobs")
+        for dep in self.after:
+            check_str("after job", dep)
+        if len(set(self.after)) != len(self.after):
+            raise ValueError("after names a job twice")
+        if (self.array_id is None) != (self.array_index is None):
+            raise ValueError("array_id and array_index go together")
+        if self.array_id is not None:
+            check_str("array_id", self.array_id)
+            check_int("array_index", self.array_index, minimum=0, maximum=(1 << 31) - 1)
+        if self.array_max is not None:
+            if self.array_id is None:
+                raise ValueError("array_max needs an array")
+            check_int("array_max", self.array_max, minimum=1, maximum=1 << 20)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "command": list(self.command),
             "cwd": self.cwd,
             "env": [list(p) for p in self.env],
             "slots": self.slots,
         }
+        for key, default in V4_SPEC_DEFAULTS.items():
+            value = getattr(self, key)
+            if value != default:
+                out[key] = list(value) if isinstance(value, tuple) else value
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> "JobSpec":
@@ -118,7 +179,20 @@ class JobSpec:
             cwd=data.get("cwd"),
             env=tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in env),
             slots=data["slots"],
+            time_limit=data.get("time_limit"),
+            retries=data.get("retries", 0),
+            retry_on_exit=_tuple("retry_on_exit", data.get("retry_on_exit", ())),
+            after=_tuple("after", data.get("after", ())),
+            array_id=data.get("array_id"),
+            array_index=data.get("array_index"),
+            array_max=data.get("array_max"),
         )
+
+
+def _tuple(name: str, value: Any) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"job spec {name} must be a list")
+    return tuple(value)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -139,6 +213,9 @@ class JobRecord:
     cancel_requested: bool = False
     requeues: int = 0
     uid: str | None = None  # the submission's random uid (None: submitted before uids existed)
+    held: bool = False  # a user's hold: a held PENDING job is not dispatched
+    retried: int = 0  # attempts run again by the retry policy since the submit (or the latest restart)
+    reason: str | None = None  # why the job ended as it did, when the state alone does not say ("timeout", ...)
 
     @property
     def terminal(self) -> bool:
@@ -162,6 +239,15 @@ class JobRecord:
             "cwd": self.spec.cwd,
             "cancel_requested": self.cancel_requested,
             "requeues": self.requeues,
+            # Version 4 fields (new keys; the old ones keep their meaning).
+            "reason": self.reason,
+            "held": self.held,
+            "retries": self.spec.retries,
+            "retried": self.retried,
+            "time_limit": self.spec.time_limit,
+            "after": list(self.spec.after),
+            "array_id": self.spec.array_id,
+            "array_index": self.spec.array_index,
         }
 
     def snapshot_key(self) -> tuple:
@@ -169,7 +255,7 @@ class JobRecord:
         return (
             self.id, self.spec, self.state, self.attempt, self.agent, self.ran_on, self.submitted_at,
             self.started_at, self.finished_at, self.exit_code, self.signal,
-            self.cancel_requested, self.requeues, self.uid,
+            self.cancel_requested, self.requeues, self.uid, self.held, self.retried, self.reason,
         )
 
 

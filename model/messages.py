@@ -33,8 +33,14 @@ from .jobs import JobSpec
 # (``dispatch_refused``).  The new fields are left out of the map at their
 # defaults, so a version 1 or 2 peer never sees them; older agents get no uid
 # and are matched by (job, attempt) alone, as before.
-PROTOCOL_VERSION = 3
-SUPPORTED_VERSIONS = frozenset({1, 2, 3})
+# 4: a job spec may carry a time limit, a retry policy, dependencies and its
+# array (left out of the spec's map at their defaults); ``finished`` and report
+# entries say when the supervisor stopped a process at its time limit
+# (``timed_out``, left out while false).  Older agents are still served: a
+# version 4 controller sends them nothing they do not know unless a job uses
+# the new spec fields (then it is their ``time_limit`` they do not enforce).
+PROTOCOL_VERSION = 4
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
 UIDS_SINCE = 3  # the first version whose agents are sent (and send) submission uids
 BATCHED_FRAMES_SINCE = 2  # the first version whose peers accept a CBOR array of messages in one frame
 MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
@@ -89,10 +95,15 @@ class ReportEntry:
     started_at: float | None = None
     finished_at: float | None = None
     uid: str | None = None  # the submission the agent's record belongs to (None: legacy, or no record)
+    timed_out: bool = False  # version 4: FINISHED because its supervisor stopped it at the time limit
 
     def __post_init__(self) -> None:
         _job_attempt(self)
         check_opt_uid("uid", self.uid)
+        if not isinstance(self.timed_out, bool):
+            raise ValueError("timed_out must be a bool")
+        if self.timed_out and self.status is not EntryStatus.FINISHED:
+            raise ValueError("only a finished entry can have timed out")
         if not isinstance(self.status, EntryStatus):
             raise ValueError("status must be an EntryStatus")
         if self.status is EntryStatus.FINISHED:
@@ -105,22 +116,26 @@ class ReportEntry:
     def to_wire(self) -> list[Any]:
         row = [self.job, self.attempt, self.status.value, self.exit_code, self.signal, self.started_at,
                self.finished_at]
-        if self.uid is not None:  # version 3: an 8th field; without a uid the row is as before
+        if self.uid is not None or self.timed_out:  # version 3: an 8th field; without a uid the row is as before
             row.append(self.uid)
+        if self.timed_out:  # version 4: a 9th field, only when true
+            row.append(True)
         return row
 
     @classmethod
     def from_wire(cls, row: Any) -> "ReportEntry":
-        if not isinstance(row, (list, tuple)) or len(row) not in (7, 8):
-            raise ValueError("a report entry is a list of 7 fields (8 with a uid)")
+        if not isinstance(row, (list, tuple)) or len(row) not in (7, 8, 9):
+            raise ValueError("a report entry is a list of 7 fields (8 with a uid, 9 when it timed out)")
         job, attempt, status, code, sig, started, finished = row[:7]
-        uid = row[7] if len(row) == 8 else None
+        uid = row[7] if len(row) >= 8 else None
         if len(row) == 8 and uid is None:
             raise ValueError("a report entry's 8th field, the uid, must not be null")
+        if len(row) == 9 and row[8] is not True:
+            raise ValueError("a report entry's 9th field, timed_out, is only ever true")
         if status not in _STATUS_VALUES:
             raise ValueError(f"unknown entry status {status!r}")
         return cls(job=job, attempt=attempt, status=EntryStatus(status), exit_code=code, signal=sig,
-                   started_at=started, finished_at=finished, uid=uid)
+                   started_at=started, finished_at=finished, uid=uid, timed_out=len(row) == 9)
 
 
 _STATUS_VALUES = {s.value for s in EntryStatus}
@@ -212,11 +227,14 @@ class Finished:
     finished_at: float
     started_at: float | None = None
     uid: str | None = None  # version 3: the submission the process ran for
+    timed_out: bool = False  # version 4: its supervisor stopped the process at the job's time limit
 
     def __post_init__(self) -> None:
         _job_attempt(self)
         _outcome(self)
         check_opt_uid("uid", self.uid)
+        if not isinstance(self.timed_out, bool):
+            raise ValueError("timed_out must be a bool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -412,6 +430,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 # submission's ``uid`` is left out while None, whatever the message.
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
+_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
 _OMITTED_AT_DEFAULT[Join] = {"identity": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False}
 

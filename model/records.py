@@ -43,6 +43,7 @@ class LocalJob:
     finished_at: float | None = None
     acked: bool = False  # the controller acknowledged the completion report
     uid: str | None = None  # the submission the dispatch was for (None: a version 1-2 controller sent none)
+    timed_out: bool = False  # FINISHED: the supervisor stopped the process at the job's time limit
 
     @property
     def key(self) -> tuple[str, int]:
@@ -71,7 +72,8 @@ class LocalJob:
     def report(self) -> M.Finished:
         assert self.status is LocalStatus.FINISHED and self.finished_at is not None
         return M.Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                          finished_at=self.finished_at, started_at=self.started_at, uid=self.uid)
+                          finished_at=self.finished_at, started_at=self.started_at, uid=self.uid,
+                          timed_out=self.timed_out)
 
 
 class LocalRecords(MutableMapping[Key, LocalJob]):

@@ -27,6 +27,9 @@ class JobNote(NamedTuple):
     state: JobState
     slots: int
     agent: str | None
+    ready: bool = True  # PENDING, not held, every dependency COMPLETED (model/policy.py ready)
+    array: str | None = None  # the job's array id
+    array_max: int | None = None  # the array's %MAX: at most this many of it RUNNING at once
 
 
 class AgentNote(NamedTuple):
@@ -55,17 +58,27 @@ class Scheduler:
     """FIFO placement by free slots onto connected, non-reconciling, non-drained agents."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[int, int]] = {}  # job -> (order, slots)
+        self._pending: dict[str, tuple[int, int, str | None]] = {}  # ready job -> (order, slots, throttled array)
         # FIFO queue with lazy deletion: entries of jobs no longer pending are
         # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
         self._queue: list[tuple[int, str]] = []
         self._agents: dict[str, _AgentView] = {}
+        self._array_max: dict[str, int] = {}  # throttled array -> its %MAX
+        self._array_running: dict[str, set[str]] = {}  # throttled array -> its jobs RUNNING (as noted)
 
     def notify(self, note: JobNote | AgentNote) -> None:
         if isinstance(note, JobNote):
-            if note.state is JobState.PENDING:
+            if note.array is not None and note.array_max is not None:
+                self._array_max[note.array] = note.array_max
+                running = self._array_running.setdefault(note.array, set())
+                if note.state is JobState.RUNNING:
+                    running.add(note.job)
+                else:
+                    running.discard(note.job)
+            if note.state is JobState.PENDING and note.ready:
                 if note.job not in self._pending:
-                    self._pending[note.job] = (note.order, note.slots)
+                    self._pending[note.job] = (note.order, note.slots,
+                                               note.array if note.array_max is not None else None)
                     heapq.heappush(self._queue, (note.order, note.job))
             else:
                 self._pending.pop(note.job, None)
@@ -85,16 +98,22 @@ class Scheduler:
         if not free:
             return proposals
         examined: dict[str, tuple[int, str]] = {}
+        # Running plus proposed jobs per throttled array: %MAX holds within one call too.
+        array_load = {array: len(jobs) for array, jobs in self._array_running.items()}
         queue = self._queue
         while queue and free and (limit is None or len(proposals) < limit):
             order, job = heapq.heappop(queue)
             if job in examined or self._pending.get(job, (None,))[0] != order:
                 continue  # a job that left the queue, or a second entry of one
             examined[job] = (order, job)
-            slots = self._pending[job][1]
+            _, slots, array = self._pending[job]
+            if array is not None and array_load.get(array, 0) >= self._array_max[array]:
+                continue  # the array runs its %MAX already: the job waits for one to end
             for name in sorted(free, key=lambda n: (-free[n], n)):
                 if free[name] >= slots:
                     proposals.append((job, name))
+                    if array is not None:
+                        array_load[array] = array_load.get(array, 0) + 1
                     free[name] -= slots
                     if not free[name]:
                         del free[name]

@@ -16,6 +16,7 @@ from . import facts as F
 from .errors import LocalProtocolError
 from .messages import pair_hash, running_digest
 from .jobs import JobRecord, JobSpec, JobState, JobTransition, finish_transition, next_state
+from .policy import TIMEOUT_REASON, retry_due
 
 
 @dataclass(slots=True)
@@ -50,6 +51,10 @@ class ControllerState:
     next_job: int = 1
     facts_applied: int = 0
     cluster: str | None = None  # set by the history's first fact, ClusterCreated
+    # Derived indexes, kept by apply and rebuilt by restore (not part of digest()):
+    dependants: dict[str, list[str]] = field(default_factory=dict)  # job -> jobs submitted --after it
+    array_running: dict[str, int] = field(default_factory=dict)  # throttled array id -> its RUNNING jobs
+    arrays: dict[str, list[str]] = field(default_factory=dict)  # array id -> its jobs, in index order
 
     def job(self, job_id: str) -> JobRecord:
         try:
@@ -103,6 +108,8 @@ def _place(state: ControllerState, job: JobRecord, agent: str) -> None:
     if info.digest is not None:
         info.digest ^= pair_hash(job.id, job.attempt)
     job.agent = job.ran_on = agent
+    if job.spec.array_max is not None and job.spec.array_id is not None:
+        state.array_running[job.spec.array_id] = state.array_running.get(job.spec.array_id, 0) + 1
 
 
 def _release(state: ControllerState, job: JobRecord) -> str:
@@ -114,7 +121,17 @@ def _release(state: ControllerState, job: JobRecord) -> str:
     if info.digest is not None:
         info.digest ^= pair_hash(job.id, job.attempt)
     agent, job.agent = job.agent, None
+    if job.spec.array_max is not None and job.spec.array_id is not None:
+        state.array_running[job.spec.array_id] -= 1
     return agent
+
+
+def _index_job(state: ControllerState, job: JobRecord) -> None:
+    """Add a new job to the derived indexes: its dependencies and its array."""
+    for dep in job.spec.after:
+        state.dependants.setdefault(dep, []).append(job.id)
+    if job.spec.array_id is not None:
+        state.arrays.setdefault(job.spec.array_id, []).append(job.id)
 
 
 def apply(state: ControllerState, fact: F.Fact) -> Changes:
@@ -129,7 +146,14 @@ def _submitted(state: ControllerState, fact: F.JobSubmitted) -> Changes:
         raise LocalProtocolError(f"job {fact.job} already exists")
     if fact.job != state.next_job_id():
         raise LocalProtocolError(f"job id {fact.job} out of sequence (expected {state.next_job_id()})")
-    state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at, uid=fact.uid)
+    unknown = [dep for dep in fact.spec.after if dep not in state.jobs]
+    if unknown:
+        raise LocalProtocolError(f"job {fact.job} depends on unknown job(s) {unknown}")
+    array_id = fact.spec.array_id
+    if array_id is not None and array_id != fact.job and array_id not in state.arrays:
+        raise LocalProtocolError(f"job {fact.job} names array {array_id}, which does not exist")
+    job = state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at, uid=fact.uid)
+    _index_job(state, job)
     state.next_job += 1
     return Changes(jobs=(fact.job,))
 
@@ -171,13 +195,30 @@ def _started(state: ControllerState, fact: F.JobStarted) -> Changes:
 
 def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
+    if retry_due(job.spec, retried=job.retried, exit_code=fact.exit_code, signal=fact.signal,
+                 timed_out=fact.timed_out, cancel_requested=job.cancel_requested):
+        return _retry(state, job)
     transition = finish_transition(exit_code=fact.exit_code, signal=fact.signal, cancel_requested=job.cancel_requested)
     job.state = next_state(job.state, transition)
     job.exit_code, job.signal, job.finished_at = fact.exit_code, fact.signal, fact.finished_at
+    if fact.timed_out and job.state is JobState.FAILED:
+        job.reason = TIMEOUT_REASON
     if fact.started_at is not None and job.started_at is None:
         job.started_at = fact.started_at
     agent = _release(state, job)
-    return Changes(jobs=(job.id,), agents=(agent,))
+    # A completion makes the jobs waiting on this one ready: they are noted again.
+    return Changes(jobs=(job.id, *state.dependants.get(job.id, ())), agents=(agent,))
+
+
+def _retry(state: ControllerState, job: JobRecord) -> Changes:
+    """The attempt failed and the retry policy wants another: its outcome stays
+    in its JobFinished fact, the job goes back to PENDING as attempt + 1."""
+    job.state = next_state(job.state, JobTransition.RETRY)
+    released = _release(state, job)
+    job.attempt += 1
+    job.started_at = None
+    job.retried += 1
+    return Changes(jobs=(job.id,), agents=(released,))
 
 
 def _cancel_requested(state: ControllerState, fact: F.JobCancelRequested) -> Changes:
@@ -192,7 +233,39 @@ def _cancelled(state: ControllerState, fact: F.JobCancelled) -> Changes:
     job = state.job(fact.job)
     job.state = next_state(job.state, JobTransition.CANCEL)
     job.cancel_requested = True
+    job.held = False
+    job.reason = fact.reason
     return Changes(jobs=(job.id,))
+
+
+def _held(state: ControllerState, fact: F.JobHeld) -> Changes:
+    job = state.job(fact.job)
+    if job.state is not JobState.PENDING or job.held:
+        raise LocalProtocolError(f"job {fact.job} is not a PENDING job without a hold")
+    job.held = True
+    return Changes(jobs=(job.id,))
+
+
+def _released(state: ControllerState, fact: F.JobReleased) -> Changes:
+    job = state.job(fact.job)
+    if job.state is not JobState.PENDING or not job.held:
+        raise LocalProtocolError(f"job {fact.job} is not a held PENDING job")
+    job.held = False
+    return Changes(jobs=(job.id,))
+
+
+def _restarted(state: ControllerState, fact: F.JobRestarted) -> Changes:
+    job = state.job(fact.job)
+    if job.attempt != fact.attempt:
+        raise LocalProtocolError(f"restart of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
+    job.state = next_state(job.state, JobTransition.RESTART)  # only a terminal job has this entry
+    job.attempt += 1
+    job.started_at = job.finished_at = job.exit_code = job.signal = job.reason = None
+    job.cancel_requested = False
+    job.retried = 0  # a new run: the retry budget starts again
+    job.requeues += 1
+    # Jobs waiting on this one are not ready again until it completes again.
+    return Changes(jobs=(job.id, *state.dependants.get(job.id, ())))
 
 
 def _cancel_confirmed(state: ControllerState, fact: F.JobCancelConfirmed) -> Changes:
@@ -277,6 +350,9 @@ _APPLY: dict[type, Any] = {
     F.JobIdsReserved: _ids_reserved,
     F.AgentDrained: _drained,
     F.AgentResumed: _resumed,
+    F.JobHeld: _held,
+    F.JobReleased: _released,
+    F.JobRestarted: _restarted,
 }
 
 
@@ -291,14 +367,15 @@ def replay(facts: list[F.Fact], state: ControllerState | None = None) -> Control
 def snapshot(state: ControllerState) -> dict[str, Any]:
     """A plain map of the whole state, for fast restart."""
     return {
-        "v": 3,  # v1: agents were [name, slots, registered], without the identity; v2: without drained
+        "v": 3,  # v1: agents were [name, slots, registered], without the identity; v2: agents without drained, jobs had 14 fields
         "next_job": state.next_job,
         "cluster": state.cluster,
         "facts_applied": state.facts_applied,
         "agents": [[a.name, a.slots, a.registered, a.identity, a.drained] for a in state.agents.values()],
         "jobs": [
             [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.ran_on, j.submitted_at, j.started_at,
-             j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues, j.uid]
+             j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues, j.uid,
+             j.held, j.retried, j.reason]
             for j in state.jobs.values()
         ],
     }
@@ -324,7 +401,10 @@ def restore(data: dict[str, Any]) -> ControllerState:
             submitted_at=submitted, started_at=started, finished_at=finished, exit_code=code,
             signal=sig, cancel_requested=cancel, requeues=requeues, uid=row[13] if len(row) > 13 else None,
         )
+        if len(row) > 14:  # fields 15-17 (snapshot v3): hold, retries used, reason
+            job.held, job.retried, job.reason = row[14], row[15], row[16]
         state.jobs[jid] = job
+        _index_job(state, job)
         if agent is not None:
             _place(state, job, agent)
     return state

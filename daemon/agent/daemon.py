@@ -18,6 +18,7 @@ every ``refusal_reminder`` seconds (``RefusalLog``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -461,7 +462,7 @@ async def _release_on_sigusr1(runner: HoldRunner) -> None:
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
                            signal=status.signal, finished_at=status.finished_at, started_at=status.started_at,
-                           now=time.time())
+                           timed_out=status.timed_out, now=time.time())
 
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -477,7 +478,9 @@ async def _run(options: AgentOptions, task_status) -> None:
         identity = await store.claim_identity(options.name)  # WrongStateDir: another agent's directory
         records, outbox = await store.load()
         cluster = await store.load_cluster()
-        runner_cls = {"null": NullRunner, "hold": HoldRunner}.get(options.executor, JobRunner)
+        # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
+        runner_cls = ({"null": NullRunner, "hold": HoldRunner}.get(options.executor)
+                      or functools.partial(JobRunner, kill_grace=options.kill_grace))
         async with runner_cls(options.state_dir) as runner:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)

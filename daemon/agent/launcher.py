@@ -21,6 +21,10 @@ child turns into the job's **supervisor**:
   pid is never mistaken for it;
 * forwards SIGTERM / SIGINT / SIGHUP to the job's process group (and turns
   SIGUSR1 into a SIGKILL of it);
+* enforces the job's time limit (``limit`` seconds after it started): SIGTERM
+  to the job's process group at the limit, SIGKILL ``grace`` seconds later,
+  and ``"timed_out": true`` in the status record.  The supervisor does it, not
+  the agent, so the limit holds while the agent is down or restarting;
 * waits for the job's main process (``waitid(WNOWAIT)``), takes
   ``finished_at = time.time()`` at once, SIGKILLs whatever is left in the
   job's process group (the job is over), reaps the main process, appends the
@@ -54,7 +58,9 @@ Wire (both directions: one JSON object per line, UTF-8):
 agent -> launcher::
 
     {"k": [job, attempt], "base": "/abs/jobs/<job>.<attempt>", "cmd": [...],
-     "cwd": str | null, "env": [[key, value], ...]}
+     "cwd": str | null, "env": [[key, value], ...], "limit": seconds, "grace": seconds}
+
+(``limit`` and ``grace`` only for a job with a time limit.)
 
 launcher -> agent::
 
@@ -225,9 +231,45 @@ class _CannotRun(Exception):
 
 
 def _status_record(key: list, exit_code: int | None, sig: int | None, started_at: float, finished_at: float,
-                   job_pid: int | None) -> dict:
-    return {"v": 1, "kind": "status", "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
-            "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid}
+                   job_pid: int | None, timed_out: bool = False) -> dict:
+    record = {"v": 1, "kind": "status", "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
+              "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid}
+    if timed_out:  # only when true: records of jobs without a limit stay as they were
+        record["timed_out"] = True
+    return record
+
+
+def _arm_time_limit(req: dict, started_at: float, state: dict) -> None:
+    """SIGALRM at the job's time limit: SIGTERM its process group, then SIGKILL after the grace.
+
+    Counted from ``started_at`` (the launcher's clock when it forked us), with
+    an interval timer: a job stopped and continued, or a slow fork, does not
+    stretch the limit.  The handler runs between the supervisor's system calls
+    (``waitid`` is restarted after it, PEP 475).
+    """
+    limit = req.get("limit")
+    if limit is None:
+        return
+    grace = max(float(req.get("grace", 10.0)), 0.0)
+
+    def on_alarm(signum: int, frame: object) -> None:
+        pid = state["pid"]
+        if state["timed_out"]:
+            sig = signal.SIGKILL  # the grace is over
+        else:
+            state["timed_out"] = True
+            sig = signal.SIGTERM
+            signal.setitimer(signal.ITIMER_REAL, grace or 0.001)
+        if pid:
+            try:
+                os.killpg(pid, sig)
+            except OSError:
+                pass
+        elif state["pending"] != signal.SIGKILL:
+            state["pending"] = sig
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(started_at + float(limit) - time.time(), 0.001))
 
 
 def supervise(req: dict, started_at: float, boot: str) -> int:
@@ -242,7 +284,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
 
-    state = {"pid": 0, "pending": 0}
+    state = {"pid": 0, "pending": 0, "timed_out": False}
 
     def forward(signum: int, frame: object) -> None:
         signum = signal.SIGKILL if signum == signal.SIGUSR1 else signum
@@ -263,6 +305,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     # before its handlers are in place; now they are.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD_SIGNALS)
 
+    _arm_time_limit(req, started_at, state)
     key = req["k"]
     base = req["base"]
     jobs_dir = os.path.dirname(base)
@@ -332,6 +375,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     # cannot hit a stranger.
     info = os.waitid(os.P_PID, job_pid, os.WEXITED | os.WNOWAIT)
     finished_at = time.time()
+    signal.setitimer(signal.ITIMER_REAL, 0)  # the job is over: no time-limit signal after this
     if info.si_code == os.CLD_EXITED:
         exit_code, sig = info.si_status, None
     else:  # CLD_KILLED / CLD_DUMPED
@@ -343,8 +387,8 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     os.waitpid(job_pid, 0)
     job.returncode = exit_code if sig is None else -sig  # reaped here: subprocess must not try again
     state["pid"] = 0
-    append_record(run_fd, jobs_dir, _status_record(key, exit_code, sig, started_at, finished_at, job_pid),
-                  durable=True)
+    append_record(run_fd, jobs_dir, _status_record(key, exit_code, sig, started_at, finished_at, job_pid,
+                                                   timed_out=state["timed_out"]), durable=True)
     return 0
 
 

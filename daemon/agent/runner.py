@@ -93,6 +93,7 @@ class ExitStatus:
     signal: int | None  # None when it exited
     started_at: float | None
     finished_at: float
+    timed_out: bool = False  # the supervisor stopped it at the job's time limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +154,8 @@ def _status_from(key: Key, obj: dict) -> ExitStatus | None:
     if not isinstance(started_at, (int, float)) or isinstance(started_at, bool):
         started_at = None  # a start time we cannot read is unknown, not an error
     return ExitStatus(job=key[0], attempt=key[1], exit_code=exit_code, signal=sig,
-                      started_at=None if started_at is None else float(started_at), finished_at=float(finished_at))
+                      started_at=None if started_at is None else float(started_at), finished_at=float(finished_at),
+                      timed_out=obj.get("timed_out") is True)
 
 
 _BOOT_ID = _launcher.boot_id()
@@ -194,7 +196,8 @@ class _Waiter:
 class JobRunner:
     """Runs jobs under supervisors; see the module docstring."""
 
-    def __init__(self, state_dir: Path | str) -> None:
+    def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0) -> None:
+        self.kill_grace = kill_grace  # the supervisor's SIGTERM-to-SIGKILL wait at a job's time limit
         self.state_dir = Path(state_dir).absolute()
         self.jobs_dir = self.state_dir / "jobs"
         self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
@@ -526,6 +529,8 @@ class JobRunner:
             raise AlreadyLaunched(f"{job}.{attempt} was launched before ({base}{_launcher.STDOUT} exists)") from None
         request = {"k": [job, attempt], "base": base, "cmd": list(spec.command), "cwd": spec.cwd,
                    "env": [list(p) for p in spec.env]}
+        if spec.time_limit is not None:  # enforced by the supervisor, so it holds across agent restarts
+            request.update(limit=spec.time_limit, grace=self.kill_grace)
         waiter = self._waiters[key] = _Waiter(event=trio.Event())
         self._requests.append(json.dumps(request).encode() + b"\n")
         self._request_ready.set()

@@ -15,6 +15,7 @@ import sys
 import time
 
 from daemon import wire
+from daemon.cli import batch
 from daemon.cli.client import SyncClient, UsageError, request_bytes, resolve_controller, resolve_token
 
 
@@ -27,14 +28,17 @@ def run_client_command(args: argparse.Namespace) -> int:
     with SyncClient(url, token, timeout=args.timeout) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state)["jobs"]
-            out.write((json.dumps(jobs) if args.json else format_jobs(jobs)) + "\n")
+            shown = jobs if args.json or args.expand else batch.fold_arrays(jobs)
+            out.write((json.dumps(jobs) if args.json else format_jobs(shown)) + "\n")
         elif args.command == "show":
             job = client.call("show", job=args.job)["job"]
             out.write((json.dumps(job) if args.json else format_job(job)) + "\n")
         elif args.command == "cancel":
-            job = client.call("cancel", job=args.job)["job"]
-            out.write(f"{job['id']} {job['state']}"
-                      f"{' (cancel requested)' if job['state'] == 'RUNNING' else ''}\n")
+            reply = client.call("cancel", job=args.job, array=False if args.job_only else None)
+            for job in reply.get("array") or [reply["job"]]:  # an array's id: every job of the array
+                batch.write_job_state(out, job)
+        elif args.command in ("hold", "release", "requeue"):
+            batch.write_job_state(out, client.call(args.command, job=args.job)["job"])
         elif args.command == "forget":
             result = client.call("forget", agent=args.node)
             out.write(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "
@@ -65,12 +69,23 @@ def _submit(args: argparse.Namespace, url: str, token: str | None) -> int:
         if not argv:
             raise UsageError("no command given: reckon submit [OPTIONS] -- CMD [ARG ...] (or --file FILE)")
         spec = job_spec(argv, args, cwd)
+        if args.array is not None:  # every id, one per line (the contract); the first names the array
+            batch.check_array(args.array)
+            with SyncClient(url, token, timeout=args.timeout) as client:
+                ids = client.call("submit_array", spec=spec, array=args.array, **extra)["jobs"]
+                if args.json:
+                    wanted = set(ids)
+                    jobs = [j for j in client.call("jobs")["jobs"] if j["id"] in wanted]
+            sys.stdout.write(json.dumps(jobs) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
+            return 0
         with SyncClient(url, token, timeout=args.timeout) as client:
             job = client.call("submit", spec=spec, **extra)["job"]
         sys.stdout.write((json.dumps(job) if args.json else job["id"]) + "\n")
         return 0
     if argv:
         raise UsageError("give a command or --file, not both")
+    if args.array is not None:
+        raise UsageError("give --array or --file, not both")
     specs = [job_spec(command, args, cwd) for command in read_command_file(args.file)]
     size = len(request_bytes("submit_many", {"specs": specs, **extra}))
     if size > wire.MAX_AGENT_MESSAGE:
@@ -105,8 +120,8 @@ def job_spec(argv: list[str], args: argparse.Namespace, cwd: str) -> dict:
     from model.jobs import JobSpec
 
     try:
-        spec = JobSpec(name=args.name or argv[0].rstrip("/").rpartition("/")[2] or argv[0], command=tuple(argv), cwd=cwd,
-                       env=tuple(args.env), slots=args.slots)
+        spec = JobSpec(name=args.name or argv[0].rstrip("/").rpartition("/")[2] or argv[0], command=tuple(argv),
+                       cwd=cwd, env=tuple(args.env), slots=args.slots, **batch.spec_fields(args))
     except ValueError as exc:
         raise UsageError(f"invalid job: {exc}") from None
     return spec.to_dict()
@@ -203,7 +218,8 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def format_job(job: dict) -> str:
     keys = ("id", "name", "state", "pending_reason", "agent", "attempt", "exit_code", "signal", "submitted_at",
-            "started_at", "finished_at", "command", "cwd", "slots", "stdout", "stderr")
+            "started_at", "finished_at", "command", "cwd", "slots", "stdout", "stderr", "reason", "held",
+            "time_limit", "retries", "retried", "after", "array_id", "array_index")
     lines = []
     for key in keys:
         value = job.get(key)
@@ -211,8 +227,8 @@ def format_job(job: dict) -> str:
             continue  # only a PENDING job waits for something
         if key.endswith("_at") and value is not None:
             value = f"{value:.3f} ({_when(value)})"
-        elif key == "command":
-            value = " ".join(value)
-        label = "reason" if key == "pending_reason" else key  # why a PENDING job waits
+        elif key in ("command", "after") and value is not None:
+            value = " ".join(value) if key == "command" else ",".join(value) or None
+        label = "why pending" if key == "pending_reason" else key  # why a PENDING job waits
         lines.append(f"{label + ':':14}{'-' if value is None else value}")
     return "\n".join(lines)

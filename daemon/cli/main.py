@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from pathlib import Path
 
-CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume")
+CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
+                   "release", "requeue")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos")
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
@@ -235,9 +236,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="seconds between heartbeats to the controller (default 2)")
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
 
-    p = sub.add_parser("submit", parents=[client], help="submit a job (or a file of jobs); prints the ids",
+    p = sub.add_parser("submit", parents=[client], help="submit a job (or a file of jobs, or an array); prints the ids",
                        description="Submit a job; print its id.  With --file, submit one job per line of "
-                                   "FILE in one request (all or none); print their ids, one per line.")
+                                   "FILE in one request (all or none); print their ids, one per line.  With "
+                                   "--array, one job per index; print every id, the array's id first.")
     p.add_argument("--name", help="the job's name (default: the command's file name)")
     p.add_argument("--slots", type=int, default=1, help="slots the job takes on its agent (default 1)")
     p.add_argument("--cwd", metavar="DIR", help="run in DIR on the agent (default: the current directory; "
@@ -246,20 +248,44 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="set an environment variable for the job (repeatable)")
     p.add_argument("--file", metavar="FILE", help="submit one job per line of FILE ('-': standard input): "
                                                   "shell-quoted command lines; blank and '#' lines skipped")
+    p.add_argument("--array", metavar="START-END[:STEP][%%MAX]",
+                   help="submit one job per index (env RECKON_ARRAY_INDEX, RECKON_ARRAY_ID = the first job's "
+                        "id, which names the array); %%MAX: at most MAX of them run at once; prints every id")
+    p.add_argument("--time", metavar="DURATION",
+                   help="time limit (90s, 10m, 2h, 1h30m; a bare number is seconds): SIGTERM at the limit, "
+                        "SIGKILL after the agent's --kill-grace; the job ends FAILED with reason timeout")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="run a failed attempt again, up to N times (not a timeout, not a cancel)")
+    p.add_argument("--retry-on-exit", metavar="CODES", help="retry only these exit codes (comma-separated)")
+    p.add_argument("--after", metavar="JOB[,JOB...]",
+                   help="run after all these jobs COMPLETED; if one ends FAILED or CANCELLED this job is "
+                        "cancelled with the reason")
     p.add_argument("--queue-anyway", action="store_true",
                    help="queue a job even if no registered agent has the slots to run it")
-    p.add_argument("--json", action="store_true", help="print the job object (with --file: the list of ids)")
+    p.add_argument("--json", action="store_true",
+                   help="print the job object (with --file: the list of ids; with --array: the job objects)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command to run")
 
     p = sub.add_parser("jobs", parents=[client], help="list jobs")
     p.add_argument("--state", choices=JOB_STATES, help="only the jobs in this state")
-    p.add_argument("--json", action="store_true", help="print a JSON list of job objects")
+    p.add_argument("--expand", action="store_true", help="list every job of an array (default: one line each)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of job objects (arrays expanded)")
 
     p = sub.add_parser("show", parents=[client], help="show one job")
     p.add_argument("job", help="the job's id")
     p.add_argument("--json", action="store_true", help="print the job object")
 
-    p = sub.add_parser("cancel", parents=[client], help="cancel a job")
+    p = sub.add_parser("cancel", parents=[client], help="cancel a job (an array's id: the whole array)")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("--job-only", action="store_true",
+                   help="cancel only this job, also when its id names an array")
+
+    p = sub.add_parser("hold", parents=[client], help="hold a PENDING job: it is not dispatched until released")
+    p.add_argument("job", help="the job's id")
+    p = sub.add_parser("release", parents=[client], help="release a held job")
+    p.add_argument("job", help="the job's id")
+    p = sub.add_parser("requeue", parents=[client],
+                       help="run a finished job again as a new attempt (a running job: cancel it first)")
     p.add_argument("job", help="the job's id")
 
     p = sub.add_parser("nodes", parents=[client], help="list agents")

@@ -40,7 +40,8 @@ def outcome_text(exit_code: int | None, signal: int | None) -> str:
 
 def _finished(f: F.JobFinished) -> str:
     via = {"report": "reported by the agent", "round": "found by a resync round"}.get(f.via or "", "")
-    return f"job {f.job} attempt {f.attempt} finished: {outcome_text(f.exit_code, f.signal)}" + (
+    timed_out = ", stopped at its time limit" if f.timed_out else ""
+    return f"job {f.job} attempt {f.attempt} finished: {outcome_text(f.exit_code, f.signal)}{timed_out}" + (
         f" ({via})" if via else "")
 
 
@@ -53,7 +54,7 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
     F.JobStarted: lambda f: f"job {f.job} attempt {f.attempt} started",
     F.JobFinished: _finished,
     F.JobCancelRequested: lambda f: f"job {f.job} cancel requested: its process is being killed",
-    F.JobCancelled: lambda f: f"job {f.job} cancelled before it ran",
+    F.JobCancelled: lambda f: f"job {f.job} cancelled before it ran" + (f": {f.reason}" if f.reason else ""),
     F.JobCancelConfirmed: lambda f: f"job {f.job} attempt {f.attempt} cancelled: its process is gone",
     F.JobRequeued: lambda f: f"job {f.job} attempt {f.attempt} requeued: {f.reason}",
     F.AgentRegistered: lambda f: f"agent {f.agent} registered with {f.slots} slot(s)",
@@ -61,6 +62,9 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
     F.AgentDrained: lambda f: f"agent {f.agent} drained: no new jobs there; running jobs finish",
     F.AgentResumed: lambda f: f"agent {f.agent} resumed: it takes new jobs again",
     F.JobIdsReserved: None,  # the server explains it as a warning
+    F.JobHeld: lambda f: f"job {f.job} held: not dispatched until released",
+    F.JobReleased: lambda f: f"job {f.job} released",
+    F.JobRestarted: lambda f: f"job {f.job} requeued by the user: it runs again as attempt {f.attempt}",
 }
 assert set(FACT_LINES) == set(F.FACT_TYPES.values()), "every fact kind needs a lifecycle entry"
 

@@ -41,6 +41,7 @@ from daemon import runtime, wire
 from daemon.controller import lifecycle, operator
 from daemon.controller.metrics import ControllerMetrics
 from daemon.ops.metrics_http import serve_metrics
+from daemon.controller import job_ops
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
 from daemon.controller.listen import listening
@@ -541,8 +542,11 @@ class ControllerDaemon:
             specs = [JobSpec.from_dict(s) for s in request["specs"]]
             return {"jobs": await self._submit_batch(specs, queue_anyway)}
         if op == "cancel":
-            await self.call(event=E.CancelJob(job=str(request["job"]), now=time.time()))
-            return {"job": await self.call(call=lambda: self.job_object(str(request["job"])))}
+            job_id, whole_array = str(request["job"]), request.get("array")  # array: None = the array if it names one
+            await self.call(event=E.CancelJob(job=job_id, now=time.time(), whole_array=whole_array))
+            return await self.call(call=lambda: job_ops.cancel_reply(self, job_id))
+        if op in job_ops.OPS:
+            return await job_ops.run(self, op, request)
         if op == "jobs":
             state = request.get("state")
             if state is not None and state not in JobState.__members__:

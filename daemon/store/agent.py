@@ -33,7 +33,7 @@ from model.messages import Finished
 from daemon.store.statelock import WrongStateDir
 from daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
-SCHEMA_VERSION = 2  # 2: local_job.uid and outbox.uid (the submission a dispatch was for)
+SCHEMA_VERSION = 3  # 2: local_job.uid and outbox.uid (the submission a dispatch was for); 3: timed_out
 _SCHEMA = (
     """CREATE TABLE local_job (
         job TEXT NOT NULL,
@@ -46,6 +46,7 @@ _SCHEMA = (
         finished_at REAL,
         acked INTEGER NOT NULL,    -- 0 / 1
         uid TEXT,                  -- the submission's uid (NULL: the controller sent none)
+        timed_out INTEGER NOT NULL DEFAULT 0,  -- 0 / 1: stopped at its time limit by its supervisor
         PRIMARY KEY (job, attempt))""",
     """CREATE TABLE outbox (
         job TEXT NOT NULL,
@@ -55,6 +56,7 @@ _SCHEMA = (
         finished_at REAL NOT NULL,
         started_at REAL,
         uid TEXT,
+        timed_out INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (job, attempt))""",
     """CREATE TABLE meta (
         key TEXT PRIMARY KEY,      -- 'cluster': the controller history the records belong to;
@@ -65,22 +67,25 @@ _SCHEMA = (
 # Upgrades of an existing agent.db, by the version they start from.
 _MIGRATIONS = {
     1: ("ALTER TABLE local_job ADD COLUMN uid TEXT", "ALTER TABLE outbox ADD COLUMN uid TEXT"),
+    2: ("ALTER TABLE local_job ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE outbox ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0"),
 }
 
-_RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid"
-_OUTBOX_COLS = "job, attempt, exit_code, signal, finished_at, started_at, uid"
+_RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out"
+_OUTBOX_COLS = "job, attempt, exit_code, signal, finished_at, started_at, uid, timed_out"
 # Each a statement over many rows (see RowStatement: one step per chunk, not per row).
 _PUT_RECORD = RowStatement(
-    f"INSERT INTO local_job ({_RECORD_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO local_job ({_RECORD_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     " ON CONFLICT (job, attempt) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
     "started_at = excluded.started_at, exit_code = excluded.exit_code, signal = excluded.signal, "
-    "finished_at = excluded.finished_at, acked = excluded.acked, uid = excluded.uid",
+    "finished_at = excluded.finished_at, acked = excluded.acked, uid = excluded.uid, timed_out = excluded.timed_out",
 )
 _DELETE_RECORD = RowStatement("DELETE FROM local_job WHERE (job, attempt) IN (VALUES ", "(?, ?)", ")")
 _PUT_OUTBOX = RowStatement(
-    f"INSERT INTO outbox ({_OUTBOX_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO outbox ({_OUTBOX_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?)",
     " ON CONFLICT (job, attempt) DO UPDATE SET exit_code = excluded.exit_code, signal = excluded.signal, "
-    "finished_at = excluded.finished_at, started_at = excluded.started_at, uid = excluded.uid",
+    "finished_at = excluded.finished_at, started_at = excluded.started_at, uid = excluded.uid, "
+    "timed_out = excluded.timed_out",
 )
 _DELETE_OUTBOX = RowStatement("DELETE FROM outbox WHERE (job, attempt) IN (VALUES ", "(?, ?)", ")")
 _PUT_META = RowStatement("INSERT INTO meta (key, value) VALUES ", "(?, ?)",
@@ -141,14 +146,15 @@ def _op(command: Any) -> tuple[RowStatement, tuple]:
             raise TypeError(f"StoreRecord must carry a LocalJob, not {type(r).__name__}")
         spec = None if r.spec is None else cbor2.dumps(r.spec.to_dict())
         return _PUT_RECORD, (r.job, r.attempt, spec, r.status.value, r.started_at, r.exit_code, r.signal,
-                             r.finished_at, int(r.acked), r.uid)
+                             r.finished_at, int(r.acked), r.uid, int(r.timed_out))
     if isinstance(command, E.DeleteRecord):
         return _DELETE_RECORD, (command.job, command.attempt)
     if isinstance(command, E.OutboxPut):
         f = command.report
         if not isinstance(f, Finished):
             raise TypeError(f"OutboxPut must carry a Finished report, not {type(f).__name__}")
-        return _PUT_OUTBOX, (f.job, f.attempt, f.exit_code, f.signal, f.finished_at, f.started_at, f.uid)
+        return _PUT_OUTBOX, (f.job, f.attempt, f.exit_code, f.signal, f.finished_at, f.started_at, f.uid,
+                             int(f.timed_out))
     if isinstance(command, E.OutboxDelete):
         return _DELETE_OUTBOX, (command.job, command.attempt)
     if isinstance(command, E.StoreCluster):
@@ -199,7 +205,7 @@ def _check_key(job: Any, attempt: Any) -> None:
 
 
 def _record(row: tuple, path: Path) -> LocalJob:
-    job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid = row
+    job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out = row
     try:
         _check_key(job, attempt)
         if acked not in (0, 1):
@@ -207,7 +213,7 @@ def _record(row: tuple, path: Path) -> LocalJob:
         record = LocalJob(
             job=job, attempt=attempt, spec=None if spec is None else JobSpec.from_dict(cbor2.loads(spec)),
             status=LocalStatus(status), started_at=started_at, exit_code=exit_code, signal=signal,
-            finished_at=finished_at, acked=bool(acked), uid=uid,
+            finished_at=finished_at, acked=bool(acked), uid=uid, timed_out=bool(timed_out),
         )
         if record.status is LocalStatus.FINISHED:
             _finished(record)  # validates the outcome fields the way the wire does
@@ -218,14 +224,15 @@ def _record(row: tuple, path: Path) -> LocalJob:
 
 def _finished(r: LocalJob) -> Finished:
     return Finished(job=r.job, attempt=r.attempt, exit_code=r.exit_code, signal=r.signal,
-                    finished_at=r.finished_at, started_at=r.started_at, uid=r.uid)  # type: ignore[arg-type]
+                    finished_at=r.finished_at, started_at=r.started_at, uid=r.uid,  # type: ignore[arg-type]
+                    timed_out=r.timed_out)
 
 
 def _report(row: tuple, path: Path) -> Finished:
-    job, attempt, exit_code, signal, finished_at, started_at, uid = row
+    job, attempt, exit_code, signal, finished_at, started_at, uid, timed_out = row
     try:
         _check_key(job, attempt)
         return Finished(job=job, attempt=attempt, exit_code=exit_code, signal=signal, finished_at=finished_at,
-                        started_at=started_at, uid=uid)
+                        started_at=started_at, uid=uid, timed_out=bool(timed_out))
     except Exception as exc:
         raise StoreError(f"{path}: outbox entry ({job!r}, {attempt!r}) is corrupt: {exc}") from exc

@@ -170,8 +170,9 @@ def render_message_tables() -> str:
         "### Report entries and enumerations",
         "",
         "A `resync_report` entry travels as the list "
-        f"`[{', '.join(f.name for f in fields(entry))}]`; the last item, `uid`, is there only "
-        "when it is set (7 items without it, as before version 3).",
+        f"`[{', '.join(f.name for f in fields(entry))}]`; `uid` is there only when it is set "
+        "or `timed_out` follows (7 items without both, as before version 3), `timed_out` only "
+        "when it is true (version 4; then `uid` may be null).",
         "",
         _render_enum(M.EntryStatus),
         _render_enum(M.AckOutcome),

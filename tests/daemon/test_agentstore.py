@@ -211,7 +211,7 @@ async def test_wal_and_synchronous_full_are_set(tmp_path):
             c.execute("PRAGMA journal_mode").fetchone()[0],
             c.execute("PRAGMA synchronous").fetchone()[0],
             c.execute("PRAGMA user_version").fetchone()[0]))
-    assert (mode, sync, version) == ("wal", 2, 2)
+    assert (mode, sync, version) == ("wal", 2, 3)
     assert await raw(tmp_path / "agent.db", "PRAGMA journal_mode") == [("wal",)]
 
 
@@ -249,7 +249,7 @@ async def test_a_version_1_store_is_upgraded_and_keeps_its_rows(tmp_path):
         await store.apply([E.StoreRecord(record=LocalJob(job="3", attempt=1, spec=SPEC, uid="ab" * 8))])
     async with await AgentStore.open(tmp_path) as store:
         assert (await store.load())[0][-1].uid == "ab" * 8
-    assert await raw(tmp_path / "agent.db", "PRAGMA user_version") == [(2,)]
+    assert await raw(tmp_path / "agent.db", "PRAGMA user_version") == [(3,)]
 
 
 @pytest.mark.parametrize("sql, message", [

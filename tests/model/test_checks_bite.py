@@ -303,7 +303,10 @@ def test_bite_report_of_another_submission_applied(monkeypatch):
     """Issue #9 bug 3: after a controller state rollback an id is issued again, and the
     old submission's process outcome (or adoption) is taken for the new job."""
     monkeypatch.setattr(C, "_same_submission", lambda ours, theirs: True)
-    assert_bites("INV-OUTCOME-OWNER")
+    # The old submission's start time taken for the new job is the same bug; which of
+    # the two checks sees it first depends on the derandomized run (it changed when the
+    # machine got its issue #10 rules).
+    assert_bites("INV-OUTCOME-OWNER", "INV-TRUE-START-TIME")
 
 
 def test_bite_unknown_running_job_not_killed(monkeypatch):
@@ -318,3 +321,20 @@ def test_bite_unknown_running_job_not_killed(monkeypatch):
 
     monkeypatch.setattr(Controller, "_kill_entry", no_kill_for_unknown)
     assert_bites("INV-LIVENESS-QUIET", "INV-LIVENESS-AGREE")
+
+
+def test_bite_retries_exceed_the_limit(monkeypatch):
+    """Issue #10: an off-by-one in the retry policy runs a failed job once more than --retries allows."""
+    from model import policy
+
+    def one_too_many(spec, *, retried, **kw):
+        return policy.retry_due(dataclasses.replace(spec, retries=spec.retries + 1), retried=retried, **kw)
+
+    monkeypatch.setattr(S, "retry_due", one_too_many)
+    assert_bites("INV-RETRIES-BOUNDED")
+
+
+def test_bite_retries_never_happen(monkeypatch):
+    """Issue #10: a failed attempt of a job with retries left ends the job FAILED."""
+    monkeypatch.setattr(S, "retry_due", lambda spec, **kw: False)
+    assert_bites("INV-RETRIES-BOUNDED")

@@ -37,6 +37,12 @@ SAMPLES = [
     F.JobFinished(job="1", attempt=1, exit_code=0, signal=None, finished_at=2.0, via="round"),
     F.AgentDrained(agent="a1"),
     F.AgentResumed(agent="a1"),
+    # version 4 (issue #10)
+    F.JobFinished(job="1", attempt=2, exit_code=None, signal=15, finished_at=2.0, timed_out=True),
+    F.JobCancelled(job="2", reason="dependency 1 ended FAILED"),
+    F.JobHeld(job="1"),
+    F.JobReleased(job="1"),
+    F.JobRestarted(job="1", attempt=3),
 ]
 
 
@@ -200,9 +206,9 @@ def test_missing_job_transition_raises(state: JobState, transition: JobTransitio
         next_state(state, transition)
 
 
-def test_terminal_job_states_have_no_way_out() -> None:
+def test_terminal_job_states_have_no_way_out_but_a_users_requeue() -> None:
     terminal = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
-    assert not [k for k in JOB_TRANSITIONS if k[0] in terminal]
+    assert {k[1] for k in JOB_TRANSITIONS if k[0] in terminal} == {JobTransition.RESTART}
     assert {v for k, v in JOB_TRANSITIONS.items() if k[1] is JobTransition.REQUEUE} == {JobState.PENDING}
 
 

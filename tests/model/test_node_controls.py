@@ -140,3 +140,27 @@ def test_history_folds_every_attempt_and_why_it_ended() -> None:
     assert (second.agent, second.ended) == ("a2", "cancelled")
     assert [e["event"] for e in hist.events] == ["requeued", "cancel_requested"]
     assert job_history(job, h.log[3:]).compacted  # the submission pruned away
+
+
+def test_history_names_timeouts_holds_dependency_cancels_and_user_requeues() -> None:
+    """The batch facts of issue #10 each show in a job's history (each branch can fail on its own)."""
+    from model.history import job_history
+    from model.jobs import JobSpec
+
+    spec = JobSpec(name="j", command=("true",))
+    facts = [
+        F.JobSubmitted(job="1", spec=spec, submitted_at=1.0),
+        F.JobHeld(job="1"), F.JobReleased(job="1"),
+        F.JobDispatched(job="1", attempt=1, agent="a1"),
+        F.JobFinished(job="1", attempt=1, exit_code=None, signal=15, finished_at=5.0, timed_out=True),
+        F.JobRestarted(job="1", attempt=2),
+        F.JobSubmitted(job="2", spec=spec, submitted_at=1.0),
+        F.JobCancelled(job="2", reason="dependency 1 ended FAILED"),
+    ]
+    one = job_history("1", facts).to_dict()
+    assert [(a["attempt"], a["ended"], a["reason"]) for a in one["attempts"]] == [
+        (1, "timed out", "stopped at its time limit")]
+    assert [e["event"] for e in one["events"]] == ["held", "released", "requeued"]
+    assert one["events"][2]["attempt"] == 2
+    two = job_history("2", facts).to_dict()
+    assert two["events"] == [{"event": "cancelled", "attempt": None, "reason": "dependency 1 ended FAILED"}]

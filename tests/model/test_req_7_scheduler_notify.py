@@ -53,7 +53,7 @@ def test_req_7_1_note_is_the_same_as_for_an_ordinary_change() -> None:
         return [n for n in notes_of(commands) if isinstance(n, JobNote) and n.job == "1"]
 
     assert notes_for_job_1(round_commands) == notes_for_job_1(ordinary_commands) == [
-        JobNote(job="1", order=1, state=JobState.COMPLETED, slots=2, agent=None)]
+        JobNote(job="1", order=1, state=JobState.COMPLETED, slots=2, agent=None, ready=False)]
 
 
 def test_req_7_2_job_returned_to_pending_is_noted_pending_and_schedulable() -> None:

@@ -48,6 +48,7 @@ from model import state as S
 from model.agent import Agent, AgentConfig, LocalStatus, SessionState
 from model.controller import Controller, ControllerConfig
 from model.errors import LocalProtocolError, RemoteProtocolError
+from model.policy import ready
 from model.jobs import JobSpec, JobState
 from model.scheduler import Scheduler
 
@@ -297,7 +298,9 @@ class ReckonMachine(RuleBasedStateMachine):
             # (possibly of a later attempt: a late report of a superseded run).
             job = self.durable.jobs.get(msg.job)
             applied = msg.outcome is M.AckOutcome.APPLIED
-            if job is None or not job.terminal or (applied and job.attempt != msg.attempt):
+            retried = applied and job is not None and not job.terminal and any(  # the attempt failed, a retry runs
+                isinstance(f, F.JobFinished) and (f.job, f.attempt) == (msg.job, msg.attempt) for f in self.log)
+            if not retried and (job is None or not job.terminal or (applied and job.attempt != msg.attempt)):
                 self._violate("INV-COMMIT-BEFORE-EFFECT",
                               f"Ack {msg.outcome.value} of {msg.job}/{msg.attempt} before a durable terminal fact")
         elif isinstance(msg, M.Kill):
@@ -600,17 +603,35 @@ class ReckonMachine(RuleBasedStateMachine):
 
     # ---- rules: work ----------------------------------------------------------------
 
-    def _submit(self, slots: int, command: tuple) -> None:
-        spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots)
+    def _submit(self, slots: int, command: tuple, retries: int = 0) -> None:
+        spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots,
+                       retries=retries)
         self.submissions += 1
         # queue_anyway: the machine explores jobs that wait for an agent restarted with more slots.
         self._ctrl(E.SubmitJob(spec=spec, now=self.now, uid=f"{self.submissions:016x}", queue_anyway=True))
 
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
-          command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2))
-    def submit(self, slots, command):
+          command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2),
+          retries=st.sampled_from((0, 0, 1, 2)))
+    def submit(self, slots, command, retries):
         for n in slots:
-            self._submit(n, tuple(command))
+            self._submit(n, tuple(command), retries)
+
+    @precondition(lambda self: self.controller.state.jobs)
+    @rule(i=INDEX, action=st.sampled_from(("hold", "release", "requeue")))
+    def user_action(self, i, action):
+        """A user's hold, release or requeue of any job: refused (changing nothing) where it does not apply."""
+        jobs = list(self.controller.state.jobs.values())
+        job = jobs[i % len(jobs)]
+        event = {"hold": E.HoldJob, "release": E.ReleaseJob, "requeue": E.RequeueJob}[action](job=job.id, now=self.now)
+        before = self.controller.state.digest()
+        try:
+            self._ctrl(event)
+        except LocalProtocolError:
+            assert self.controller.state.digest() == before, f"a refused {action} of {job.id} changed the state"
+        else:
+            if action == "requeue":  # a new run: its next terminal values are new ones
+                self.terminal_seen.pop(job.id, None)
 
     @precondition(lambda self: self.controller.state.jobs)
     @rule(i=INDEX, running_only=st.booleans())
@@ -874,17 +895,45 @@ class ReckonMachine(RuleBasedStateMachine):
         """INV-FACTS-NO-DUPLICATE: every logged fact applied; one terminal fact per job; one placement per attempt."""
         assert self.controller.state.facts_applied == len(self.log), (
             f"INV-FACTS-NO-DUPLICATE: {self.controller.state.facts_applied} facts applied, log holds {len(self.log)}")
-        terminal: dict[str, int] = defaultdict(int)
+        # Per attempt: a retried or requeued job ends once per attempt (a JobCancelled has no attempt).
+        terminal: dict[tuple[str, int | str], int] = defaultdict(int)
         placed: dict[tuple[str, int], int] = defaultdict(int)
+        restarts: dict[str, int] = defaultdict(int)
         for fact in self.log:
+            if isinstance(fact, F.JobRestarted):
+                restarts[fact.job] += 1
             if isinstance(fact, TERMINAL_FACTS):
-                terminal[fact.job] += 1
+                terminal[(fact.job, getattr(fact, "attempt", f"run {restarts[fact.job]}"))] += 1
             elif isinstance(fact, (F.JobDispatched, F.JobAdopted)):
                 placed[(fact.job, fact.attempt)] += 1
         dup_t = {j: n for j, n in terminal.items() if n > 1}
         dup_p = {k: n for k, n in placed.items() if n > 1}
         assert not dup_t, f"INV-FACTS-NO-DUPLICATE: several terminal facts for {dup_t}"
         assert not dup_p, f"INV-FACTS-NO-DUPLICATE: several placements of {dup_p}"
+
+    @invariant()
+    def inv_retries_bounded(self):
+        """INV-RETRIES-BOUNDED: a job is retried at most ``retries`` times per run, only after a failed
+        attempt, and a failed job that was not cancelled used every retry it had."""
+        finished: dict[str, list[F.JobFinished]] = defaultdict(list)
+        run_start: dict[str, int] = {}
+        for fact in self.log:
+            if isinstance(fact, F.JobFinished):
+                finished[fact.job].append(fact)
+            elif isinstance(fact, F.JobRestarted):
+                run_start[fact.job] = fact.attempt + 1  # a user's requeue starts a new run
+        for job in self.controller.state.jobs.values():
+            assert job.retried <= job.spec.retries, (
+                f"INV-RETRIES-BOUNDED: job {job.id} retried {job.retried} times, allowed {job.spec.retries}")
+            # A finish of an earlier attempt of this run that did not end the job was a retry.
+            retried = [f for f in finished[job.id] if run_start.get(job.id, 1) <= f.attempt < job.attempt]
+            assert len(retried) == job.retried, (
+                f"INV-RETRIES-BOUNDED: job {job.id} counts {job.retried} retries, the log shows {len(retried)}")
+            bad = [f.attempt for f in retried if f.signal is None and f.exit_code == 0]
+            assert not bad, f"INV-RETRIES-BOUNDED: job {job.id} retried after successful attempt(s) {bad}"
+            if job.state is JobState.FAILED and not job.cancel_requested and job.reason is None:
+                assert job.retried == job.spec.retries, (
+                    f"INV-RETRIES-BOUNDED: job {job.id} FAILED after {job.retried} of {job.spec.retries} retries")
 
     @invariant()
     def inv_fact_codec(self):
@@ -1214,7 +1263,7 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _pending_that_fits(self) -> bool:
         state = self.controller.state
-        return any(job.state is JobState.PENDING and not info.drained and info.slots - info.used >= job.spec.slots
+        return any(ready(state, job) and not info.drained and info.slots - info.used >= job.spec.slots
                    for job in state.jobs.values() for info in state.agents.values())
 
     def _check_all_invariants(self) -> None:
@@ -1286,7 +1335,7 @@ class ReckonMachine(RuleBasedStateMachine):
                 break
         state = self.controller.state
         for job in state.jobs.values():
-            if job.state is not JobState.PENDING:
+            if not ready(state, job):  # a held job waits for its release
                 continue
             for name, info in state.agents.items():
                 assert info.drained or info.slots - info.used < job.spec.slots, (  # a drained agent takes none

@@ -1,0 +1,99 @@
+"""The batch-system parts of `reckon` (issue #10): --array, --time, --retries,
+--retry-on-exit, --after on submit; arrays folded in `reckon jobs`; hold,
+release and requeue.  Light: no trio, nothing of the controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any, TextIO
+
+from daemon.cli.client import UsageError
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``10m``, ``2h``, ``1h30m``, ``1d``, or a bare number of seconds -> seconds (> 0)."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        match = _DURATION.match(text)
+        if not text or match is None:
+            raise UsageError(f"bad duration {text!r}: expected e.g. 90s, 10m, 2h, 1h30m") from None
+        d, h, m, s = match.groups()
+        seconds = int(d or 0) * 86400 + int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
+    if not seconds > 0:
+        raise UsageError(f"bad duration {text!r}: must be more than zero")
+    return seconds
+
+
+def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The version 4 JobSpec fields of `reckon submit`'s options (JobSpec checks them)."""
+    fields: dict[str, Any] = {"retries": args.retries}
+    if args.time is not None:
+        fields["time_limit"] = parse_duration(args.time)
+    if args.retry_on_exit:
+        try:
+            fields["retry_on_exit"] = tuple(int(c) for c in args.retry_on_exit.split(",") if c.strip())
+        except ValueError:
+            raise UsageError(f"bad --retry-on-exit {args.retry_on_exit!r}: expected exit codes like 1,75") from None
+    if args.after:
+        fields["after"] = tuple(j.strip() for j in args.after.split(",") if j.strip())
+    return fields
+
+
+def check_array(text: str) -> None:
+    from model.arrays import parse_array
+
+    try:
+        parse_array(text)
+    except ValueError as exc:
+        raise UsageError(f"invalid --array: {exc}") from None
+
+
+def fold_arrays(jobs: list[dict]) -> list[dict]:
+    """Jobs with each array replaced by one summary row, in submit order of its first job.
+
+    The summary's ``id`` is ``ARRAY_[FIRST-LAST]`` (the array's indices), its
+    ``state`` the counts of its jobs' states (``PENDING:3,RUNNING:2``).
+    """
+    out: list[dict] = []
+    arrays: dict[str, list[dict]] = {}
+    for job in jobs:
+        array = job.get("array_id")
+        if array is None:
+            out.append(job)
+            continue
+        if array not in arrays:
+            arrays[array] = []
+            out.append({"_array": array})
+        arrays[array].append(job)
+    return [_summary(row["_array"], arrays[row["_array"]]) if "_array" in row else row for row in out]
+
+
+def _summary(array: str, members: list[dict]) -> dict:
+    counts: dict[str, int] = {}
+    for job in members:
+        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    indices = [job["array_index"] for job in members]
+    return {
+        "id": f"{array}_[{min(indices)}-{max(indices)}]", "name": members[0]["name"],
+        "state": ",".join(f"{state}:{n}" for state, n in counts.items()),
+        "agent": None, "attempt": "-", "exit_code": None, "signal": None,
+        "finished_at": max((j["finished_at"] for j in members if j["finished_at"] is not None), default=None),
+    }
+
+
+def write_job_state(out: TextIO, job: dict) -> None:
+    """``ID STATE`` and what is special about it: the line of cancel, hold, release, requeue."""
+    notes = []
+    if job["state"] == "RUNNING" and job.get("cancel_requested"):
+        notes.append("cancel requested")
+    if job.get("held"):
+        notes.append("held")
+    if job.get("reason"):
+        notes.append(job["reason"])
+    out.write(f"{job['id']} {job['state']}{''.join(f' ({n})' for n in notes)}\n")

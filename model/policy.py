@@ -1,0 +1,78 @@
+"""Job policies: retries, dependencies, holds and array throttles.
+
+Pure functions of the job table.  ``state.apply`` asks ``retry_due`` when an
+attempt ends (so replay decides exactly as live did); the controller asks
+``ready`` for the scheduler's notes and ``doomed_dependants`` when a job ends
+without completing; ``array_full`` gates dispatch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .jobs import JobRecord, JobSpec, JobState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .state import ControllerState
+
+TIMEOUT_REASON = "timeout"  # JobRecord.reason of a job its supervisor stopped at its time limit
+
+
+def retry_due(spec: JobSpec, *, retried: int, exit_code: int | None, signal: int | None,
+              timed_out: bool, cancel_requested: bool) -> bool:
+    """Whether a finished attempt is run again instead of ending the job FAILED.
+
+    Retried: a non-zero exit (any, or one of ``retry_on_exit``) or, without
+    ``retry_on_exit``, a death by signal.  Never retried: success, a cancelled
+    job, an attempt stopped at its time limit (it would most likely time out
+    again), and a job that has used up its ``retries``.  A lost attempt is not
+    a failure: it is requeued by the controller and does not count here.
+    """
+    if cancel_requested or timed_out or retried >= spec.retries:
+        return False
+    if signal is None and exit_code == 0:
+        return False
+    if spec.retry_on_exit:
+        return signal is None and exit_code in spec.retry_on_exit
+    return True
+
+
+def ready(state: "ControllerState", job: JobRecord) -> bool:
+    """A PENDING job the scheduler may place: not held, every dependency COMPLETED."""
+    if job.state is not JobState.PENDING or job.held:
+        return False
+    for dep in job.spec.after:
+        other = state.jobs.get(dep)
+        if other is None or other.state is not JobState.COMPLETED:
+            return False
+    return True
+
+
+def dependency_refusal(state: "ControllerState", spec: JobSpec) -> str | None:
+    """Why a submit with ``spec.after`` is refused, or None."""
+    for dep in spec.after:
+        other = state.jobs.get(dep)
+        if other is None:
+            return f"unknown job {dep!r} in --after"
+        if other.state in (JobState.FAILED, JobState.CANCELLED):
+            return f"job {dep} in --after already ended {other.state.value}: it will never complete"
+    return None
+
+
+def doomed_dependants(state: "ControllerState", job: JobRecord) -> list[tuple[str, str]]:
+    """(dependant, reason) for each PENDING job waiting on ``job`` when it ended FAILED or CANCELLED."""
+    if job.state not in (JobState.FAILED, JobState.CANCELLED):
+        return []
+    # Only the job's own reason (a timeout), never a dependency's: reasons do not nest.
+    own = job.reason if job.state is JobState.FAILED and job.reason else None
+    why = f"dependency {job.id} ended {job.state.value}" + (f" ({own})" if own else "")
+    return [(dep_id, why) for dep_id in state.dependants.get(job.id, ())
+            if state.jobs[dep_id].state is JobState.PENDING]
+
+
+def array_full(state: "ControllerState", job: JobRecord) -> bool:
+    """Whether the job's array already runs its ``%MAX`` jobs."""
+    spec = job.spec
+    if spec.array_max is None or spec.array_id is None:
+        return False
+    return state.array_running.get(spec.array_id, 0) >= spec.array_max
