@@ -8,6 +8,7 @@ from typing import Any
 
 from ._check import check_int, check_str, check_tuple_of, require_keys
 from .errors import LocalProtocolError
+from .output_paths import check_pattern
 
 
 class JobState(enum.Enum):
@@ -74,6 +75,10 @@ class JobSpec:
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     slots: int = 1
+    # Version 4: where the job's stdout / stderr go on the agent, as patterns (model/output.py:
+    # %j job id, %a attempt, %% a percent sign; relative to cwd).  None: the agent's own files.
+    output: str | None = None
+    error: str | None = None
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -95,15 +100,26 @@ class JobSpec:
             if "=" in pair[0]:
                 raise ValueError(f"env[{i}] key must not contain '='")
         check_int("slots", self.slots, minimum=1, maximum=MAX_SLOTS)
+        for name in ("output", "error"):
+            pattern = getattr(self, name)
+            if pattern is not None:
+                check_str(name, pattern, max_len=4096)
+                check_pattern(name, pattern)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "command": list(self.command),
             "cwd": self.cwd,
             "env": [list(p) for p in self.env],
             "slots": self.slots,
         }
+        # Left out while unset: the fact log and older agents see the spec as before.
+        if self.output is not None:
+            out["output"] = self.output
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> "JobSpec":
@@ -118,6 +134,8 @@ class JobSpec:
             cwd=data.get("cwd"),
             env=tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in env),
             slots=data["slots"],
+            output=data.get("output"),
+            error=data.get("error"),
         )
 
 

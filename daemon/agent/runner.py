@@ -70,6 +70,8 @@ import trio
 from model import messages as M
 from model.jobs import JobSpec
 
+from daemon.agent.output import custom_outputs, note_custom_outputs
+
 from daemon.agent import launcher as _launcher
 
 __all__ = ["ExitStatus", "JobLost", "RunnerError", "LaunchError", "AlreadyLaunched", "JobRunner", "NullRunner",
@@ -526,6 +528,10 @@ class JobRunner:
             raise AlreadyLaunched(f"{job}.{attempt} was launched before ({base}{_launcher.STDOUT} exists)") from None
         request = {"k": [job, attempt], "base": base, "cmd": list(spec.command), "cwd": spec.cwd,
                    "env": [list(p) for p in spec.env]}
+        outputs = custom_outputs(spec, job, attempt)  # --output / --error: noted for later reads
+        if outputs:
+            note_custom_outputs(base, outputs)
+            request.update(outputs)
         waiter = self._waiters[key] = _Waiter(event=trio.Event())
         self._requests.append(json.dumps(request).encode() + b"\n")
         self._request_ready.set()
