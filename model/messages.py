@@ -410,7 +410,7 @@ class OutputRead:
     request: int  # the controller's id for this read, echoed in the answer
     job: str
     attempt: int
-    stream: OutputStream
+    stream: OutputStream  # stdout or stderr
     offset: int  # the byte to start at
     limit: int  # at most this many bytes in the answer
 
@@ -428,8 +428,8 @@ class OutputChunk:
     """Version 4: the answer to one ``output_read``."""
 
     TYPE: ClassVar[str] = "output_chunk"
-    request: int
-    status: OutputStatus
+    request: int  # the read's request id
+    status: OutputStatus  # data, or why there is none
     data: bytes = b""  # the bytes from the read's offset (status data only; empty: nothing more yet)
     size: int = 0  # the file's size when it was read
     path: str | None = None  # where the agent keeps (or kept) this output

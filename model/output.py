@@ -83,16 +83,19 @@ def locate(job_id: str, job: JobRecord | None, attempt: int | None, *,
     if attempt is not None and not 1 <= attempt <= job.attempt:
         return NoOutput(refusal=Refusal.UNKNOWN_ATTEMPT,
                         message=f"job {job_id} has no attempt {attempt} (its latest is {job.attempt})")
-    wanted = job.attempt if attempt is None else attempt
+    if attempt is not None:
+        wanted = attempt
+    elif job.state is JobState.PENDING and job.ran_on is not None and job.attempt > 1:
+        wanted = job.attempt - 1  # requeued: its current attempt has not run; the one before it did
+    else:
+        wanted = job.attempt
     if job.state is JobState.RUNNING and wanted == job.attempt:
         assert job.agent is not None
         agent, over = job.agent, False
     elif job.ran_on is not None and (job.terminal or wanted < job.attempt):
         # The latest attempt that ran was on ran_on; an earlier one most likely too
-        # (the agent says "unknown" if not).  A PENDING job's current attempt has not run.
+        # (the agent says "unknown" if not).
         agent, over = job.ran_on, True
-        if job.state is JobState.PENDING and attempt is None:
-            wanted = job.attempt - 1
     elif job.state is JobState.PENDING:
         return NoOutput(refusal=Refusal.NOT_STARTED, message=f"job {job_id} has not started yet (PENDING)")
     else:
