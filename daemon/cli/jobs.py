@@ -27,6 +27,10 @@ def run_client_command(args: argparse.Namespace) -> int:
             job = client.call("submit", spec=spec)["job"]
         out.write((json.dumps(job) if args.json else job["id"]) + "\n")
         return 0
+    if args.command == "logs":
+        from daemon.cli.logs import run_logs
+
+        return run_logs(args, url, token)
     with SyncClient(url, token, timeout=args.timeout) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state)["jobs"]
@@ -59,7 +63,7 @@ def _job_spec(args: argparse.Namespace) -> dict:
         raise UsageError("no command given: reckon submit [OPTIONS] -- CMD [ARG ...]")
     try:
         spec = JobSpec(name=args.name or Path(argv[0]).name, command=tuple(argv), cwd=args.cwd,
-                       env=tuple(args.env), slots=args.slots)
+                       env=tuple(args.env), slots=args.slots, output=args.output, error=args.error)
     except ValueError as exc:
         raise UsageError(f"invalid job: {exc}") from None
     return spec.to_dict()

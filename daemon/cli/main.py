@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget")
+CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "logs")
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 
 
@@ -57,6 +57,15 @@ def _positive(value: str) -> float:
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return number
+
+
+def _keep_output(value: str) -> float | None:
+    from model.output import parse_keep_output
+
+    try:
+        return parse_keep_output(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _env_pair(value: str) -> tuple[str, str]:
@@ -117,12 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0)
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
+    p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",
+                   help="delete the output files (in the state directory) of finished jobs older than DAYS, "
+                        "never before the controller has acknowledged their outcome (default: never)")
 
     p = sub.add_parser("submit", parents=[client], help="submit a job; prints its id")
     p.add_argument("--name")
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--cwd")
     p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V")
+    p.add_argument("--output", "-o", metavar="PATH",
+                   help="the job's stdout goes to PATH on the agent (%%j: job id, %%a: attempt, %%%%: a %%; "
+                        "relative to the job's cwd); default: the agent's own file")
+    p.add_argument("--error", "-e", metavar="PATH", help="the job's stderr likewise")
     p.add_argument("--json", action="store_true", help="print the job object")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
 
@@ -133,6 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", parents=[client], help="show one job")
     p.add_argument("job")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("logs", parents=[client], help="print a job's output (from its agent)",
+                       description="Print a job's stdout (or stderr) as its agent has it, while it runs and "
+                                   "after it finished, as long as the agent keeps the file.")
+    p.add_argument("job")
+    p.add_argument("--stderr", action="store_true", help="the job's stderr instead of its stdout")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep printing until the job has ended (waits for it to start, and for its agent "
+                        "to come back)")
+    p.add_argument("--attempt", type=int, default=None, metavar="N", help="this attempt (default: the latest that ran)")
 
     p = sub.add_parser("cancel", parents=[client], help="cancel a job")
     p.add_argument("job")
