@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import trio
 
+from daemon import wire
 from model import messages as M
 from model.output import OutputStatus, OutputStream
 from trio_harness import SPEC, controller
@@ -130,3 +131,21 @@ async def test_output_deleted_by_retention_is_an_error_naming_it(tmp_path, autoj
             reply = await client.receive()
             assert reply == {"ok": False,
                              "error": f"job {job} attempt 1 on agent n1: deleted by this agent's output retention"}
+
+
+async def test_extra_answers_to_one_read_are_dropped(tmp_path, autojump_clock):
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=500) as ctl:
+            agent, job, _ = await _running_job(ctl)
+            client, _ = await ctl.connect("/client")
+            await client.send({"op": "logs", "job": job})
+            read = await agent.expect(M.OutputRead)
+            chunk = M.OutputChunk(request=read.request, status=OutputStatus.DATA, data=b"one", size=3)
+            [frame] = wire.frames([wire.encode(chunk)] * 3, version=M.PROTOCOL_VERSION)
+            await agent.send_raw(frame)  # three answers in one frame: the first one counts
+            assert (await client.receive())["data"] == b"one"
+            await ctl.sync()
+            assert ctl.node("n1") in ("BUSY", "IDLE")  # the agent's connection is fine
+            await client.send({"op": "logs", "job": job})
+            await _answer(agent, lambda r: M.OutputChunk(request=r.request, status=OutputStatus.DATA, data=b"two"))
+            assert (await client.receive())["data"] == b"two"
