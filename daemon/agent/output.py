@@ -84,6 +84,12 @@ class OutputFiles:
 
     def read(self, msg: M.OutputRead) -> M.OutputChunk:
         """Answer one read (blocking: run it on a thread)."""
+        from daemon.agent.runner import check_key  # (the runner imports this module)
+
+        try:
+            check_key(msg.job, msg.attempt)
+        except ValueError as exc:  # never a path outside jobs/
+            return M.OutputChunk(request=msg.request, status=OutputStatus.UNKNOWN, reason=str(exc))
         base = f"{self.jobs_dir}/{msg.job}.{msg.attempt}"
         path, default = self.where(msg.job, msg.attempt, msg.stream)
         if default and os.path.exists(base + EXPIRED):

@@ -100,6 +100,9 @@ def test_reads_name_unknown_missing_and_expired(tmp_path):
     jobs.mkdir()
     files = OutputFiles(jobs, held=list, keep_days=3)
     assert read(files, "9").status is OutputStatus.UNKNOWN
+    (tmp_path / "secret.1.stdout").write_text("not a job's")
+    outside = read(files, "../secret")  # a job id is a file name in jobs/, never a path out of it
+    assert outside.status is OutputStatus.UNKNOWN and outside.data == b""
     (jobs / "9.1.stdout").write_bytes(b"")  # launched, and its stderr file deleted by someone
     missing = read(files, "9", stream=OutputStream.STDERR)
     assert missing.status is OutputStatus.MISSING and "not by retention" in missing.reason
