@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reckon.controller")
 
-AGENT_ANSWER_TIMEOUT = 10.0  # seconds an agent has to answer one read
+AGENT_ANSWER_TIMEOUT = 5.0  # seconds an agent has to answer one read (under the CLI's default 10 s request time-out)
 
 
 class OutputRelay:

@@ -149,3 +149,16 @@ async def test_extra_answers_to_one_read_are_dropped(tmp_path, autojump_clock):
             await client.send({"op": "logs", "job": job})
             await _answer(agent, lambda r: M.OutputChunk(request=r.request, status=OutputStatus.DATA, data=b"two"))
             assert (await client.receive())["data"] == b"two"
+
+
+async def test_an_agent_that_does_not_answer_is_waiting_within_the_clients_timeout(tmp_path, autojump_clock):
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path, heartbeat_timeout=500) as ctl:
+            agent, job, _ = await _running_job(ctl)
+            client, _ = await ctl.connect("/client")
+            await client.send({"op": "logs", "job": job})
+            await agent.expect(M.OutputRead)  # and never answered
+            t0 = trio.current_time()
+            reply = await client.receive()
+            assert reply["ok"] and reply["reason"] == "agent_away" and "did not answer" in reply["waiting"]
+            assert trio.current_time() - t0 < 10  # the CLI's default request time-out
