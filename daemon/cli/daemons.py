@@ -11,10 +11,12 @@ from typing import Any
 
 import trio
 
-from daemon.cli.client import ClientError, resolve_controller, resolve_token
+from daemon.cli.client import ClientError, parse_controller_url, resolve_controller, resolve_token
+from daemon.controller.listen import CannotListen
 from daemon.store.statelock import StateDirBusy, WrongStateDir
 
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reason and exit status 1
+# An operator's mistake at start: a one-line reason and exit status 1.
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -40,7 +42,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
-    except (StateDirBusy, WrongStateDir) as exc:
+    except (StateDirBusy, WrongStateDir, CannotListen) as exc:
         raise ClientError(str(exc)) from None
     except BaseExceptionGroup as group:
         # Raised from inside a daemon's nursery (an agent's state directory refused at start).
@@ -88,6 +90,7 @@ async def _controller_command(args: argparse.Namespace) -> int:
 async def _agent_command(args: argparse.Namespace) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
+    parse_controller_url(resolve_controller(args.controller))  # UsageError (exit 2) before anything starts
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=resolve_controller(args.controller), token=resolve_token(args.token_file),

@@ -44,7 +44,7 @@ def test_logs_of_a_finished_job_its_stderr_and_where_show_says_they_are(cluster)
 
 def test_each_case_without_output_is_one_line(cluster):
     cluster.start_controller()
-    pending = cluster.submit("true")  # no agent yet: it cannot start
+    pending = cluster.cli("submit", "--queue-anyway", "--", "true").strip()  # no agent yet: it cannot start
     reason = cluster.one_line_reason(cluster.run("logs", pending))
     assert reason == f"reckon: job {pending} has not started yet (PENDING)"
     assert cluster.one_line_reason(cluster.run("logs", "999")) == "reckon: unknown job 999"
