@@ -8,6 +8,7 @@ from typing import Any
 
 from ._check import check_int, check_str, check_tuple_of, require_keys
 from .errors import LocalProtocolError
+from .output_paths import check_pattern
 
 
 class JobState(enum.Enum):
@@ -104,6 +105,10 @@ class JobSpec:
     array_id: str | None = None  # the array's id (its first job's id) for a job of an array
     array_index: int | None = None  # this job's index in its array
     array_max: int | None = None  # at most this many jobs of the array run at once (None: no limit)
+    # Version 4: where the job's stdout / stderr go on the agent, as patterns (model/output.py:
+    # %j job id, %a attempt, %% a percent sign; relative to cwd).  None: the agent's own files.
+    output: str | None = None
+    error: str | None = None
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -151,6 +156,11 @@ class JobSpec:
             if self.array_id is None:
                 raise ValueError("array_max needs an array")
             check_int("array_max", self.array_max, minimum=1, maximum=1 << 20)
+        for name in ("output", "error"):
+            pattern = getattr(self, name)
+            if pattern is not None:
+                check_str(name, pattern, max_len=4096)
+                check_pattern(name, pattern)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -164,6 +174,11 @@ class JobSpec:
             value = getattr(self, key)
             if value != default:
                 out[key] = list(value) if isinstance(value, tuple) else value
+        # Left out while unset: the fact log and older agents see the spec as before.
+        if self.output is not None:
+            out["output"] = self.output
+        if self.error is not None:
+            out["error"] = self.error
         return out
 
     @classmethod
@@ -186,6 +201,8 @@ class JobSpec:
             array_id=data.get("array_id"),
             array_index=data.get("array_index"),
             array_max=data.get("array_max"),
+            output=data.get("output"),
+            error=data.get("error"),
         )
 
 

@@ -21,6 +21,7 @@ from ._check import (
 )
 from .errors import RemoteProtocolError
 from .jobs import JobSpec
+from .output import MAX_OUTPUT_CHUNK, OutputStatus, OutputStream
 
 # 2: a frame may carry several messages (a CBOR array; the daemon's wire), and
 # a round's resync_done acknowledges the completions its report carried.  A
@@ -39,8 +40,13 @@ from .jobs import JobSpec
 # (``timed_out``, left out while false).  Older agents are still served: a
 # version 4 controller sends them nothing they do not know unless a job uses
 # the new spec fields (then it is their ``time_limit`` they do not enforce).
+# Also 4: a job's output is read through the controller (``output_read`` to the
+# agent, ``output_chunk`` back; outside the controller's numbered stream, so
+# without ``seq``), sent only to agents that joined with version >= 4; a job
+# spec may name ``output`` / ``error`` path patterns (left out while unset).
 PROTOCOL_VERSION = 4
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
+OUTPUT_SINCE = 4  # the first version whose agents serve output reads
 UIDS_SINCE = 3  # the first version whose agents are sent (and send) submission uids
 BATCHED_FRAMES_SINCE = 2  # the first version whose peers accept a CBOR array of messages in one frame
 MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
@@ -140,6 +146,8 @@ class ReportEntry:
 
 _STATUS_VALUES = {s.value for s in EntryStatus}
 _OUTCOME_VALUES = {o.value for o in AckOutcome}
+_OUTPUT_STATUS_VALUES = {s.value for s in OutputStatus}
+_STREAM_VALUES = {s.value for s in OutputStream}
 
 
 # ---- agent -> controller -------------------------------------------------
@@ -407,13 +415,65 @@ class Error:
             raise ValueError("a permanent error is also fatal")
 
 
-AgentMessage = Union[Join, ResyncReport, Started, Finished, Heartbeat, DispatchRefused]
-ControllerMessage = Union[Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputRead:
+    """Version 4: read part of an attempt's output file (``reckon logs``).
+
+    Not part of the controller's numbered stream (no ``seq``): it changes no
+    state, and the agent answers it with one ``output_chunk`` of the same
+    ``request``, whatever state its session is in.
+    """
+
+    TYPE: ClassVar[str] = "output_read"
+    request: int  # the controller's id for this read, echoed in the answer
+    job: str
+    attempt: int
+    stream: OutputStream  # stdout or stderr
+    offset: int  # the byte to start at
+    limit: int  # at most this many bytes in the answer
+
+    def __post_init__(self) -> None:
+        check_int("request", self.request, minimum=1)
+        _job_attempt(self)
+        if not isinstance(self.stream, OutputStream):
+            raise ValueError("stream must be an OutputStream")
+        check_int("offset", self.offset, minimum=0)
+        check_int("limit", self.limit, minimum=1, maximum=MAX_OUTPUT_CHUNK)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputChunk:
+    """Version 4: the answer to one ``output_read``."""
+
+    TYPE: ClassVar[str] = "output_chunk"
+    request: int  # the read's request id
+    status: OutputStatus  # data, or why there is none
+    data: bytes = b""  # the bytes from the read's offset (status data only; empty: nothing more yet)
+    size: int = 0  # the file's size when it was read
+    path: str | None = None  # where the agent keeps (or kept) this output
+    reason: str = ""  # for a status other than data: what the agent found, in words
+
+    def __post_init__(self) -> None:
+        check_int("request", self.request, minimum=1)
+        if not isinstance(self.status, OutputStatus):
+            raise ValueError("status must be an OutputStatus")
+        check_bytes("data", self.data, min_len=0, max_len=MAX_OUTPUT_CHUNK)
+        if self.data and self.status is not OutputStatus.DATA:
+            raise ValueError(f"an output chunk of status {self.status.value} carries no data")
+        check_int("size", self.size, minimum=0)
+        if self.path is not None:
+            check_str("path", self.path, max_len=4096)
+        check_str("reason", self.reason, allow_empty=True, max_len=2000)
+
+
+AgentMessage = Union[Join, ResyncReport, Started, Finished, Heartbeat, DispatchRefused, OutputChunk]
+ControllerMessage = Union[Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error, OutputRead]
 Message = Union[AgentMessage, ControllerMessage]
 
 TO_CONTROLLER: dict[str, type] = {c.TYPE: c for c in (Join, ResyncReport, Started, Finished, Heartbeat,
-                                                       DispatchRefused)}
-TO_AGENT: dict[str, type] = {c.TYPE: c for c in (Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error)}
+                                                       DispatchRefused, OutputChunk)}
+TO_AGENT: dict[str, type] = {c.TYPE: c for c in (Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error,
+                                                  OutputRead)}
 
 
 def _field_names(cls: type) -> tuple[str, ...]:
@@ -472,6 +532,14 @@ def _from_wire(data: Any, table: dict[str, type]) -> Message:
         if kwargs["outcome"] not in _OUTCOME_VALUES:
             raise ValueError(f"unknown ack outcome {kwargs['outcome']!r}")
         kwargs["outcome"] = AckOutcome(kwargs["outcome"])
+    if cls is OutputChunk and "status" in kwargs:
+        if kwargs["status"] not in _OUTPUT_STATUS_VALUES:
+            raise ValueError(f"unknown output status {kwargs['status']!r}")
+        kwargs["status"] = OutputStatus(kwargs["status"])
+    if cls is OutputRead and "stream" in kwargs:
+        if kwargs["stream"] not in _STREAM_VALUES:
+            raise ValueError(f"unknown output stream {kwargs['stream']!r}")
+        kwargs["stream"] = OutputStream(kwargs["stream"])
     if "entries" in kwargs:
         if not isinstance(kwargs["entries"], list):
             raise ValueError("entries must be a list")

@@ -41,6 +41,7 @@ from daemon.store.agent import AgentStore
 from daemon.refusals import RefusalLog
 from daemon.store.statelock import hold_state_dir
 from daemon.wsconnect import open_websocket
+from daemon.agent.output import OutputFiles, held_keys
 from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 from daemon.agent import lifecycle
 from daemon.ops.metrics_http import serve_metrics
@@ -74,6 +75,7 @@ class AgentOptions:
     pong_timeout: float = 10.0
     refusal_retry_max: float = 60.0  # retry cap after a permanent refusal (not an outage: an operator must act)
     refusal_reminder: float = 300.0  # seconds between reminders of a refusal that goes on
+    keep_output: float | None = None  # days to keep finished attempts' output (None: forever, as before)
     model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
     metrics: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None: off
 
@@ -114,6 +116,7 @@ class AgentDaemon:
         # Handshakes that fail in other ways (a proxy's 502, not a WebSocket server): an
         # outage, retried fast, but logged once per condition like a refusal.
         self.failed_handshakes = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
+        self.output = OutputFiles(options.state_dir / "jobs", held=held_keys(agent), keep_days=options.keep_output)
 
     # ---- the core ----------------------------------------------------------------
 
@@ -435,6 +438,9 @@ class AgentDaemon:
                 return
             now = time.time()
             for msg in messages:
+                if isinstance(msg, M.OutputRead):  # served here: it changes no state (daemon/agent/output.py)
+                    await self._send_frames(conn, [wire.encode(await self.output.answer(msg))])
+                    continue
                 if isinstance(msg, M.Error) and msg.permanent:
                     self._refuse(conn, f"the controller refused us: {msg.reason}")
                 elif isinstance(msg, M.Error) and msg.fatal and "unknown fields" in msg.reason:
@@ -498,6 +504,7 @@ async def _run(options: AgentOptions, task_status) -> None:
                     nursery.start_soon(daemon.exits)
                     nursery.start_soon(daemon.ticker)
                     nursery.start_soon(daemon.connection_loop)
+                    nursery.start_soon(daemon.output.retention_loop)
                     if isinstance(runner, HoldRunner):
                         nursery.start_soon(_release_on_sigusr1, runner)
                     if options.metrics is not None:

@@ -272,6 +272,28 @@ def _arm_time_limit(req: dict, started_at: float, state: dict) -> None:
     signal.setitimer(signal.ITIMER_REAL, max(started_at + float(limit) - time.time(), 0.001))
 
 
+def _custom_outputs(req: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
+    """The job's --output / --error files in place of the attempt's own (appended to, like
+    ``sbatch --open-mode=append``); a file that cannot be opened means the job cannot run."""
+    opened: dict[str, int] = {}
+    for key in ("out", "err"):
+        path = req.get(key)
+        if path is None:
+            continue
+        try:
+            opened[key] = os.open(path, _OUT_FLAGS, 0o644)
+        except OSError as e:
+            for fd in opened.values():
+                os.close(fd)
+            raise _CannotRun(None, f"cannot open the {'output' if key == 'out' else 'error'} file {path!r}: "
+                                   f"{e.strerror or e}") from None
+    if "out" in opened:
+        os.close(out_fd)
+    if "err" in opened:
+        os.close(err_fd)
+    return opened.get("out", out_fd), opened.get("err", err_fd)
+
+
 def supervise(req: dict, started_at: float, boot: str) -> int:
     """Run one job to its end and record how it ended.  Returns the supervisor's exit code."""
     os.setsid()
@@ -323,6 +345,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
 
     job_pid = 0
     try:
+        out_fd, err_fd = _custom_outputs(req, out_fd, err_fd)
         cwd = req.get("cwd")
         if cwd is not None:
             try:

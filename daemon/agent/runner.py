@@ -70,6 +70,8 @@ import trio
 from model import messages as M
 from model.jobs import JobSpec
 
+from daemon.agent.output import custom_outputs, note_custom_outputs
+
 from daemon.agent import launcher as _launcher
 
 __all__ = ["ExitStatus", "JobLost", "RunnerError", "LaunchError", "AlreadyLaunched", "JobRunner", "NullRunner",
@@ -531,6 +533,10 @@ class JobRunner:
                    "env": [list(p) for p in spec.env]}
         if spec.time_limit is not None:  # enforced by the supervisor, so it holds across agent restarts
             request.update(limit=spec.time_limit, grace=self.kill_grace)
+        outputs = custom_outputs(spec, job, attempt)  # --output / --error: noted for later reads
+        if outputs:
+            note_custom_outputs(base, outputs)
+            request.update(outputs)
         waiter = self._waiters[key] = _Waiter(event=trio.Event())
         self._requests.append(json.dumps(request).encode() + b"\n")
         self._request_ready.set()

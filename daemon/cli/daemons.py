@@ -96,6 +96,7 @@ async def _agent_command(args: argparse.Namespace) -> int:
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=resolve_controller(args.controller), token=resolve_token(args.token_file),
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
+        keep_output=args.keep_output,
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
         metrics=args.metrics,

@@ -25,6 +25,10 @@ def run_client_command(args: argparse.Namespace) -> int:
     out = sys.stdout
     if args.command == "submit":
         return _submit(args, url, token)
+    if args.command == "logs":
+        from daemon.cli.logs import run_logs
+
+        return run_logs(args, url, token)
     with SyncClient(url, token, timeout=args.timeout) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state)["jobs"]
@@ -121,7 +125,8 @@ def job_spec(argv: list[str], args: argparse.Namespace, cwd: str) -> dict:
 
     try:
         spec = JobSpec(name=args.name or argv[0].rstrip("/").rpartition("/")[2] or argv[0], command=tuple(argv),
-                       cwd=cwd, env=tuple(args.env), slots=args.slots, **batch.spec_fields(args))
+                       cwd=cwd, env=tuple(args.env), slots=args.slots, output=args.output,
+                       error=args.error, **batch.spec_fields(args))
     except ValueError as exc:
         raise UsageError(f"invalid job: {exc}") from None
     return spec.to_dict()

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
-                   "release", "requeue")
+                   "release", "requeue", "logs")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos")
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
@@ -88,6 +88,15 @@ def _positive(value: str) -> float:
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return number
+
+
+def _keep_output(value: str) -> float | None:
+    from model.output import parse_keep_output
+
+    try:
+        return parse_keep_output(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _env_pair(value: str) -> tuple[str, str]:
@@ -235,6 +244,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
                    help="seconds between heartbeats to the controller (default 2)")
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
+    p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",
+                   help="delete the output files (in the state directory) of finished jobs older than DAYS, "
+                        "never before the controller has acknowledged their outcome (default: never)")
 
     p = sub.add_parser("submit", parents=[client], help="submit a job (or a file of jobs, or an array); prints the ids",
                        description="Submit a job; print its id.  With --file, submit one job per line of "
@@ -246,6 +258,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                                "a relative DIR is taken from the current directory)")
     p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V",
                    help="set an environment variable for the job (repeatable)")
+    p.add_argument("--output", "-o", metavar="PATH",
+                   help="the job's stdout goes to PATH on the agent (%%j: job id, %%a: attempt, %%%%: a %%; "
+                        "relative to the job's cwd); default: the agent's own file")
+    p.add_argument("--error", "-e", metavar="PATH", help="the job's stderr likewise (same patterns)")
     p.add_argument("--file", metavar="FILE", help="submit one job per line of FILE ('-': standard input): "
                                                   "shell-quoted command lines; blank and '#' lines skipped")
     p.add_argument("--array", metavar="START-END[:STEP][%%MAX]",
@@ -274,6 +290,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("show", parents=[client], help="show one job")
     p.add_argument("job", help="the job's id")
     p.add_argument("--json", action="store_true", help="print the job object")
+
+    p = sub.add_parser("logs", parents=[client], help="print a job's output (from its agent)",
+                       description="Print a job's stdout (or stderr) as its agent has it, while it runs and "
+                                   "after it finished, as long as the agent keeps the file.")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("--stderr", action="store_true", help="the job's stderr instead of its stdout")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep printing until the job has ended (waits for it to start, and for its agent "
+                        "to come back)")
+    p.add_argument("--attempt", type=int, default=None, metavar="N", help="this attempt (default: the latest that ran)")
 
     p = sub.add_parser("cancel", parents=[client], help="cancel a job (an array's id: the whole array)")
     p.add_argument("job", help="the job's id")

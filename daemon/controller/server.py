@@ -42,6 +42,7 @@ from daemon.controller import lifecycle, operator
 from daemon.controller.metrics import ControllerMetrics
 from daemon.ops.metrics_http import serve_metrics
 from daemon.controller import job_ops
+from daemon.controller.logs import OutputRelay, output_paths_of
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
 from daemon.controller.listen import listening
@@ -110,6 +111,8 @@ class ControllerDaemon:
         self._conns: dict[int, _Conn] = {}
         self._conn_ids = itertools.count(1)
         self.log_dirs: dict[str, tuple[str, str]] = {}  # agent -> (log_dir, log_layout) from its Join
+        self.agent_versions: dict[str, int] = {}  # agent -> the protocol version of its latest welcomed Join
+        self.output = OutputRelay(self)  # `reckon logs` (daemon/controller/logs.py)
         self._round_started: dict[bytes, tuple[float, int]] = {}  # token -> (trio time, jobs queried)
         self._joined_at: dict[str, float] = {}  # agent -> trio time its latest welcomed Join arrived
         # Refused peers, logged once per condition: by (address, reason) at the handshake,
@@ -316,6 +319,7 @@ class ControllerDaemon:
             return
         if isinstance(message, M.Welcome):
             self._joined_at[join.agent] = conn.joined_at
+            self.agent_versions[join.agent] = join.version
             if join.log_dir:
                 self.log_dirs[join.agent] = (join.log_dir, join.log_layout)
             if self.refusals.cleared(("join", join.agent, conn.remote)):
@@ -428,6 +432,7 @@ class ControllerDaemon:
                 nursery.cancel_scope.cancel()
         finally:
             self._conns.pop(conn_id, None)
+            self.output.connection_ended(conn_id)
             with trio.CancelScope(shield=True):
                 await self.submit(_Work(event=E.ConnectionClosed(conn=conn_id, now=time.time(),
                                                                  mono=trio.current_time())))
@@ -498,6 +503,8 @@ class ControllerDaemon:
                                              mono=mono))
             elif isinstance(msg, M.Join):
                 raise RemoteProtocolError("join sent twice on one connection")
+            elif isinstance(msg, M.OutputChunk):  # an answer to the relay's read: no state changes
+                self.output.deliver(conn.id, msg)
             else:
                 events.append(E.MessageFromAgent(conn=conn.id, message=msg, now=now, mono=mono,
                                                  token=secrets.token_bytes(M.TOKEN_BYTES)))
@@ -554,6 +561,8 @@ class ControllerDaemon:
             return {"jobs": await self.call(call=lambda: self.job_objects(state))}
         if op == "status":
             return {"status": await self.call(call=self.status)}
+        if op == "logs":
+            return await self.output.read(request)
         if op == "forget":
             return await self._forget(str(request["agent"]))
         raise ValueError(f"unknown op {op!r}")
@@ -595,11 +604,7 @@ class ControllerDaemon:
     def job_object(self, job_id: str) -> dict:
         job = self.model.state.job(job_id)
         obj = job.to_dict()
-        logs = self.log_dirs.get(job.agent or job.ran_on or "")
-        if logs is not None:
-            obj["stdout"], obj["stderr"] = M.output_paths(*logs, job.id, job.attempt)
-        else:
-            obj["stdout"] = obj["stderr"] = None
+        obj["stdout"], obj["stderr"] = output_paths_of(self, job)
         return obj
 
     def job_objects(self, state: str | None) -> list[dict]:

@@ -27,6 +27,7 @@ from typing import Callable, Mapping
 from model import messages as M
 from model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
 from model.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
+from model.output_paths import PATTERN_ESCAPES
 from model.resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
 
 BEGIN = "<!-- BEGIN GENERATED: {name} -->"
@@ -148,6 +149,10 @@ def _render_enum(cls: type[enum.Enum]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_PATTERN_MEANINGS = {"j": "the job id", "a": "the attempt number", "%": "a literal `%`"}
+assert set(_PATTERN_MEANINGS) == set(PATTERN_ESCAPES)
+
+
 def render_message_tables() -> str:
     """Every wire message, both directions, with its fields."""
     entry = M.ReportEntry
@@ -176,6 +181,19 @@ def render_message_tables() -> str:
         "",
         _render_enum(M.EntryStatus),
         _render_enum(M.AckOutcome),
+        _render_enum(M.OutputStream),
+        _render_enum(M.OutputStatus),
+        "### Job output (version 4)",
+        "",
+        f"`output_read` is sent only to agents that joined with version {M.OUTPUT_SINCE} or later; an "
+        "agent answers each with one `output_chunk` of the same `request`, of at most "
+        f"{M.MAX_OUTPUT_CHUNK} bytes.  A job spec may carry `output` and `error`, path patterns for the "
+        "job's stdout and stderr on the agent (left out of the spec while unset, so older agents and "
+        "the fact log see it as before; an older agent ignores them).  Pattern escapes:",
+        "",
+        "| escape | stands for |",
+        "| --- | --- |",
+        *[f"| `%{k}` | {v} |" for k, v in _PATTERN_MEANINGS.items()],
     ]
     return "\n".join(parts).rstrip("\n") + "\n"
 

@@ -14,7 +14,7 @@ from model import facts as F
 from model import messages as M
 from model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
 from model.errors import LocalProtocolError, RemoteProtocolError
-from model.jobs import JobState
+from model.jobs import JobSpec, JobState
 from model.resync import ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
 
 TOK = token(0xABC)
@@ -42,6 +42,8 @@ TO_CONTROLLER_SAMPLES = [
         M.ReportEntry(job="1", attempt=1, status=M.EntryStatus.RUNNING, uid="a1b2c3d4e5f60718"),)),
     M.DispatchRefused(job="9", attempt=1, uid="a1b2c3d4e5f60718", reason="held for another submission"),
     M.DispatchRefused(job="9", attempt=1, reason="held with a different job spec"),
+    M.OutputChunk(request=4, status=M.OutputStatus.DATA, data=b"hello\n", size=6, path="/var/lib/reckon/jobs/9.1.stdout"),
+    M.OutputChunk(request=5, status=M.OutputStatus.EXPIRED, reason="deleted by retention"),
 ]
 TO_AGENT_SAMPLES = [
     M.Welcome(seq=1, version=1, token=None),
@@ -54,6 +56,9 @@ TO_AGENT_SAMPLES = [
     M.Kill(seq=7, job="9", attempt=1, uid="a1b2c3d4e5f60718"),
     M.Ack(seq=8, job="9", attempt=1, outcome=M.AckOutcome.STALE_ATTEMPT),
     M.Error(seq=0, reason="nope", fatal=False),
+    M.OutputRead(request=4, job="9", attempt=1, stream=M.OutputStream.STDOUT, offset=0, limit=65536),
+    M.Dispatch(seq=9, job="9", attempt=1, spec=JobSpec(name="out", command=("true",), output="%j.%a.out",
+                                                       error="/tmp/%j.err")),
 ]
 
 
