@@ -1,0 +1,374 @@
+"""A stronger random machine (issue #13): swarm testing, dedicated rules for the rare interleavings.
+
+``SwarmMachine`` is ``test_stateful.ReckonMachine`` (same world, same ``inv_*``
+checks) with three changes:
+
+- **Swarm testing**: each example draws, at its start, which fault kinds and
+  dedicated rules it may use (``SWARM``); the core rules (delivery, time,
+  process ends, scheduling, rejoin/restart) are always on.  An example with
+  few fault kinds goes deep into the ones it has instead of spreading thin.
+- **Dedicated rules** that make the interleavings issue #13 measured as rare
+  common: a stale round's page, query copy or ResyncDone delivered on a *live*
+  connection (``stale_round_input``); a ResyncDone held back behind later
+  traffic (``late_resync_done``); a new connection's Join reaching the
+  controller before the old one's close (``rejoin_before_close``); a round
+  deadline while the report's pages are in flight (``deadline_during_report``);
+  a lost supervisor followed by a heartbeat (``lose_and_heartbeat``: arms an
+  anti-entropy round); the controller losing its newest dispatch facts
+  (``lose_last_dispatch``: the agent still runs the job, so it is adopted).
+- **Judging anti-entropy on its own**: ``teardown`` first settles *in place*
+  (faults stop, nobody reconnects, heartbeats and deadlines run): on every live
+  connection the agent must end holding what the controller places there, or
+  (if the connection was tampered with) the controller must have seen exactly
+  this disagreement with a round (``session.unrepaired``).  Only then does the
+  base teardown reconnect everyone and check liveness.  The kills an agent
+  actually performs are checked too (INV-NO-WRONG-KILL at the agent).
+
+``TALLY`` counts what the runs reached (JobAdopted facts, heartbeat rounds,
+stale input delivered live, ...); ``coverage()`` measures it for any machine
+class (docs/checking.md has the figures).  ``target()`` steers Hypothesis
+towards more rounds and adoptions.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import hypothesis.strategies as st
+from hypothesis import target
+from hypothesis.stateful import RULE_MARKER, initialize, precondition, rule
+
+from model import events as E
+from model import facts as F
+from model import messages as M
+from model.agent import SessionState
+from model.jobs import JobState
+
+from test_stateful import INDEX, ReckonMachine, Wire
+
+# Fault kinds and dedicated rules an example may enable (each with probability 1/2).
+SWARM = (
+    "submit", "cancel", "late_proposal", "supervisor_lost", "deliver_out_of_order", "drop", "duplicate",
+    "report_again", "disconnect", "controller_crash", "controller_rollback", "agent_crash", "fire_stale_timer",
+    "stale_round_input", "late_resync_done", "rejoin_before_close", "deadline_during_report",
+    "lose_and_heartbeat", "lose_last_dispatch",
+)
+# Rules that reorder, copy or lose messages of a live connection: a real WebSocket does none
+# of that without closing, so such a connection is judged more leniently when settling in place.
+TAMPERING = frozenset({"deliver_out_of_order", "drop", "duplicate", "report_again", "stale_round_input",
+                       "late_resync_done"})
+ROUND_TYPES = frozenset({M.ResyncReport.TYPE, M.ResyncQuery.TYPE, M.ResyncDone.TYPE})
+
+TALLY: Counter = Counter()  # summed over every run since the last reset (see coverage())
+
+
+class Tallied(ReckonMachine):
+    """The base machine plus counters of what a run reached (no new rules, no new checks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tally: Counter = Counter()
+        self.lossy: set[int] = set()
+        self.sent_round_input: list[Wire] = []  # every query, page and ResyncDone ever enqueued
+
+    def _enqueue(self, to, conn, data):
+        super()._enqueue(to, conn, data)
+        if data is not None and data.get("type") in ROUND_TYPES:
+            self.sent_round_input.append(self.wire[-1])
+
+    def _append(self, fact):
+        super()._append(fact)
+        self.tally[f"fact {type(fact).__name__}"] += 1
+
+    def _ctrl(self, event):
+        deadline_mid_report = False
+        if isinstance(event, E.RoundDeadlineExpired):
+            sess = self.controller.sessions.get(event.agent)
+            if sess is not None and sess.round is not None and sess.round.token == event.token:
+                deadline_mid_report = any(w.to == "controller" and w.data and w.data.get("type") == M.ResyncReport.TYPE
+                                          and w.data.get("token") == event.token for w in self.wire)
+        cmds = super()._ctrl(event)
+        armed = any(isinstance(c, E.StartRoundTimer) for c in cmds)
+        if armed and isinstance(event, E.MessageFromAgent) and isinstance(event.message, M.Heartbeat):
+            self.tally["heartbeat rounds"] += 1
+        elif armed and isinstance(event, E.AgentJoined):
+            self.tally["join rounds"] += 1
+        if deadline_mid_report and any(isinstance(c, E.RoundEnded) for c in cmds):
+            self.tally["deadlines during a report"] += 1
+        return cmds
+
+    def _deliver(self, item):
+        heads = self._heads()
+        if item not in heads:
+            self.lossy.add(item.conn)  # overtook an older message of its own connection
+        kind = item.data.get("type") if item.data else None
+        if kind in ROUND_TYPES:
+            self._tally_round_input(item, kind)
+        if kind == M.Join.TYPE and any(
+                self.ctrl_open.get(c) and a == item.agent and c != item.conn for c, a in self.conn_agent.items()):
+            self.tally["joins before the old close"] += 1
+        super()._deliver(item)
+
+    def _tally_round_input(self, item: Wire, kind: str) -> None:
+        token = item.data.get("token")
+        if item.to == "controller":
+            sess = self.controller.sessions.get(item.agent)
+            live = self.ctrl_open.get(item.conn) and sess is not None and sess.conn == item.conn
+            if live and (sess.round is None or sess.round.token != token):
+                self.tally["stale pages delivered live"] += 1
+            return
+        side = self.sides[item.to]
+        if side.agent is None or side.conn != item.conn:
+            return
+        sess = self.controller.sessions.get(item.to)
+        current = sess is not None and sess.round is not None and sess.round.token == token
+        if kind == M.ResyncQuery.TYPE and not current and token == side.agent._answered:
+            self.tally["stale query copies delivered live"] += 1
+        elif kind == M.ResyncDone.TYPE and token != side.agent._answered:
+            self.tally["stale ResyncDone delivered live"] += 1
+
+    def _agent_commands(self, side, cmds):
+        for cmd in cmds:
+            if isinstance(cmd, E.KillProcess):
+                self._check_agent_kill(side.name, cmd)
+        return super()._agent_commands(side, cmds)
+
+    def _check_agent_kill(self, name: str, cmd: E.KillProcess) -> None:
+        """INV-NO-WRONG-KILL, at the agent: what it really kills is never the live, uncancelled current attempt."""
+        running = [p for p in self.procs if p.alive and p.agent == name and (p.job, p.attempt) == (cmd.job, cmd.attempt)]
+        if not running:
+            return
+        job = self.controller.state.jobs.get(cmd.job)
+        current = (job is not None and job.state is JobState.RUNNING and job.agent == name
+                   and job.attempt == cmd.attempt and any(p.runs_for(job) for p in running))
+        if not current:
+            self.tally["orphan kills performed"] += 1
+        elif not job.cancel_requested:
+            self._violate("INV-NO-WRONG-KILL", f"{name} kills {cmd.job}/{cmd.attempt}, its live uncancelled current attempt")
+
+    def teardown(self):
+        if getattr(self, "ready", False):
+            for key, n in self.tally.items():
+                TALLY[key] += n
+            TALLY["runs"] += 1
+            target(float(self.tally["heartbeat rounds"] + self.tally["join rounds"]), label="rounds armed")
+            target(float(self.tally["fact JobAdopted"]), label="jobs adopted")
+        super().teardown()
+
+
+class SwarmMachine(Tallied):
+    """Swarm testing over the fault kinds, dedicated rules for the rare interleavings."""
+
+    @initialize(enabled=st.lists(st.booleans(), min_size=len(SWARM), max_size=len(SWARM)))
+    def draw_swarm(self, enabled):
+        self.enabled = frozenset(name for name, on in zip(SWARM, enabled) if on)
+
+    @precondition(lambda self: self.wire)
+    @rule(i=INDEX, keep_copy=st.booleans())
+    def deliver(self, i, keep_copy):  # the base rule, marking the connection a copy stays in flight on
+        if keep_copy:
+            self.lossy.add(self._heads()[i % len(self._heads())].conn)
+        super().deliver(i, keep_copy)
+
+    def _tamper(self, run) -> None:
+        before = {w.uid: w.conn for w in self.wire}
+        run()
+        after = {w.uid: w.conn for w in self.wire}
+        self.lossy |= {before[u] for u in before.keys() - after.keys()} | {after[u] for u in after.keys() - before.keys()}
+
+    # ---- dedicated rules -----------------------------------------------------------------
+
+    def _live_round_input(self) -> list[Wire]:
+        """Copies worth re-sending: round input of a connection both ends still have open, and
+        not of the round open on it now (pages and queries) or not the one just answered (dones)."""
+        out = []
+        for w in self.sent_round_input:
+            if not (self.ctrl_open.get(w.conn) and self.agent_open.get(w.conn)):
+                continue
+            sess = self.controller.sessions.get(w.agent)
+            if sess is None or sess.conn != w.conn:
+                continue
+            if sess.round is None or sess.round.token != w.data.get("token"):
+                out.append(w)
+        return out
+
+    @precondition(lambda self: self._live_round_input())
+    @rule(i=INDEX)
+    def stale_round_input(self, i):
+        """A copy of an ended round's page, query or ResyncDone arrives late, on the live connection."""
+        items = self._live_round_input()
+        item = items[i % len(items)]
+        self.uid += 1
+        self.wire.append(Wire(to=item.to, conn=item.conn, agent=item.agent, data=copy.deepcopy(item.data),
+                              uid=self.uid))
+        self.lossy.add(item.conn)
+
+    def _dones_in_flight(self) -> list[Wire]:
+        return [w for w in self.wire if w.data and w.data.get("type") == M.ResyncDone.TYPE]
+
+    @precondition(lambda self: self._dones_in_flight())
+    @rule(i=INDEX, settle=st.booleans())
+    def late_resync_done(self, i, settle):
+        """A ResyncDone falls behind everything now in flight (and, with ``settle``, behind what that causes)."""
+        items = self._dones_in_flight()
+        item = items[i % len(items)]
+        self.wire.remove(item)
+        self.lossy.add(item.conn)
+        if settle:
+            self._deliver_all()
+        self.wire.append(item)
+
+    @precondition(lambda self: any(s.agent is not None and s.conn is not None for s in self.sides.values()))
+    @rule(i=INDEX, close_first=st.booleans())
+    def rejoin_before_close(self, i, close_first):
+        """The agent drops its connection and reconnects at once: the new Join may reach the controller
+        before (or right after) the old connection's close."""
+        sides = [s for s in self.sides.values() if s.agent is not None and s.conn is not None]
+        side = sides[i % len(sides)]
+        old = side.conn
+        self._agent_drops_conn(side)
+        conn = self._connect(side)
+        close = next((w for w in self.wire if w.to == "controller" and w.conn == old and w.data is None), None)
+        join = next((w for w in self.wire if w.to == "controller" and w.conn == conn), None)
+        for item in ([close, join] if close_first else [join, close]):
+            if item is not None and item in self.wire and item in self._heads():
+                self._deliver(item)
+
+    def _reports_in_flight(self) -> list[tuple[str, bytes]]:
+        out = []
+        for (agent, token) in self.timers:
+            if any(w.to == "controller" and w.agent == agent and w.data and w.data.get("type") == M.ResyncReport.TYPE
+                   and w.data.get("token") == token for w in self.wire):
+                out.append((agent, token))
+        return sorted(out)
+
+    @precondition(lambda self: self._reports_in_flight())
+    @rule(i=INDEX, pages_first=st.integers(0, 2))
+    def deadline_during_report(self, i, pages_first):
+        """The round's deadline passes while its report is on the way (maybe some pages arrived)."""
+        agent, token = self._reports_in_flight()[i % len(self._reports_in_flight())]
+        for _ in range(pages_first):
+            page = next((w for w in self._heads() if w.to == "controller" and w.agent == agent and w.data
+                         and w.data.get("token") == token), None)
+            if page is None:
+                break
+            self._deliver(page)
+        deadline = self.timers.get((agent, token))
+        if deadline is not None:
+            self.now = max(self.now, deadline)
+            self._ctrl(E.RoundDeadlineExpired(agent=agent, token=token, now=self.now))
+
+    def _lose_candidates(self) -> list:
+        return [p for p in self.procs if p.alive and self.sides[p.agent].agent is not None
+                and self.sides[p.agent].conn is not None]
+
+    @precondition(lambda self: self._lose_candidates())
+    @rule(i=INDEX)
+    def lose_and_heartbeat(self, i):
+        """A supervisor vanishes under a connected agent, then its next heartbeat goes out: anti-entropy."""
+        procs = self._lose_candidates()
+        p = procs[i % len(procs)]
+        p.alive, p.lost = False, True
+        side = self.sides[p.agent]
+        self._agent(side, E.ProcessLost(job=p.job, attempt=p.attempt, now=self.now))
+        self._advance(side.config.heartbeat_interval + 0.5, 0.0, False)
+
+    def _last_dispatch(self) -> int | None:
+        k = next((k for k in range(len(self.log) - 1, 0, -1) if isinstance(self.log[k], F.JobDispatched)), None)
+        return k
+
+    @precondition(lambda self: self._last_dispatch() is not None)
+    @rule()
+    def lose_last_dispatch(self):
+        """The controller's newest durable facts are lost back to before its last dispatch (a disk that
+        lied about a flush, an old backup): the agent may already run it, so its rejoin adopts it."""
+        k = self._last_dispatch()
+        ReckonMachine.controller_rollback(self, keep=k - 1)
+
+    # ---- judging anti-entropy before teardown's rejoin repairs everything ----------------------
+
+    def teardown(self):
+        if getattr(self, "ready", False) and not _failing():
+            self._settle_in_place()
+        super().teardown()
+
+    def _settle_in_place(self, rounds: int = 12) -> None:
+        """INV-LIVENESS-AGREE on live connections: faults stop, nobody reconnects.  Heartbeats,
+        retries and deadlines run; every agent still connected ends holding what the controller
+        places there, or (on a tampered connection) the controller has seen exactly this
+        disagreement with a round of its own."""
+        step = 1.0 + max(max(s.config.retry_max * 1.25, s.config.heartbeat_interval) for s in self.sides.values())
+        for k in range(rounds):
+            self._deliver_all()
+            self._drain_notes()
+            self._check_all_invariants()
+            if k >= 2 and not self.wire and not self._disagreeing(strict=False):
+                break
+            self._advance(step, 0.0, True)
+        self._deliver_all()
+        self._check_all_invariants()
+        for name, side, sess in self._judged():
+            held, placed = sorted(side.agent.held()), sorted(self.controller.placed_on(name).items())
+            if held == placed:
+                continue
+            if sess.round is not None or side.agent.session is not SessionState.OPERATING:
+                continue  # a round is under way (a later deadline ends it): judged by the base teardown
+            if side.conn in self.lossy:
+                theirs = (len(held), M.running_digest(held))
+                seen = sess.unrepaired == (side.conn, theirs, self.controller.state.placement_digest(name))
+                assert seen, (f"INV-LIVENESS-AGREE: {name} stays connected and holds {held}, the controller places "
+                              f"{placed} there and no round has seen that disagreement")
+                continue
+            raise AssertionError(f"INV-LIVENESS-AGREE: {name} stays connected and holds {held}, the controller "
+                                 f"places {placed} there (anti-entropy did not repair it)")
+        if any(self._judged()) and self.tally["heartbeat rounds"]:
+            self.tally["runs judging anti-entropy"] += 1
+
+    def _judged(self):
+        for name, side in self.sides.items():
+            sess = self.controller.sessions.get(name)
+            if side.agent is not None and side.conn is not None and sess is not None and sess.conn == side.conn \
+                    and self.ctrl_open.get(side.conn):
+                yield name, side, sess
+
+    def _disagreeing(self, strict: bool) -> bool:
+        return any(sorted(side.agent.held()) != sorted(self.controller.placed_on(name).items())
+                   for name, side, _ in self._judged() if strict or side.conn not in self.lossy)
+
+
+def _failing() -> bool:
+    import sys
+    return sys.exc_info()[0] is not None
+
+
+def _gate(name: str):
+    """The base rule ``name``, enabled only in examples whose swarm drew it (and, for a tampering
+    rule, marking the connections whose in-flight messages it dropped, copied or reordered)."""
+    base = getattr(getattr(SwarmMachine, name), RULE_MARKER)
+    fn = base.function
+    if name in TAMPERING and name not in SwarmMachine.__dict__:
+        def tampering(self, **kwargs):
+            self._tamper(lambda: base.function(self, **kwargs))
+        tampering.__name__ = name
+        fn = tampering
+    gated = rule(**base.arguments)(fn)
+    for check in (*base.preconditions, lambda self: name in self.enabled):
+        gated = precondition(check)(gated)
+    return gated
+
+
+for _name in SWARM:
+    setattr(SwarmMachine, _name, _gate(_name))
+
+
+def coverage(machine: type, runs: int, steps: int, seed: int = 0) -> Counter:
+    """Run ``machine`` ``runs`` times (derandomized from ``seed``) and return what the runs reached."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    TALLY.clear()
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=runs, stateful_step_count=steps, deadline=None, database=None, derandomize=True,
+        phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+    return Counter(TALLY)
