@@ -159,12 +159,13 @@ def run_layer(layer: str, m: Mutant) -> str | None:
         ignores = [f"--ignore={os.path.join(here, f)}" for f in UNIT_IGNORES]
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
                                "mutant_plugin", here, *ignores], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.dirname(here)),
                               env={**os.environ, "RECKON_MUTANT": m.id,
                                    "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")})
         if proc.returncode == 0:
             return None
         failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED") or line.startswith("ERROR")]
-        return failed[0].split("::")[-1].split(" ")[0] if failed else f"rc {proc.returncode}"
+        return failed[0].split(" - ")[0].split("::")[-1] if failed else f"rc {proc.returncode}"
     apply(m)
     if layer == "machine":
         from test_stateful import ReckonMachine

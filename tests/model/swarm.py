@@ -37,7 +37,7 @@ from collections import Counter
 
 import hypothesis.strategies as st
 from hypothesis import target
-from hypothesis.stateful import RULE_MARKER, initialize, precondition, rule
+from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, initialize, precondition, rule
 
 from model import events as E
 from model import facts as F
@@ -47,19 +47,26 @@ from model.jobs import JobState
 
 from test_stateful import INDEX, ReckonMachine, Wire
 
-# Fault kinds and dedicated rules an example may enable (each with probability 1/2).
+# Fault kinds an example may enable (each with probability 1/2, drawn at its start).
 SWARM = (
     "submit", "cancel", "late_proposal", "supervisor_lost", "deliver_out_of_order", "drop", "duplicate",
     "report_again", "disconnect", "controller_crash", "controller_rollback", "agent_crash", "fire_stale_timer",
-    "stale_round_input", "late_resync_done", "rejoin_before_close", "deadline_during_report",
-    "lose_and_heartbeat", "lose_last_dispatch",
+)
+# Dedicated rules for the rare interleavings: eligible in every example (Hypothesis' own rule
+# selection already switches rules off per example; a second switch made them rarer than before).
+DEDICATED = (
+    "stale_round_input", "late_resync_done", "stale_done_now", "rejoin_before_close", "deadline_during_report",
+    "lose_and_heartbeat", "lose_last_dispatch", "drop_control",
 )
 # Rules that reorder, copy or lose messages of a live connection: a real WebSocket does none
 # of that without closing, so such a connection is judged more leniently when settling in place.
 TAMPERING = frozenset({"deliver_out_of_order", "drop", "duplicate", "report_again", "stale_round_input",
-                       "late_resync_done"})
+                       "late_resync_done", "stale_done_now", "drop_control"})
+CONTROL_TYPES = frozenset({M.Dispatch.TYPE, M.Kill.TYPE, M.Ack.TYPE})
 ROUND_TYPES = frozenset({M.ResyncReport.TYPE, M.ResyncQuery.TYPE, M.ResyncDone.TYPE})
 
+# The base machine's set-up (the swarm's set-up replaces it and calls it first).
+INITIALIZE_RULE_FUNCTION = getattr(ReckonMachine.setup, INITIALIZE_RULE_MARKER).function
 TALLY: Counter = Counter()  # summed over every run since the last reset (see coverage())
 
 
@@ -71,6 +78,7 @@ class Tallied(ReckonMachine):
         self.tally: Counter = Counter()
         self.lossy: set[int] = set()
         self.sent_round_input: list[Wire] = []  # every query, page and ResyncDone ever enqueued
+        self.kills_sent: set[tuple] = set()  # (agent, job, attempt, uid) of every Kill sent, across histories
 
     def _enqueue(self, to, conn, data):
         super()._enqueue(to, conn, data)
@@ -127,6 +135,8 @@ class Tallied(ReckonMachine):
             self.tally["stale query copies delivered live"] += 1
         elif kind == M.ResyncDone.TYPE and token != side.agent._answered:
             self.tally["stale ResyncDone delivered live"] += 1
+            if side.agent._reported:
+                self.tally["... while the agent awaits another round's ResyncDone for completions"] += 1
 
     def _agent_commands(self, side, cmds):
         for cmd in cmds:
@@ -134,18 +144,29 @@ class Tallied(ReckonMachine):
                 self._check_agent_kill(side.name, cmd)
         return super()._agent_commands(side, cmds)
 
+    def _ctrl_commands(self, cmds):
+        for cmd in cmds:
+            if isinstance(cmd, E.Send) and isinstance(cmd.message, M.Kill):
+                msg = cmd.message
+                self.kills_sent.add((self.conn_agent.get(cmd.conn), msg.job, msg.attempt, msg.uid))
+        super()._ctrl_commands(cmds)
+
     def _check_agent_kill(self, name: str, cmd: E.KillProcess) -> None:
-        """INV-NO-WRONG-KILL, at the agent: what it really kills is never the live, uncancelled current attempt."""
+        """INV-NO-WRONG-KILL, at the agent: it kills only what a Kill named (checked when sent), and only
+        the process of the submission that Kill was for."""
         running = [p for p in self.procs if p.alive and p.agent == name and (p.job, p.attempt) == (cmd.job, cmd.attempt)]
         if not running:
             return
+        uids = {uid for (agent, job, attempt, uid) in self.kills_sent if (agent, job, attempt) == (name, cmd.job, cmd.attempt)}
+        if not uids:
+            self._violate("INV-NO-WRONG-KILL", f"{name} kills {cmd.job}/{cmd.attempt}, which no Kill named")
+        wrong = [p for p in running if p.uid is not None and None not in uids and p.uid not in uids]
+        if wrong:
+            self._violate("INV-NO-WRONG-KILL", f"{name} kills {cmd.job}/{cmd.attempt} of submission {wrong[0].uid}, "
+                                               f"the Kill named {sorted(uids)}")
         job = self.controller.state.jobs.get(cmd.job)
-        current = (job is not None and job.state is JobState.RUNNING and job.agent == name
-                   and job.attempt == cmd.attempt and any(p.runs_for(job) for p in running))
-        if not current:
+        if not (job is not None and job.state is JobState.RUNNING and job.agent == name and job.attempt == cmd.attempt):
             self.tally["orphan kills performed"] += 1
-        elif not job.cancel_requested:
-            self._violate("INV-NO-WRONG-KILL", f"{name} kills {cmd.job}/{cmd.attempt}, its live uncancelled current attempt")
 
     def teardown(self):
         if getattr(self, "ready", False):
@@ -160,9 +181,19 @@ class Tallied(ReckonMachine):
 class SwarmMachine(Tallied):
     """Swarm testing over the fault kinds, dedicated rules for the rare interleavings."""
 
-    @initialize(enabled=st.lists(st.booleans(), min_size=len(SWARM), max_size=len(SWARM)))
-    def draw_swarm(self, enabled):
+    @initialize(enabled=st.lists(st.booleans(), min_size=len(SWARM), max_size=len(SWARM)), busy=st.integers(0, 4),
+                **getattr(ReckonMachine.setup, INITIALIZE_RULE_MARKER).arguments)
+    def setup(self, enabled, busy, **cluster):
+        """Which fault kinds and dedicated rules this example uses; ``busy`` more jobs start running
+        (the rare interleavings all need running jobs: rounds ask about them, supervisors lose them)."""
         self.enabled = frozenset(name for name, on in zip(SWARM, enabled) if on)
+        INITIALIZE_RULE_FUNCTION(self, **cluster)
+        for _ in range(busy):
+            self._submit(1, ("true",))
+        self._schedule(None)
+        self._deliver_all()
+        self._advance(2.5, 0.0, False)  # the Started reports go out with a tick
+        self._deliver_all()
 
     @precondition(lambda self: self.wire)
     @rule(i=INDEX, keep_copy=st.booleans())
@@ -207,6 +238,18 @@ class SwarmMachine(Tallied):
     def _dones_in_flight(self) -> list[Wire]:
         return [w for w in self.wire if w.data and w.data.get("type") == M.ResyncDone.TYPE]
 
+    def _control_in_flight(self) -> list[Wire]:
+        return [w for w in self.wire if w.data and w.data.get("type") in CONTROL_TYPES and self.agent_open.get(w.conn)]
+
+    @precondition(lambda self: self._control_in_flight())
+    @rule(i=INDEX)
+    def drop_control(self, i):
+        """A Dispatch, Kill or Ack on its way to an agent is lost (the generic ``drop`` rarely picks one)."""
+        items = self._control_in_flight()
+        item = items[i % len(items)]
+        self.wire.remove(item)
+        self.lossy.add(item.conn)
+
     @precondition(lambda self: self._dones_in_flight())
     @rule(i=INDEX, settle=st.booleans())
     def late_resync_done(self, i, settle):
@@ -218,6 +261,45 @@ class SwarmMachine(Tallied):
         if settle:
             self._deliver_all()
         self.wire.append(item)
+
+    def _older_dones(self) -> list[tuple[Wire, object]]:
+        """(a ResyncDone copy, its agent's side) for live connections on which a newer round was
+        answered or has its query on the way."""
+        out = []
+        for w in self.sent_round_input:
+            if w.to == "controller" or w.data.get("type") != M.ResyncDone.TYPE:
+                continue
+            side = self.sides[w.to]
+            if side.agent is None or side.conn != w.conn or not self.ctrl_open.get(w.conn):
+                continue
+            token = w.data.get("token")
+            newer_query = any(q.to == side.name and q.conn == w.conn and q.data and q.data.get("type") ==
+                              M.ResyncQuery.TYPE and q.data.get("token") != token for q in self.wire)
+            if newer_query or side.agent._answered not in (None, token):
+                out.append((w, side))
+        return out
+
+    @precondition(lambda self: self._older_dones())
+    @rule(i=INDEX)
+    def stale_done_now(self, i):
+        """The agent answers the newer round whose query is on its way (if one is), then a ResyncDone
+        of an older round of this connection arrives: a late copy that overtakes the rest."""
+        choices = self._older_dones()
+        # Prefer the moment it matters: the agent holds completions that a report carries or will carry.
+        choices = [(w, side) for w, side in choices if side.agent.outbox] or choices
+        item, side = choices[i % len(choices)]
+        conn = item.conn
+        while side.conn == conn and any(q.to == side.name and q.conn == conn and q.data
+                                        and q.data.get("type") == M.ResyncQuery.TYPE for q in self.wire):
+            head = next(w for w in self._heads() if w.to == side.name and w.conn == conn)
+            self._deliver(head)
+        if side.agent is None or side.conn != conn:
+            return
+        self.lossy.add(conn)
+        self.uid += 1
+        copy_ = Wire(to=item.to, conn=conn, agent=item.agent, data=copy.deepcopy(item.data), uid=self.uid)
+        self.wire.insert(0, copy_)
+        self._deliver(copy_)
 
     @precondition(lambda self: any(s.agent is not None and s.conn is not None for s in self.sides.values()))
     @rule(i=INDEX, close_first=st.booleans())
@@ -264,15 +346,40 @@ class SwarmMachine(Tallied):
                 and self.sides[p.agent].conn is not None]
 
     @precondition(lambda self: self._lose_candidates())
-    @rule(i=INDEX)
-    def lose_and_heartbeat(self, i):
-        """A supervisor vanishes under a connected agent, then its next heartbeat goes out: anti-entropy."""
+    @rule(i=INDEX, then_ends=st.booleans())
+    def lose_and_heartbeat(self, i, then_ends):
+        """A supervisor vanishes under a connected agent, then its next heartbeat reaches the controller:
+        an anti-entropy round is armed, its query on the way.  Agents that already answered a round on
+        this connection are preferred (two rounds on one connection: stale tokens).  With ``then_ends``
+        another of its processes ends while the query is on its way."""
         procs = self._lose_candidates()
+        busy = [p for p in procs if sum(q.alive and q.agent == p.agent for q in self.procs) > 1] or procs
+        procs = [p for p in busy if self.sides[p.agent].agent._answered is not None] or busy
         p = procs[i % len(procs)]
-        p.alive, p.lost = False, True
         side = self.sides[p.agent]
+        conn = side.conn
+        while side.conn == conn:  # first it sees all we sent: its heartbeat is comparable
+            item = next((w for w in self._heads() if w.to == side.name and w.conn == conn), None)
+            if item is None:
+                break
+            self._deliver(item)
+        if not p.alive or side.agent is None or side.conn is None:
+            return
+        p.alive, p.lost = False, True
         self._agent(side, E.ProcessLost(job=p.job, attempt=p.attempt, now=self.now))
         self._advance(side.config.heartbeat_interval + 0.5, 0.0, False)
+        conn = side.conn
+        while conn is not None and side.conn == conn:
+            item = next((w for w in self._heads() if w.to == "controller" and w.conn == conn), None)
+            if item is None:
+                break
+            self._deliver(item)
+            if item.data and item.data.get("type") == M.Heartbeat.TYPE:
+                break
+        other = next((q for q in self.procs if q.alive and q.agent == side.name), None)
+        if then_ends and other is not None and side.agent is not None:
+            other.alive, other.exit_code, other.signal, other.finished_at = False, 0, None, self.now
+            self._agent(side, self._exited(other))
 
     def _last_dispatch(self) -> int | None:
         k = next((k for k in range(len(self.log) - 1, 0, -1) if isinstance(self.log[k], F.JobDispatched)), None)
@@ -358,8 +465,16 @@ def _gate(name: str):
     return gated
 
 
-for _name in SWARM:
-    setattr(SwarmMachine, _name, _gate(_name))
+# Targeted weights: a rule registered k times is drawn k times as often (Hypothesis picks
+# uniformly among the rules whose preconditions hold).
+WEIGHTS = {"lose_and_heartbeat": 4, "stale_round_input": 2, "late_resync_done": 2, "deadline_during_report": 2,
+           "stale_done_now": 3}
+
+for _name in SWARM + DEDICATED:
+    _gated = _gate(_name) if _name in SWARM else getattr(SwarmMachine, _name)
+    setattr(SwarmMachine, _name, _gated)
+    for _k in range(1, WEIGHTS.get(_name, 1)):
+        setattr(SwarmMachine, f"{_name}_{_k + 1}", _gated)
 
 
 def coverage(machine: type, runs: int, steps: int, seed: int = 0) -> Counter:

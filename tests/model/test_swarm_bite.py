@@ -1,0 +1,35 @@
+"""Checks that bite, for the swarm machine (tests/model/swarm.py; issue #13).
+
+Each test re-injects one bug of ``mutants.py`` (a one-line source mutation of a
+real model function) and runs ``SwarmMachine`` at the ``ci`` profile's budget
+(300 examples x 50 steps, derandomized: the same examples every run), asserting
+that it fails with one of the named invariants.  The first two are the classes
+issue #13 found no layer reaching at the CI bound (the agent's stale-token
+ResyncDone check, a heartbeat compare by counts only); the rest are invented
+bugs the plain machine or the explorer let through.  docs/checking.md has the
+table of which layer catches which.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import mutants
+from swarm import SwarmMachine
+
+
+def assert_swarm_finds(monkeypatch: pytest.MonkeyPatch, mutant_id: str, *inv_ids: str) -> None:
+    mutants.apply(mutants.ALL[mutant_id], setattr_=monkeypatch.setattr, setitem=monkeypatch.setitem)
+    found = mutants.run_machine(SwarmMachine)
+    assert found is not None, f"{mutant_id} survived the swarm machine"
+    assert found in inv_ids, f"{mutant_id} caught, but by {found}, not {inv_ids}"
+
+
+def test_swarm_bite_agent_stale_done_token(monkeypatch):
+    """I4: any ResyncDone acknowledges the completions another round's report carried."""
+    assert_swarm_finds(monkeypatch, "I4", "INV-ACK-MEANS-RECORDED", "INV-LIVENESS-OUTCOME", "INV-OUTBOX-DURABLE")
+
+
+def test_swarm_bite_heartbeat_compares_counts_only(monkeypatch):
+    """I6: a heartbeat digest compare that only compares counts."""
+    assert_swarm_finds(monkeypatch, "I6", "INV-LIVENESS-AGREE")
