@@ -62,7 +62,11 @@ def apply(m: Mutant, setattr_=setattr, setitem=None) -> None:
     exec(compile(textwrap.dedent(source.replace(m.old, m.new)), f"<mutant {m.id}>", "exec"),  # noqa: S102
          func.__globals__, namespace)
     mutant = namespace[m.name]
-    if isinstance(original, property):
+    if isinstance(mutant, (property, staticmethod, classmethod)):  # the source carried its decorator
+        setattr_(holder, m.name, mutant)
+        func_of_mutant = getattr(mutant, "fget", None) or mutant.__func__
+        mutant = func_of_mutant
+    elif isinstance(original, property):
         setattr_(holder, m.name, property(mutant))
     elif isinstance(original, staticmethod):
         setattr_(holder, m.name, staticmethod(mutant))

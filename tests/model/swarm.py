@@ -346,8 +346,19 @@ class SwarmMachine(Tallied):
                 and self.sides[p.agent].conn is not None]
 
     @precondition(lambda self: self._lose_candidates())
-    @rule(i=INDEX, then_ends=st.booleans())
-    def lose_and_heartbeat(self, i, then_ends):
+    @rule(i=INDEX, then_ends=st.booleans(), first=st.booleans())
+    def lose_and_heartbeat(self, i, then_ends, first):
+        """``first``: an earlier anti-entropy round runs to its end on this connection first (two rounds
+        on one connection: the older one's messages become stale input)."""
+        if first:
+            self._lose_and_heartbeat(i, False)
+            self._deliver_all()  # the round runs to its end; its requeued job is placed again
+            self._schedule(None)
+            self._deliver_all()
+        if self._lose_candidates():
+            self._lose_and_heartbeat(i, then_ends)
+
+    def _lose_and_heartbeat(self, i, then_ends):
         """A supervisor vanishes under a connected agent, then its next heartbeat reaches the controller:
         an anti-entropy round is armed, its query on the way.  Agents that already answered a round on
         this connection are preferred (two rounds on one connection: stale tokens).  With ``then_ends``
