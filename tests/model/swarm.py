@@ -78,6 +78,8 @@ class Tallied(ReckonMachine):
         self.tally: Counter = Counter()
         self.lossy: set[int] = set()
         self.sent_round_input: list[Wire] = []  # every query, page and ResyncDone ever enqueued
+        self.rolled_back = False  # a rollback or lost facts happened in this run
+        self.log_peak = 0
         self.kills_sent: set[tuple] = set()  # (agent, job, attempt, uid) of every Kill sent, across histories
 
     def _enqueue(self, to, conn, data):
@@ -86,7 +88,9 @@ class Tallied(ReckonMachine):
             self.sent_round_input.append(self.wire[-1])
 
     def _append(self, fact):
+        self.rolled_back = getattr(self, "rolled_back", False) or len(self.log) < getattr(self, "log_peak", 0)
         super()._append(fact)
+        self.log_peak = len(self.log)
         self.tally[f"fact {type(fact).__name__}"] += 1
 
     def _ctrl(self, event):
@@ -410,6 +414,18 @@ class SwarmMachine(Tallied):
         if getattr(self, "ready", False) and not _failing():
             self._settle_in_place()
         super().teardown()
+        if getattr(self, "ready", False) and not _failing() and not (self.rolled_back or len(self.log) < self.log_peak):
+            self._check_cancels_end()
+
+    def _check_cancels_end(self) -> None:
+        """INV-LIVENESS-CANCEL: once quiet, no job whose cancel was requested is still running.
+
+        (Not judged after a rollback: the restored history may hold a cancel whose Kill names
+        a submission the agent no longer runs for that attempt.)"""
+        for job in self.controller.state.jobs.values():
+            assert not (job.state is JobState.RUNNING and job.cancel_requested), (
+                f"INV-LIVENESS-CANCEL: job {job.id} attempt {job.attempt} on {job.agent} is still running, "
+                f"its cancel requested, with the cluster quiet")
 
     def _settle_in_place(self, rounds: int = 12) -> None:
         """INV-LIVENESS-AGREE on live connections: faults stop, nobody reconnects.  Heartbeats,

@@ -33,3 +33,22 @@ def test_swarm_bite_agent_stale_done_token(monkeypatch):
 def test_swarm_bite_heartbeat_compares_counts_only(monkeypatch):
     """I6: a heartbeat digest compare that only compares counts."""
     assert_swarm_finds(monkeypatch, "I6", "INV-LIVENESS-AGREE")
+
+
+# ---- invented bugs (mutants.INVENTED) that the plain machine and the explorer let through ----------
+
+
+def test_swarm_bite_indeterminate_reported_running(monkeypatch):
+    """N4: an attempt whose supervisor was lost is reported RUNNING: the controller waits for it forever."""
+    assert_swarm_finds(monkeypatch, "N4", "INV-LIVENESS-AGREE")
+
+
+def test_swarm_bite_heartbeat_never_comparable(monkeypatch):
+    """N5: heartbeats never say what the agent has seen, so anti-entropy never compares."""
+    assert_swarm_finds(monkeypatch, "N5", "INV-LIVENESS-AGREE")
+
+
+def test_swarm_bite_cancel_not_repeated_after_round(monkeypatch):
+    """N6: a cancel requested while the agent was away is not repeated once its round resolves:
+    the process runs on (INV-LIVENESS-CANCEL was added for it; nothing else noticed)."""
+    assert_swarm_finds(monkeypatch, "N6", "INV-LIVENESS-CANCEL")
