@@ -321,19 +321,35 @@ class SwarmMachine(Tallied):
             if item is not None and item in self.wire and item in self._heads():
                 self._deliver(item)
 
-    def _reports_in_flight(self) -> list[tuple[str, bytes]]:
+    def _open_rounds(self) -> list[tuple[str, bytes]]:
+        """(agent, token) of every round open on a connection both ends still have."""
         out = []
         for (agent, token) in self.timers:
-            if any(w.to == "controller" and w.agent == agent and w.data and w.data.get("type") == M.ResyncReport.TYPE
-                   and w.data.get("token") == token for w in self.wire):
+            sess = self.controller.sessions.get(agent)
+            if (sess is not None and sess.conn is not None and self.ctrl_open.get(sess.conn)
+                    and self.agent_open.get(sess.conn)):
                 out.append((agent, token))
         return sorted(out)
 
-    @precondition(lambda self: self._reports_in_flight())
+    def _report_in_flight(self, agent: str, token: bytes) -> bool:
+        return any(w.to == "controller" and w.agent == agent and w.data and w.data.get("type") == M.ResyncReport.TYPE
+                   and w.data.get("token") == token for w in self.wire)
+
+    @precondition(lambda self: self._open_rounds())
     @rule(i=INDEX, pages_first=st.integers(0, 2))
     def deadline_during_report(self, i, pages_first):
-        """The round's deadline passes while its report is on the way (maybe some pages arrived)."""
-        agent, token = self._reports_in_flight()[i % len(self._reports_in_flight())]
+        """The round's deadline passes while its report is on the way: the agent answers the query
+        (if it has not yet), some pages may arrive, then the deadline fires."""
+        rounds = self._open_rounds()
+        agent, token = rounds[i % len(rounds)]
+        conn = self.controller.sessions[agent].conn
+        for _ in range(20):  # the agent reads what is on its way until its report goes out
+            if self._report_in_flight(agent, token) or (agent, token) not in self.timers:
+                break
+            head = next((w for w in self._heads() if w.to == agent and w.conn == conn), None)
+            if head is None:
+                break
+            self._deliver(head)
         for _ in range(pages_first):
             page = next((w for w in self._heads() if w.to == "controller" and w.agent == agent and w.data
                          and w.data.get("token") == token), None)
@@ -443,11 +459,13 @@ class SwarmMachine(Tallied):
         self._deliver_all()
         self._check_all_invariants()
         for name, side, sess in self._judged():
+            assert sess.round is None, (f"INV-LIVENESS-QUIET: {name} stays connected with a round open "
+                                        f"(deadlines fired, nothing in flight)")
             held, placed = sorted(side.agent.held()), sorted(self.controller.placed_on(name).items())
             if held == placed:
                 continue
-            if sess.round is not None or side.agent.session is not SessionState.OPERATING:
-                continue  # a round is under way (a later deadline ends it): judged by the base teardown
+            if side.agent.session is not SessionState.OPERATING:
+                continue  # joining: judged by the base teardown
             if side.conn in self.lossy:
                 theirs = (len(held), M.running_digest(held))
                 seen = sess.unrepaired == (side.conn, theirs, self.controller.state.placement_digest(name))
