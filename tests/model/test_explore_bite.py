@@ -109,9 +109,9 @@ def test_explore_bite_adopts_job_held_elsewhere(monkeypatch):
                           scenario="rolled-back")
 
 
-# A heartbeat digest compare by counts only (mutants.I6) is not reached at the CI bound (an
-# equal-count disagreement needs two losses on one live connection): the swarm machine bites it,
-# tests/model/test_swarm_bite.py.
+# A heartbeat digest compare by counts only (mutants.I6) is not reached at the CI bound, nor by
+# the swarm machine: an equal-count disagreement needs two losses on one live connection (see
+# docs/checking.md).
 
 
 def test_explore_bite_requeue_ignores_cancel(monkeypatch):

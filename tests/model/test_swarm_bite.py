@@ -3,10 +3,10 @@
 Each test re-injects one bug of ``mutants.py`` (a one-line source mutation of a
 real model function) and runs ``SwarmMachine`` at the ``ci`` profile's budget
 (300 examples x 50 steps, derandomized: the same examples every run), asserting
-that it fails with one of the named invariants.  The first two are the classes
-issue #13 found no layer reaching at the CI bound (the agent's stale-token
-ResyncDone check, a heartbeat compare by counts only); the rest are invented
-bugs the plain machine or the explorer let through.  docs/checking.md has the
+that it fails with one of the named invariants.  The first is a class issue
+#13 found no layer reaching at the CI bound (the agent's stale-token
+ResyncDone check); the rest are invented bugs the plain machine and the
+explorer let through.  docs/checking.md has the
 table of which layer catches which.
 """
 
@@ -30,9 +30,11 @@ def test_swarm_bite_agent_stale_done_token(monkeypatch):
     assert_swarm_finds(monkeypatch, "I4", "INV-ACK-MEANS-RECORDED", "INV-LIVENESS-OUTCOME", "INV-OUTBOX-DURABLE")
 
 
-def test_swarm_bite_heartbeat_compares_counts_only(monkeypatch):
-    """I6: a heartbeat digest compare that only compares counts."""
-    assert_swarm_finds(monkeypatch, "I6", "INV-LIVENESS-AGREE")
+# I6, a heartbeat digest compare by counts only, is not caught soundly by any layer: an
+# equal-count disagreement on a live connection needs two messages lost on it (a Kill and a
+# Dispatch) and a later one that lets the agent's seen_seq catch up; without losses (a WebSocket
+# loses nothing without closing) the controller's placement is a superset of what the agent
+# holds, so the counts differ whenever the sets do.  See docs/checking.md.
 
 
 # ---- invented bugs (mutants.INVENTED) that the plain machine and the explorer let through ----------
