@@ -1,0 +1,204 @@
+"""Re-injected bugs for measuring the checks (issue #13), and which layer catches each.
+
+Each ``Mutant`` is a one-line source mutation of a real function of ``model/``
+(applied with ``apply``: the function is recompiled from its patched source and
+installed in place, handler tables included).  ``ISSUE_CLASSES`` are the
+classes issue #13 names; ``INVENTED`` were written down (this file was
+committed) before any of them was run against any check, so that no check was
+tuned to them.  ``python mutants.py LAYER [ID...]`` runs one layer against the
+mutants and prints, per mutant, what caught it (or ``survived``):
+
+- ``unit``: the model's hand-written tests (tests/model without the random
+  machines, the explorer and the bite tests), in a subprocess;
+- ``machine``: ``test_stateful.ReckonMachine`` with the ``ci`` profile's budget;
+- ``swarm``: ``swarm.SwarmMachine`` with the same budget;
+- ``explorer``: ``explorer.SCENARIOS`` (the CI bound).
+
+The results are in docs/checking.md; the bite tests (test_explore_bite.py,
+test_swarm_bite.py) keep the lessons in the suite.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    what: str
+    module: str  # where the function lives
+    owner: str | None  # its class, or None for a module-level function
+    name: str
+    old: str
+    new: str
+
+
+def _resolve(m: Mutant):
+    import importlib
+
+    module = importlib.import_module(m.module)
+    holder = getattr(module, m.owner) if m.owner else module
+    return module, holder
+
+
+def apply(m: Mutant, setattr_=setattr, setitem=None) -> None:
+    """Install the mutant (``setattr_``/``setitem``: a monkeypatch's, to undo it after a test)."""
+    setitem = setitem or (lambda d, k, v: d.__setitem__(k, v))
+    module, holder = _resolve(m)
+    original = inspect.getattr_static(holder, m.name) if m.owner else getattr(module, m.name)
+    func = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    if isinstance(func, property):
+        func = func.fget
+    source = inspect.getsource(func)
+    assert source.count(m.old) == 1, f"{m.id}: mutation site not unique in {m.name}: {m.old!r}"
+    namespace: dict = {}
+    exec(compile(textwrap.dedent(source.replace(m.old, m.new)), f"<mutant {m.id}>", "exec"),  # noqa: S102
+         func.__globals__, namespace)
+    mutant = namespace[m.name]
+    if isinstance(mutant, (property, staticmethod, classmethod)):  # the source carried its decorator
+        setattr_(holder, m.name, mutant)
+        func_of_mutant = getattr(mutant, "fget", None) or mutant.__func__
+        mutant = func_of_mutant
+    elif isinstance(original, property):
+        setattr_(holder, m.name, property(mutant))
+    elif isinstance(original, staticmethod):
+        setattr_(holder, m.name, staticmethod(mutant))
+    else:
+        setattr_(holder, m.name, mutant)
+    for table_name in ("_HANDLERS", "_APPLY"):  # handlers dispatch through tables built at import
+        table = getattr(holder, table_name, None)
+        if isinstance(table, dict):
+            for key, handler in list(table.items()):
+                if handler is func:
+                    setitem(table, key, getattr(mutant, "__func__", mutant))
+
+
+ISSUE_CLASSES = (
+    Mutant("I1", "round-token check removed: a stale round's page reaches the open one", "model.controller",
+           "Controller", "_on_report_page", "if rnd is None or rnd.token != page.token:", "if rnd is None:"),
+    Mutant("I2", "dispatch gate removed: a RECONCILING agent gets new work", "model.controller", "Controller",
+           "_on_dispatch", "and session.connected and not session.reconciling", "and session.connected"),
+    Mutant("I3", "a round deadline never resolves the round", "model.controller", "Controller", "_on_deadline",
+           "        self._end_round(out, session, expire=True)\n", "        return\n"),
+    Mutant("I4", "agent stale-token check removed: any ResyncDone acknowledges", "model.agent", "Agent", "_on_done",
+           "if msg.token != self._answered:", "if False:"),
+    Mutant("I5", "an extra adopted although another agent holds it", "model.controller", "Controller", "_reconcile",
+           "adoptable = job.state is JobState.PENDING and job.attempt == entry.attempt",
+           "adoptable = job.attempt == entry.attempt"),
+    Mutant("I6", "heartbeat digest compare only compares counts", "model.controller", "Controller", "_on_heartbeat",
+           "if theirs == ours:", "if theirs[0] == ours[0]:"),
+)
+
+# Written down before any was run (see the module docstring).
+INVENTED = (
+    Mutant("N1", "scheduler: first fit ignores the job's size", "model.scheduler", "Scheduler", "place",
+           "if free[name] >= slots:", "if free[name] >= 1:"),
+    Mutant("N2", "scheduler: forgets that an agent is reconciling", "model.scheduler", "Scheduler", "notify",
+           "_AgentView(note.slots, note.used, note.connected, note.reconciling)",
+           "_AgentView(note.slots, note.used, note.connected, False)"),
+    Mutant("N3", "agent: a Kill ignores the submission uid", "model.agent", "Agent", "_on_message",
+           "and (msg.uid is None or record.uid is None or msg.uid == record.uid)):", "):"),
+    Mutant("N4", "agent: an indeterminate attempt is reported RUNNING", "model.agent", "Agent", "_entry",
+           "status=M.EntryStatus.UNRECOGNIZED,\n                             uid=record.uid)",
+           "status=M.EntryStatus.RUNNING,\n                             uid=record.uid)"),
+    Mutant("N5", "agent: heartbeats never say what was seen (never comparable)", "model.agent", "Agent", "_on_tick",
+           "seen_seq=self.seen_seq))", "seen_seq=0))"),
+    Mutant("N6", "controller: the kill of a cancel requested while away is not repeated after the round",
+           "model.controller", "Controller", "_apply_report", "            if job.cancel_requested:\n",
+           "            if False:\n"),
+    Mutant("N7", "state: a requeue keeps the old attempt's start time", "model.state", None, "_requeued",
+           "job.started_at = None", "pass"),
+    Mutant("N8", "records: an unacknowledged outcome expires", "model.records", "LocalJob", "expirable",
+           "(self.status is LocalStatus.FINISHED and self.acked)", "(self.status is LocalStatus.FINISHED)"),
+    Mutant("N9", "controller: a connected agent is declared lost", "model.controller", "Controller", "_on_tick",
+           "if session.connected or session.lost or", "if session.lost or"),
+    Mutant("N10", "agent: a late copy of the answered round's query is answered again", "model.agent", "Agent",
+           "_on_query_page", "if msg.token == self._answered:", "if False:"),
+    Mutant("N11", "controller: a refusal of an old attempt requeues the current one", "model.controller",
+           "Controller", "_on_dispatch_refused", "or job.attempt != msg.attempt ", ""),
+    Mutant("N12", "controller: a heartbeat is compared before the agent saw all we sent", "model.controller",
+           "Controller", "_on_heartbeat", "msg.seen_seq != session.seq or ", ""),
+    Mutant("N13", "agent: an acknowledged outcome is not marked acknowledged", "model.agent", "Agent",
+           "_acknowledge", "self._store(out, replace(record, acked=True))", "pass"),
+)
+
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED}
+
+UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
+                "test_explore_bite.py", "test_checks_bite.py")
+
+
+def _first_inv(text: str) -> str:
+    for word in text.replace(",", " ").replace(":", " ").split():
+        if word.startswith("INV-"):
+            return word
+    return text.strip().splitlines()[0][:80] if text.strip() else "failed"
+
+
+def run_machine(machine: type, examples: int = 300, steps: int = 50) -> str | None:
+    """The machine at the ci profile's budget, derandomized; the invariant it failed, or None."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    try:
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=examples, stateful_step_count=steps, deadline=None, database=None, derandomize=True,
+            phases=[Phase.generate], report_multiple_bugs=False, print_blob=False,
+            suppress_health_check=list(HealthCheck)))
+    except Exception as exc:  # noqa: BLE001 - any failure is a catch
+        return _first_inv(str(exc)) if "INV-" in str(exc) else type(exc).__name__
+    return None
+
+
+def run_layer(layer: str, m: Mutant) -> str | None:
+    if layer == "unit":
+        here = os.path.dirname(os.path.abspath(__file__))
+        ignores = [f"--ignore={os.path.join(here, f)}" for f in UNIT_IGNORES]
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
+                               "mutant_plugin", here, *ignores], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.dirname(here)),
+                              env={**os.environ, "RECKON_MUTANT": m.id,
+                                   "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")})
+        if proc.returncode == 0:
+            return None
+        failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED") or line.startswith("ERROR")]
+        return failed[0].split(" - ")[0].split("::")[-1] if failed else f"rc {proc.returncode}"
+    apply(m)
+    if layer == "machine":
+        from test_stateful import ReckonMachine
+        return run_machine(ReckonMachine)
+    if layer == "swarm":
+        from swarm import SwarmMachine
+        return run_machine(SwarmMachine)
+    if layer == "explorer":
+        import explorer as X
+        results = X.run_scenarios(X.SCENARIOS)
+        v = results[-1][1].violation
+        return f"{v.invariant} ({results[-1][0].name})" if v else None
+    raise SystemExit(f"unknown layer {layer}")
+
+
+def main() -> None:  # pragma: no cover - a measuring tool
+    layer, ids = sys.argv[1], sys.argv[2:] or list(ALL)
+    for mid in ids:
+        started = time.monotonic()
+        # A fresh interpreter per mutant: a mutant must not leak into the next one.
+        if os.environ.get("RECKON_MUTANT_CHILD"):
+            found = run_layer(layer, ALL[mid])
+            print(f"{mid}\t{layer}\t{found or 'survived'}", flush=True)
+            return
+        proc = subprocess.run([sys.executable, __file__, layer, mid], capture_output=True, text=True,
+                              env={**os.environ, "RECKON_MUTANT_CHILD": "1"})
+        line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"{mid}\t{layer}\terror: {proc.stderr[-300:]}"
+        print(f"{line}\t{time.monotonic() - started:.0f}s", flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,56 @@
+"""Checks that bite, for the swarm machine (tests/model/swarm.py; issue #13).
+
+Each test re-injects one bug of ``mutants.py`` (a one-line source mutation of a
+real model function) and runs ``SwarmMachine`` at the ``ci`` profile's budget
+(300 examples x 50 steps, derandomized: the same examples every run), asserting
+that it fails with one of the named invariants.  The first is a class issue
+#13 found no layer reaching at the CI bound (the agent's stale-token
+ResyncDone check); the rest are invented bugs the plain machine and the
+explorer let through.  docs/checking.md has the
+table of which layer catches which.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import mutants
+from swarm import SwarmMachine
+
+
+def assert_swarm_finds(monkeypatch: pytest.MonkeyPatch, mutant_id: str, *inv_ids: str) -> None:
+    mutants.apply(mutants.ALL[mutant_id], setattr_=monkeypatch.setattr, setitem=monkeypatch.setitem)
+    found = mutants.run_machine(SwarmMachine)
+    assert found is not None, f"{mutant_id} survived the swarm machine"
+    assert found in inv_ids, f"{mutant_id} caught, but by {found}, not {inv_ids}"
+
+
+def test_swarm_bite_agent_stale_done_token(monkeypatch):
+    """I4: any ResyncDone acknowledges the completions another round's report carried."""
+    assert_swarm_finds(monkeypatch, "I4", "INV-ACK-MEANS-RECORDED", "INV-LIVENESS-OUTCOME", "INV-OUTBOX-DURABLE")
+
+
+# I6, a heartbeat digest compare by counts only, is not caught soundly by any layer: an
+# equal-count disagreement on a live connection needs two messages lost on it (a Kill and a
+# Dispatch) and a later one that lets the agent's seen_seq catch up; without losses (a WebSocket
+# loses nothing without closing) the controller's placement is a superset of what the agent
+# holds, so the counts differ whenever the sets do.  See docs/checking.md.
+
+
+# ---- invented bugs (mutants.INVENTED) that the plain machine and the explorer let through ----------
+
+
+def test_swarm_bite_indeterminate_reported_running(monkeypatch):
+    """N4: an attempt whose supervisor was lost is reported RUNNING: the controller waits for it forever."""
+    assert_swarm_finds(monkeypatch, "N4", "INV-LIVENESS-AGREE", "INV-LIVENESS-QUIET")
+
+
+def test_swarm_bite_heartbeat_never_comparable(monkeypatch):
+    """N5: heartbeats never say what the agent has seen, so anti-entropy never compares."""
+    assert_swarm_finds(monkeypatch, "N5", "INV-LIVENESS-AGREE")
+
+
+def test_swarm_bite_cancel_not_repeated_after_round(monkeypatch):
+    """N6: a cancel requested while the agent was away is not repeated once its round resolves:
+    the process runs on (INV-LIVENESS-CANCEL was added for it; nothing else noticed)."""
+    assert_swarm_finds(monkeypatch, "N6", "INV-LIVENESS-CANCEL")
