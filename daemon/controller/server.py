@@ -61,6 +61,9 @@ class ControllerOptions:
     # After a start, no dispatch until every agent the log knows has rejoined and
     # answered its round, or this many seconds have passed (0: no hold).  See _holding.
     rejoin_grace: float = 15.0
+    store: str | None = None  # postgresql://...: shared facts, standbys, fenced leadership (daemon/controller/ha.py)
+    advertise: str | None = None  # the URL agents and clients are sent to while this controller leads
+    lease: float = 5.0  # seconds a leader's lease runs on the database's clock (PostgreSQL store)
 
 
 @dataclass(slots=True)
@@ -109,6 +112,7 @@ class ControllerDaemon:
         # by (agent name, address) at the Join.
         self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
         self.started_at = time.time()
+        self.before_release: Callable[[], None] = lambda: None  # raises if this controller may not (ha.py)
         # See _holding: only jobs already PENDING at the start can have run somewhere since.
         pending_at_start = any(j.state is JobState.PENDING for j in controller.state.jobs.values())
         self._hold_until: float | None = (trio.current_time() + options.rejoin_grace
@@ -156,6 +160,7 @@ class ControllerDaemon:
                 # Commit before effect: nothing below leaves this process until the
                 # facts behind it are durable.  A failed commit kills the daemon.
                 await self.store.append(facts)
+            self.before_release()
             for cmd in commands:
                 self._release(cmd)
             for work in batch:
@@ -628,6 +633,11 @@ class ContainedServer(WebSocketServer):
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
     t0 = time.perf_counter()
+    if options.store is not None:
+        from daemon.controller.ha import serve_ha
+
+        await serve_ha(options, task_status=task_status)
+        return
     with hold_state_dir(options.state_dir, "controller"):
         await _serve(options, t0, task_status)
 

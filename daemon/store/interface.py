@@ -66,3 +66,8 @@ async def open_sqlite_store(state_dir: Path) -> ControllerStore:
     from daemon.store.facts import FactStore
 
     return await FactStore.open(state_dir)
+
+
+class SteppedDown(Exception):
+    """This controller led and no longer does (deposed, or its lease could not be renewed in
+    time): it has stopped releasing effects and exits; run it again to stand by."""
