@@ -1,0 +1,112 @@
+"""The daemon commands of `reckon`: controller, agent, dev, demo, bench, chaos (trio, imported on demand)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from functools import partial
+from typing import Any
+
+import trio
+
+from daemon.cli.client import ClientError, resolve_controller, resolve_token
+from daemon.store.statelock import StateDirBusy, WrongStateDir
+
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reason and exit status 1
+
+
+def run_daemon_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        if args.command == "controller":
+            return trio.run(_controller_command, args)
+        if args.command == "agent":
+            return trio.run(_agent_command, args)
+        if args.command == "dev":
+            return trio.run(_dev_command, args)
+        if args.command == "demo":
+            from daemon.cli.demo import run_demo
+
+            return run_demo(args)
+        if args.command == "bench":
+            from daemon.bench.run import run_bench
+
+            return run_bench(args)
+        if args.command == "chaos":
+            from daemon.chaos.main import run_chaos
+
+            return run_chaos(args)
+        raise AssertionError(f"not a daemon command: {args.command}")
+    except (StateDirBusy, WrongStateDir) as exc:
+        raise ClientError(str(exc)) from None
+    except BaseExceptionGroup as group:
+        # Raised from inside a daemon's nursery (an agent's state directory refused at start).
+        known, rest = group.split(_ONE_LINE_ERRORS)
+        if known is None or rest is not None:
+            raise
+        while isinstance(known, BaseExceptionGroup):
+            known = known.exceptions[0]
+        raise ClientError(str(known)) from None
+
+
+async def _until_signalled(run: Any) -> None:
+    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run)."""
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            nursery.start_soon(run)
+            async for signum in signals:
+                logging.getLogger("reckon").info("%s: stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+async def _controller_command(args: argparse.Namespace) -> int:
+    from daemon.controller.server import ControllerOptions, serve_controller
+    from model.controller import ControllerConfig
+
+    token = resolve_token(args.token_file)
+    options = ControllerOptions(
+        host=args.listen[0], port=args.listen[1], state_dir=args.state_dir, token=token,
+        model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
+                               lost_after=args.lost_after),
+        heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
+        rejoin_grace=max(args.rejoin_grace, 0.0),
+    )
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            port, _ = await nursery.start(serve_controller, options)
+            print(f"reckon controller listening on ws://{options.host}:{port}", flush=True)
+
+    await _until_signalled(run)
+    return 0
+
+
+async def _agent_command(args: argparse.Namespace) -> int:
+    from daemon.agent.daemon import AgentOptions, run_agent
+
+    options = AgentOptions(
+        name=args.name, slots=args.slots, state_dir=args.state_dir,
+        controller=resolve_controller(args.controller), token=resolve_token(args.token_file),
+        executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
+        model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
+               "heartbeat_interval": args.heartbeat_interval},
+    )
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_agent, options)
+            print(f"reckon agent {args.name} running ({args.slots} slots)", flush=True)
+
+    await _until_signalled(run)
+    return 0
+
+
+async def _dev_command(args: argparse.Namespace) -> int:
+    from daemon.cli.dev import run_dev
+
+    await _until_signalled(partial(run_dev, args))
+    return 0
