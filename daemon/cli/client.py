@@ -107,8 +107,18 @@ def reply_of(data: bytes | str, url: str) -> dict:
     except Exception as exc:  # RemoteProtocolError: an undecodable reply
         raise ClientError(f"controller at {url} sent a bad reply: {exc}") from None
     if not reply.get("ok"):
+        if "leader" in reply:  # a standby controller (PostgreSQL store): it did nothing
+            raise NotLeader(f"controller at {url}: {reply.get('error')}", str(reply["leader"] or ""))
         raise ClientError(str(reply.get("error", "request failed")))
     return reply
+
+
+class NotLeader(ClientError):
+    """The controller asked is a standby; ``leader`` is where it says the leader is ("" unknown)."""
+
+    def __init__(self, message: str, leader: str) -> None:
+        super().__init__(message)
+        self.leader = leader.rstrip("/")
 
 
 def request_bytes(op: str, fields: dict[str, Any]) -> bytes:
@@ -124,12 +134,19 @@ class SyncClient:
     ``ssl_context`` is used for ``wss://`` (default: the system's trust store).
     Connecting (TCP, TLS and the WebSocket handshake) and then each request
     (send and reply) must each finish within ``timeout`` seconds.
+
+    ``url`` may list several controllers (``ws://a:7420,ws://b:7420``, one
+    leads): the first that connects is asked, and a standby's "not the leader"
+    sends the request on to the leader it names (or the next URL): a standby
+    never acts on a request, so asking again is safe.
     """
 
     def __init__(self, url: str, token: str | None, *, timeout: float = DEFAULT_TIMEOUT,
                  ssl_context: Any = None) -> None:
-        self.url = url.rstrip("/")
-        self.scheme, self.host, self.port = parse_controller_url(self.url)
+        self.urls = [u.strip().rstrip("/") for u in url.split(",")]
+        for u in self.urls:
+            parse_controller_url(u)  # a UsageError for any bad one, before connecting anywhere
+        self._use(self.urls[0])
         self.token = token
         self.timeout = timeout
         self.ssl_context = ssl_context
@@ -142,7 +159,29 @@ class SyncClient:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def connect(self) -> None:
+    def _use(self, url: str) -> None:
+        self.url = url
+        self.scheme, self.host, self.port = parse_controller_url(url)
+
+    def connect(self, first: str | None = None, *, skip: frozenset[str] = frozenset()) -> None:
+        """Connect to ``first`` (default: the current URL), else to the other URLs in turn."""
+        order = [first or self.url] + [u for u in self.urls if u != (first or self.url)]
+        last: ClientError | None = None
+        for url in order:
+            if url in skip:
+                continue
+            self._use(url)
+            try:
+                self._connect_one()
+                return
+            except UsageError:
+                raise
+            except ClientError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def _connect_one(self) -> None:
         deadline = time.monotonic() + self.timeout
         context = self.ssl_context
         if self.scheme == "wss" and context is None:
@@ -172,6 +211,20 @@ class SyncClient:
 
     def call(self, op: str, **fields: Any) -> dict:
         """One request and its reply (a ``ClientError`` for a refusal, a time-out, a lost connection)."""
+        asked: set[str] = set()
+        while True:
+            try:
+                return self._call_one(op, fields)
+            except NotLeader as exc:
+                asked.add(self.url)
+                self.close()
+                others = [u for u in self.urls if u not in asked]
+                target = exc.leader if exc.leader and exc.leader not in asked else (others[0] if others else None)
+                if target is None:
+                    raise
+                self.connect(target, skip=frozenset(asked))
+
+    def _call_one(self, op: str, fields: dict[str, Any]) -> dict:
         if self._ws is None:
             raise ClientError(f"not connected to the controller at {self.url}")
         deadline = time.monotonic() + self.timeout

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
                                             "$RECKON_TOKEN holds the token itself)")
     controller = argparse.ArgumentParser(add_help=False)
-    controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT "
+    controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT, or several "
+                                                 "separated by commas (standby controllers: the leader is found) "
                                                  "(default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
     client = argparse.ArgumentParser(add_help=False, parents=[controller, token])
     client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
@@ -90,7 +91,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("controller", parents=[verbose, token], help="run the controller in the foreground")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT")
-    p.add_argument("--state-dir", type=Path, required=True)
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help="where the controller keeps its facts (SQLite); required unless --store is given")
+    p.add_argument("--store", metavar="postgresql://...",
+                   help="keep the facts in PostgreSQL instead: several controllers may share it, one leads "
+                        "(README: High availability); needs pip install 'reckond[postgres]'")
+    p.add_argument("--advertise", metavar="ws://HOST:PORT",
+                   help="with --store: the URL standbys send agents and clients to while this one leads "
+                        "(default ws://LISTEN-HOST:PORT)")
+    p.add_argument("--lease", type=_positive, default=5.0, metavar="SECONDS",
+                   help="with --store: a leader's lease on the database's clock (default 5); a standby takes "
+                        "over when it runs out, or at once when the leader's database session ends")
     p.add_argument("--page-size", type=int, default=1000, help="jobs per resync page (default 1000)")
     p.add_argument("--round-timeout", type=_positive, default=30.0, help="seconds a resync round may take")
     p.add_argument("--heartbeat-timeout", type=_positive, default=10.0,
