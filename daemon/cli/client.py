@@ -23,6 +23,7 @@ from daemon.cli import websocket as ws
 
 DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
 DEFAULT_TIMEOUT = 10.0  # seconds: connecting (TCP and handshake), and then each request
+EACH_CONNECT_TIMEOUT = 3.0  # seconds per controller when several are listed (one may be frozen)
 CLOSE_WAIT = 1.0  # seconds, at most, for the controller to answer our close (it answers at once)
 
 
@@ -166,13 +167,16 @@ class SyncClient:
     def connect(self, first: str | None = None, *, skip: frozenset[str] = frozenset()) -> None:
         """Connect to ``first`` (default: the current URL), else to the other URLs in turn."""
         order = [first or self.url] + [u for u in self.urls if u != (first or self.url)]
+        # With several controllers, one that is frozen (accepts TCP, never answers) must not take
+        # the whole time-out: the others are tried after EACH_CONNECT_TIMEOUT.
+        timeout = self.timeout if len(order) == 1 else min(self.timeout, EACH_CONNECT_TIMEOUT)
         last: ClientError | None = None
         for url in order:
             if url in skip:
                 continue
             self._use(url)
             try:
-                self._connect_one()
+                self._connect_one(timeout)
                 return
             except UsageError:
                 raise
@@ -181,17 +185,17 @@ class SyncClient:
         assert last is not None
         raise last
 
-    def _connect_one(self) -> None:
-        deadline = time.monotonic() + self.timeout
+    def _connect_one(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         context = self.ssl_context
         if self.scheme == "wss" and context is None:
             import ssl
 
             context = ssl.create_default_context()
         try:
-            sock = ws.connect(self.host, self.port, timeout=self.timeout, ssl_context=context)
+            sock = ws.connect(self.host, self.port, timeout=timeout, ssl_context=context)
         except socket.timeout:
-            raise unreachable(self.url, f"no connection within {self.timeout:g}s") from None
+            raise unreachable(self.url, f"no connection within {timeout:g}s") from None
         except OSError as exc:  # refused, no route, name not known; ssl.SSLError is one too
             raise unreachable(self.url, getattr(exc, "reason", None) or exc.strerror or str(exc)) from None
         conn = ws.WebSocket(sock)
@@ -200,7 +204,7 @@ class SyncClient:
             conn.handshake(f"{host}:{self.port}", "/client", auth_headers(self.token), deadline)
         except ws.WebSocketTimeout:
             conn.abort()
-            raise no_handshake(self.url, self.timeout) from None
+            raise no_handshake(self.url, timeout) from None
         except ws.WebSocketRejected as exc:
             conn.abort()
             raise refused(self.url, exc.status, exc.body) from None

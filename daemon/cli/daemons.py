@@ -116,6 +116,7 @@ async def _agent_command(args: argparse.Namespace) -> int:
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=controller, token=resolve_token(args.token_file),
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
+        pong_timeout=args.ping_timeout, ping_interval=min(5.0, args.ping_timeout / 2),
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
     )

@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a finished job is still reported to a rejoin round unasked")
     p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0)
+    p.add_argument("--ping-timeout", type=_positive, default=10.0, metavar="SECONDS",
+                   help="drop a controller that does not answer a WebSocket ping within this (default 10; "
+                        "a ping every half of it, 5 s at most): how soon a frozen leader is left for another")
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
 
     p = sub.add_parser("submit", parents=[client], help="submit a job; prints its id")
