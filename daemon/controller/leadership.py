@@ -49,13 +49,23 @@ class Leadership:
                 "stopped releasing effects before another controller could take over")
 
     async def run(self) -> None:
-        """Renew until deposed or late; raises ``SteppedDown`` saying which."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._renew)
-            # A watchdog apart from the renewals: a renewal stuck in the database cannot hold it up.
-            while trio.current_time() < self.valid_until:
-                await trio.sleep_until(self.valid_until)
-            raise SteppedDown(self._expired())
+        """Renew until deposed, late or cut off; raises ``SteppedDown`` saying which."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._renew)
+                # A watchdog apart from the renewals: a renewal stuck in the database cannot hold it up.
+                while trio.current_time() < self.valid_until:
+                    await trio.sleep_until(self.valid_until)
+                raise SteppedDown(self._expired())
+        except BaseExceptionGroup as group:
+            stepped, rest = group.split(SteppedDown)
+            if rest is not None and rest.subgroup(lambda e: not isinstance(e, Exception)) is not None:
+                raise  # a cancellation or KeyboardInterrupt is not ours to translate
+            first = _first_leaf(stepped if stepped is not None else rest)
+            if isinstance(first, SteppedDown):
+                raise first from None
+            # The database is gone (so is our advisory lock: the epoch may move at once).
+            raise SteppedDown(f"lost the database while renewing the lease of epoch {self.epoch}: {first}") from first
 
     async def _renew(self) -> None:
         while True:
@@ -66,3 +76,9 @@ class Leadership:
             except Deposed as exc:
                 raise SteppedDown(str(exc)) from exc
             self.valid_until = max(self.valid_until, asked_at + self.store.lease * (1 - MARGIN))
+
+
+def _first_leaf(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group

@@ -130,3 +130,27 @@ async def test_a_leader_whose_lease_is_taken_steps_down_and_commits_nothing(pg_d
 
     assert all(epoch == 1 for _, epoch in await trio.to_thread.run_sync(epochs))  # nothing after the takeover
     assert any("stepping down" in r.getMessage() for r in caplog.records)
+
+
+@hang_guard
+async def test_a_leader_that_cannot_renew_stops_releasing_before_its_lease_ends(pg_dsn, tmp_path, caplog):
+    """Its renewals hang (a database that stopped answering): before the lease could pass to
+    another controller, it stops releasing effects and steps down, on its own clock."""
+    from daemon.store.postgres import PgFactStore
+
+    async def renew_never_returns(self):
+        await trio.sleep_forever()
+
+    caplog.set_level(logging.INFO, logger="reckon.controller")
+    original = PgFactStore.renew
+    PgFactStore.renew = renew_never_returns
+    try:
+        with pytest.raises(BaseExceptionGroup) as raised:
+            async with trio.open_nursery() as outer:
+                a_port, _ = await outer.start(serve_controller, options(pg_dsn, tmp_path, "a"))
+                await wait_until(lambda: _ok(a_port, {"op": "status"}))
+                await trio.sleep_forever()
+    finally:
+        PgFactStore.renew = original
+    stepped, rest = raised.value.split(SteppedDown)
+    assert rest is None and "could not renew the lease of epoch 1 in time" in str(stepped.exceptions[0])
