@@ -54,9 +54,7 @@ class Leadership:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._renew)
                 # A watchdog apart from the renewals: a renewal stuck in the database cannot hold it up.
-                while trio.current_time() < self.valid_until:
-                    await trio.sleep_until(self.valid_until)
-                raise SteppedDown(self._expired())
+                await trio.sleep_forever()
         except BaseExceptionGroup as group:
             stepped, rest = group.split(SteppedDown)
             if rest is not None and rest.subgroup(lambda e: not isinstance(e, Exception)) is not None:
