@@ -54,7 +54,9 @@ class Leadership:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._renew)
                 # A watchdog apart from the renewals: a renewal stuck in the database cannot hold it up.
-                await trio.sleep_forever()
+                while trio.current_time() < self.valid_until:
+                    await trio.sleep_until(self.valid_until)
+                raise SteppedDown(self._expired())
         except BaseExceptionGroup as group:
             stepped, rest = group.split(SteppedDown)
             if rest is not None and rest.subgroup(lambda e: not isinstance(e, Exception)) is not None:
