@@ -16,6 +16,7 @@ from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import open_websocket_url
 
 from daemon import wire
+from daemon.cli.client import NotLeader, SyncClient
 from daemon.controller.server import ControllerOptions, serve_controller
 from daemon.store.interface import SteppedDown
 from model import messages as M
@@ -81,12 +82,24 @@ async def test_a_standby_points_to_the_leader_and_takes_over_with_the_log(pg_dsn
         assert isinstance(answer, M.Error) and answer.leader == a_url and answer.fatal
         [old] = await agent_join(b_port, 3)  # a version 3 agent: the URL is in the reason only
         assert isinstance(old, M.Error) and old.leader is None and a_url in old.reason
+        # The CLI's blocking client, given the standby first, is sent on to the leader.
+        b_url = f"ws://127.0.0.1:{b_port}"
+        nodes = await trio.to_thread.run_sync(lambda: _sync_call(f"{b_url},{a_url}", "nodes"))
+        assert nodes == {"ok": True, "nodes": []}
+        with pytest.raises(NotLeader, match="not the leader") as told:  # the standby alone: a clear error
+            await trio.to_thread.run_sync(lambda: _sync_call(b_url, "nodes"))
+        assert told.value.leader == a_url
 
         a_scope.cancel()  # a stops: its session ends, b takes over without waiting out the lease
         status = await wait_until(lambda: _ok(b_port, {"op": "show", "job": job}))
         assert status["job"]["id"] == job and status["job"]["state"] == "PENDING"
         assert b_front.daemon is not None and b_front.leader == f"ws://127.0.0.1:{b_port}"
         outer.cancel_scope.cancel()
+
+
+def _sync_call(url: str, op: str) -> dict:
+    with SyncClient(url, None, timeout=10) as client:
+        return client.call(op)
 
 
 async def _is(value: bool) -> bool:
