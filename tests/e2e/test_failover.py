@@ -52,7 +52,10 @@ def start_pair(cluster, dsn: str) -> tuple[str, str]:
 def test_sigkill_of_the_leader_standby_leads_and_a_completion_during_failover_is_recorded_once(cluster, pg_dsn):
     a, b = start_pair(cluster, pg_dsn)
     cluster.start_agent("a1", slots=2)
+    cluster.controller_urls = f"{b},{a}"  # a2 asks the standby first, which sends it to the leader
     cluster.start_agent("a2", slots=2)
+    cluster.controller_urls = f"{a},{b}"
+    assert "is a standby controller: not the leader: the leader is " + a in cluster.log_text("a2")
     gate = cluster.base / "gate"
     gated = cluster.submit("sh", "-c", GATED.format(gate=gate, code=7), name="gated")
     others = [cluster.submit("sh", "-c", GATED.format(gate=gate, code=0)) for _ in range(3)]
