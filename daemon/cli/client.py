@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -47,7 +46,8 @@ def resolve_token(token_file: str | None) -> str | None:
     path = token_file or os.environ.get("RECKON_TOKEN_FILE")
     if path:
         try:
-            token = Path(path).read_text().strip()
+            with open(path, encoding="utf-8") as f:
+                token = f.read().strip()
         except OSError as exc:
             raise ClientError(f"cannot read token file {path}: {exc.strerror}") from None
         if not token:

@@ -12,12 +12,14 @@ from typing import Any
 
 import trio
 
-from daemon.cli.client import ClientError, UsageError, resolve_controller, resolve_token
+from daemon.cli.client import ClientError, UsageError, parse_controller_url, resolve_controller, resolve_token
+from daemon.controller.listen import CannotListen
 from daemon.store.interface import SteppedDown
 from daemon.store.sqlite_thread import StoreError
 from daemon.store.statelock import StateDirBusy, WrongStateDir
 
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, SteppedDown, StoreError)  # a one-line reason and exit status 1
+# An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -43,7 +45,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
-    except (StateDirBusy, WrongStateDir, StoreError) as exc:
+    except (StateDirBusy, WrongStateDir, CannotListen, StoreError) as exc:
         raise ClientError(str(exc)) from None
     except SteppedDown as exc:
         raise ClientError(f"controller stepped down: {exc}") from None
@@ -108,8 +110,9 @@ async def _agent_command(args: argparse.Namespace) -> int:
     from daemon.agent.controllers import parse_controller_urls
 
     controller = resolve_controller(args.controller)
-    try:
-        parse_controller_urls(controller)
+    try:  # UsageError (exit 2) before anything starts
+        for url in parse_controller_urls(controller):
+            parse_controller_url(url)  # the same checks as a single URL's (host, no path)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = AgentOptions(

@@ -13,11 +13,20 @@ model's controller or the servers; the daemons (daemon/cli/daemons.py) do.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget")
+COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos")
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
+AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+AGENT_NAME_RULE = ("1 to 100 characters: letters, digits, '.', '_' and '-', starting with a letter or a digit "
+                   "(a host name fits)")
 
 
 def _version() -> str:
@@ -45,11 +54,32 @@ class _VersionAction(argparse.Action):
 # ---- option types -----------------------------------------------------------------------
 
 
+def path(value: str) -> "Path":
+    """A ``pathlib.Path``, imported only when a path option is given (pathlib costs a submit some ms)."""
+    from pathlib import Path
+
+    return Path(value)
+
+
 def _listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    if not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (0 to 65535; 0: any free port)")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _count(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_SLOTS}, got {value!r}")
+    return int(value)
+
+
+def _agent_name(value: str) -> str:
+    if not AGENT_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid agent name: {AGENT_NAME_RULE}")
+    return value
 
 
 def _positive(value: str) -> float:
@@ -69,30 +99,109 @@ def _env_pair(value: str) -> tuple[str, str]:
 # ---- the parser ---------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    verbose = argparse.ArgumentParser(add_help=False)
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, with the terminal's width found without ``shutil``.
+
+    argparse makes a formatter for every ``add_argument`` (to check the
+    metavar), and with no width given that imports shutil (and with it bz2,
+    lzma, zlib, fnmatch): a tenth of a submit's start-up, for help text that
+    is rarely printed.
+    """
+
+    def __init__(self, prog: str, **kwargs: object) -> None:
+        kwargs.setdefault("width", _help_width())
+        super().__init__(prog, **kwargs)  # type: ignore[arg-type]
+
+
+def _help_width() -> int:
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", "0")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
+    except (ValueError, OSError, AttributeError):
+        columns = 80
+    return max(columns, 20) - 2  # as argparse does
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one ``reckon: ...`` line (the CLI's failure contract) and status 2."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        self.exit(2, f"reckon: {self.prog.removeprefix('reckon ')}: {message} (see {self.prog} --help)\n"
+                  if self.prog != "reckon" else f"reckon: {message} (see reckon --help)\n")
+
+
+class _Unbuilt:
+    """Stands in for the parser of a command that is not being run: its options are not built.
+
+    Building every command's options took a submit's start-up a few ms more
+    than its own; the other commands only need their name and help line.
+    """
+
+    def add_argument(self, *args: object, **kwargs: object) -> None:
+        return None
+
+    def add_mutually_exclusive_group(self, *args: object, **kwargs: object) -> "_Unbuilt":
+        return self
+
+    add_argument_group = add_subparsers = add_parser = add_mutually_exclusive_group
+
+
+class _Commands:
+    """``add_subparsers()``'s result, building only the command ``only`` in full (None: all of them)."""
+
+    def __init__(self, sub: argparse._SubParsersAction, only: str | None) -> None:
+        self.sub = sub
+        self.only = only
+
+    def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser | _Unbuilt:
+        if self.only is None or self.only == name:
+            return self.sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
+        self.sub.add_parser(name, help=kwargs.get("help"))  # type: ignore[arg-type]
+        return _Unbuilt()
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (its first word that is not an option), if it is one."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+        if word in ("-h", "--help", "--version"):
+            return None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only``, that command's options alone (the others by name and help)."""
+    verbose = _Parser(add_help=False)
     verbose.add_argument("-v", "--verbose", action="store_true", help="log more")
-    token = argparse.ArgumentParser(add_help=False)
+    token = _Parser(add_help=False)
     token.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
                                             "$RECKON_TOKEN holds the token itself)")
-    controller = argparse.ArgumentParser(add_help=False)
+    controller = _Parser(add_help=False)
     controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT, or several "
                                                  "separated by commas (standby controllers: the leader is found) "
                                                  "(default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
-    client = argparse.ArgumentParser(add_help=False, parents=[controller, token])
+    client = _Parser(add_help=False, parents=[controller, token])
     client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
                         help="give up on a controller that does not connect, or answer a request, "
                              "within this long (default 10)")
 
-    parser = argparse.ArgumentParser(prog="reckon", description="A batch-job controller and agent "
+    parser = _Parser(prog="reckon", description="A batch-job controller and agent "
                                      "that never loses or invents a job outcome.")
     parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub: Any = _Commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), only)
 
     p = sub.add_parser("controller", parents=[verbose, token], help="run the controller in the foreground")
-    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT")
-    p.add_argument("--state-dir", type=Path, default=None,
-                   help="where the controller keeps its facts (SQLite); required unless --store is given")
+    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
+                   help="address to serve agents and clients on (default 127.0.0.1:7420; port 0: any free port)")
+    p.add_argument("--state-dir", type=path, default=None,
+                   help="where the controller keeps its fact log (one controller per directory); "
+                        "required unless --store is given")
     p.add_argument("--store", metavar="postgresql://...",
                    help="keep the facts in PostgreSQL instead: several controllers may share it, one leads "
                         "(README: High availability); needs pip install 'reckond[postgres]'")
@@ -114,9 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "long (default 15; 0: dispatch at once)")
 
     p = sub.add_parser("agent", parents=[verbose, controller, token], help="run an agent in the foreground")
-    p.add_argument("--name", required=True)
-    p.add_argument("--slots", type=int, required=True)
-    p.add_argument("--state-dir", type=Path, required=True)
+    p.add_argument("--name", type=_agent_name, required=True,
+                   help="the agent's name, unique in the cluster: " + AGENT_NAME_RULE)
+    p.add_argument("--slots", type=_count, required=True, help="how many job slots this machine offers")
+    p.add_argument("--state-dir", type=path, required=True,
+                   help="where the agent keeps its identity, job records and output (one agent per directory)")
     p.add_argument("--executor", choices=("process", "null", "hold"), default="process",
                    help="process: run real jobs; null: finish each job at once; "
                         "hold: finish all jobs on SIGUSR1 (benchmarks)")
@@ -126,33 +237,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recent-window", type=float, default=300.0,
                    help="seconds a finished job is still reported to a rejoin round unasked")
     p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
-    p.add_argument("--heartbeat-interval", type=_positive, default=2.0)
+    p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
+                   help="seconds between heartbeats to the controller (default 2)")
     p.add_argument("--ping-timeout", type=_positive, default=10.0, metavar="SECONDS",
                    help="drop a controller that does not answer a WebSocket ping within this (default 10; "
                         "a ping every half of it, 5 s at most): how soon a frozen leader is left for another")
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
 
-    p = sub.add_parser("submit", parents=[client], help="submit a job; prints its id")
-    p.add_argument("--name")
-    p.add_argument("--slots", type=int, default=1)
-    p.add_argument("--cwd")
-    p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V")
-    p.add_argument("--json", action="store_true", help="print the job object")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
+    p = sub.add_parser("submit", parents=[client], help="submit a job (or a file of jobs); prints the ids",
+                       description="Submit a job; print its id.  With --file, submit one job per line of "
+                                   "FILE in one request (all or none); print their ids, one per line.")
+    p.add_argument("--name", help="the job's name (default: the command's file name)")
+    p.add_argument("--slots", type=int, default=1, help="slots the job takes on its agent (default 1)")
+    p.add_argument("--cwd", metavar="DIR", help="run in DIR on the agent (default: the current directory; "
+                                               "a relative DIR is taken from the current directory)")
+    p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V",
+                   help="set an environment variable for the job (repeatable)")
+    p.add_argument("--file", metavar="FILE", help="submit one job per line of FILE ('-': standard input): "
+                                                  "shell-quoted command lines; blank and '#' lines skipped")
+    p.add_argument("--queue-anyway", action="store_true",
+                   help="queue a job even if no registered agent has the slots to run it")
+    p.add_argument("--json", action="store_true", help="print the job object (with --file: the list of ids)")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command to run")
 
     p = sub.add_parser("jobs", parents=[client], help="list jobs")
-    p.add_argument("--state", choices=JOB_STATES)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--state", choices=JOB_STATES, help="only the jobs in this state")
+    p.add_argument("--json", action="store_true", help="print a JSON list of job objects")
 
     p = sub.add_parser("show", parents=[client], help="show one job")
-    p.add_argument("job")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("--json", action="store_true", help="print the job object")
 
     p = sub.add_parser("cancel", parents=[client], help="cancel a job")
-    p.add_argument("job")
+    p.add_argument("job", help="the job's id")
 
     p = sub.add_parser("nodes", parents=[client], help="list agents")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print a JSON list of agent objects")
 
     p = sub.add_parser(
         "forget", parents=[client], help="declare a disconnected agent gone: requeue its jobs, free its name",
@@ -165,14 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dev", parents=[verbose, token],
                        help="a controller and N agents on this machine, in the foreground")
-    p.add_argument("--agents", type=int, default=2)
-    p.add_argument("--slots", type=int, default=4)
-    p.add_argument("--state-dir", type=Path, default=None, help="default: a temporary directory")
-    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT")
+    p.add_argument("--agents", type=_count, default=2, help="how many agents (default 2)")
+    p.add_argument("--slots", type=_count, default=4, help="slots per agent (default 4)")
+    p.add_argument("--state-dir", type=path, default=None, help="default: a temporary directory")
+    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
+                   help="the controller's address (default 127.0.0.1:7420)")
 
     p = sub.add_parser("demo", parents=[verbose],
                        help="the failure demo: kill the controller mid-run, check every outcome")
-    p.add_argument("--jobs", type=int, default=40)
+    p.add_argument("--jobs", type=_count, default=40, help="jobs to run (default 40)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
     from daemon.bench.options import add_parser as add_bench_parser
@@ -187,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(only=command_of(argv)).parse_args(argv)
     from daemon.cli.client import ClientError, UsageError
 
     try:

@@ -34,6 +34,7 @@ from model.state import ControllerState, apply, replay, restore
 
 from daemon import runtime, wire
 from daemon.controller.leadership import Leadership
+from daemon.controller.listen import listening
 from daemon.controller.server import ContainedServer, ControllerDaemon, ControllerOptions
 from daemon.store.interface import SteppedDown
 from daemon.store.postgres import PgFactStore
@@ -118,8 +119,7 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
         front = Front(options)
         follower = _Follower(store)
         await follower.catch_up()
-        async with trio.open_nursery() as nursery:
-            listeners = await trio.open_tcp_listeners(options.port, host=options.host)
+        async with listening(options.host, options.port) as listeners, trio.open_nursery() as nursery:
             server = await nursery.start(ContainedServer(
                 front.handle_request, listeners, handler_nursery=nursery,
                 max_message_size=wire.MAX_AGENT_MESSAGE).run)
