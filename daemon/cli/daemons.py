@@ -111,8 +111,11 @@ async def _agent_command(args: argparse.Namespace) -> int:
 
     controller = resolve_controller(args.controller)
     try:  # UsageError (exit 2) before anything starts
-        for url in parse_controller_urls(controller):
-            parse_controller_url(url)  # the same checks as a single URL's (host, no path)
+        if any(not url.strip() for url in controller.split(",")):
+            raise ValueError(f"--controller takes one URL or several separated by commas, got {controller!r}")
+        for url in controller.split(","):
+            parse_controller_url(url.strip())  # the same checks and words as for a single URL
+        parse_controller_urls(controller)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = AgentOptions(
