@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install fuzz check-deep clean
+.PHONY: test demo install fuzz check-deep clean postgres-bin
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# The PostgreSQL tests start a private server (tests/pgserver.py) and need its binaries:
+# installed here when missing and we are root; otherwise those tests fail saying how to install them.
+postgres-bin:
+	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1 \
+	    && [ -z "$$RECKON_PG_BIN" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing PostgreSQL for the tests (apt-get install postgresql)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	fi
+
 # Two workers (the machine has 2 cores); the end-to-end tests share one (tests/conftest.py).
-test: $(STAMP)
+test: $(STAMP) postgres-bin
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 fuzz: $(STAMP)

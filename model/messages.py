@@ -44,9 +44,13 @@ from .output import MAX_OUTPUT_CHUNK, OutputStatus, OutputStream
 # agent, ``output_chunk`` back; outside the controller's numbered stream, so
 # without ``seq``), sent only to agents that joined with version >= 4; a job
 # spec may name ``output`` / ``error`` path patterns (left out while unset).
+# Also 4: an error may name the ``leader``: the controller that answered is a
+# standby (several controllers share one PostgreSQL, one leads) and this is
+# where the leader is ("" when it does not know); left out for older agents.
 PROTOCOL_VERSION = 4
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
 OUTPUT_SINCE = 4  # the first version whose agents serve output reads
+NOT_LEADER_SINCE = 4  # the first version whose agents are told where the leader is
 UIDS_SINCE = 3  # the first version whose agents are sent (and send) submission uids
 BATCHED_FRAMES_SINCE = 2  # the first version whose peers accept a CBOR array of messages in one frame
 MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
@@ -396,6 +400,8 @@ class Error:
     A ``permanent`` one (version 3) will not go away by itself (the name is
     held by another agent, an unsupported version): the agent retries it at
     its slow refusal pace, not its fast outage pace, and logs it once.
+    An error with a ``leader`` (version 4) comes from a standby controller:
+    it does not lead, and the leader is at that URL ("": not known right now).
     """
 
     TYPE: ClassVar[str] = "error"
@@ -403,9 +409,14 @@ class Error:
     reason: str
     fatal: bool = True
     permanent: bool = False  # version 3: an operator must act before a retry can succeed
+    leader: str | None = None  # version 4: "not the leader; the leader is here" (None: not that case)
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=0)
+        if self.leader is not None:
+            check_str("leader", self.leader, max_len=2000, allow_empty=True)
+            if not self.fatal or self.permanent:
+                raise ValueError("a not-the-leader error is fatal (the standby closes) and not permanent")
         check_str("reason", self.reason, max_len=2000)
         if not isinstance(self.fatal, bool):
             raise ValueError("fatal must be a boolean")
@@ -492,7 +503,7 @@ _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
 _OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
 _OMITTED_AT_DEFAULT[Join] = {"identity": None}
-_OMITTED_AT_DEFAULT[Error] = {"permanent": False}
+_OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None}
 
 
 def to_wire(msg: Message) -> dict[str, Any]:
@@ -582,3 +593,10 @@ def pages(items: list[Any], page_size: int) -> list[list[Any]]:
     if not items:
         return [[]]
     return [items[i : i + page_size] for i in range(0, len(items), page_size)]
+
+
+def not_the_leader(version: int, leader: str) -> Error:
+    """A standby's answer to an agent that joined with protocol ``version``: fatal, not permanent
+    (leadership moves), naming the leader to agents that understand it (version 4)."""
+    reason = f"not the leader: {'the leader is ' + leader if leader else 'no controller leads right now'}"
+    return Error(seq=0, reason=reason, fatal=True, leader=leader if version >= NOT_LEADER_SINCE else None)

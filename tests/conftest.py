@@ -32,3 +32,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "/tests/e2e/" in str(item.path):
             item.add_marker(pytest.mark.xdist_group("e2e"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One real PostgreSQL per test session (tests/pgserver.py); each test asks it for a fresh database.
+    Without PostgreSQL binaries this fails, with how to install them: it never skips."""
+    from pgserver import PgServer
+
+    server = PgServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_dsn(postgres):
+    """A fresh, empty database on the session's PostgreSQL."""
+    return postgres.new_database()

@@ -36,6 +36,7 @@ from model import messages as M
 from model.agent import Agent, AgentConfig, LocalStatus
 from model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 
+from daemon.agent.controllers import ControllerUrls
 from daemon import runtime, wire
 from daemon.store.agent import AgentStore
 from daemon.refusals import RefusalLog
@@ -91,6 +92,7 @@ class _Connection:
     version: int = 1  # the protocol version the controller's Welcome named (frames follow it)
     welcomed: bool = False  # the controller accepted our Join
     refusal: str | None = None  # why we are refused on this connection, for good (not an outage)
+    leader: str | None = None  # set when the peer is a standby: where it says the leader is ("" unknown)
 
 
 class AgentDaemon:
@@ -115,6 +117,8 @@ class AgentDaemon:
         self.refusals = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
         # Handshakes that fail in other ways (a proxy's 502, not a WebSocket server): an
         # outage, retried fast, but logged once per condition like a refusal.
+        self.controllers = ControllerUrls(options.controller)  # several: one leads (daemon/agent/controllers.py)
+        self._standbys: dict[str, str] = {}  # standby URL -> the leader it named, as last logged
         self.failed_handshakes = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
         self.output = OutputFiles(options.state_dir / "jobs", held=held_keys(agent), keep_days=options.keep_output)
 
@@ -349,11 +353,11 @@ class AgentDaemon:
     async def connection_loop(self) -> None:
         delay = self.options.reconnect_initial
         refusal_delay = 0.0
-        url = self.options.controller.rstrip("/") + "/agent"
         headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
         while True:
             conn: _Connection | None = None
             refusal: str | None = None
+            url = self.controllers.current + "/agent"
             try:
                 async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
                                           connect_timeout=5, disconnect_timeout=2,
@@ -361,7 +365,7 @@ class AgentDaemon:
                     delay = self.options.reconnect_initial
                     self._generation += 1
                     conn = _Connection(ws=ws, generation=self._generation)
-                    log.log(self._quiet(), "connected to %s", self.options.controller)
+                    log.log(self._quiet(), "connected to %s", self.controllers.current)
                     await self.feed(E.Connected(now=time.time()), conn)
                     try:
                         async with trio.open_nursery() as session:
@@ -385,6 +389,11 @@ class AgentDaemon:
                 log.debug("connection to %s failed: %s", self.options.controller, exc)
             if conn is not None and conn.refusal is not None:
                 refusal = conn.refusal
+            if conn is not None and conn.leader is not None:  # a standby: go where it points, at once
+                self.controllers.not_the_leader(conn.leader)
+                delay = self.options.reconnect_initial
+            elif conn is None or not conn.welcomed:
+                self.controllers.failed()
             if refusal is not None:
                 # Not an outage: retrying every second changes nothing and floods both logs.
                 refusal_delay = min(max(refusal_delay * 2, REFUSAL_RETRY_FIRST), self.options.refusal_retry_max)
@@ -440,6 +449,12 @@ class AgentDaemon:
             for msg in messages:
                 if isinstance(msg, M.OutputRead):  # served here: it changes no state (daemon/agent/output.py)
                     await self._send_frames(conn, [wire.encode(await self.output.answer(msg))])
+                    continue
+                if isinstance(msg, M.Error) and msg.leader is not None:
+                    conn.leader = msg.leader  # a standby: no error of ours; logged once per (standby, leader)
+                    if self._standbys.get(self.controllers.current) != msg.leader:
+                        self._standbys[self.controllers.current] = msg.leader
+                        log.info("%s is a standby controller: %s", self.controllers.current, msg.reason)
                     continue
                 if isinstance(msg, M.Error) and msg.permanent:
                     self._refuse(conn, f"the controller refused us: {msg.reason}")

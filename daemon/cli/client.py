@@ -22,6 +22,7 @@ from daemon.cli import websocket as ws
 
 DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
 DEFAULT_TIMEOUT = 10.0  # seconds: connecting (TCP and handshake), and then each request
+EACH_CONNECT_TIMEOUT = 3.0  # seconds per controller when several are listed (one may be frozen)
 CLOSE_WAIT = 1.0  # seconds, at most, for the controller to answer our close (it answers at once)
 
 
@@ -107,8 +108,18 @@ def reply_of(data: bytes | str, url: str) -> dict:
     except Exception as exc:  # RemoteProtocolError: an undecodable reply
         raise ClientError(f"controller at {url} sent a bad reply: {exc}") from None
     if not reply.get("ok"):
+        if "leader" in reply:  # a standby controller (PostgreSQL store): it did nothing
+            raise NotLeader(f"controller at {url}: {reply.get('error')}", str(reply["leader"] or ""))
         raise ClientError(str(reply.get("error", "request failed")))
     return reply
+
+
+class NotLeader(ClientError):
+    """The controller asked is a standby; ``leader`` is where it says the leader is ("" unknown)."""
+
+    def __init__(self, message: str, leader: str) -> None:
+        super().__init__(message)
+        self.leader = leader.rstrip("/")
 
 
 def request_bytes(op: str, fields: dict[str, Any]) -> bytes:
@@ -124,12 +135,19 @@ class SyncClient:
     ``ssl_context`` is used for ``wss://`` (default: the system's trust store).
     Connecting (TCP, TLS and the WebSocket handshake) and then each request
     (send and reply) must each finish within ``timeout`` seconds.
+
+    ``url`` may list several controllers (``ws://a:7420,ws://b:7420``, one
+    leads): the first that connects is asked, and a standby's "not the leader"
+    sends the request on to the leader it names (or the next URL): a standby
+    never acts on a request, so asking again is safe.
     """
 
     def __init__(self, url: str, token: str | None, *, timeout: float = DEFAULT_TIMEOUT,
                  ssl_context: Any = None) -> None:
-        self.url = url.rstrip("/")
-        self.scheme, self.host, self.port = parse_controller_url(self.url)
+        self.urls = [u.strip().rstrip("/") for u in url.split(",")]
+        for u in self.urls:
+            parse_controller_url(u)  # a UsageError for any bad one, before connecting anywhere
+        self._use(self.urls[0])
         self.token = token
         self.timeout = timeout
         self.ssl_context = ssl_context
@@ -142,17 +160,42 @@ class SyncClient:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def connect(self) -> None:
-        deadline = time.monotonic() + self.timeout
+    def _use(self, url: str) -> None:
+        self.url = url
+        self.scheme, self.host, self.port = parse_controller_url(url)
+
+    def connect(self, first: str | None = None, *, skip: frozenset[str] = frozenset()) -> None:
+        """Connect to ``first`` (default: the current URL), else to the other URLs in turn."""
+        order = [first or self.url] + [u for u in self.urls if u != (first or self.url)]
+        # With several controllers, one that is frozen (accepts TCP, never answers) must not take
+        # the whole time-out: the others are tried after EACH_CONNECT_TIMEOUT.
+        timeout = self.timeout if len(order) == 1 else min(self.timeout, EACH_CONNECT_TIMEOUT)
+        last: ClientError | None = None
+        for url in order:
+            if url in skip:
+                continue
+            self._use(url)
+            try:
+                self._connect_one(timeout)
+                return
+            except UsageError:
+                raise
+            except ClientError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def _connect_one(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         context = self.ssl_context
         if self.scheme == "wss" and context is None:
             import ssl
 
             context = ssl.create_default_context()
         try:
-            sock = ws.connect(self.host, self.port, timeout=self.timeout, ssl_context=context)
+            sock = ws.connect(self.host, self.port, timeout=timeout, ssl_context=context)
         except socket.timeout:
-            raise unreachable(self.url, f"no connection within {self.timeout:g}s") from None
+            raise unreachable(self.url, f"no connection within {timeout:g}s") from None
         except OSError as exc:  # refused, no route, name not known; ssl.SSLError is one too
             raise unreachable(self.url, getattr(exc, "reason", None) or exc.strerror or str(exc)) from None
         conn = ws.WebSocket(sock)
@@ -161,7 +204,7 @@ class SyncClient:
             conn.handshake(f"{host}:{self.port}", "/client", auth_headers(self.token), deadline)
         except ws.WebSocketTimeout:
             conn.abort()
-            raise no_handshake(self.url, self.timeout) from None
+            raise no_handshake(self.url, timeout) from None
         except ws.WebSocketRejected as exc:
             conn.abort()
             raise refused(self.url, exc.status, exc.body) from None
@@ -172,6 +215,20 @@ class SyncClient:
 
     def call(self, op: str, **fields: Any) -> dict:
         """One request and its reply (a ``ClientError`` for a refusal, a time-out, a lost connection)."""
+        asked: set[str] = set()
+        while True:
+            try:
+                return self._call_one(op, fields)
+            except NotLeader as exc:
+                asked.add(self.url)
+                self.close()
+                others = [u for u in self.urls if u not in asked]
+                target = exc.leader if exc.leader and exc.leader not in asked else (others[0] if others else None)
+                if target is None:
+                    raise
+                self.connect(target, skip=frozenset(asked))
+
+    def _call_one(self, op: str, fields: dict[str, Any]) -> dict:
         if self._ws is None:
             raise ClientError(f"not connected to the controller at {self.url}")
         deadline = time.monotonic() + self.timeout

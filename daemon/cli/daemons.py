@@ -7,16 +7,19 @@ import logging
 import signal
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
 
-from daemon.cli.client import ClientError, parse_controller_url, resolve_controller, resolve_token
+from daemon.cli.client import ClientError, UsageError, parse_controller_url, resolve_controller, resolve_token
 from daemon.controller.listen import CannotListen
+from daemon.store.interface import SteppedDown
+from daemon.store.sqlite_thread import StoreError
 from daemon.store.statelock import StateDirBusy, WrongStateDir
 
-# An operator's mistake at start: a one-line reason and exit status 1.
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen)
+# An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -43,8 +46,10 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
-    except (StateDirBusy, WrongStateDir, CannotListen) as exc:
+    except (StateDirBusy, WrongStateDir, CannotListen, StoreError) as exc:
         raise ClientError(str(exc)) from None
+    except SteppedDown as exc:
+        raise ClientError(f"controller stepped down: {exc}") from None
     except BaseExceptionGroup as group:
         # Raised from inside a daemon's nursery (an agent's state directory refused at start).
         known, rest = group.split(_ONE_LINE_ERRORS)
@@ -52,7 +57,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
             raise
         while isinstance(known, BaseExceptionGroup):
             known = known.exceptions[0]
-        raise ClientError(str(known)) from None
+        raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
 
 
 async def _until_signalled(run: Any) -> None:
@@ -70,9 +75,20 @@ async def _controller_command(args: argparse.Namespace) -> int:
     from daemon.controller.server import ControllerOptions, serve_controller
     from model.controller import ControllerConfig
 
+    from daemon.store.interface import check_store_url
+
     token = resolve_token(args.token_file)
+    if args.store is None and args.state_dir is None:
+        raise UsageError("reckon controller needs --state-dir (SQLite) or --store postgresql://...")
+    try:
+        check_store_url(args.store)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.store is None and args.advertise is not None:
+        raise UsageError("--advertise goes with --store (a controller on SQLite has no standbys)")
     options = ControllerOptions(
-        host=args.listen[0], port=args.listen[1], state_dir=args.state_dir, token=token,
+        host=args.listen[0], port=args.listen[1], state_dir=args.state_dir or Path("reckon-state/controller"),
+        token=token, store=args.store, advertise=args.advertise, lease=args.lease,
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
@@ -82,7 +98,8 @@ async def _controller_command(args: argparse.Namespace) -> int:
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             port, _ = await nursery.start(serve_controller, options)
-            print(f"reckon controller listening on ws://{options.host}:{port}", flush=True)
+            print(f"reckon controller listening on ws://{options.host}:{port}"
+                  f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}", flush=True)
 
     await _until_signalled(run)
     return 0
@@ -91,12 +108,23 @@ async def _controller_command(args: argparse.Namespace) -> int:
 async def _agent_command(args: argparse.Namespace) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
-    parse_controller_url(resolve_controller(args.controller))  # UsageError (exit 2) before anything starts
+    from daemon.agent.controllers import parse_controller_urls
+
+    controller = resolve_controller(args.controller)
+    try:  # UsageError (exit 2) before anything starts
+        if any(not url.strip() for url in controller.split(",")):
+            raise ValueError(f"--controller takes one URL or several separated by commas, got {controller!r}")
+        for url in controller.split(","):
+            parse_controller_url(url.strip())  # the same checks and words as for a single URL
+        parse_controller_urls(controller)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
-        controller=resolve_controller(args.controller), token=resolve_token(args.token_file),
+        controller=controller, token=resolve_token(args.token_file),
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
         keep_output=args.keep_output,
+        pong_timeout=args.ping_timeout, ping_interval=min(5.0, args.ping_timeout / 2),
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
         metrics=args.metrics,

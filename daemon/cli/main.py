@@ -198,7 +198,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     token.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
                                             "$RECKON_TOKEN holds the token itself)")
     controller = _Parser(add_help=False)
-    controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT "
+    controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT, or several "
+                                                 "separated by commas (standby controllers: the leader is found) "
                                                  "(default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
     client = _Parser(add_help=False, parents=[controller, token])
     client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
@@ -213,8 +214,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("controller", parents=[verbose, token, metrics], help="run the controller in the foreground")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
                    help="address to serve agents and clients on (default 127.0.0.1:7420; port 0: any free port)")
-    p.add_argument("--state-dir", type=path, required=True,
-                   help="where the controller keeps its fact log (one controller per directory)")
+    p.add_argument("--state-dir", type=path, default=None,
+                   help="where the controller keeps its fact log (one controller per directory); "
+                        "required unless --store is given")
+    p.add_argument("--store", metavar="postgresql://...",
+                   help="keep the facts in PostgreSQL instead: several controllers may share it, one leads "
+                        "(README: High availability); needs pip install 'reckond[postgres]'")
+    p.add_argument("--advertise", metavar="ws://HOST:PORT",
+                   help="with --store: the URL standbys send agents and clients to while this one leads "
+                        "(default ws://LISTEN-HOST:PORT)")
+    p.add_argument("--lease", type=_positive, default=5.0, metavar="SECONDS",
+                   help="with --store: a leader's lease on the database's clock (default 5); a standby takes "
+                        "over when it runs out, or at once when the leader's database session ends")
     p.add_argument("--page-size", type=int, default=1000, help="jobs per resync page (default 1000)")
     p.add_argument("--round-timeout", type=_positive, default=30.0, help="seconds a resync round may take")
     p.add_argument("--heartbeat-timeout", type=_positive, default=10.0,
@@ -243,6 +254,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
                    help="seconds between heartbeats to the controller (default 2)")
+    p.add_argument("--ping-timeout", type=_positive, default=10.0, metavar="SECONDS",
+                   help="drop a controller that does not answer a WebSocket ping within this (default 10; "
+                        "a ping every half of it, 5 s at most): how soon a frozen leader is left for another")
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
     p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",
                    help="delete the output files (in the state directory) of finished jobs older than DAYS, "

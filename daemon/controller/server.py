@@ -69,6 +69,9 @@ class ControllerOptions:
     # answered its round, or this many seconds have passed (0: no hold).  See _holding.
     rejoin_grace: float = 15.0
     metrics: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None: off
+    store: str | None = None  # postgresql://...: shared facts, standbys, fenced leadership (daemon/controller/ha.py)
+    advertise: str | None = None  # the URL agents and clients are sent to while this controller leads
+    lease: float = 5.0  # seconds a leader's lease runs on the database's clock (PostgreSQL store)
 
 
 @dataclass(slots=True)
@@ -121,6 +124,7 @@ class ControllerDaemon:
         self.started_at = time.time()
         self.nodes = lifecycle.NodeTracker()  # since when each node is in its state
         self.metrics = ControllerMetrics(self)
+        self.before_release: Callable[[], None] = lambda: None  # raises if this controller may not (ha.py)
         # See _holding: only jobs already PENDING at the start can have run somewhere since.
         pending_at_start = any(j.state is JobState.PENDING for j in controller.state.jobs.values())
         self._hold_until: float | None = (trio.current_time() + options.rejoin_grace
@@ -171,6 +175,7 @@ class ControllerDaemon:
                 await self.store.append(facts)
                 self.metrics.committed(facts, time.perf_counter() - committing)
             lifecycle.after_commit(self, facts, commands)
+            self.before_release()
             for cmd in commands:
                 self._release(cmd)
             for work in batch:
@@ -645,6 +650,11 @@ class ContainedServer(WebSocketServer):
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
     t0 = time.perf_counter()
+    if options.store is not None:
+        from daemon.controller.ha import serve_ha
+
+        await serve_ha(options, task_status=task_status)
+        return
     with hold_state_dir(options.state_dir, "controller"):
         async with listening(options.host, options.port) as listeners:  # before the store: see listen.py
             await _serve(options, t0, listeners, task_status)

@@ -1,4 +1,7 @@
-"""The controller's fact log: an append-only table of facts plus one snapshot.
+"""The controller's fact log in SQLite: an append-only table of facts plus one snapshot.
+
+One implementation of ``daemon.store.interface.ControllerStore`` (the embedded
+default); ``daemon.store.postgres`` is the other.
 
 A fact is stored as the CBOR of ``model.facts.encode(fact)``, one row per
 fact, numbered by ``seq`` (1, 2, 3, ... with no gaps: a gap means lost facts
@@ -60,6 +63,10 @@ class FactStore:
     @property
     def last_seq(self) -> int:
         return self._last_seq
+
+    @property
+    def where(self) -> str:
+        return str(self.db.path)
 
     @property
     def facts_since_snapshot(self) -> int:

@@ -1,4 +1,6 @@
-"""The controller's fact log (daemon/store/facts.py) and its database thread (daemon/store/sqlite_thread.py).
+"""The controller's fact log (daemon/store/facts.py, daemon/store/postgres.py) and its database thread.
+
+The store-contract tests take ``backend`` and run on both stores; the rest are SQLite's own.
 
 Real SQLite files under tmp_path.  No fixed sleeps: tests wait on conditions
 (threading events, a child's output), and every test runs under a hang guard.
@@ -7,6 +9,7 @@ Real SQLite files under tmp_path.  No fixed sleeps: tests wait on conditions
 from __future__ import annotations
 
 import functools
+import re
 import signal
 import sqlite3
 import subprocess
@@ -19,6 +22,7 @@ import trio
 import trio.testing
 
 from daemon.store.facts import FactStore
+from daemon.store.postgres import PgFactStore, redacted
 from daemon.store.sqlite_thread import SqliteThread, StoreError
 from model import facts as F
 from model.jobs import JobSpec
@@ -94,41 +98,77 @@ def sqlite_threads_alive() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("reckon-sqlite")]
 
 
+class Backend:
+    """One fact store implementation for the tests every store must pass: open it, tamper with it."""
+
+    def __init__(self, kind: str, tmp_path: Path, dsn: str | None) -> None:
+        self.kind, self.tmp_path, self.dsn = kind, tmp_path, dsn
+        self.name = r"controller\.db" if kind == "sqlite" else re.escape(redacted(dsn))
+
+    async def open(self, *, prune: bool = True):
+        if self.kind == "sqlite":
+            return await FactStore.open(self.tmp_path, prune=prune)
+        store = await PgFactStore.open(self.dsn, prune=prune, holder="test")
+        assert await store.try_lead() is not None  # the last store that led here is closed: gone
+        return store
+
+    async def raw(self, sql: str, params: tuple = ()) -> list[tuple]:
+        if self.kind == "sqlite":
+            return await raw(self.tmp_path / "controller.db", sql, params)
+        return await trio.to_thread.run_sync(_raw_pg, self.dsn, sql.replace("?", "%s"), params)
+
+
+def _raw_pg(dsn: str, sql: str, params: tuple) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path):
+    """Each store-contract test runs on SQLite and on a real PostgreSQL (tests/pgserver.py)."""
+    dsn = request.getfixturevalue("pg_dsn") if request.param == "postgres" else None
+    return Backend(request.param, tmp_path, dsn)
+
+
 # ---- round trips -----------------------------------------------------------------
 
 
 @hang_guard
-async def test_fresh_store_loads_empty(tmp_path):
-    async with await FactStore.open(tmp_path / "state") as store:
+async def test_fresh_store_loads_empty(backend):
+    async with await backend.open() as store:
         assert await store.load() == (None, [], 0)
         assert store.last_seq == 0 and store.facts_since_snapshot == 0
         assert await store.append([]) == 0  # an empty batch writes nothing
-    assert (tmp_path / "state" / "controller.db").exists()
+    if backend.kind == "sqlite":
+        assert (backend.tmp_path / "controller.db").exists()
 
 
 @hang_guard
-async def test_append_round_trip_survives_reopen(tmp_path):
+async def test_append_round_trip_survives_reopen(backend):
     facts = history(40)
     replay(facts)  # the fixture is a valid history
-    async with await FactStore.open(tmp_path) as store:
-        # 2 values a row: a batch of 49 facts takes 3 statements
-        await store.db.run(lambda conn: conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 40))
+    async with await backend.open() as store:
+        if backend.kind == "sqlite":  # 2 values a row: a batch of 49 facts takes 3 statements
+            await store.db.run(lambda conn: conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 40))
         assert await store.append(facts[:1]) == 1
         assert await store.append(facts[1:50]) == 50
         assert await store.append(facts[50:]) == len(facts)
         assert store.facts_since_snapshot == len(facts)
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         assert store.last_seq == len(facts) and store.facts_since_snapshot == len(facts)
         snap, loaded, last = await store.load()
         assert snap is None and loaded == facts and last == len(facts)
         assert await store.append(submits(41, 3)) == len(facts) + 3  # numbering continues
-    rows = await raw(tmp_path / "controller.db", "SELECT seq FROM fact ORDER BY seq")
+    rows = await backend.raw("SELECT seq FROM fact ORDER BY seq")
     assert [r[0] for r in rows] == list(range(1, len(facts) + 4))
 
 
 @hang_guard
-async def test_concurrent_appends_are_serialized(tmp_path):
-    async with await FactStore.open(tmp_path) as store:
+async def test_concurrent_appends_are_serialized(backend):
+    async with await backend.open() as store:
         async with trio.open_nursery() as nursery:
             for t in range(8):
                 nursery.start_soon(store.append, [F.AgentRegistered(agent=f"t{t}", slots=i + 1) for i in range(25)])
@@ -142,8 +182,8 @@ async def test_concurrent_appends_are_serialized(tmp_path):
 
 
 @hang_guard
-async def test_append_rejects_non_facts_and_writes_nothing(tmp_path):
-    async with await FactStore.open(tmp_path) as store:
+async def test_append_rejects_non_facts_and_writes_nothing(backend):
+    async with await backend.open() as store:
         with pytest.raises(TypeError):
             await store.append([*submits(1, 2), {"k": "job_cancelled"}])
         assert store.last_seq == 0
@@ -154,17 +194,17 @@ async def test_append_rejects_non_facts_and_writes_nothing(tmp_path):
 
 
 @hang_guard
-async def test_snapshot_plus_tail_equals_full_replay(tmp_path):
+async def test_snapshot_plus_tail_equals_full_replay(backend):
     facts = history(120)
     full = replay(facts)
     cut = len(facts) // 2
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         await append_in_batches(store, facts[:cut], 17)
         await store.write_snapshot(snapshot(replay(facts[:cut])), cut)
         assert store.facts_since_snapshot == 0
         await append_in_batches(store, facts[cut:], 23)
         assert store.facts_since_snapshot == len(facts) - cut
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         assert store.facts_since_snapshot == len(facts) - cut
         snap, tail, last = await store.load()
     assert last == len(facts) and tail == facts[cut:]
@@ -174,18 +214,17 @@ async def test_snapshot_plus_tail_equals_full_replay(tmp_path):
 
 
 @hang_guard
-async def test_snapshot_prunes_covered_facts_and_old_snapshots(tmp_path):
+async def test_snapshot_prunes_covered_facts_and_old_snapshots(backend):
     facts = history(60)
-    db = tmp_path / "controller.db"
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         await store.append(facts[:100])
         await store.write_snapshot(snapshot(replay(facts[:80])), 80)
         await store.append(facts[100:])
         await store.write_snapshot(snapshot(replay(facts)), len(facts))  # covers everything
         assert store.facts_since_snapshot == 0
-    assert await raw(db, "SELECT upto_seq FROM snapshot") == [(len(facts),)]
-    assert await raw(db, "SELECT count(*) FROM fact") == [(0,)]
-    async with await FactStore.open(tmp_path) as store:
+    assert await backend.raw("SELECT upto_seq FROM snapshot") == [(len(facts),)]
+    assert await backend.raw("SELECT count(*) FROM fact") == [(0,)]
+    async with await backend.open() as store:
         assert store.last_seq == len(facts)
         snap, tail, last = await store.load()
         assert tail == [] and last == len(facts)
@@ -197,24 +236,23 @@ async def test_snapshot_prunes_covered_facts_and_old_snapshots(tmp_path):
 
 
 @hang_guard
-async def test_prune_off_keeps_history_but_not_old_snapshots(tmp_path):
+async def test_prune_off_keeps_history_but_not_old_snapshots(backend):
     facts = history(30)
-    db = tmp_path / "controller.db"
-    async with await FactStore.open(tmp_path, prune=False) as store:
+    async with await backend.open(prune=False) as store:
         await store.append(facts)
         await store.write_snapshot(snapshot(replay(facts[:10])), 10)
         await store.write_snapshot(snapshot(replay(facts[:20])), 20)
         snap, tail, last = await store.load()
         assert tail == facts[20:] and last == len(facts)
         assert replay(tail, restore(snap)).digest() == replay(facts).digest()
-    assert await raw(db, "SELECT count(*) FROM fact") == [(len(facts),)]
-    assert await raw(db, "SELECT upto_seq FROM snapshot") == [(20,)]
+    assert await backend.raw("SELECT count(*) FROM fact") == [(len(facts),)]
+    assert await backend.raw("SELECT upto_seq FROM snapshot") == [(20,)]
 
 
 @hang_guard
-async def test_snapshot_out_of_range_is_refused_and_changes_nothing(tmp_path):
+async def test_snapshot_out_of_range_is_refused_and_changes_nothing(backend):
     facts = history(10)
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         await store.append(facts)
         await store.write_snapshot(snapshot(replay(facts[:5])), 5)
         with pytest.raises(ValueError, match="between"):
@@ -274,33 +312,33 @@ async def test_foreign_database_is_refused(tmp_path):
     (b"\xa3akmjob_cancelledav\x01cjob\x00", "a known kind with a bad field"),
 ])
 @hang_guard
-async def test_corrupt_fact_row_names_its_seq(tmp_path, blob, why):
-    async with await FactStore.open(tmp_path) as store:
+async def test_corrupt_fact_row_names_its_seq(backend, blob, why):
+    async with await backend.open() as store:
         await store.append(history(3))
-    await raw(tmp_path / "controller.db", "UPDATE fact SET data = ? WHERE seq = 4", (blob,))
-    async with await FactStore.open(tmp_path) as store:
-        with pytest.raises(StoreError, match=r"controller\.db: fact seq 4 cannot be decoded"):
+    await backend.raw("UPDATE fact SET data = ? WHERE seq = 4", (blob,))
+    async with await backend.open() as store:
+        with pytest.raises(StoreError, match=rf"{backend.name}: fact seq 4 cannot be decoded"):
             await store.load()
 
 
 @hang_guard
-async def test_missing_facts_are_reported(tmp_path):
-    async with await FactStore.open(tmp_path) as store:
+async def test_missing_facts_are_reported(backend):
+    async with await backend.open() as store:
         await store.append(submits(1, 6))
-    await raw(tmp_path / "controller.db", "DELETE FROM fact WHERE seq IN (3, 4)")
-    async with await FactStore.open(tmp_path) as store:
+    await backend.raw("DELETE FROM fact WHERE seq IN (3, 4)")
+    async with await backend.open() as store:
         with pytest.raises(StoreError, match=r"facts 3\.\.4 are missing"):
             await store.load()
 
 
 @hang_guard
-async def test_corrupt_snapshot_is_reported(tmp_path):
+async def test_corrupt_snapshot_is_reported(backend):
     facts = history(5)
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         await store.append(facts)
         await store.write_snapshot(snapshot(replay(facts)), len(facts))
-    await raw(tmp_path / "controller.db", "UPDATE snapshot SET data = x'ff'")
-    async with await FactStore.open(tmp_path) as store:
+    await backend.raw("UPDATE snapshot SET data = ?", (b"\xff",))
+    async with await backend.open() as store:
         with pytest.raises(StoreError, match=f"snapshot up to seq {len(facts)} cannot be decoded"):
             await store.load()
 
@@ -416,10 +454,10 @@ async def test_cancel_before_the_job_starts_drops_it(tmp_path):
 
 @pytest.mark.parametrize("checkpoints", range(8))
 @hang_guard
-async def test_cancel_at_any_point_returned_iff_durable(tmp_path, checkpoints):
+async def test_cancel_at_any_point_returned_iff_durable(backend, checkpoints):
     """Whenever the cancel lands, the batch is on disk exactly when append returned."""
     returned: list[int] = []
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         async with trio.open_nursery() as nursery:
             async def appender():
                 returned.append(await store.append(submits(1, 20)))  # no checkpoint after this
@@ -428,7 +466,7 @@ async def test_cancel_at_any_point_returned_iff_durable(tmp_path, checkpoints):
             for _ in range(checkpoints):
                 await trio.lowlevel.checkpoint()
             nursery.cancel_scope.cancel()
-    async with await FactStore.open(tmp_path) as store:
+    async with await backend.open() as store:
         _, loaded, last = await store.load()
     assert (loaded, last) == ((submits(1, 20), 20) if returned else ([], 0))
 
@@ -445,6 +483,7 @@ CHILD = """
 import sys, threading, trio
 from pathlib import Path
 from daemon.store.facts import FactStore
+from daemon.store.postgres import PgFactStore, redacted
 from model import facts as F
 from model.jobs import JobSpec
 

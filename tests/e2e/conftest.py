@@ -172,12 +172,13 @@ class Cluster:
         self.agent_args: dict[str, list[str]] = {}
         self.daemons: dict[str, Daemon] = {}
         self._all: list[subprocess.Popen] = []
+        self.controller_urls: str | None = None  # several controllers (PostgreSQL store): agents' and CLI's URLs
 
     # ---- paths ------------------------------------------------------------------
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        return self.controller_urls or f"ws://127.0.0.1:{self.port}"
 
     @property
     def controller_dir(self) -> Path:
@@ -234,6 +235,17 @@ class Cluster:
         assert self.port in (0, port), f"restarted on port {port}, not {self.port}"
         self.port = port
         return time.monotonic() - t0
+
+    def start_ha_controller(self, key: str, store: str, *extra: str) -> int:
+        """Start a controller on the PostgreSQL store ``store`` under ``key``; its port."""
+        argv = ["controller", "--listen", "127.0.0.1:0", "--store", store, *extra]
+        if self.token_file is not None:
+            argv += ["--token-file", str(self.token_file)]
+        daemon = self._spawn(key, argv)
+        line = _read_line(daemon.proc, HANG, daemon.log)
+        found = re.match(r"reckon controller listening on ws://127\.0\.0\.1:(\d+) ", line)
+        assert found, f"unexpected first line {line!r}"
+        return int(found[1])
 
     def start_agent(self, name: str, *extra: str, slots: int = 4, wait_joined: bool = True,
                     token_file: Path | None = None, key: str | None = None) -> Daemon:

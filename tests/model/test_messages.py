@@ -59,6 +59,7 @@ TO_AGENT_SAMPLES = [
     M.OutputRead(request=4, job="9", attempt=1, stream=M.OutputStream.STDOUT, offset=0, limit=65536),
     M.Dispatch(seq=9, job="9", attempt=1, spec=JobSpec(name="out", command=("true",), output="%j.%a.out",
                                                        error="/tmp/%j.err")),
+    M.Error(seq=0, reason="not the leader", leader="ws://b:7420"),
 ]
 
 
@@ -509,3 +510,17 @@ def test_connect_while_connected_raises_and_changes_nothing() -> None:
     with pytest.raises(RemoteProtocolError):
         agent.handle(E.Connected(now=5.0))
     assert _agent_state(agent) == before
+
+
+def test_a_standby_names_the_leader_only_to_agents_that_understand_it() -> None:
+    new = M.not_the_leader(M.NOT_LEADER_SINCE, "ws://a:7420")
+    assert new.leader == "ws://a:7420" and new.fatal and not new.permanent
+    assert M.to_wire(new)["leader"] == "ws://a:7420"
+    assert M.from_wire(M.to_wire(new), to="agent") == new
+    for version in (1, 2, 3):  # an older agent's decoder refuses fields it does not know
+        old = M.not_the_leader(version, "ws://a:7420")
+        assert "leader" not in M.to_wire(old) and "ws://a:7420" in old.reason
+    unknown = M.not_the_leader(M.PROTOCOL_VERSION, "")
+    assert unknown.leader == "" and "no controller leads" in unknown.reason
+    with pytest.raises(ValueError, match="not-the-leader error is fatal"):
+        M.Error(seq=0, reason="x", fatal=False, leader="ws://a")

@@ -1,0 +1,199 @@
+"""A controller on the PostgreSQL store: stand by, follow the log, take over, lead, step down.
+
+``reckon controller --store postgresql://...``: any number of these share one
+database.  Each listens from the start.  While it stands by it answers every
+agent with "not the leader" and where the leader is (``M.not_the_leader``) and
+every client request with ``{"ok": false, "leader": ...}``, and it follows the
+fact log (polling every ``lease / 5``), so taking over replays only the tail.
+When the current epoch is free (its lease expired, or its holder's database
+session ended: daemon/store/postgres.py) it takes the next one, reads the last
+of the tail, and serves exactly as a controller restarted on that log would:
+agents rejoin and resync, outboxes drain, the dispatch hold applies.
+
+A leader that is deposed, loses its database, or cannot renew its lease in
+time (daemon/controller/leadership.py) stops releasing effects, logs why, and
+exits with ``SteppedDown``; run it again (a supervisor does) to stand by.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from typing import Any
+
+import trio
+from trio_websocket import ConnectionClosed as WSClosed
+from trio_websocket import WebSocketRequest
+
+from model import messages as M
+from model.controller import Controller
+from model.errors import ProtocolError
+from model.facts import ClusterCreated
+from model.state import ControllerState, apply, replay, restore
+
+from daemon import runtime, wire
+from daemon.controller.leadership import Leadership
+from daemon.controller.listen import listening
+from daemon.controller.server import ContainedServer, ControllerDaemon, ControllerOptions
+from daemon.store.interface import SteppedDown
+from daemon.store.postgres import PgFactStore
+
+log = logging.getLogger("reckon.controller")
+
+STANDBY_ANSWER_TIMEOUT = 5.0  # seconds a standby waits for a peer's first message
+
+
+class _Follower:
+    """The standby's copy of the state, kept up with the log's tail."""
+
+    def __init__(self, store: PgFactStore) -> None:
+        self.store = store
+        self.state = ControllerState()
+        self.seen = 0
+
+    async def catch_up(self) -> int:
+        snapshot, facts, last = await self.store.follow(self.seen)
+        if snapshot is not None:
+            self.state = restore(snapshot)
+        with runtime.gc_paused():
+            replay(facts, self.state)
+        self.seen = last
+        return len(facts)
+
+
+class Front:
+    """What answers on the port: the standby until this controller leads, then the daemon."""
+
+    def __init__(self, options: ControllerOptions) -> None:
+        self.options = options  # (ControllerDaemon._authorized reads the token from here)
+        self.daemon: ControllerDaemon | None = None
+        self.leader = ""  # the current leader's URL as last read from the database ("" unknown)
+
+    async def handle_request(self, request: WebSocketRequest) -> None:
+        if self.daemon is not None:
+            await self.daemon.handle_request(request)
+            return
+        try:
+            refused = ControllerDaemon._authorized(self, request)  # type: ignore[arg-type]
+            if refused is not None:
+                await request.reject(401, body=refused.encode())
+                return
+            path = request.path
+            ws = await request.accept()
+            with trio.move_on_after(STANDBY_ANSWER_TIMEOUT):
+                if path.startswith("/agent"):
+                    await self._answer_agent(ws)
+                elif path.startswith("/client"):
+                    await self._answer_client(ws)
+            with trio.move_on_after(1):
+                await ws.aclose(code=1008, reason="not the leader")
+        except WSClosed:
+            pass
+
+    async def _answer_agent(self, ws: Any) -> None:
+        data = await ws.get_message()
+        version = 1
+        try:
+            first = wire.decode_frame(data, to="controller")[0]
+            if isinstance(first, M.Join):
+                version = first.version
+        except (ProtocolError, IndexError):
+            pass  # an unreadable first message still gets the plain answer
+        await ws.send_message(wire.encode(M.not_the_leader(version, self.leader)))
+
+    async def _answer_client(self, ws: Any) -> None:
+        while True:
+            await ws.get_message()
+            leader = self.leader or "no controller leads right now"
+            await ws.send_message(wire.dumps({"ok": False, "error": f"not the leader: the leader is {leader}"
+                                              if self.leader else f"not the leader: {leader}",
+                                              "leader": self.leader}))
+
+
+async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    runtime.tune()
+    assert options.store is not None
+    store = await PgFactStore.open(options.store, lease=options.lease)
+    try:
+        front = Front(options)
+        follower = _Follower(store)
+        await follower.catch_up()
+        async with listening(options.host, options.port) as listeners, trio.open_nursery() as nursery:
+            server = await nursery.start(ContainedServer(
+                front.handle_request, listeners, handler_nursery=nursery,
+                max_message_size=wire.MAX_AGENT_MESSAGE).run)
+            store.holder = options.advertise or f"ws://{options.host}:{server.port}"
+            task_status.started((server.port, front))
+            leadership = await _stand_by(store, follower, front, options)
+            await _lead(store, follower, front, leadership, options, nursery)
+    except BaseExceptionGroup as group:  # from the nursery: one task stepped down, the rest were cancelled
+        stepped, rest = group.split(SteppedDown)
+        if stepped is None or rest is not None:
+            raise
+        while isinstance(stepped, BaseExceptionGroup):
+            stepped = stepped.exceptions[0]
+        log.error("stepping down: %s", stepped)
+        raise stepped from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
+                    options: ControllerOptions) -> Leadership:
+    """Follow the log until the epoch is ours."""
+    poll = options.lease / 5
+    told = None
+    while True:
+        asked_at = trio.current_time()
+        reason = await store.try_lead()
+        if reason is not None:
+            leadership = Leadership(store)
+            leadership.taken(asked_at)
+            log.warning("leading: epoch %d (%s); advertised as %s", store.epoch, reason, store.holder)
+            return leadership
+        epoch, leader, _ = await store.leader()
+        front.leader = leader
+        if (epoch, leader) != told:  # once per leader, not once per poll
+            log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
+            told = (epoch, leader)
+        await follower.catch_up()
+        await trio.sleep(poll)
+
+
+async def _lead(store: PgFactStore, follower: _Follower, front: Front, leadership: Leadership,
+                options: ControllerOptions, nursery: trio.Nursery) -> None:
+    t0 = time.perf_counter()
+    tail = await follower.catch_up()  # the last facts of the old epoch: nothing follows them now
+    controller = Controller(options.model, follower.state)
+    if controller.state.cluster is None:
+        created = ClusterCreated(cluster=secrets.token_hex(8))
+        apply(controller.state, created)
+        await store.append([created])
+    daemon = ControllerDaemon(options, store, controller)
+    daemon.before_release = leadership.check
+    log.info("took over with %d jobs after replaying the last %d facts in %.2fs", len(controller.state.jobs),
+             tail, time.perf_counter() - t0)
+    front.daemon = daemon
+    front.leader = store.holder
+
+    async def core() -> None:
+        try:
+            await daemon.core_loop()
+        except SteppedDown:
+            raise
+        except Exception as exc:  # a refused (fenced) or failed commit: nothing of it was released
+            raise SteppedDown(f"a commit failed: {exc}") from exc
+
+    async def renew() -> None:
+        try:
+            await leadership.run()
+        except SteppedDown:
+            raise
+        except Exception as exc:  # the database is gone: so is our advisory lock, the epoch may move at once
+            raise SteppedDown(f"lost the database while renewing the lease: {exc}") from exc
+
+    nursery.start_soon(core)
+    nursery.start_soon(daemon.ticker)
+    nursery.start_soon(renew)

@@ -1,0 +1,73 @@
+"""What the controller daemon needs from its fact store, and how one is chosen.
+
+Two implementations: ``daemon.store.facts.FactStore`` (SQLite in the state
+directory: the embedded default, one controller) and
+``daemon.store.postgres.PgFactStore`` (PostgreSQL: several controllers, one
+leader per epoch, every commit fenced by that epoch).  The cluster's identity
+is the log's first fact (``ClusterCreated``), so it lives wherever the facts do.
+
+The contract both keep (tests/daemon/test_factstore.py runs against both):
+
+* ``append(facts)`` writes the whole batch in one transaction and returns only
+  once it is durable (group commit); a batch is fully there or not at all, and
+  a cancelled caller gets ``Cancelled`` only if nothing was written.
+* ``seq`` numbers facts 1, 2, 3, ... without gaps; a snapshot covers every fact
+  up to its ``upto_seq``; ``load()`` is (latest snapshot, the facts after it,
+  the last seq), and a gap or an undecodable row is a ``StoreError``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from model import facts as F
+
+
+@runtime_checkable
+class ControllerStore(Protocol):
+    @property
+    def last_seq(self) -> int:
+        """The last fact's seq as this store last saw it."""
+
+    @property
+    def facts_since_snapshot(self) -> int:
+        """Facts a restart would replay: the controller snapshots when this grows large."""
+
+    @property
+    def where(self) -> str:
+        """Where the facts live, for messages (no password)."""
+
+    async def load(self) -> tuple[dict[str, Any] | None, list[F.Fact], int]:
+        """(latest snapshot or None, the facts after it in order, the last seq)."""
+
+    async def append(self, facts: Sequence[F.Fact]) -> int:
+        """Append the batch in one transaction, durable on return; the new last seq."""
+
+    async def write_snapshot(self, snapshot: dict[str, Any], upto_seq: int) -> None:
+        """Store a snapshot covering facts ``seq <= upto_seq``."""
+
+    async def aclose(self) -> None:
+        """Close the store (idempotent)."""
+
+
+def is_postgres_url(store: str | None) -> bool:
+    return store is not None and store.startswith(("postgresql://", "postgres://"))
+
+
+def check_store_url(store: str | None) -> None:
+    """A clear error for a ``--store`` this reckon cannot use (changes nothing)."""
+    if store is not None and not is_postgres_url(store):
+        raise ValueError(f"--store must be a postgresql:// URL (got {store.split('://')[0]!r}); "
+                         "without --store the controller keeps its facts in SQLite under --state-dir")
+
+
+async def open_sqlite_store(state_dir: Path) -> ControllerStore:
+    from daemon.store.facts import FactStore
+
+    return await FactStore.open(state_dir)
+
+
+class SteppedDown(Exception):
+    """This controller led and no longer does (deposed, or its lease could not be renewed in
+    time): it has stopped releasing effects and exits; run it again to stand by."""
