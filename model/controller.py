@@ -18,8 +18,9 @@ from . import messages as M
 from ._check import MAX_NAME
 from .errors import LocalProtocolError, RemoteProtocolError
 from .jobs import JobRecord, JobState
+from . import startup
 from .resync import ResyncRound
-from .scheduler import AgentNote, JobNote
+from .scheduler import AgentNote, DispatchHold, JobNote
 from .state import AgentInfo, ControllerState, apply, replay, restore
 
 
@@ -111,6 +112,8 @@ class Controller:
         self.sessions: dict[str, AgentSession] = {}
         self._conns: dict[int, str] = {}  # live connection -> agent name
         self.applied_rounds: list[bytes] = []  # tokens whose reports were applied (each at most once)
+        self.started = False  # ControllerStarted was handled (once per start; replay never sets it)
+        self.start_gate: startup.StartGate | None = None  # dispatch held after a start: model.startup
 
     # ---- construction -----------------------------------------------------
 
@@ -130,6 +133,8 @@ class Controller:
         for name in self.state.agents:
             self._note_agent(out, name)
         self._flush_notes(out)
+        if self.start_gate is not None:
+            out.commands.append(E.Notify(note=DispatchHold(held=True, reason="start gate")))
         return out.commands
 
     # ---- the entry point ------------------------------------------------------
@@ -142,7 +147,13 @@ class Controller:
         handler(self, event, out)
         if out.reserve_upto >= self.state.next_job:
             self._apply(out, F.JobIdsReserved(upto=out.reserve_upto))
+            out.commands.append(E.Warn(message=(
+                f"an agent reported job {out.reserve_upto}, which this controller never issued (was its state "
+                f"restored from an older copy?): ids up to {out.reserve_upto} will not be issued again, and any "
+                f"such process still running is killed")))
         self._flush_notes(out)
+        if self.start_gate is not None:
+            startup.check_gate(self, event, out)
         return out.result()
 
     # ---- helpers --------------------------------------------------------------
@@ -562,6 +573,7 @@ class Controller:
         self.sessions.pop(ev.agent, None)
 
     def _on_submit(self, ev: E.SubmitJob, out: _Out) -> None:
+        startup.mark_for_submit(self, out)
         self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
 
     def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:
@@ -584,7 +596,7 @@ class Controller:
         session = self.sessions.get(ev.agent)
         info = self.state.agents.get(ev.agent)
         ok = (
-            job is not None and job.state is JobState.PENDING
+            job is not None and job.state is JobState.PENDING and self.start_gate is None
             and session is not None and session.connected and not session.reconciling
             and info is not None and info.slots - info.used >= job.spec.slots
         )
@@ -616,7 +628,7 @@ class Controller:
 
     # ---- views ---------------------------------------------------------------------
 
-    def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
+    def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool]:
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
             (j for j in self.state.jobs.values() if j.state is JobState.PENDING), key=lambda j: int(j.id)))
@@ -625,7 +637,7 @@ class Controller:
             session = self.sessions.get(name)
             available = bool(session and session.connected and not session.reconciling)
             agents[name] = (info.slots, info.used, available)
-        return pending, agents
+        return pending, agents, self.start_gate is not None
 
     def node_state(self, name: str) -> str:
         """IDLE, BUSY, RECONCILING, DISCONNECTED or LOST (the CLI's node state)."""
@@ -648,5 +660,7 @@ class Controller:
         E.DispatchProposed: _on_dispatch,
         E.DispatchUndelivered: _on_undelivered,
         E.ForgetAgent: _on_forget,
+        E.ControllerStarted: startup.on_controller_started,
+        E.StartGraceEnded: startup.on_grace_ended,
     }
 

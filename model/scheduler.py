@@ -37,6 +37,13 @@ class AgentNote(NamedTuple):
     reconciling: bool
 
 
+class DispatchHold(NamedTuple):
+    """The controller's start gate (``model.startup``): while held, nothing is placed."""
+
+    held: bool
+    reason: str  # why it closed or opened, for the operator's log
+
+
 @dataclass(slots=True)
 class _AgentView:
     slots: int
@@ -58,8 +65,9 @@ class Scheduler:
         # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
         self._queue: list[tuple[int, str]] = []
         self._agents: dict[str, _AgentView] = {}
+        self._held = False  # the controller's start gate is closed
 
-    def notify(self, note: JobNote | AgentNote) -> None:
+    def notify(self, note: JobNote | AgentNote | DispatchHold) -> None:
         if isinstance(note, JobNote):
             if note.state is JobState.PENDING:
                 if note.job not in self._pending:
@@ -69,6 +77,8 @@ class Scheduler:
                 self._pending.pop(note.job, None)
         elif isinstance(note, AgentNote):
             self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling)
+        elif isinstance(note, DispatchHold):
+            self._held = note.held
         else:
             raise TypeError(f"not a scheduler note: {note!r}")
 
@@ -79,7 +89,7 @@ class Scheduler:
         """Propose (job, agent) pairs in FIFO order, first fit by free slots."""
         free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
         proposals: list[tuple[str, str]] = []
-        if not free:
+        if not free or self._held:
             return proposals
         examined: dict[str, tuple[int, str]] = {}
         queue = self._queue
@@ -102,9 +112,10 @@ class Scheduler:
             heapq.heappush(queue, entry)
         return proposals
 
-    def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
-        """(pending jobs in FIFO order, agent -> (slots, used, available))."""
+    def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool]:
+        """(pending jobs in FIFO order, agent -> (slots, used, available), dispatch held)."""
         return (
             tuple(self._fifo()),
             {name: (a.slots, a.used, a.available) for name, a in self._agents.items()},
+            self._held,
         )

@@ -49,6 +49,7 @@ class ControllerState:
     next_job: int = 1
     facts_applied: int = 0
     cluster: str | None = None  # set by the history's first fact, ClusterCreated
+    id_mark: int = 0  # ids up to this are covered by the id mark outside the database (IdMarkRaised)
 
     def job(self, job_id: str) -> JobRecord:
         try:
@@ -79,6 +80,7 @@ class ControllerState:
         return (
             self.cluster,
             self.next_job,
+            self.id_mark,
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
             tuple(sorted((a.name, a.slots, a.registered, a.identity or "", a.used, tuple(sorted(a.running)))
                          for a in self.agents.values())),
@@ -232,6 +234,13 @@ def _forgotten(state: ControllerState, fact: F.AgentForgotten) -> Changes:
     return Changes(agents=(fact.agent,))
 
 
+def _id_mark_raised(state: ControllerState, fact: F.IdMarkRaised) -> Changes:
+    if fact.upto <= state.id_mark:
+        raise LocalProtocolError(f"the id mark is already {state.id_mark}, not below {fact.upto}")
+    state.id_mark = fact.upto
+    return Changes()
+
+
 def _cluster_created(state: ControllerState, fact: F.ClusterCreated) -> Changes:
     if state.cluster is not None:
         raise LocalProtocolError(f"this history already is cluster {state.cluster}")
@@ -253,6 +262,7 @@ _APPLY: dict[type, Any] = {
     F.AgentRegistered: _registered,
     F.AgentForgotten: _forgotten,
     F.JobIdsReserved: _ids_reserved,
+    F.IdMarkRaised: _id_mark_raised,
 }
 
 
@@ -267,8 +277,9 @@ def replay(facts: list[F.Fact], state: ControllerState | None = None) -> Control
 def snapshot(state: ControllerState) -> dict[str, Any]:
     """A plain map of the whole state, for fast restart."""
     return {
-        "v": 2,  # v1: agents were [name, slots, registered], without the identity
+        "v": 3,  # v1: agents were [name, slots, registered], without the identity; v2: no id_mark
         "next_job": state.next_job,
+        "id_mark": state.id_mark,
         "cluster": state.cluster,
         "facts_applied": state.facts_applied,
         "agents": [[a.name, a.slots, a.registered, a.identity] for a in state.agents.values()],
@@ -282,10 +293,10 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
 
 def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running) are recomputed."""
-    if data.get("v") not in (1, 2):
+    if data.get("v") not in (1, 2, 3):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
-                            cluster=data.get("cluster"))
+                            cluster=data.get("cluster"), id_mark=data.get("id_mark", 0))
     for row in data["agents"]:
         name, slots, registered = row[:3]
         identity = row[3] if data["v"] >= 2 else None
