@@ -48,6 +48,7 @@ from daemon.store.facts import FactStore
 from daemon.agent.runner import ExitStatus, NullRunner, check_key
 from model import events as E
 from model import facts as F
+from model.state import apply
 from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.jobs import JobSpec
@@ -415,7 +416,12 @@ async def controller(state_dir: Path, *, round_timeout: float = 30.0, heartbeat_
     store = await TestFactStore.open(state_dir)
     try:
         snapshot, facts, _ = await store.load()
-        daemon = ControllerDaemon(options, store, Controller.from_log(facts, config, snapshot))
+        model = Controller.from_log(facts, config, snapshot)
+        if model.state.cluster is None:  # a new history, as serve_controller names it
+            created = F.ClusterCreated(cluster=secrets.token_hex(8))
+            apply(model.state, created)
+            await store.append([created])
+        daemon = ControllerDaemon(options, store, model)
         events: list[Any] = []
         handle = daemon.model.handle
 

@@ -34,6 +34,7 @@ SAMPLES = [
     F.AgentForgotten(agent="a1"),
     F.ClusterCreated(cluster="3f2a9c01d4e5b6a7"),
     F.JobIdsReserved(upto=7),
+    F.IdMarkRaised(upto=1000),
 ]
 
 

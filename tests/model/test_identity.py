@@ -52,7 +52,8 @@ class World:
     def submit_and_place(self, count: int, agent: str = "node1") -> list[str]:
         ids = []
         for _ in range(count):
-            [fact] = facts_of(self.handle(E.SubmitJob(spec=spec(), now=1.0)))
+            [fact] = [f for f in facts_of(self.handle(E.SubmitJob(spec=spec(), now=1.0)))
+                      if isinstance(f, F.JobSubmitted)]
             ids.append(fact.job)
             self.handle(E.DispatchProposed(job=fact.job, agent=agent, now=1.0))
         return ids
