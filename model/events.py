@@ -175,11 +175,12 @@ class IdMark:
     """What the id mark file outside the database says: ids up to ``upto`` of history ``cluster``
     may have been issued (``model.startup``)."""
 
-    cluster: str
+    cluster: str | None  # None: a history never named (a log from before ClusterCreated)
     upto: int
 
     def __post_init__(self) -> None:
-        check_str("cluster", self.cluster, max_len=64)
+        if self.cluster is not None:
+            check_str("cluster", self.cluster, max_len=64)
         check_int("upto", self.upto, minimum=0)
 
 

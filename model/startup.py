@@ -59,6 +59,7 @@ def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any)
     if ctrl.started:
         raise LocalProtocolError("the controller has already started")
     _continue_ids(ctrl, ev.id_mark, out)  # may refuse: then nothing changed
+    mark_for_submit(ctrl, out)  # the next block now, so submits rarely wait for the file
     ctrl.started = True
     pending = any(j.state is JobState.PENDING for j in ctrl.state.jobs.values())
     if ev.grace > 0 and pending:

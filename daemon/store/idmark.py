@@ -32,7 +32,7 @@ def read_id_mark(state_dir: Path) -> IdMark | None:
         return None
     try:
         data = json.loads(text)
-        return IdMark(cluster=data["cluster"], upto=data["upto"])
+        return IdMark(cluster=data["cluster"], upto=data["upto"])  # validated there
     except (ValueError, KeyError, TypeError) as exc:
         raise BadIdMark(f"{path} is unreadable ({exc}); it should hold "
                         f'{{"cluster": ..., "upto": ...}}: restore it, or remove it to start without it') from None

@@ -109,4 +109,5 @@ async def test_a_new_history_ignores_the_mark_of_an_old_one(tmp_path, autojump_c
     await _submit(state, 1)
     for path in state.glob("controller.db*"):
         path.unlink()
+    (state / ID_MARK_FILE).write_text(json.dumps({"cluster": "01d", "upto": 1000}))  # the old history's
     assert await _submit(state, 1) == ["1"]

@@ -48,7 +48,6 @@ from daemon.store.facts import FactStore
 from daemon.agent.runner import ExitStatus, NullRunner, check_key
 from model import events as E
 from model import facts as F
-from model.state import apply
 from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.jobs import JobSpec
@@ -416,12 +415,7 @@ async def controller(state_dir: Path, *, round_timeout: float = 30.0, heartbeat_
     store = await TestFactStore.open(state_dir)
     try:
         snapshot, facts, _ = await store.load()
-        model = Controller.from_log(facts, config, snapshot)
-        if model.state.cluster is None:  # a new history, as serve_controller names it
-            created = F.ClusterCreated(cluster=secrets.token_hex(8))
-            apply(model.state, created)
-            await store.append([created])
-        daemon = ControllerDaemon(options, store, model)
+        daemon = ControllerDaemon(options, store, Controller.from_log(facts, config, snapshot))
         events: list[Any] = []
         handle = daemon.model.handle
 
@@ -431,7 +425,8 @@ async def controller(state_dir: Path, *, round_timeout: float = 30.0, heartbeat_
 
         daemon.model.handle = recording_handle  # type: ignore[method-assign]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(daemon.core_loop)
+            await nursery.start(daemon.core_loop)  # the model's start (ids, start gate) is committed
+            store.calls.clear()  # the start's own commit: tests count the appends their events cause
             nursery.start_soon(daemon.ticker)
             yield ControllerRig(daemon=daemon, store=store, nursery=nursery, events=events)
             nursery.cancel_scope.cancel()
