@@ -133,7 +133,7 @@ async def test_group_commit(tmp_path, autojump_clock, max_batch, expected_calls)
             assert ids == {str(i) for i in range(1, 32)}  # ... each its own job
             on_disk = await ctl.store.durable()
             assert [f.job for f in on_disk if isinstance(f, F.JobSubmitted)] == [str(i) for i in range(1, 32)]
-            assert ctl.store.last_seq == 31
+            assert ctl.store.last_seq == 32  # and the start's IdMarkRaised
 
 
 # ---- 3. a round deadline is a cancel scope ---------------------------------------------------------------------
