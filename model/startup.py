@@ -67,7 +67,7 @@ def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any)
         ctrl.start_gate = StartGate(waiting=known, known=bool(known), deadline=_clock(ev) + ev.grace,
                                     grace=ev.grace)
         out.commands.append(E.Notify(note=DispatchHold(
-            held=True, reason=f"holding dispatch until {len(known)} known agent(s) rejoined, "
+            held=True, reason=f"until {len(known)} known agent(s) have rejoined, "
                               f"or for {ev.grace:g}s")))
         out.commands.append(E.StartGraceTimer(deadline=ctrl.start_gate.deadline))
 
