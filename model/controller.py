@@ -22,8 +22,9 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .jobs import JobRecord, JobState
 from .nodes import node_state, on_drain, on_resume
 from .policy import array_full, ready
+from . import startup
 from .resync import ResyncRound
-from .scheduler import AgentNote, JobNote
+from .scheduler import AgentNote, DispatchHold, JobNote
 from .state import AgentInfo, ControllerState, apply, replay, restore
 
 
@@ -115,6 +116,8 @@ class Controller:
         self.sessions: dict[str, AgentSession] = {}
         self._conns: dict[int, str] = {}  # live connection -> agent name
         self.applied_rounds: list[bytes] = []  # tokens whose reports were applied (each at most once)
+        self.started = False  # ControllerStarted was handled (once per start; replay never sets it)
+        self.start_gate: startup.StartGate | None = None  # dispatch held after a start: model.startup
 
     # ---- construction -----------------------------------------------------
 
@@ -135,6 +138,8 @@ class Controller:
         for name in self.state.agents:
             self._note_agent(out, name)
         self._flush_notes(out)
+        if self.start_gate is not None:
+            out.commands.append(E.Notify(note=DispatchHold(held=True, reason="start gate")))
         return out.commands
 
     # ---- the entry point ------------------------------------------------------
@@ -147,7 +152,13 @@ class Controller:
         handler(self, event, out)
         if out.reserve_upto >= self.state.next_job:
             self._apply(out, F.JobIdsReserved(upto=out.reserve_upto))
+            out.commands.append(E.Warn(message=(
+                f"an agent reported job {out.reserve_upto}, which this controller never issued (was its state "
+                f"restored from an older copy?): ids up to {out.reserve_upto} will not be issued again, and any "
+                f"such process still running is killed")))
         self._flush_notes(out)
+        if self.start_gate is not None:
+            startup.check_gate(self, event, out)
         return out.result()
 
     # ---- helpers --------------------------------------------------------------
@@ -251,7 +262,8 @@ class Controller:
         refusal = self._name_refusal(join, session, info)
         if refusal is not None:
             # Nothing changes: no fact, the holder's connection and jobs untouched.
-            self._refuse_join(out, ev.conn, refusal, permanent=True)
+            reason, permanent = refusal
+            self._refuse_join(out, ev.conn, reason, permanent=permanent)
             return
         if session is not None and ev.conn < session.latest_conn:
             # This connection was accepted before the one the agent joined on last:
@@ -284,16 +296,20 @@ class Controller:
                                                                       cluster=self.state.cluster))
         self._note_agent(out, join.agent)
 
-    def _name_refusal(self, join: M.Join, session: AgentSession | None, info: AgentInfo | None) -> str | None:
-        """Why ``join`` may not have its name, or None.
+    def _name_refusal(self, join: M.Join, session: AgentSession | None,
+                      info: AgentInfo | None) -> tuple[str, bool] | None:
+        """Why ``join`` may not have its name, and whether that is permanent; or None.
 
         A name belongs to one identity at a time.  Another identity is refused
         while the holder is connected, and while the disconnected holder still
         has jobs placed on it (giving the name away would let them run twice);
         a disconnected holder with nothing placed hands the name over (a wiped
         state directory, a replaced machine).  ``reckon forget`` releases a
-        name whose holder is gone with jobs placed.  Agents without an identity
-        keep the rules of versions 1 and 2: the newest connection wins.
+        name whose holder is gone with jobs placed.  While the start gate is
+        closed, a holder that has not rejoined keeps its name (refused for now,
+        not permanently): the state just recovered may be older than what it
+        ran.  Agents without an identity keep the rules of versions 1 and 2:
+        the newest connection wins.
         """
         if join.identity is None:
             return None
@@ -303,11 +319,17 @@ class Controller:
             return None
         held = f"agent name {join.agent} is held by another agent"
         if connected:
-            return held
+            return held, True
         placed = len(info.running) if info is not None else 0
         if placed:
             return (f"{held} (disconnected, {placed} unfinished job(s) placed on it); if that machine is gone "
-                    f"for good, release the name with `reckon forget {join.agent}`")
+                    f"for good, release the name with `reckon forget {join.agent}`"), True
+        if self.start_gate is not None and join.agent in self.start_gate.waiting:
+            # After a start (a restored state above all) "nothing placed" may be stale: the
+            # holder may have run jobs this state calls PENDING.  It gets the start grace to
+            # rejoin and report them before its name goes to another identity.
+            return (f"{held}, which has not rejoined since the controller started; the name is handed "
+                    f"over only if it is still away when the start grace ends"), False
         return None
 
     def _refuse_join(self, out: _Out, conn: int, reason: str, *, permanent: bool) -> None:
@@ -576,6 +598,7 @@ class Controller:
         if not ev.queue_anyway and (refusal := unrunnable_reason(self.state, ev.spec)) is not None:
             raise LocalProtocolError(refusal)
         job_ops.check_submit(self, ev.spec)
+        startup.mark_for_submit(self, out)
         self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
 
     def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:
@@ -602,7 +625,7 @@ class Controller:
         info = self.state.agents.get(ev.agent)
         ok = (
             job is not None and job.state is JobState.PENDING and ready(self.state, job)
-            and not array_full(self.state, job)
+            and not array_full(self.state, job) and self.start_gate is None
             and session is not None and session.connected and not session.reconciling
             and info is not None and not info.drained and info.slots - info.used >= job.spec.slots
         )
@@ -634,7 +657,7 @@ class Controller:
 
     # ---- views ---------------------------------------------------------------------
 
-    def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
+    def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool]:
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
             (j for j in self.state.jobs.values() if ready(self.state, j)), key=lambda j: int(j.id)))
@@ -643,7 +666,7 @@ class Controller:
             session = self.sessions.get(name)
             available = bool(session and session.connected and not session.reconciling and not info.drained)
             agents[name] = (info.slots, info.used, available)
-        return pending, agents
+        return pending, agents, self.start_gate is not None
 
     def node_state(self, name: str) -> str:
         """One of model.nodes.NODE_STATES (the CLI's node state)."""
@@ -666,5 +689,7 @@ class Controller:
         E.HoldJob: job_ops.on_hold,
         E.ReleaseJob: job_ops.on_release,
         E.RequeueJob: job_ops.on_requeue,
+        E.ControllerStarted: startup.on_controller_started,
+        E.StartGraceEnded: startup.on_grace_ended,
     }
 

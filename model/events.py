@@ -268,10 +268,61 @@ class ResumeAgent:
         check_time("now", self.now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdMark:
+    """What the id mark file outside the database says: ids up to ``upto`` of history ``cluster``
+    may have been issued (``model.startup``)."""
+
+    cluster: str | None  # None: a history never named (a log from before ClusterCreated)
+    upto: int
+
+    def __post_init__(self) -> None:
+        if self.cluster is not None:
+            check_str("cluster", self.cluster, max_len=64)
+        check_int("upto", self.upto, minimum=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerStarted:
+    """The controller recovered its state (replay is done) and is about to serve.
+
+    Once per start, first of all events: it decides where job ids continue
+    (``id_mark``: the mark file, None when there is none) and opens the start
+    gate (no dispatch until the known agents rejoined, or ``grace`` seconds on
+    the silence clock passed; 0: no gate).
+    """
+
+    now: float
+    grace: float
+    id_mark: IdMark | None = None
+    mono: float | None = None
+
+    def __post_init__(self) -> None:
+        check_time("now", self.now)
+        check_opt_time("mono", self.mono)
+        if not isinstance(self.grace, (int, float)) or isinstance(self.grace, bool) or not 0 <= self.grace < 1e9:
+            raise ValueError("grace must be a number of seconds >= 0")
+        if self.id_mark is not None and not isinstance(self.id_mark, IdMark):
+            raise ValueError("id_mark must be an IdMark or None")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartGraceEnded:
+    """The timer of a ``StartGraceTimer`` fired."""
+
+    now: float
+    mono: float | None = None
+
+    def __post_init__(self) -> None:
+        check_time("now", self.now)
+        check_opt_time("mono", self.mono)
+
+
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
     DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
     SubmitArray, HoldJob, ReleaseJob, RequeueJob,
+    ControllerStarted, StartGraceEnded,
 ]
 
 
@@ -402,6 +453,20 @@ class RoundEnded:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StartGraceTimer:
+    """Deliver ``StartGraceEnded`` once the silence clock reaches ``deadline``."""
+
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Warn:
+    """A condition the operator must hear of: the daemon logs ``message`` once, as a warning."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StartProcess:
     job: str
     attempt: int
@@ -449,6 +514,6 @@ class StoreCluster:
 
 
 Command = Union[
-    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartProcess, KillProcess, StoreRecord,
+    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess, StoreRecord,
     DeleteRecord, OutboxPut, OutboxDelete, StoreCluster,
 ]

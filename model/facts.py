@@ -277,10 +277,26 @@ class AgentResumed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobIdsReserved:
-    """An agent reported job ids this history never issued (its state was rolled
-    back): no submit may reuse any id up to ``upto``."""
+    """No submit may reuse any id up to ``upto``: an agent reported ids this
+    history never issued (its state was rolled back), or the controller started
+    on a state behind its id mark (``model.startup``)."""
 
     KIND: ClassVar[str] = "job_ids_reserved"
+    VERSION: ClassVar[int] = 1
+    upto: int
+
+    def __post_init__(self) -> None:
+        check_int("upto", self.upto, minimum=1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdMarkRaised:
+    """The id mark outside the database (the daemon's ``id-mark`` file) now
+    covers job ids up to ``upto``.  The daemon writes the file durably before
+    it commits this fact, so no id above the file's mark is ever committed and
+    a restored older database still learns the mark at its start."""
+
+    KIND: ClassVar[str] = "id_mark_raised"
     VERSION: ClassVar[int] = 1
     upto: int
 
@@ -305,6 +321,7 @@ Fact = Union[
     JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
     AgentDrained, AgentResumed,
     JobHeld, JobReleased, JobRestarted,
+    IdMarkRaised,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -313,6 +330,7 @@ FACT_TYPES: dict[str, type] = {
         JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
         AgentDrained, AgentResumed,
         JobHeld, JobReleased, JobRestarted,
+        IdMarkRaised,
     )
 }
 

@@ -64,17 +64,19 @@ def node_state(ctl: "Controller", name: str) -> str:
     return "BUSY" if used >= slots else "MIXED"
 
 
-def pending_reason(ctl: "Controller", job_id: str, *, dispatch_held: str | None = None) -> str | None:
+def pending_reason(ctl: "Controller", job_id: str) -> str | None:
     """Why a PENDING job is not running yet, in the operator's words; None for a job not PENDING.
 
-    ``dispatch_held``: the daemon's reason when it holds every dispatch (the
-    start's rejoin grace), which outranks anything the agents say.
+    The start gate (model/startup.py) holds every dispatch, so it outranks
+    anything the agents say.
     """
     job = ctl.state.job(job_id)
     if job.state is not JobState.PENDING:
         return None
-    if dispatch_held is not None:
-        return dispatch_held
+    gate = ctl.start_gate
+    if gate is not None:
+        return (f"waiting for start grace: nothing is dispatched until every known agent has rejoined "
+                f"(at most {gate.grace:g}s after the controller's start; {len(gate.waiting)} not back yet)")
     need = job.spec.slots
     agents = ctl.state.agents
     if not agents:

@@ -41,6 +41,13 @@ class AgentNote(NamedTuple):
     drained: bool = False  # the operator drained it: no new placements
 
 
+class DispatchHold(NamedTuple):
+    """The controller's start gate (``model.startup``): while held, nothing is placed."""
+
+    held: bool
+    reason: str  # why it closed or opened, for the operator's log
+
+
 @dataclass(slots=True)
 class _AgentView:
     slots: int
@@ -65,8 +72,9 @@ class Scheduler:
         self._agents: dict[str, _AgentView] = {}
         self._array_max: dict[str, int] = {}  # throttled array -> its %MAX
         self._array_running: dict[str, set[str]] = {}  # throttled array -> its jobs RUNNING (as noted)
+        self._held = False  # the controller's start gate is closed
 
-    def notify(self, note: JobNote | AgentNote) -> None:
+    def notify(self, note: JobNote | AgentNote | DispatchHold) -> None:
         if isinstance(note, JobNote):
             if note.array is not None and note.array_max is not None:
                 self._array_max[note.array] = note.array_max
@@ -85,6 +93,8 @@ class Scheduler:
         elif isinstance(note, AgentNote):
             self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling,
                                                   note.drained)
+        elif isinstance(note, DispatchHold):
+            self._held = note.held
         else:
             raise TypeError(f"not a scheduler note: {note!r}")
 
@@ -95,7 +105,7 @@ class Scheduler:
         """Propose (job, agent) pairs in FIFO order, first fit by free slots."""
         free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
         proposals: list[tuple[str, str]] = []
-        if not free:
+        if not free or self._held:
             return proposals
         examined: dict[str, tuple[int, str]] = {}
         # Running plus proposed jobs per throttled array: %MAX holds within one call too.
@@ -124,9 +134,10 @@ class Scheduler:
             heapq.heappush(queue, entry)
         return proposals
 
-    def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]]]:
-        """(pending jobs in FIFO order, agent -> (slots, used, available))."""
+    def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool]:
+        """(pending jobs in FIFO order, agent -> (slots, used, available), dispatch held)."""
         return (
             tuple(self._fifo()),
             {name: (a.slots, a.used, a.available) for name, a in self._agents.items()},
+            self._held,
         )

@@ -51,6 +51,7 @@ class ControllerState:
     next_job: int = 1
     facts_applied: int = 0
     cluster: str | None = None  # set by the history's first fact, ClusterCreated
+    id_mark: int = 0  # ids up to this are covered by the id mark outside the database (IdMarkRaised)
     # Derived indexes, kept by apply and rebuilt by restore (not part of digest()):
     dependants: dict[str, list[str]] = field(default_factory=dict)  # job -> jobs submitted --after it
     array_running: dict[str, int] = field(default_factory=dict)  # throttled array id -> its RUNNING jobs
@@ -85,6 +86,7 @@ class ControllerState:
         return (
             self.cluster,
             self.next_job,
+            self.id_mark,
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
             tuple(sorted((a.name, a.slots, a.registered, a.identity or "", a.used, tuple(sorted(a.running)),
                           a.drained)
@@ -325,6 +327,11 @@ def _resumed(state: ControllerState, fact: F.AgentResumed) -> Changes:
         raise LocalProtocolError(f"agent {fact.agent} is not drained")
     info.drained = False
     return Changes(agents=(fact.agent,))
+def _id_mark_raised(state: ControllerState, fact: F.IdMarkRaised) -> Changes:
+    if fact.upto <= state.id_mark:
+        raise LocalProtocolError(f"the id mark is already {state.id_mark}, not below {fact.upto}")
+    state.id_mark = fact.upto
+    return Changes()
 
 
 def _cluster_created(state: ControllerState, fact: F.ClusterCreated) -> Changes:
@@ -353,6 +360,7 @@ _APPLY: dict[type, Any] = {
     F.JobHeld: _held,
     F.JobReleased: _released,
     F.JobRestarted: _restarted,
+    F.IdMarkRaised: _id_mark_raised,
 }
 
 
@@ -367,8 +375,9 @@ def replay(facts: list[F.Fact], state: ControllerState | None = None) -> Control
 def snapshot(state: ControllerState) -> dict[str, Any]:
     """A plain map of the whole state, for fast restart."""
     return {
-        "v": 3,  # v1: agents were [name, slots, registered], without the identity; v2: agents without drained, jobs had 14 fields
+        "v": 3,  # v1: agents were [name, slots, registered], without the identity; v2: agents without drained, jobs had 14 fields, no id_mark
         "next_job": state.next_job,
+        "id_mark": state.id_mark,
         "cluster": state.cluster,
         "facts_applied": state.facts_applied,
         "agents": [[a.name, a.slots, a.registered, a.identity, a.drained] for a in state.agents.values()],
@@ -386,7 +395,7 @@ def restore(data: dict[str, Any]) -> ControllerState:
     if data.get("v") not in (1, 2, 3):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
-                            cluster=data.get("cluster"))
+                            cluster=data.get("cluster"), id_mark=data.get("id_mark", 0))
     for row in data["agents"]:
         name, slots, registered = row[:3]
         identity = row[3] if data["v"] >= 2 else None

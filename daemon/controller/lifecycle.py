@@ -62,6 +62,7 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
     F.AgentDrained: lambda f: f"agent {f.agent} drained: no new jobs there; running jobs finish",
     F.AgentResumed: lambda f: f"agent {f.agent} resumed: it takes new jobs again",
     F.JobIdsReserved: None,  # the server explains it as a warning
+    F.IdMarkRaised: None,  # bookkeeping: a block of job ids reserved (model/startup.py)
     F.JobHeld: lambda f: f"job {f.job} held: not dispatched until released",
     F.JobReleased: lambda f: f"job {f.job} released",
     F.JobRestarted: lambda f: f"job {f.job} requeued by the user: it runs again as attempt {f.attempt}",

@@ -19,17 +19,9 @@ if TYPE_CHECKING:
     from daemon.controller.server import ControllerDaemon
 
 
-def _held(daemon: "ControllerDaemon") -> str | None:
-    """The start's dispatch hold, as a reason (see ControllerDaemon._holding)."""
-    if daemon._hold_until is None:
-        return None
-    return (f"waiting for start grace: nothing is dispatched until every known agent has rejoined "
-            f"(at most {daemon.options.rejoin_grace:g}s after the controller's start)")
-
-
 def job_with_reason(daemon: "ControllerDaemon", job_id: str) -> dict:
     obj = daemon.job_object(job_id)
-    obj["pending_reason"] = pending_reason(daemon.model, job_id, dispatch_held=_held(daemon))
+    obj["pending_reason"] = pending_reason(daemon.model, job_id)
     return obj
 
 

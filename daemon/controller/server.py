@@ -32,10 +32,10 @@ from model.admission import unrunnable_reason
 from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from model.facts import ClusterCreated, Fact, JobCancelConfirmed, JobIdsReserved, JobRequeued
+from model.facts import ClusterCreated, Fact, JobCancelConfirmed, JobRequeued, JobSubmitted
 from model.state import apply, snapshot
 from model.jobs import JobSpec, JobState
-from model.scheduler import Scheduler
+from model.scheduler import DispatchHold, Scheduler
 
 from daemon import runtime, wire
 from daemon.controller import lifecycle, operator
@@ -43,6 +43,7 @@ from daemon.controller.metrics import ControllerMetrics
 from daemon.ops.metrics_http import serve_metrics
 from daemon.controller import job_ops
 from daemon.controller.logs import OutputRelay, output_paths_of
+from daemon.controller import startup
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
 from daemon.controller.listen import listening
@@ -66,7 +67,7 @@ class ControllerOptions:
     max_batch: int = 5_000  # events decided per group commit
     max_dispatch_per_batch: int = 2_000  # dispatches per group commit
     # After a start, no dispatch until every agent the log knows has rejoined and
-    # answered its round, or this many seconds have passed (0: no hold).  See _holding.
+    # answered its round, or this many seconds have passed (0: no hold): model.startup.
     rejoin_grace: float = 15.0
     metrics: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None: off
     store: str | None = None  # postgresql://...: shared facts, standbys, fenced leadership (daemon/controller/ha.py)
@@ -125,11 +126,7 @@ class ControllerDaemon:
         self.nodes = lifecycle.NodeTracker()  # since when each node is in its state
         self.metrics = ControllerMetrics(self)
         self.before_release: Callable[[], None] = lambda: None  # raises if this controller may not (ha.py)
-        # See _holding: only jobs already PENDING at the start can have run somewhere since.
-        pending_at_start = any(j.state is JobState.PENDING for j in controller.state.jobs.values())
-        self._hold_until: float | None = (trio.current_time() + options.rejoin_grace
-                                          if options.rejoin_grace > 0 and pending_at_start else None)
-        self._known_at_start = tuple(controller.state.agents)  # the agents the recovered state knows
+        self.grace_timer = startup.GraceTimer()
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
@@ -149,7 +146,11 @@ class ControllerDaemon:
             raise LocalProtocolError(work.error)
         return work.result
 
-    async def core_loop(self) -> None:
+    async def core_loop(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Start the model (ids, start gate), then decide batches until cancelled."""
+        for cmd in await startup.start_model(self):
+            self._release(cmd)
+        task_status.started()
         while True:
             batch = [await self._work_recv.receive()]
             while len(batch) < self.options.max_batch:
@@ -172,7 +173,7 @@ class ControllerDaemon:
                 # Commit before effect: nothing below leaves this process until the
                 # facts behind it are durable.  A failed commit kills the daemon.
                 committing = time.perf_counter()
-                await self.store.append(facts)
+                await startup.commit(self, facts)
                 self.metrics.committed(facts, time.perf_counter() - committing)
             lifecycle.after_commit(self, facts, commands)
             self.before_release()
@@ -212,8 +213,6 @@ class ControllerDaemon:
         loop straight back for the rest after this batch's effects are out.
         """
         out: list[E.Command] = []
-        if self._holding():
-            return out
         pending_notes = True
         budget = self.options.max_dispatch_per_batch
         while pending_notes:
@@ -235,35 +234,15 @@ class ControllerDaemon:
                 out.extend(cmds)
         return out
 
-    def _holding(self) -> bool:
-        """Whether dispatch is still held after this controller's start.
-
-        The state may be a restored older copy: a job it calls PENDING may have
-        run, even finished, on an agent since (its dispatch is not in the copy).
-        That agent reports the attempt when it rejoins, and the job is adopted
-        with its true outcome; dispatching the job elsewhere first would run it
-        twice.  So when jobs were PENDING at the start, nothing is dispatched
-        until every agent the recovered state knows has rejoined and answered
-        its round, or ``rejoin_grace`` has passed (the whole grace when it knows
-        no agent: a copy taken before the agents joined; an agent that stays
-        away longer may still hold such a job: README).
-        """
-        if self._hold_until is None:
-            return False
-        sessions = self.model.sessions
-        rejoined = bool(self._known_at_start) and all(
-            (s := sessions.get(name)) is not None and s.connected and not s.reconciling
-            for name in self._known_at_start)
-        if trio.current_time() < self._hold_until and not rejoined:
-            return True
-        self._hold_until = None
-        log.info("dispatching: %s", "every known agent has rejoined" if rejoined
-                 else f"the rejoin grace of {self.options.rejoin_grace:g}s is over")
-        return False
-
     def _release(self, cmd: E.Command) -> None:
         if isinstance(cmd, E.Notify):
-            pass  # fed to the scheduler when decided (core_loop, _schedule): it is no outward effect
+            # Fed to the scheduler when decided (core_loop, _schedule): no outward effect.
+            if isinstance(cmd.note, DispatchHold):
+                log.info("%s: %s", "holding dispatch" if cmd.note.held else "dispatching", cmd.note.reason)
+        elif isinstance(cmd, E.Warn):
+            log.warning("%s", cmd.message)  # the model emits each once per condition
+        elif isinstance(cmd, E.StartGraceTimer):
+            self.grace_timer.arm(cmd.deadline)
         elif isinstance(cmd, E.Send):
             conn = self._conns.get(cmd.conn)
             if conn is not None and not conn.closing:
@@ -300,12 +279,7 @@ class ControllerDaemon:
                 if ended is not None:
                     ended.set()
         elif isinstance(cmd, E.Append):
-            for fact in cmd.facts:  # already durable; one operator-visible case is named here
-                if isinstance(fact, JobIdsReserved):
-                    # Once per newly seen highest id: bounded by what the agents hold.
-                    log.warning("an agent reported job %d, which this controller never issued (was its state "
-                                "restored from an older copy?): ids up to %d will not be issued again, and any "
-                                "such process still running is killed", fact.upto, fact.upto)
+            pass  # already durable
         else:
             raise TypeError(f"controller cannot execute {cmd!r}")
 
@@ -516,13 +490,14 @@ class ControllerDaemon:
         return events
 
     async def ticker(self) -> None:
-        """Time: the end of the start's dispatch hold (see _holding); lost-agent detection when
-        ``lost_after`` is set."""
-        if self._hold_until is not None:
-            await trio.sleep_until(self._hold_until)
-            await self.submit(_Work())  # a batch, so that _schedule runs once the hold is over
-        if self.options.model.lost_after is None:
-            return
+        """Time: lost-agent detection when ``lost_after`` is set; the start gate's grace."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.grace_timer.run, lambda event: self.submit(_Work(event=event)))
+            if self.options.model.lost_after is not None:
+                nursery.start_soon(self._lost_ticks)
+
+    async def _lost_ticks(self) -> None:
+        assert self.options.model.lost_after is not None
         while True:
             await trio.sleep(min(1.0, self.options.model.lost_after / 4))
             await self.submit(_Work(event=E.Tick(now=time.time(), mono=trio.current_time())))
@@ -603,7 +578,8 @@ class ControllerDaemon:
                 work = await recv.receive()
                 if work.error is not None:
                     raise LocalProtocolError(work.error)
-                ids.append(next(f.job for c in work.commands if isinstance(c, E.Append) for f in c.facts))
+                ids.append(next(f.job for c in work.commands if isinstance(c, E.Append) for f in c.facts
+                                if isinstance(f, JobSubmitted)))
         return ids
 
     def job_object(self, job_id: str) -> dict:
@@ -679,7 +655,7 @@ async def _serve(options: ControllerOptions, t0: float, listeners: list[trio.Soc
         log.info("recovered %d jobs from %d facts in %.2fs", len(controller.state.jobs),
                  replayed, time.perf_counter() - t0)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(daemon.core_loop)
+            await nursery.start(daemon.core_loop)  # the model has started before anyone connects
             nursery.start_soon(daemon.ticker)
             server = await nursery.start(ContainedServer(
                 daemon.handle_request, listeners, handler_nursery=nursery,

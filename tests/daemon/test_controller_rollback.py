@@ -23,6 +23,7 @@ from model import events as E
 from model import facts as F
 from model import messages as M
 from model.jobs import JobState
+from model.startup import ID_BLOCK
 from test_agent_daemon import install, options, start_agent
 from trio_harness import FakeNet, ManualRunner, controller, until
 
@@ -59,11 +60,12 @@ class KillingRunner(ManualRunner):
 
 
 def _copy_state(src: Path, dst: Path) -> None:
-    """What an operator does: copy controller.db* (the database, its WAL and shared memory)."""
+    """Copy controller.db* (the database, its WAL and shared memory) and the id-mark file: a
+    restore of the whole directory, the one case where an id can be issued again (README)."""
     dst.mkdir(parents=True, exist_ok=True)
-    for path in dst.glob("controller.db*"):
+    for path in [*dst.glob("controller.db*"), *dst.glob("id-mark")]:
         path.unlink()
-    for path in src.glob("controller.db*"):
+    for path in [*src.glob("controller.db*"), *src.glob("id-mark")]:
         shutil.copy2(path, dst / path.name)
 
 
@@ -81,7 +83,8 @@ async def test_rolled_back_controller_never_gives_an_old_process_outcome_to_a_ne
     """``leftover``: attempts of the reused id whose files the old history left: each is
     tried once, runs nothing, and is requeued; the job then runs once, under the next attempt."""
     state, backup, agent_state = tmp_path / "controller", tmp_path / "backup", tmp_path / "agent"
-    monkeypatch.setattr(KillingRunner, "leftover", frozenset(("1", a) for a in leftover))
+    # The job of step 2 is the first id of the second block: each start continues above the id mark.
+    monkeypatch.setattr(KillingRunner, "leftover", frozenset((str(ID_BLOCK + 1), a) for a in leftover))
     ours = 2 + len(leftover)  # the attempt that runs: 1 is refused, each leftover one is lost
     with trio.fail_after(GUARD):
         async with trio.open_nursery() as outer:

@@ -425,7 +425,8 @@ async def controller(state_dir: Path, *, round_timeout: float = 30.0, heartbeat_
 
         daemon.model.handle = recording_handle  # type: ignore[method-assign]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(daemon.core_loop)
+            await nursery.start(daemon.core_loop)  # the model's start (ids, start gate) is committed
+            store.calls.clear()  # the start's own commit: tests count the appends their events cause
             nursery.start_soon(daemon.ticker)
             yield ControllerRig(daemon=daemon, store=store, nursery=nursery, events=events)
             nursery.cancel_scope.cancel()

@@ -15,13 +15,16 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def _copy_state(src, dst) -> None:
-    """What an operator does with the controller stopped: copy every controller.db* file."""
+def _copy_state(src, dst, *, with_id_mark: bool = True) -> None:
+    """What an operator does with the controller stopped: copy every controller.db* file (and,
+    restoring the whole directory, the id-mark file: the one case where an id can repeat)."""
     dst.mkdir(parents=True, exist_ok=True)
-    for path in dst.glob("controller.db*"):
-        path.unlink()
-    for path in src.glob("controller.db*"):
-        shutil.copy2(path, dst / path.name)
+    pattern = ("controller.db*", "id-mark") if with_id_mark else ("controller.db*",)
+    for glob in pattern:
+        for path in dst.glob(glob):
+            path.unlink()
+        for path in src.glob(glob):
+            shutil.copy2(path, dst / path.name)
 
 
 def test_restored_controller_state_never_gives_the_old_process_outcome_to_the_new_job(cluster, truth_dir):
@@ -46,7 +49,7 @@ def test_restored_controller_state_never_gives_the_old_process_outcome_to_the_ne
     cluster.start_controller()
     ran = truth_dir / "new.ran"
     new = cluster.submit("sh", "-c", f"touch {ran}; exit 3")
-    assert new == old  # the restored history issues the id again: only the uid tells them apart
+    assert new == old  # the whole directory was restored: the id repeats, only the uid tells them apart
 
     cluster.start_agent("a1")
     record = cluster.wait_job(new)
@@ -58,3 +61,23 @@ def test_restored_controller_state_never_gives_the_old_process_outcome_to_the_ne
     later = cluster.submit("true")
     assert int(later) == int(new) + 1
     assert cluster.wait_job(later)["state"] == "COMPLETED"
+
+
+def test_a_restored_database_never_issues_an_id_again(cluster, truth_dir):
+    """Issue #9 gap 1 through the CLI: only controller.db* is restored (the id-mark file stays),
+    so ids continue above every id issued before, and the controller says why, once."""
+    cluster.start_controller()
+    first = cluster.submit("true")
+    cluster.stop("controller")
+    backup = truth_dir / "controller-backup"
+    _copy_state(cluster.controller_dir, backup, with_id_mark=False)
+    cluster.start_controller()
+    second = cluster.submit("true")
+    cluster.stop("controller")
+    _copy_state(backup, cluster.controller_dir, with_id_mark=False)
+    cluster.start_controller()
+    third = cluster.submit("true")
+    assert len({first, second, third}) == 3, (first, second, third)
+    said = [line for line in cluster.log_text("controller").splitlines()
+            if "controller state is older than its id mark: restored from a backup?" in line]
+    assert len(said) == 1 and f"job ids continue from {third}" in said[0], said

@@ -114,6 +114,13 @@ class ExploredMachine(ReckonMachine):
         self.now = max(self.now, deadline)
         self._ctrl(E.RoundDeadlineExpired(agent=agent, token=token, now=self.now))
 
+    def start_grace_ends(self) -> None:
+        """The start gate's grace timer fires (time jumps to its deadline, no one else ticks)."""
+        assert self.grace_timer is not None
+        self.now = max(self.now, self.grace_timer)
+        self.grace_timer = None
+        self._ctrl(E.StartGraceEnded(now=self.now))
+
     def check(self) -> None:
         """Every state invariant of the machine (each ``inv_*``)."""
         self._check_all_invariants()
@@ -188,6 +195,8 @@ def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
         out.append(_step("scheduler_pass", limit=None, defer=True))  # its proposals reach the controller later
     for i, _ in enumerate(m.proposals):
         out.append(_step("late_proposal", i=i))
+    if m.grace_timer is not None:
+        out.append(_step("start_grace_ends"))
     out.append(_step("advance_time", dt=scope.time_step, jitter=0.0, fire=False))
     return out
 
@@ -208,6 +217,7 @@ def describe(step: Step) -> str:
 _HISTORY = frozenset({
     "log", "durable", "ended_timers", "queries", "applied_tokens", "violations", "uid", "next_token", "next_conn",
     "last_report", "ever_dispatched", "terminal_seen", "ready", "cconf", "names",
+    "issued_ids",  # every id ever issued (INV-JOB-ID-UNIQUE): the id mark and next_job carry what matters
     "scheduler", "notes",  # re-entered below as the view the scheduler has once the notes drain
     "conn_agent", "ctrl_open", "ctrl_joined", "agent_open", "lossy",  # re-entered below, for live connections only
 })
@@ -282,7 +292,8 @@ def canonical(m: ExploredMachine) -> Any:
     parts = {
         "scheduler": scheduler.view(),
         "durable": m.controller.state.digest(),
-        "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller._conns.items()}),
+        "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller._conns.items()},
+                       m.controller.start_gate),
         "links": {c: (m.conn_agent.get(c), m.ctrl_open.get(c), m.ctrl_joined.get(c), m.agent_open.get(c),
                       c in getattr(m, "lossy", ())) for c in live_conns},
         "rest": {k: v for k, v in vars(m).items() if k not in _HISTORY and k != "controller"},

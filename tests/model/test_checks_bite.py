@@ -27,6 +27,7 @@ from model import events as E
 from model import facts as F
 from model import messages as M
 from model import state as S
+from model import startup
 from model.agent import Agent
 from model.records import LocalRecords
 from model.controller import AgentSession, Controller
@@ -296,17 +297,44 @@ def test_bite_report_applied_twice(monkeypatch):
 def test_bite_dispatch_to_reconciling_agent(monkeypatch):
     """Req 5.1: the dispatch gate forgot that a reconciling agent must get no new work."""
     monkeypatch.setattr(AgentSession, "reconciling", property(lambda self: False))
-    assert_bites("INV-DISPATCH-GATED")
+    # The start gate also waits for rounds to end (through ``reconciling``): it may be caught there first.
+    assert_bites("INV-DISPATCH-GATED", "INV-START-HOLD")
 
 
 def test_bite_report_of_another_submission_applied(monkeypatch):
     """Issue #9 bug 3: after a controller state rollback an id is issued again, and the
-    old submission's process outcome (or adoption) is taken for the new job."""
+    old submission's process outcome (or adoption) is taken for the new job.
+
+    The id mark now keeps ids from being issued again at all; switched off here
+    (with its own check) so that the uid check behind it is still shown to matter."""
+    monkeypatch.setattr(startup, "_continue_ids", lambda ctrl, mark, out: None)
+    violate = ReckonMachine._violate
+    monkeypatch.setattr(ReckonMachine, "_violate", lambda self, inv_id, text: (
+        None if inv_id == "INV-JOB-ID-UNIQUE" else violate(self, inv_id, text)))
     monkeypatch.setattr(C, "_same_submission", lambda ours, theirs: True)
     # The old submission's start time taken for the new job is the same bug; which of
     # the two checks sees it first depends on the derandomized run (it changed when the
     # machine got its issue #10 rules).
     assert_bites("INV-OUTCOME-OWNER", "INV-TRUE-START-TIME")
+
+
+def test_bite_ids_restart_below_the_mark(monkeypatch):
+    """Issue #9 gap 1: a start ignores the id mark, so ids a restored older state never saw are issued again."""
+    monkeypatch.setattr(startup, "_continue_ids", lambda ctrl, mark, out: None)
+    assert_bites("INV-JOB-ID-UNIQUE")
+
+
+def test_bite_start_gate_opens_at_once(monkeypatch):
+    """Issue #9 gap 2: the start gate ends at the first event, before the known agents rejoined."""
+    source = startup.check_gate
+
+    def opens_at_once(ctrl, ev, out):
+        ctrl.start_gate.waiting.clear()
+        ctrl.start_gate.known = True
+        source(ctrl, ev, out)
+
+    monkeypatch.setattr(startup, "check_gate", opens_at_once)
+    assert_bites("INV-START-HOLD")
 
 
 def test_bite_unknown_running_job_not_killed(monkeypatch):

@@ -20,6 +20,7 @@ from model import controller as C
 from model import agent as A
 from model import resync as RS
 from model import state as S
+from model import startup as ST
 
 import explorer as X
 
@@ -158,3 +159,10 @@ def test_explore_bite_close_keeps_session(monkeypatch):
     mutate(monkeypatch, C.Controller, "_on_closed", "        self._drop_connection(out, ev.conn)", "        pass")
     assert_explorer_finds("INV-ROUND-ENDS", "INV-SCHEDULER-VIEW", "INV-DISPATCH-GATED", "INV-LIVENESS-QUIET",
                           scenario="rolled-back")
+
+
+def test_explore_bite_start_gate_opens_at_once(monkeypatch):
+    """Issue #9 gap 2: after a restart the start gate lets dispatch through before the known agents rejoined."""
+    mutate_function(monkeypatch, ST, "check_gate", "    if gate.known and not gate.waiting:\n", "    if True:\n")
+    monkeypatch.setattr(C.startup, "check_gate", ST.check_gate)
+    assert_explorer_finds("INV-START-HOLD", scenario="rolled-back")

@@ -43,6 +43,7 @@ SAMPLES = [
     F.JobHeld(job="1"),
     F.JobReleased(job="1"),
     F.JobRestarted(job="1", attempt=3),
+    F.IdMarkRaised(upto=1000),
 ]
 
 

@@ -52,7 +52,8 @@ class World:
     def submit_and_place(self, count: int, agent: str = "node1") -> list[str]:
         ids = []
         for _ in range(count):
-            [fact] = facts_of(self.handle(E.SubmitJob(spec=spec(), now=1.0)))
+            [fact] = [f for f in facts_of(self.handle(E.SubmitJob(spec=spec(), now=1.0)))
+                      if isinstance(f, F.JobSubmitted)]
             ids.append(fact.job)
             self.handle(E.DispatchProposed(job=fact.job, agent=agent, now=1.0))
         return ids
@@ -282,3 +283,42 @@ def test_the_name_handover_invariant_bites(monkeypatch) -> None:
     w.join(3, SECOND)
     with pytest.raises(AssertionError, match="INV-NAME-HANDOVER: node1 passed from 1+ to 2+ with \\['1'\\] placed"):
         check(w.log)
+
+
+def _restarted_with_pending_job(w: World) -> None:
+    """node1 (FIRST) joined, a job is PENDING, the controller restarts with its start gate closed."""
+    w.join(1, FIRST)
+    w.handle(E.SubmitJob(spec=spec(), now=1.0))
+    w.handle(E.ConnectionClosed(conn=1, now=2.0))
+    w.controller = Controller.from_log([F.decode(F.encode(f)) for f in w.log])
+    w.handle(E.ControllerStarted(now=10.0, grace=15.0))
+    assert w.controller.start_gate is not None
+
+
+def test_a_name_is_not_handed_over_while_its_holder_may_still_rejoin_after_a_start() -> None:
+    """Found by the daemon simulation: after a rollback the recovered state called a job PENDING that
+    node1 had run; a clone with node1's name joined first, was handed the name, and ran the job
+    again.  During the start grace a holder that has not rejoined keeps its name."""
+    w = World()
+    _restarted_with_pending_job(w)
+    before = list(w.log)
+
+    commands = w.join(5, SECOND)
+
+    error = refusal(commands, 5)
+    assert "has not rejoined since the controller started" in error.reason and not error.permanent
+    assert facts_of(commands) == [] and w.log == before
+    w.join(6, FIRST)  # the holder is back: it keeps its name
+    assert w.controller.sessions["node1"].connected and w.controller.sessions["node1"].identity == FIRST
+    assert refusal(w.join(7, SECOND), 7).permanent  # and now the clone is refused for good
+
+
+def test_after_the_start_grace_a_name_whose_holder_stayed_away_is_handed_over() -> None:
+    w = World()
+    _restarted_with_pending_job(w)
+    w.handle(E.StartGraceEnded(now=30.0))
+    assert w.controller.start_gate is None
+
+    commands = w.join(5, SECOND)
+
+    assert facts_of(commands) == [F.AgentRegistered(agent="node1", slots=2, identity=SECOND)]

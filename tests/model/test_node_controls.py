@@ -88,7 +88,6 @@ def test_pending_reasons() -> None:
     h.join("a1")
     big = h.submit(1, slots=16)[0]
     assert pending_reason(h.controller, big) == "no agent has 16 slots (the largest has 4)"
-    assert pending_reason(h.controller, job, dispatch_held="waiting for start grace") == "waiting for start grace"
     assert pending_reason(h.controller, job) == "agent a1 has room: waiting for the next scheduling pass"
     h.run_jobs(1, slots=4)
     assert pending_reason(h.controller, job) == "waiting for 1 free slot: agent a1 has 0 of 4 slots free"

@@ -146,10 +146,16 @@ class ReckonMachine(RuleBasedStateMachine):
         recent_window=st.sampled_from([5.0, 300.0]),
         retry_max=st.sampled_from([4.0, 30.0]),
         initial_jobs=st.lists(st.integers(1, 2), max_size=4),
+        start_grace=st.sampled_from([0.0, 15.0]),
     )
     def setup(self, n_agents, slots, ctrl_page, agent_page, round_timeout, lost_after, recent_window, retry_max,
-              initial_jobs):
+              initial_jobs, start_grace=15.0):
         self.now = 100.0
+        self.start_grace = start_grace  # the controller's rejoin grace after each start (0: no start gate)
+        self.id_mark_file = 0  # the daemon's id mark file: outside the log, a rollback keeps it
+        self.issued_ids: set[str] = set()  # every job id any history of this controller issued
+        self.grace_timer: float | None = None  # the armed StartGraceTimer's deadline
+        self.expected_hold: tuple[set[str], bool, float] | None = None  # INV-START-HOLD: (waiting, known, deadline)
         self.cconf = ControllerConfig(page_size=ctrl_page, round_timeout=round_timeout, lost_after=lost_after)
         self.controller = Controller(self.cconf)
         self.scheduler = Scheduler()
@@ -160,6 +166,7 @@ class ReckonMachine(RuleBasedStateMachine):
         created = F.ClusterCreated(cluster="c1a55e5")
         S.apply(self.controller.state, created)
         self._append(created)
+        self._controller_starts()
         self.names = AGENT_NAMES[:n_agents]
         self.sides: dict[str, Side] = {}
         for i, (name, n) in enumerate(zip(self.names, slots)):
@@ -215,9 +222,42 @@ class ReckonMachine(RuleBasedStateMachine):
         self.wire.append(Wire(to=to, conn=conn, agent=self.conn_agent[conn], data=data, uid=self.uid))
 
     def _ctrl(self, event: Any) -> list:
+        held = self._update_expected_hold()
         cmds = self.controller.handle(event)
+        if held:
+            sent = [c.message for c in cmds if isinstance(c, E.Send) and isinstance(c.message, M.Dispatch)]
+            if sent:
+                self._violate("INV-START-HOLD", f"{sent[0].job}/{sent[0].attempt} dispatched after a start, "
+                                                f"before {sorted(self.expected_hold[0])} rejoined or the grace ended")
         self._ctrl_commands(cmds)
+        self._update_expected_hold()
         return cmds
+
+    def _controller_starts(self) -> None:
+        """The daemon's start after recovery: the id mark file and the start gate (model.startup)."""
+        mark = E.IdMark(cluster="c1a55e5", upto=self.id_mark_file) if self.id_mark_file else None
+        pending = any(j.state is JobState.PENDING for j in self.controller.state.jobs.values())
+        self.grace_timer = None
+        self.expected_hold = None
+        if self.start_grace > 0 and pending:  # what the machine expects, independently of the model's gate
+            known = set(self.controller.state.agents)
+            self.expected_hold = (known, bool(known), self.now + self.start_grace)
+        self._ctrl(E.ControllerStarted(now=self.now, grace=self.start_grace, id_mark=mark))
+
+    def _update_expected_hold(self) -> bool:
+        """Whether dispatch must still be held: some agent the restarted controller knew has not
+        rejoined and answered its round since, and the grace is not over."""
+        if self.expected_hold is None:
+            return False
+        waiting, known, deadline = self.expected_hold
+        for name in list(waiting):
+            sess = self.controller.sessions.get(name)
+            if name not in self.controller.state.agents or (sess is not None and sess.connected
+                                                             and sess.round is None):
+                waiting.discard(name)
+        if self.now >= deadline or (known and not waiting):
+            self.expected_hold = None
+        return self.expected_hold is not None
 
     def _ctrl_commands(self, cmds: list) -> None:
         appends = [i for i, c in enumerate(cmds) if isinstance(c, E.Append)]
@@ -247,6 +287,10 @@ class ReckonMachine(RuleBasedStateMachine):
             elif isinstance(cmd, E.RoundEnded):
                 if self.timers.pop((cmd.agent, cmd.token), None) is not None:
                     self.ended_timers.append((cmd.agent, cmd.token))
+            elif isinstance(cmd, E.StartGraceTimer):
+                self.grace_timer = cmd.deadline
+            elif isinstance(cmd, E.Warn):
+                pass  # the daemon logs it
             else:
                 raise AssertionError(f"unexpected controller command {cmd!r}")
         for token, pages in sent_queries.items():
@@ -257,6 +301,14 @@ class ReckonMachine(RuleBasedStateMachine):
         back = F.decode(stored)
         if back != fact:
             self._violate("INV-FACT-CODEC", f"{fact!r} decodes as {back!r}")
+        if isinstance(fact, F.IdMarkRaised):
+            self.id_mark_file = max(self.id_mark_file, fact.upto)  # the daemon writes the file before the commit
+        if isinstance(fact, F.JobSubmitted):
+            if fact.job in self.issued_ids:
+                self._violate("INV-JOB-ID-UNIQUE", f"job id {fact.job} issued again")
+            if int(fact.job) > self.id_mark_file:
+                self._violate("INV-JOB-ID-UNIQUE", f"job id {fact.job} issued above the id mark {self.id_mark_file}")
+            self.issued_ids.add(fact.job)
         if isinstance(fact, F.JobDispatched):
             info = self.controller.state.agents.get(fact.agent)
             if info is not None and info.used > info.slots:
@@ -566,6 +618,9 @@ class ReckonMachine(RuleBasedStateMachine):
             self._ctrl(E.DispatchProposed(job=job, agent=agent, now=self.now))
 
     def _fire_due_timers(self) -> None:
+        if self.grace_timer is not None and self.grace_timer <= self.now:
+            self.grace_timer = None
+            self._ctrl(E.StartGraceEnded(now=self.now))
         for (agent, token), deadline in sorted(self.timers.items(), key=lambda kv: kv[1]):
             if deadline <= self.now and (agent, token) in self.timers:
                 self._ctrl(E.RoundDeadlineExpired(agent=agent, token=token, now=self.now))
@@ -808,6 +863,7 @@ class ReckonMachine(RuleBasedStateMachine):
         self.notes = []
         self.proposals = []
         self._ctrl_commands(self.controller.initial_notes())
+        self._controller_starts()
 
     @precondition(lambda self: len(self.log) > 1)
     @rule(keep=INDEX)
@@ -835,6 +891,7 @@ class ReckonMachine(RuleBasedStateMachine):
         self.notes = []
         self.proposals = []
         self._ctrl_commands(self.controller.initial_notes())
+        self._controller_starts()
 
     @precondition(lambda self: any(s.agent is not None for s in self.sides.values()))
     @rule(i=INDEX, restart_now=st.booleans(), lost=st.lists(st.booleans(), max_size=4),
@@ -861,7 +918,8 @@ class ReckonMachine(RuleBasedStateMachine):
     def advance_time(self, dt, jitter, fire):
         self._advance(dt, jitter, fire)
 
-    @precondition(lambda self: any(d <= self.now for d in self.timers.values()))
+    @precondition(lambda self: any(d <= self.now for d in self.timers.values())
+                  or (self.grace_timer is not None and self.grace_timer <= self.now))
     @rule()
     def fire_timers(self):
         self._fire_due_timers()
@@ -1020,6 +1078,18 @@ class ReckonMachine(RuleBasedStateMachine):
     def inv_dispatch_gated(self):
         """INV-DISPATCH-GATED: a Dispatch goes only to a connected agent with no round open."""
         self._take("INV-DISPATCH-GATED")
+
+    @invariant()
+    def inv_start_hold(self):
+        """INV-START-HOLD: after a controller start with PENDING jobs, no Dispatch until every agent the
+        recovered state knew has rejoined and answered its round, or the start grace is over."""
+        self._take("INV-START-HOLD")
+
+    @invariant()
+    def inv_job_id_unique(self):
+        """INV-JOB-ID-UNIQUE: no job id is issued twice, across restarts and rollbacks of the state,
+        and none above the id mark outside the database."""
+        self._take("INV-JOB-ID-UNIQUE")
 
     @invariant()
     def inv_commit_before_effect(self):
@@ -1324,6 +1394,12 @@ class ReckonMachine(RuleBasedStateMachine):
                     f"INV-LIVENESS-OUTCOME: job {job.id} ended in the world, recorded without an outcome")
             else:
                 assert got in [p.outcome for p in ends], f"INV-LIVENESS-OUTCOME: job {job.id} recorded {got}"
+        gate = self.controller.start_gate
+        if gate is not None:
+            # Every agent is back and reconciled: only a start that knew no agent still holds.
+            assert not gate.known, f"INV-LIVENESS-SCHEDULES: dispatch still held for {sorted(gate.waiting)}"
+            self._advance(self.start_grace, 0.0, True)  # its grace ends, as time passes
+            assert self.controller.start_gate is None, "INV-LIVENESS-SCHEDULES: the start grace never ended"
         # Req 5.2 / 7.2: with the cluster quiet, a scheduler pass places every
         # pending job that fits somewhere: nothing is withheld by a stale view.
         # After a rollback an agent may refuse a dispatch (it holds the attempt for another

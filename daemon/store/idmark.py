@@ -1,0 +1,57 @@
+"""The controller's job id mark: a small file next to ``controller.db``, outside it.
+
+It says up to which job id the controller may have issued ids (a block
+ahead: ``model.startup``).  It is written (temporary file, fsync, rename,
+fsync of the directory) before any fact that issues an id above the old mark
+is committed, so a copy of ``controller.db`` restored from a backup is behind
+it, and the controller continues ids above it.  A backup/restore is of
+``controller.db*``; this file stays where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from model.events import IdMark
+
+ID_MARK_FILE = "id-mark"
+
+
+class BadIdMark(Exception):
+    """The id mark file exists but cannot be read: the controller does not start on a guess."""
+
+
+def read_id_mark(state_dir: Path) -> IdMark | None:
+    """The mark in ``state_dir``, or None when there is no file."""
+    path = state_dir / ID_MARK_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+        return IdMark(cluster=data["cluster"], upto=data["upto"])  # validated there
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadIdMark(f"{path} is unreadable ({exc}); it should hold "
+                        f'{{"cluster": ..., "upto": ...}}: restore it, or remove it to start without it') from None
+
+
+def write_id_mark(state_dir: Path, mark: IdMark) -> None:
+    """Replace the mark durably: after this returns, a crash leaves the new mark (or, before, the old one)."""
+    path = state_dir / ID_MARK_FILE
+    tmp = path.with_name(ID_MARK_FILE + ".tmp")
+    data = json.dumps({"cluster": mark.cluster, "upto": mark.upto}).encode() + b"\n"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(state_dir, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,134 @@
+"""What the controller decides when it starts: where job ids continue, and the start gate.
+
+Both guard against a restored older copy of the controller's state (README,
+"Restoring an older copy"), which the database alone cannot recognise:
+
+- **Job ids.**  Ids are reserved in blocks of ``ID_BLOCK``: before the first
+  ``JobSubmitted`` above the current mark, ``IdMarkRaised`` raises it, and the
+  daemon writes the new mark to a file *outside* the database (durably) before
+  it commits that fact.  At a start, ids continue above the mark the file and
+  the database know, whichever is higher, so no id issued before the start
+  (even one issued after a backup of the database was taken) is issued again.
+  Every start therefore skips the rest of the current block.
+- **The start gate.**  A job the restored state calls PENDING may have run on
+  an agent since.  That agent reports it when it rejoins and it is adopted
+  with its true outcome; dispatching it elsewhere first would run it twice.
+  So after a start with PENDING jobs nothing is dispatched until every agent
+  the recovered state knows has rejoined and answered its round, or the grace
+  (on the silence clock) is over.  The gate is volatile: replay never opens
+  it, only ``ControllerStarted`` does.
+
+The functions here are the controller's handlers for these events; they take
+the ``Controller`` and its per-call output (``controller._Out``) and change
+state only through ``Controller._apply``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import events as E
+from . import facts as F
+from .errors import LocalProtocolError
+from .jobs import JobState
+from .scheduler import DispatchHold
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .controller import Controller
+
+ID_BLOCK = 1000  # job ids reserved per raise of the id mark (one durable file write per block)
+
+
+@dataclass(slots=True)
+class StartGate:
+    """Volatile: dispatch is held after a start (see the module docstring)."""
+
+    waiting: set[str]  # agents the recovered state knows that have not rejoined and answered their round yet
+    known: bool  # the recovered state knew some agent; if not, only the grace ends the gate
+    deadline: float  # on the silence clock (events' mono, else now)
+    grace: float
+
+
+def _clock(ev: Any) -> float:
+    mono = getattr(ev, "mono", None)
+    return mono if mono is not None else ev.now
+
+
+def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any) -> None:
+    if ctrl.started:
+        raise LocalProtocolError("the controller has already started")
+    _continue_ids(ctrl, ev.id_mark, out)  # may refuse: then nothing changed
+    mark_for_submit(ctrl, out)  # the next block now, so submits rarely wait for the file
+    ctrl.started = True
+    pending = any(j.state is JobState.PENDING for j in ctrl.state.jobs.values())
+    if ev.grace > 0 and pending:
+        known = set(ctrl.state.agents)
+        ctrl.start_gate = StartGate(waiting=known, known=bool(known), deadline=_clock(ev) + ev.grace,
+                                    grace=ev.grace)
+        out.commands.append(E.Notify(note=DispatchHold(
+            held=True, reason=f"until {len(known)} known agent(s) have rejoined, "
+                              f"or for {ev.grace:g}s")))
+        out.commands.append(E.StartGraceTimer(deadline=ctrl.start_gate.deadline))
+
+
+def on_grace_ended(ctrl: "Controller", ev: E.StartGraceEnded, out: Any) -> None:
+    pass  # the time check runs after every event: check_gate
+
+
+def check_gate(ctrl: "Controller", ev: Any, out: Any) -> None:
+    """After each event while the gate is closed: has it ended?"""
+    gate = ctrl.start_gate
+    assert gate is not None
+    if isinstance(ev, (E.StartGraceEnded, E.Tick)) and _clock(ev) >= gate.deadline:
+        _open(ctrl, out, f"the rejoin grace of {gate.grace:g}s is over")
+        return
+    for name in list(gate.waiting):
+        session = ctrl.sessions.get(name)
+        if name not in ctrl.state.agents or (session is not None and session.connected and not session.reconciling):
+            gate.waiting.discard(name)  # rejoined and reconciled (or forgotten): it holds nothing unknown now
+    if gate.known and not gate.waiting:
+        _open(ctrl, out, "every known agent has rejoined")
+
+
+def _open(ctrl: "Controller", out: Any, reason: str) -> None:
+    ctrl.start_gate = None
+    out.commands.append(E.Notify(note=DispatchHold(held=False, reason=reason)))
+
+
+def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any) -> None:
+    """Continue job ids above every id that may have been issued before this start."""
+    state = ctrl.state
+    if mark is not None and mark.cluster != state.cluster:
+        if state.next_job > 1 or state.id_mark > 0:
+            raise LocalProtocolError(
+                f"the id mark file belongs to cluster {mark.cluster}, but the controller state is cluster "
+                f"{state.cluster}: this state directory mixes two histories; if the database is the state to "
+                f"run, remove the id mark file (ids it issued after this copy was taken may then be issued again)")
+        mark = None  # a new history: the mark of an older one in this directory does not concern it
+    if mark is None:
+        floor = state.id_mark
+        if state.id_mark > 0:
+            out.commands.append(E.Warn(message=(
+                f"no id mark file, although the controller state recorded one (up to {state.id_mark}): the file "
+                f"was lost, or the state was copied without it; ids issued after this copy of the state was "
+                f"taken may be issued again; job ids continue from {floor + 1}")))
+    else:
+        floor = max(mark.upto, state.id_mark)
+        if mark.upto > state.id_mark:
+            out.commands.append(E.Warn(message=(
+                f"controller state is older than its id mark: restored from a backup? "
+                f"job ids continue from {max(floor + 1, state.next_job)}")))
+        elif mark.upto < state.id_mark:
+            out.commands.append(E.Warn(message=(
+                f"the id mark file ({mark.upto}) is behind the controller state ({state.id_mark}): restored "
+                f"from an older copy? it is raised again at the next submission")))
+    if floor >= state.next_job:
+        ctrl._apply(out, F.JobIdsReserved(upto=floor))
+
+
+def mark_for_submit(ctrl: "Controller", out: Any) -> None:
+    """Before a submit: raise the id mark if the next id is above it (the daemon writes the file first)."""
+    state = ctrl.state
+    if state.next_job > state.id_mark:
+        ctrl._apply(out, F.IdMarkRaised(upto=state.next_job + ID_BLOCK - 1))

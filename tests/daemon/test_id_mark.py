@@ -1,0 +1,113 @@
+"""Issue #9 gap 1 in the real daemon: job ids are never issued again after an
+older copy of ``controller.db`` is restored, because the id mark file next to
+it is kept (INV-JOB-ID-UNIQUE).  A real SQLite file copied back, real restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import trio
+
+from daemon.controller.server import ControllerOptions, serve_controller
+from daemon.store.idmark import ID_MARK_FILE
+from daemon.store.statelock import WrongStateDir
+from model.startup import ID_BLOCK
+from trio_harness import controller
+
+
+def _copy_db(src: Path, dst: Path) -> None:
+    """What an operator backs up and restores: controller.db* (database, WAL, shared memory)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in dst.glob("controller.db*"):
+        path.unlink()
+    for path in src.glob("controller.db*"):
+        shutil.copy2(path, dst / path.name)
+
+
+async def _submit(state_dir: Path, n: int) -> list[str]:
+    async with controller(state_dir) as rig:
+        return [await rig.submit() for _ in range(n)]
+
+
+def _warnings(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and text in r.getMessage()]
+
+
+async def test_ids_are_not_issued_again_after_an_older_database_is_restored(tmp_path, autojump_clock, caplog):
+    state, backup = tmp_path / "controller", tmp_path / "backup"
+    first = await _submit(state, 3)
+    assert first == ["1", "2", "3"]
+    assert json.loads((state / ID_MARK_FILE).read_text())["upto"] == ID_BLOCK
+    _copy_db(state, backup)  # the operator's backup, taken here
+
+    second = await _submit(state, 2)  # a restart skips the rest of the block: the copy may be older
+    assert second == [str(ID_BLOCK + 1), str(ID_BLOCK + 2)]
+
+    _copy_db(backup, state)  # restore the older controller.db; the id mark file stays
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="reckon.controller"):
+        third = await _submit(state, 2)
+    issued = first + second + third
+    assert len(set(issued)) == len(issued), f"ids issued again: {issued}"
+    assert third == [str(2 * ID_BLOCK + 1), str(2 * ID_BLOCK + 2)]
+    said = _warnings(caplog, "controller state is older than its id mark")
+    assert said == [f"controller state is older than its id mark: restored from a backup? "
+                    f"job ids continue from {2 * ID_BLOCK + 1}"]
+
+
+async def test_a_restore_within_one_block_is_covered_too(tmp_path, autojump_clock):
+    """The backup and the ids issued after it share one block: the mark file says nothing new,
+    but a start always continues above the mark."""
+    state, backup = tmp_path / "controller", tmp_path / "backup"
+    first = await _submit(state, 1)
+    _copy_db(state, backup)
+    async with controller(state) as rig:  # ids after the backup, still in a block the copy's mark covers?
+        later = [await rig.submit()]
+    _copy_db(backup, state)
+    again = await _submit(state, 1)
+    assert len({*first, *later, *again}) == 3, (first, later, again)
+
+
+async def test_a_missing_id_mark_file_is_named_and_ids_continue_above_the_databases_mark(
+        tmp_path, autojump_clock, caplog):
+    state = tmp_path / "controller"
+    first = await _submit(state, 2)
+    (state / ID_MARK_FILE).unlink()
+    with caplog.at_level(logging.WARNING, logger="reckon.controller"):
+        again = await _submit(state, 1)
+    assert again == [str(ID_BLOCK + 1)] and not set(first) & set(again)
+    assert len(_warnings(caplog, "no id mark file")) == 1
+
+
+async def test_an_id_mark_file_of_another_history_stops_the_start_and_changes_nothing(tmp_path):
+    # The real clock: serve_controller's own store waits on its database thread.
+    state = tmp_path / "controller"
+    await _submit(state, 1)
+    (state / ID_MARK_FILE).write_text(json.dumps({"cluster": "0ther", "upto": 5000}))
+    before = sorted((p.name, p.stat().st_size) for p in state.glob("controller.db*"))
+    with pytest.raises(BaseException) as info:
+        with trio.fail_after(60):  # hang guard: without the check it would serve
+            await serve_controller(ControllerOptions(state_dir=state, port=0))
+    exc = info.value
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    assert isinstance(exc, WrongStateDir), repr(info.value)
+    assert "belongs to cluster 0ther" in str(exc) and "mixes two histories" in str(exc)
+    assert json.loads((state / ID_MARK_FILE).read_text())["upto"] == 5000  # left as it was
+    assert sorted((p.name, p.stat().st_size) for p in state.glob("controller.db*")) == before
+
+
+async def test_a_new_history_ignores_the_mark_of_an_old_one(tmp_path, autojump_clock):
+    """Starting afresh (controller.db removed, the mark file left behind): ids start at 1 again,
+    in a new history that agents never mix with the old one."""
+    state = tmp_path / "controller"
+    await _submit(state, 1)
+    for path in state.glob("controller.db*"):
+        path.unlink()
+    (state / ID_MARK_FILE).write_text(json.dumps({"cluster": "01d", "upto": 1000}))  # the old history's
+    assert await _submit(state, 1) == ["1"]

@@ -1,0 +1,90 @@
+"""Issue #9 gap 2: the start's dispatch hold is a model gate (INV-START-HOLD)."""
+
+from __future__ import annotations
+
+import pytest
+
+from model import events as E
+from model import messages as M
+from model.controller import Controller
+from model.errors import LocalProtocolError
+from model.scheduler import DispatchHold
+
+from harness import Harness, notes_of, sends_of
+
+
+def _restarted(h: Harness, grace: float = 15.0) -> list[E.Command]:
+    """The controller crashes and recovers from its log, then starts (as the daemon does)."""
+    h.crash_controller()
+    return h.controller_handle(E.ControllerStarted(now=h.now, grace=grace))
+
+
+def _held(cmds: list[E.Command]) -> list[bool]:
+    return [n.held for n in notes_of(cmds) if isinstance(n, DispatchHold)]
+
+
+def _world(agents=("a1", "a2")) -> tuple[Harness, list[str]]:
+    h = Harness(agents)
+    for name in agents:
+        h.join(name)
+    return h, h.submit(2)
+
+
+def test_a_start_with_pending_jobs_holds_dispatch_until_every_known_agent_rejoined():
+    h, jobs = _world()
+    cmds = _restarted(h)
+    assert _held(cmds) == [True] and h.controller.start_gate is not None
+    assert [c for c in cmds if isinstance(c, E.StartGraceTimer)] == [E.StartGraceTimer(deadline=h.now + 15.0)]
+    h.join("a1")
+    assert h.schedule() == []  # a2 is not back: nothing placed, also when proposed directly
+    assert not sends_of(h.controller_handle(E.DispatchProposed(job=jobs[0], agent="a1", now=h.now)), M.Dispatch)
+    cmds = h.controller_handle(E.Tick(now=h.now))
+    assert h.controller.start_gate is not None
+    h.join("a2")
+    assert h.controller.start_gate is None
+    assert h.schedule()  # now it places
+
+
+def test_the_grace_ends_the_gate_when_an_agent_stays_away():
+    h, jobs = _world()
+    _restarted(h, grace=15.0)
+    h.join("a1")
+    early = h.controller_handle(E.StartGraceEnded(now=h.now + 14.0))
+    assert h.controller.start_gate is not None and not _held(early)
+    late = h.controller_handle(E.StartGraceEnded(now=h.now + 15.0))
+    assert _held(late) == [False] and h.controller.start_gate is None
+    assert h.schedule()
+
+
+def test_no_gate_without_pending_jobs_or_with_no_grace():
+    h = Harness(("a1",))
+    h.join("a1")
+    assert _held(_restarted(h)) == [] and h.controller.start_gate is None
+    h2, _ = _world()
+    assert _held(_restarted(h2, grace=0.0)) == [] and h2.controller.start_gate is None
+
+
+def test_replay_never_opens_the_gate_and_a_second_start_is_refused():
+    h, _ = _world()
+    h.crash_controller()
+    assert h.controller.start_gate is None and not h.controller.started  # replay alone: no gate
+    h.controller_handle(E.ControllerStarted(now=h.now, grace=15.0))
+    with pytest.raises(LocalProtocolError, match="already started"):
+        h.controller.handle(E.ControllerStarted(now=h.now, grace=15.0))
+
+
+def test_a_state_that_knows_no_agent_holds_for_the_whole_grace():
+    h = Harness(())
+    h.submit(1)
+    _restarted(h)
+    h.add_agent("a1")
+    h.join("a1")
+    assert h.controller.start_gate is not None
+    h.controller_handle(E.Tick(now=h.now + 15.0))
+    assert h.controller.start_gate is None
+
+
+def test_the_scheduler_view_shows_the_gate():
+    h, _ = _world()
+    _restarted(h)
+    assert h.controller.scheduler_view()[2] is True
