@@ -38,6 +38,7 @@ from model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 from daemon import runtime, wire
 from daemon.store.agent import AgentStore
 from daemon.refusals import RefusalLog
+from daemon.store.filemodes import OUTPUT_MODE, private_dir
 from daemon.store.statelock import hold_state_dir
 from daemon.wsconnect import open_websocket
 from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
@@ -64,6 +65,7 @@ class AgentOptions:
     reconnect_initial: float = 0.1
     reconnect_max: float = 1.0  # so an agent is back within a second of the controller; raise for large clusters
     kill_grace: float = 10.0
+    output_mode: int = OUTPUT_MODE  # of job output files (--output-mode)
     # A WebSocket ping every ping_interval s, answered within pong_timeout s, or the
     # connection is given up (a vanished controller host sends no FIN: without
     # this the agent would wait on a dead connection for TCP's ~15 minutes).
@@ -241,7 +243,7 @@ class AgentDaemon:
         retired = self.options.state_dir / f"jobs.cluster-{previous}"
         if jobs.exists() and not retired.exists():
             jobs.rename(retired)
-            jobs.mkdir()
+            private_dir(jobs)
         log.warning("joined controller history %s; the files of history %s are in %s",
                     self.model.cluster, previous, retired)
 
@@ -473,8 +475,10 @@ async def _run(options: AgentOptions, task_status) -> None:
         identity = await store.claim_identity(options.name)  # WrongStateDir: another agent's directory
         records, outbox = await store.load()
         cluster = await store.load_cluster()
-        runner_cls = {"null": NullRunner, "hold": HoldRunner}.get(options.executor, JobRunner)
-        async with runner_cls(options.state_dir) as runner:
+        runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
+                  if options.executor in ("null", "hold")
+                  else JobRunner(options.state_dir, output_mode=options.output_mode))
+        async with runner:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
             agent = Agent(config, records, outbox, cluster)
