@@ -1,4 +1,4 @@
-"""Opening a WebSocket whose connect timeout really bounds the opening handshake.
+"""Opening a WebSocket whose connect timeout really bounds the opening handshake, over TLS or not.
 
 trio-websocket 0.12's ``open_websocket_url`` starts its reader task before
 the handshake; when ``connect_timeout`` fires it raises only once that
@@ -7,28 +7,119 @@ open without answering (a stopped controller, whose kernel still accepts
 connections; a stalled network path).  The attempt then hangs forever: an
 agent never retries, a CLI call never returns.  Found by ``reckon chaos``
 (SIGSTOP of the controller for longer than the connect timeout).
+
+TLS (``wss://``): the same reader task swallows a failed TLS handshake (an
+untrusted certificate, a name that does not match, a server that does not
+speak TLS), so the attempt ends as a bare timeout with no reason.  When a
+``wss://`` attempt fails without an HTTP answer, ``open_websocket`` makes one
+TLS handshake of its own to the same address (``tls_failure``) and raises
+``TLSFailure`` with what it found.  Only failed attempts pay for it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import ssl
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator
+from urllib.parse import urlsplit
 
 import trio
-from trio_websocket import ConnectionTimeout, WebSocketConnection, open_websocket_url
+from trio_websocket import ConnectionRejected, ConnectionTimeout, HandshakeError, WebSocketConnection, open_websocket_url
 
 HANDSHAKE_GRACE = 1.0  # seconds past connect_timeout before the attempt is cancelled from outside
+
+
+class CAFileError(ValueError):
+    """--ca names a file that cannot be used; `str()` is a one-line reason."""
+
+
+class TLSFailure(HandshakeError):
+    """The TLS handshake with the controller failed; ``str()`` is a one-line reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def client_ssl_context(ca: str | Path | None = None) -> ssl.SSLContext:
+    """Verify the controller's certificate and host name against ``ca`` (a PEM file), else the system store.
+
+    Raises ``CAFileError`` with a one-line reason when ``ca`` cannot be read.
+    """
+    try:
+        return ssl.create_default_context(cafile=None if ca is None else str(ca))
+    except (OSError, ssl.SSLError) as exc:
+        raise CAFileError(f"cannot load CA file {ca}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def is_loopback_url(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cleartext_token_warning(url: str, token: str | None) -> str | None:
+    """The warning for a token that would cross the network unencrypted, or None."""
+    if token and urlsplit(url).scheme == "ws" and not is_loopback_url(url):
+        return (f"the token is sent unencrypted to {url} (plain ws:// to a non-loopback address): "
+                "serve the controller with --tls-cert/--tls-key and use wss://")
+    return None
+
+
+async def tls_failure(url: str, ssl_context: ssl.SSLContext | None, timeout: float) -> str | None:
+    """Make one TLS handshake with the host of ``url``; the reason it fails, or None if it succeeds."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    context = ssl_context or ssl.create_default_context()
+    with trio.move_on_after(timeout):
+        try:
+            stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=context, https_compatible=True)
+        except OSError:
+            return None  # not a TLS matter: the caller reports its own error
+        try:
+            await stream.do_handshake()
+            return None
+        except trio.BrokenResourceError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                return (f"TLS: the certificate of {host}:{port} is not trusted: {cause.verify_message} "
+                        "(is --ca the CA that signed the controller's certificate?)")
+            if isinstance(cause, ssl.SSLError):
+                return (f"TLS handshake with {host}:{port} failed: {cause.reason or cause} "
+                        "(does the controller serve TLS, with --tls-cert and --tls-key?)")
+            return None
+        finally:
+            await trio.aclose_forcefully(stream)
+    return None
 
 
 @asynccontextmanager
 async def open_websocket(url: str, *, connect_timeout: float, opener: Any = open_websocket_url,
                          **kwargs: Any) -> AsyncIterator[WebSocketConnection]:
     """``opener`` (``open_websocket_url``), raising ``ConnectionTimeout`` (a ``HandshakeError``)
-    when the handshake overruns ``connect_timeout``."""
-    with trio.CancelScope(deadline=trio.current_time() + connect_timeout + HANDSHAKE_GRACE) as attempt:
-        async with opener(url, connect_timeout=connect_timeout, **kwargs) as ws:
-            attempt.deadline = math.inf  # connected: the connection itself is not bounded
-            yield ws
-            return
-    raise ConnectionTimeout(f"no WebSocket handshake from {url} within {connect_timeout:g}s")
+    when the handshake overruns ``connect_timeout``, and ``TLSFailure`` when a ``wss://``
+    handshake fails for a TLS reason."""
+    try:
+        with trio.CancelScope(deadline=trio.current_time() + connect_timeout + HANDSHAKE_GRACE) as attempt:
+            async with opener(url, connect_timeout=connect_timeout, **kwargs) as ws:
+                attempt.deadline = math.inf  # connected: the connection itself is not bounded
+                yield ws
+                return
+        raise ConnectionTimeout(f"no WebSocket handshake from {url} within {connect_timeout:g}s")
+    except HandshakeError as exc:
+        if isinstance(exc, ConnectionRejected) or urlsplit(url).scheme != "wss":
+            raise
+        reason = await tls_failure(url, kwargs.get("ssl_context"), connect_timeout)
+        if reason is None:
+            raise
+        raise TLSFailure(reason) from None

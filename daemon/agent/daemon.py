@@ -40,7 +40,7 @@ from daemon.store.agent import AgentStore
 from daemon.refusals import RefusalLog
 from daemon.store.filemodes import OUTPUT_MODE, private_dir
 from daemon.store.statelock import hold_state_dir
-from daemon.wsconnect import open_websocket
+from daemon.wsconnect import TLSFailure, cleartext_token_warning, client_ssl_context, open_websocket
 from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
@@ -66,6 +66,7 @@ class AgentOptions:
     reconnect_max: float = 1.0  # so an agent is back within a second of the controller; raise for large clusters
     kill_grace: float = 10.0
     output_mode: int = OUTPUT_MODE  # of job output files (--output-mode)
+    ca: Path | None = None  # wss://: trust this CA (PEM) for the controller's certificate; None: the system store
     # A WebSocket ping every ping_interval s, answered within pong_timeout s, or the
     # connection is given up (a vanished controller host sends no FIN: without
     # this the agent would wait on a dead connection for TCP's ~15 minutes).
@@ -345,13 +346,14 @@ class AgentDaemon:
         refusal_delay = 0.0
         url = self.options.controller.rstrip("/") + "/agent"
         headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
+        tls = {"ssl_context": client_ssl_context(self.options.ca)} if url.startswith("wss:") else {}
         while True:
             conn: _Connection | None = None
             refusal: str | None = None
             try:
                 async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
                                           connect_timeout=5, disconnect_timeout=2,
-                                          opener=open_websocket_url) as ws:
+                                          opener=open_websocket_url, **tls) as ws:
                     delay = self.options.reconnect_initial
                     self._generation += 1
                     conn = _Connection(ws=ws, generation=self._generation)
@@ -372,6 +374,8 @@ class AgentDaemon:
                 else:
                     self.failed_handshakes.refused(_REFUSED, f"controller {self.options.controller} refused us "
                                                              f"({exc.status_code}): {body}")
+            except TLSFailure as exc:  # an operator must fix the certificate or --ca: not an outage
+                refusal = self._refuse(None, str(exc))
             except HandshakeError as exc:
                 self.failed_handshakes.refused(_REFUSED, f"cannot join {self.options.controller}: "
                                                          f"{exc.__cause__ or exc or type(exc).__name__}")
@@ -470,6 +474,11 @@ async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNOR
 
 async def _run(options: AgentOptions, task_status) -> None:
     runtime.tune()
+    if options.controller.startswith("wss:"):
+        client_ssl_context(options.ca)  # CAFileError: an unreadable --ca fails now, not at each attempt
+    warning = cleartext_token_warning(options.controller, options.token)
+    if warning:
+        log.warning("%s", warning)
     store = await AgentStore.open(options.state_dir)
     try:
         identity = await store.claim_identity(options.name)  # WrongStateDir: another agent's directory

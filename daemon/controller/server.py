@@ -39,6 +39,7 @@ from model.scheduler import Scheduler
 from daemon import runtime, wire
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
+from daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, note_tls_failure, open_listeners
 from daemon.store.statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
@@ -61,6 +62,8 @@ class ControllerOptions:
     # After a start, no dispatch until every agent the log knows has rejoined and
     # answered its round, or this many seconds have passed (0: no hold).  See _holding.
     rejoin_grace: float = 15.0
+    tls_cert: Path | None = None  # both given: serve wss:// (daemon/controller/tls.py)
+    tls_key: Path | None = None
 
 
 @dataclass(slots=True)
@@ -617,17 +620,21 @@ class ContainedServer(WebSocketServer):
     closed).  Whatever one connection raises is logged and ends it alone.
     """
 
+    refusals: RefusalLog | None = None  # TLS handshake failures, once per peer and reason
+
     async def _handle_connection(self, stream: trio.abc.Stream) -> None:
         try:
             await super()._handle_connection(stream)
         except Exception as exc:  # not Cancelled (a BaseException): a stop still stops everything
-            log.info("a connection failed in the WebSocket layer, closed it: %r", exc)
+            if not note_tls_failure(self.refusals, stream, exc):
+                log.info("a connection failed in the WebSocket layer, closed it: %r", exc)
             await trio.aclose_forcefully(stream)
 
 
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
     t0 = time.perf_counter()
+    check_tls_files(options.tls_cert, options.tls_key)  # a bad pair fails now, before recovery
     with hold_state_dir(options.state_dir, "controller"):
         await _serve(options, t0, task_status)
 
@@ -653,12 +660,15 @@ async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(daemon.core_loop)
             nursery.start_soon(daemon.ticker)
-            listeners = await trio.open_tcp_listeners(options.port, host=options.host)
-            server = await nursery.start(ContainedServer(
-                daemon.handle_request, listeners, handler_nursery=nursery,
-                max_message_size=wire.MAX_AGENT_MESSAGE).run)
+            listeners = await open_listeners(options.host, options.port, options.tls_cert, options.tls_key)
+            contained = ContainedServer(daemon.handle_request, listeners, handler_nursery=nursery,
+                                        max_message_size=wire.MAX_AGENT_MESSAGE)
+            contained.refusals = daemon.refusals
+            server = await nursery.start(contained.run)
             if options.token is None:
                 log.warning("no token configured: accepting loopback connections only")
+            elif options.tls_cert is None and not is_loopback_host(options.host):
+                log.warning("%s", CLEARTEXT_WARNING.format(host=options.host))
             task_status.started((server.port, daemon))
     finally:
         with trio.CancelScope(shield=True):
