@@ -20,7 +20,13 @@ import trio
 from model.controller import ControllerConfig
 from model.jobs import JobSpec
 
-from daemon.client import ClientError, call, resolve_controller, resolve_token
+from daemon.cli import config as daemon_config
+from daemon.cli.logfile import reopen_on_hangup, setup_logging
+from daemon.client import ClientError, resolve_ca, resolve_controller, resolve_token
+from daemon.client import call as call_controller
+from daemon.controller.tls import TLSConfigError
+from daemon.store.filemodes import OUTPUT_MODE, parse_mode
+from daemon.wsconnect import CAFileError
 from daemon.store.statelock import StateDirBusy, WrongStateDir
 
 
@@ -38,6 +44,24 @@ def _positive(value: str) -> float:
     return number
 
 
+_positive.toml_type = "number"  # type: ignore[attr-defined]  # daemon/cli/config.py
+
+
+def _file_mode(value: str) -> int:
+    try:
+        return parse_mode(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _daemon_files(p: argparse.ArgumentParser) -> None:
+    """The options every daemon has: its config file and its log file."""
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="read options from this TOML file (its [controller] or [agent] table); flags override it")
+    p.add_argument("--log-file", type=Path, metavar="FILE",
+                   help="log here instead of stderr; SIGHUP reopens it (logrotate)")
+
+
 def _env_pair(value: str) -> tuple[str, str]:
     key, sep, val = value.partition("=")
     if not sep or not key:
@@ -50,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--controller", help="controller URL (default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
     common.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
                                              "$RECKON_TOKEN holds the token itself)")
+    common.add_argument("--ca", type=Path, metavar="FILE",
+                        help="wss://: trust this CA (PEM) for the controller's certificate "
+                             "(default $RECKON_CA, else the system's trust store)")
     common.add_argument("-v", "--verbose", action="store_true", help="log more")
 
     parser = argparse.ArgumentParser(prog="reckon", description="A batch-job controller and agent "
@@ -69,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rejoin-grace", type=float, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
+    p.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
+    p.add_argument("--tls-key", type=Path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    _daemon_files(p)
 
     p = sub.add_parser("agent", parents=[common], help="run an agent in the foreground")
     p.add_argument("--name", required=True)
@@ -85,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0)
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
+    p.add_argument("--output-mode", type=_file_mode, default=OUTPUT_MODE, metavar="MODE",
+                   help="file mode of job output files, octal (default 0600: the agent's user only)")
+    _daemon_files(p)
 
     p = sub.add_parser("submit", parents=[common], help="submit a job; prints its id")
     p.add_argument("--name")
@@ -126,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common], help="the failure demo: kill the controller mid-run, check every outcome")
     p.add_argument("--jobs", type=int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+
+    p = sub.add_parser("config", help="check a daemon config file")
+    config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    p = config_sub.add_parser("check", help="validate a TOML config file; exit status 2 names the bad key")
+    p.add_argument("file", type=Path)
 
     from daemon.bench.run import add_parser as add_bench_parser
 
@@ -184,6 +222,7 @@ def format_job(job: dict) -> str:
 async def _client_command(args: argparse.Namespace) -> int:
     url = resolve_controller(args.controller)
     token = resolve_token(args.token_file)
+    call = partial(call_controller, ca=resolve_ca(args.ca))
     if args.command == "submit":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         if not argv:
@@ -214,18 +253,21 @@ async def _client_command(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _until_signalled(run: Any) -> None:
-    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run)."""
+async def _until_signalled(run: Any, log_file: Any = None) -> None:
+    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run).  SIGHUP reopens the log file."""
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             nursery.start_soon(run)
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    reopen_on_hangup(log_file)
+                    continue
                 logging.getLogger("reckon").info("%s: stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
 
 
-async def _controller_command(args: argparse.Namespace) -> int:
+async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.controller.server import ControllerOptions, serve_controller
 
     token = resolve_token(args.token_file)
@@ -234,25 +276,27 @@ async def _controller_command(args: argparse.Namespace) -> int:
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
-        rejoin_grace=max(args.rejoin_grace, 0.0),
+        rejoin_grace=max(args.rejoin_grace, 0.0), tls_cert=args.tls_cert, tls_key=args.tls_key,
     )
+    scheme = "ws" if options.tls_cert is None else "wss"
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             port, _ = await nursery.start(serve_controller, options)
-            print(f"reckon controller listening on ws://{options.host}:{port}", flush=True)
+            print(f"reckon controller listening on {scheme}://{options.host}:{port}", flush=True)
 
-    await _until_signalled(run)
+    await _until_signalled(run, log_file)
     return 0
 
 
-async def _agent_command(args: argparse.Namespace) -> int:
+async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=resolve_controller(args.controller), token=resolve_token(args.token_file),
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
+        output_mode=args.output_mode, ca=resolve_ca(args.ca),
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
     )
@@ -262,7 +306,7 @@ async def _agent_command(args: argparse.Namespace) -> int:
             await nursery.start(run_agent, options)
             print(f"reckon agent {args.name} running ({args.slots} slots)", flush=True)
 
-    await _until_signalled(run)
+    await _until_signalled(run, log_file)
     return 0
 
 
@@ -273,21 +317,60 @@ async def _dev_command(args: argparse.Namespace) -> int:
     return 0
 
 
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reason and exit status 1
+# A one-line reason and exit status 1.
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, TLSConfigError, CAFileError)
+
+
+def _daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return {name: commands[name] for name in daemon_config.DAEMONS}
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line over the defaults a daemon's --config file sets (flags win)."""
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("command", nargs="?")
+    pre.add_argument("--config", type=Path)
+    known, _ = pre.parse_known_args(argv)
+    if known.config is not None and known.command in daemon_config.DAEMONS:
+        try:
+            daemon_config.apply_config(_daemon_parsers(parser)[known.command], known.config, known.command)
+        except daemon_config.ConfigError as exc:
+            print(f"reckon: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+    return parser.parse_args(argv)
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    try:
+        found = daemon_config.check(args.file, _daemon_parsers(build_parser()))
+    except daemon_config.ConfigError as exc:
+        print(f"reckon: {exc}", file=sys.stderr)
+        return 2
+    tables = ", ".join(f"[{name}] ({len(values)} key(s))" for name, values in found.items()) or "no tables"
+    print(f"{args.file}: OK: {tables}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    level = logging.DEBUG if args.verbose else logging.INFO
+    args = _parse(argv)
+    level = logging.DEBUG if getattr(args, "verbose", False) else logging.INFO
     if args.command not in ("controller", "agent", "dev", "demo", "bench", "chaos"):
         level = logging.WARNING
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        log_file = setup_logging(level, getattr(args, "log_file", None))
+    except OSError as exc:
+        print(f"reckon: cannot open log file {args.log_file}: {exc.strerror}", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "config":
+            return _config_check(args)
         if args.command == "controller":
-            return trio.run(_controller_command, args)
+            return trio.run(_controller_command, args, log_file)
         if args.command == "agent":
-            return trio.run(_agent_command, args)
+            return trio.run(_agent_command, args, log_file)
         if args.command == "dev":
             return trio.run(_dev_command, args)
         if args.command == "demo":
