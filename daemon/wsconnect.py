@@ -10,10 +10,11 @@ agent never retries, a CLI call never returns.  Found by ``reckon chaos``
 
 TLS (``wss://``): the same reader task swallows a failed TLS handshake (an
 untrusted certificate, a name that does not match, a server that does not
-speak TLS), so the attempt ends as a bare timeout with no reason.  When a
-``wss://`` attempt fails without an HTTP answer, ``open_websocket`` makes one
-TLS handshake of its own to the same address (``tls_failure``) and raises
-``TLSFailure`` with what it found.  Only failed attempts pay for it.
+speak TLS), so the attempt would end as a bare timeout with no reason, after
+the whole connect timeout.  So before a ``wss://`` attempt ``open_websocket``
+makes one TLS handshake of its own with the same address (``tls_failure``)
+and raises ``TLSFailure`` at once with what it found.  The price is one more
+TLS handshake per connection opened (agents open one per session).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, AsyncIterator
 from urllib.parse import urlsplit
 
 import trio
-from trio_websocket import ConnectionRejected, ConnectionTimeout, HandshakeError, WebSocketConnection, open_websocket_url
+from trio_websocket import ConnectionTimeout, HandshakeError, WebSocketConnection, open_websocket_url
 
 HANDSHAKE_GRACE = 1.0  # seconds past connect_timeout before the attempt is cancelled from outside
 
@@ -54,8 +55,10 @@ def client_ssl_context(ca: str | Path | None = None) -> ssl.SSLContext:
     """
     try:
         return ssl.create_default_context(cafile=None if ca is None else str(ca))
-    except (OSError, ssl.SSLError) as exc:
-        raise CAFileError(f"cannot load CA file {ca}: {getattr(exc, 'strerror', None) or exc}") from None
+    except ssl.SSLError as exc:  # before OSError, its base class
+        raise CAFileError(f"cannot load CA file {ca}: not a PEM certificate ({exc.reason or exc})") from None
+    except OSError as exc:
+        raise CAFileError(f"cannot load CA file {ca}: {exc.strerror or exc}") from None
 
 
 def is_loopback_url(url: str) -> bool:
@@ -77,7 +80,11 @@ def cleartext_token_warning(url: str, token: str | None) -> str | None:
 
 
 async def tls_failure(url: str, ssl_context: ssl.SSLContext | None, timeout: float) -> str | None:
-    """Make one TLS handshake with the host of ``url``; the reason it fails, or None if it succeeds."""
+    """Make one TLS handshake with the host of ``url``; the reason it fails for TLS, or None.
+
+    None too when the host cannot be reached (the WebSocket attempt reports that);
+    ``ConnectionTimeout`` when the handshake takes longer than ``timeout``.
+    """
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 443
     context = ssl_context or ssl.create_default_context()
@@ -100,7 +107,7 @@ async def tls_failure(url: str, ssl_context: ssl.SSLContext | None, timeout: flo
             return None
         finally:
             await trio.aclose_forcefully(stream)
-    return None
+    raise ConnectionTimeout(f"no TLS handshake from {host}:{port} within {timeout:g}s")
 
 
 @asynccontextmanager
@@ -109,17 +116,13 @@ async def open_websocket(url: str, *, connect_timeout: float, opener: Any = open
     """``opener`` (``open_websocket_url``), raising ``ConnectionTimeout`` (a ``HandshakeError``)
     when the handshake overruns ``connect_timeout``, and ``TLSFailure`` when a ``wss://``
     handshake fails for a TLS reason."""
-    try:
-        with trio.CancelScope(deadline=trio.current_time() + connect_timeout + HANDSHAKE_GRACE) as attempt:
-            async with opener(url, connect_timeout=connect_timeout, **kwargs) as ws:
-                attempt.deadline = math.inf  # connected: the connection itself is not bounded
-                yield ws
-                return
-        raise ConnectionTimeout(f"no WebSocket handshake from {url} within {connect_timeout:g}s")
-    except HandshakeError as exc:
-        if isinstance(exc, ConnectionRejected) or urlsplit(url).scheme != "wss":
-            raise
+    if urlsplit(url).scheme == "wss":
         reason = await tls_failure(url, kwargs.get("ssl_context"), connect_timeout)
-        if reason is None:
-            raise
-        raise TLSFailure(reason) from None
+        if reason is not None:
+            raise TLSFailure(reason)
+    with trio.CancelScope(deadline=trio.current_time() + connect_timeout + HANDSHAKE_GRACE) as attempt:
+        async with opener(url, connect_timeout=connect_timeout, **kwargs) as ws:
+            attempt.deadline = math.inf  # connected: the connection itself is not bounded
+            yield ws
+            return
+    raise ConnectionTimeout(f"no WebSocket handshake from {url} within {connect_timeout:g}s")

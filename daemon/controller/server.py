@@ -39,7 +39,7 @@ from model.scheduler import Scheduler
 from daemon import runtime, wire
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
-from daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, note_tls_failure, open_listeners
+from daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, open_listeners, tls_handshake
 from daemon.store.statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
@@ -623,11 +623,12 @@ class ContainedServer(WebSocketServer):
     refusals: RefusalLog | None = None  # TLS handshake failures, once per peer and reason
 
     async def _handle_connection(self, stream: trio.abc.Stream) -> None:
+        if not await tls_handshake(stream, self.refusals):
+            return
         try:
             await super()._handle_connection(stream)
         except Exception as exc:  # not Cancelled (a BaseException): a stop still stops everything
-            if not note_tls_failure(self.refusals, stream, exc):
-                log.info("a connection failed in the WebSocket layer, closed it: %r", exc)
+            log.info("a connection failed in the WebSocket layer, closed it: %r", exc)
             await trio.aclose_forcefully(stream)
 
 

@@ -18,6 +18,7 @@ from daemon.refusals import RefusalLog
 
 log = logging.getLogger("reckon.controller")
 
+HANDSHAKE_TIMEOUT = 10.0  # seconds a new connection may take over its TLS handshake
 CLEARTEXT_WARNING = ("serving plain ws:// on {host}: the token and every job cross the network unencrypted "
                      "(serve wss:// with --tls-cert and --tls-key)")
 
@@ -32,13 +33,13 @@ def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(certfile=str(cert), keyfile=str(key))
+    except ssl.SSLError as exc:  # before OSError, its base class
+        raise TLSConfigError(f"TLS certificate {cert} and key {key} are not a usable pair: "
+                             f"{exc.reason or exc}") from None
     except FileNotFoundError as exc:
         raise TLSConfigError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
     except OSError as exc:
         raise TLSConfigError(f"cannot read TLS certificate {cert} or key {key}: {exc.strerror or exc}") from None
-    except ssl.SSLError as exc:
-        raise TLSConfigError(f"TLS certificate {cert} and key {key} are not a usable pair: "
-                             f"{exc.reason or exc}") from None
     return context
 
 
@@ -67,16 +68,33 @@ async def open_listeners(host: str, port: int, cert: Path | None, key: Path | No
     return await trio.open_ssl_over_tcp_listeners(port, context, host=host, https_compatible=True)
 
 
-def note_tls_failure(refusals: RefusalLog | None, stream: trio.abc.Stream, exc: BaseException) -> bool:
-    """Log a connection that failed in its TLS handshake, once per peer and reason; False if it failed otherwise."""
-    cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else None
-    if not isinstance(cause, ssl.SSLError) or refusals is None:
-        return False
-    sock = getattr(getattr(stream, "transport_stream", None), "socket", None)
+async def tls_handshake(stream: trio.abc.Stream, refusals: RefusalLog | None) -> bool:
+    """Complete the TLS handshake of a new connection (if it is TLS); False if it failed (then closed).
+
+    trio-websocket's reader would swallow the failure and hold the connection
+    until its connect timeout; done here, the failure is logged with its
+    reason (once per peer and reason) and the connection closed at once.
+    """
+    if not isinstance(stream, trio.SSLStream):
+        return True
+    with trio.move_on_after(HANDSHAKE_TIMEOUT):
+        try:
+            await stream.do_handshake()
+            return True
+        except trio.BrokenResourceError as exc:
+            cause = exc.__cause__
+            reason = f"TLS handshake failed: {getattr(cause, 'reason', None) or cause or exc}"
+            if refusals is not None:
+                host = _peer(stream)
+                refusals.refused(("tls", host, reason), f"refused {host}: {reason} "
+                                                        "(does the peer trust this controller's CA?)")
+    await trio.aclose_forcefully(stream)
+    return False
+
+
+def _peer(stream: trio.SSLStream) -> str:
+    sock = getattr(stream.transport_stream, "socket", None)
     try:
-        host = sock.getpeername()[0] if sock is not None else "?"
+        return str(sock.getpeername()[0]) if sock is not None else "?"
     except OSError:
-        host = "?"
-    reason = f"TLS handshake failed: {cause.reason or cause}"
-    refusals.refused(("tls", host, reason), f"refused {host}: {reason} (does it trust this controller's CA?)")
-    return True
+        return "?"
