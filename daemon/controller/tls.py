@@ -31,13 +31,16 @@ def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
     """TLS 1.2 or later with ``cert`` (PEM, the chain after the leaf) and its private ``key`` (PEM)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    for path in (cert, key):  # ssl names neither file when one cannot be read
+        try:
+            open(path, "rb").close()
+        except OSError as exc:
+            raise TLSConfigError(f"cannot read TLS file {path}: {exc.strerror}") from None
     try:
         context.load_cert_chain(certfile=str(cert), keyfile=str(key))
     except ssl.SSLError as exc:  # before OSError, its base class
         raise TLSConfigError(f"TLS certificate {cert} and key {key} are not a usable pair: "
                              f"{exc.reason or exc}") from None
-    except FileNotFoundError as exc:
-        raise TLSConfigError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
     except OSError as exc:
         raise TLSConfigError(f"cannot read TLS certificate {cert} or key {key}: {exc.strerror or exc}") from None
     return context
