@@ -11,12 +11,14 @@ bad message refuses the frame, and nothing of it is applied.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cbor2
 
-from model import messages as M
 from model.errors import RemoteProtocolError
+
+if TYPE_CHECKING:
+    from model import messages as M
 
 MAX_AGENT_MESSAGE = 16 * 1024 * 1024  # a report page of MAX_PAGE_ENTRIES fits well under this
 MAX_CLIENT_MESSAGE = 256 * 1024 * 1024  # `reckon jobs --json` of a million jobs
@@ -50,17 +52,28 @@ def _loads(data: bytes | str, *, limit: int) -> Any:
     return value
 
 
+# The protocol messages (model.messages) are imported where they are used, not
+# at the top: the command line's client needs only ``dumps`` and ``loads``, and
+# importing every message class cost it about a third of its start-up.
+
+
 def encode(msg: M.Message) -> bytes:
+    from model import messages as M
+
     return cbor2.dumps(M.to_wire(msg))
 
 
 def decode(data: bytes | str, *, to: str) -> M.Message:
     """A frame that must hold exactly one protocol message."""
+    from model import messages as M
+
     return M.from_wire(loads(data, limit=MAX_AGENT_MESSAGE), to=to)
 
 
 def decode_frame(data: bytes | str, *, to: str) -> list[M.Message]:
     """Every protocol message of one frame, in order; ``RemoteProtocolError`` for any bad one."""
+    from model import messages as M
+
     value = _loads(data, limit=MAX_AGENT_MESSAGE)
     if isinstance(value, dict):
         return [M.from_wire(value, to=to)]
@@ -79,6 +92,8 @@ def frames(encoded: list[bytes], *, version: int) -> list[bytes]:
     message stays a plain map; several become a CBOR array, whose encoding is
     a header followed by the items' own encodings, so nothing is encoded twice.
     """
+    from model import messages as M
+
     if version < M.BATCHED_FRAMES_SINCE:
         return encoded
     out: list[bytes] = []

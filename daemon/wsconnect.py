@@ -23,18 +23,15 @@ import ipaddress
 import math
 import ssl
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, AsyncIterator
 from urllib.parse import urlsplit
 
 import trio
 from trio_websocket import ConnectionTimeout, HandshakeError, WebSocketConnection, open_websocket_url
 
+from daemon.cli.client import tls_failure_text
+
 HANDSHAKE_GRACE = 1.0  # seconds past connect_timeout before the attempt is cancelled from outside
-
-
-class CAFileError(ValueError):
-    """--ca names a file that cannot be used; `str()` is a one-line reason."""
 
 
 class TLSFailure(HandshakeError):
@@ -48,32 +45,18 @@ class TLSFailure(HandshakeError):
         return self.reason
 
 
-def client_ssl_context(ca: str | Path | None = None) -> ssl.SSLContext:
-    """Verify the controller's certificate and host name against ``ca`` (a PEM file), else the system store.
-
-    Raises ``CAFileError`` with a one-line reason when ``ca`` cannot be read.
-    """
-    try:
-        return ssl.create_default_context(cafile=None if ca is None else str(ca))
-    except ssl.SSLError as exc:  # before OSError, its base class
-        raise CAFileError(f"cannot load CA file {ca}: not a PEM certificate ({exc.reason or exc})") from None
-    except OSError as exc:
-        raise CAFileError(f"cannot load CA file {ca}: {exc.strerror or exc}") from None
-
-
-def is_loopback_url(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
+def is_loopback_host(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
 
 def cleartext_token_warning(url: str, token: str | None) -> str | None:
     """The warning for a token that would cross the network unencrypted, or None."""
-    if token and urlsplit(url).scheme == "ws" and not is_loopback_url(url):
+    if token and urlsplit(url).scheme == "ws" and not is_loopback_host(urlsplit(url).hostname or ""):
         return (f"the token is sent unencrypted to {url} (plain ws:// to a non-loopback address): "
                 "serve the controller with --tls-cert/--tls-key and use wss://")
     return None
@@ -97,14 +80,7 @@ async def tls_failure(url: str, ssl_context: ssl.SSLContext | None, timeout: flo
             await stream.do_handshake()
             return None
         except trio.BrokenResourceError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ssl.SSLCertVerificationError):
-                return (f"TLS: the certificate of {host}:{port} is not trusted: {cause.verify_message} "
-                        "(is --ca the CA that signed the controller's certificate?)")
-            if isinstance(cause, ssl.SSLError):
-                return (f"TLS handshake with {host}:{port} failed: {cause.reason or cause} "
-                        "(does the controller serve TLS, with --tls-cert and --tls-key?)")
-            return None
+            return tls_failure_text(exc.__cause__, host, port) if exc.__cause__ is not None else None
         finally:
             await trio.aclose_forcefully(stream)
     raise ConnectionTimeout(f"no TLS handshake from {host}:{port} within {timeout:g}s")

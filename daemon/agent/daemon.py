@@ -40,7 +40,8 @@ from daemon.store.agent import AgentStore
 from daemon.refusals import RefusalLog
 from daemon.store.filemodes import OUTPUT_MODE, private_dir
 from daemon.store.statelock import hold_state_dir
-from daemon.wsconnect import TLSFailure, cleartext_token_warning, client_ssl_context, open_websocket
+from daemon.cli.client import client_ssl_context
+from daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
 from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 
 log = logging.getLogger("reckon.agent")
@@ -475,7 +476,7 @@ async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNOR
 async def _run(options: AgentOptions, task_status) -> None:
     runtime.tune()
     if options.controller.startswith("wss:"):
-        client_ssl_context(options.ca)  # CAFileError: an unreadable --ca fails now, not at each attempt
+        client_ssl_context(options.ca)  # UsageError: an unreadable --ca fails now, not at each attempt
     warning = cleartext_token_warning(options.controller, options.token)
     if warning:
         log.warning("%s", warning)

@@ -31,44 +31,6 @@ HANG_GUARD = 1800.0  # seconds: no single run may take longer than this
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("bench", parents=[common], help="benchmarks: real processes on loopback, figures")
-    which = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
-
-    def bench(name: str, help: str) -> argparse.ArgumentParser:
-        q = which.add_parser(name, help=help)
-        q.add_argument("--runs", type=int, default=5, help="repetitions (default 5)")
-        q.add_argument("--json", action="store_true", help="print one JSON object of figures")
-        q.add_argument("--keep", action="store_true", help="keep the temporary directories")
-        return q
-
-    q = bench("throughput", "submit N jobs at once; jobs/s until all are terminal")
-    q.add_argument("--jobs", type=int, default=2000)
-    q.add_argument("--agents", type=int, default=2)
-    q.add_argument("--slots", type=int, default=32, help="slots per agent (default 32)")
-    q.add_argument("--executor", choices=("process", "null"), default="process")
-
-    q = bench("launch", "one agent's launch path alone (launcher, supervisors, `true`): jobs/s and CPU per job")
-    q.add_argument("--jobs", type=int, default=3000)
-    q.add_argument("--concurrency", type=int, default=64, help="jobs running at once (default 64)")
-
-    q = bench("resync", "N jobs finish while their agent is cut off; time from its rejoin to the round resolved")
-    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
-    q.add_argument("--plot", type=Path, help="also write an SVG plot of round time against job count here")
-
-    q = bench("resync-stages", "one round in-process (no sockets, no disk): the cost of each stage per job")
-    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000, 100000])
-
-    q = bench("recovery", "a job finishes while the controller is down; time from its return to the job final")
-    q.add_argument("--outages", type=float, nargs="+", default=[5.0, 20.0, 60.0])
-
-    q = bench("restart", "controller restart time with N facts of history")
-    q.add_argument("--facts", type=int, nargs="+", default=[100_000, 1_000_000])
-
-    q = bench("memory", "controller resident memory per job")
-    q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000])
-
-
 def summary(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": len(values)}
 

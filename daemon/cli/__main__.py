@@ -1,3 +1,5 @@
+import sys
+
 from daemon.cli.main import main
 
-main()
+sys.exit(main())

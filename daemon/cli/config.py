@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DAEMONS = ("controller", "agent")  # the commands a config file configures
 NOT_IN_FILE = frozenset({"help", "config"})  # options that make no sense in the file itself
 
 

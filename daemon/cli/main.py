@@ -1,33 +1,49 @@
 """`reckon`: the command line.  A contract: scripts and tests drive it.
 
-Exit status 0 on success; otherwise non-zero with a one-line reason on stderr.
+Exit status 0 on success; 2 for a usage error (a bad option, a bad URL, an
+unreadable --file); 1 for a failure (the controller unreachable, a refusal,
+a busy state directory).  Either way one ``reckon: ...`` line on stderr.
+
+This module is the entry point of every `reckon` call, and a shell loop of
+`reckon submit` pays its start-up each time: it imports argparse alone.  The
+client commands (daemon/cli/jobs.py, a blocking client) never import trio, the
+model's controller or the servers; the daemons (daemon/cli/daemons.py) do.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import signal
 import sys
-import time
-from functools import partial
 from pathlib import Path
-from typing import Any
 
-import trio
+CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget")
+DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
+JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 
-from model.controller import ControllerConfig
-from model.jobs import JobSpec
 
-from daemon.cli import config as daemon_config
-from daemon.cli.logfile import reopen_on_hangup, setup_logging
-from daemon.client import ClientError, resolve_ca, resolve_controller, resolve_token
-from daemon.client import call as call_controller
-from daemon.controller.tls import TLSConfigError
-from daemon.store.filemodes import OUTPUT_MODE, parse_mode
-from daemon.wsconnect import CAFileError
-from daemon.store.statelock import StateDirBusy, WrongStateDir
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reckond")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """`reckon --version`, without importing importlib.metadata on every other call."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, help="print reckon's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from model.messages import PROTOCOL_VERSION
+
+        print(f"reckon {_version()} (protocol version {PROTOCOL_VERSION})")
+        parser.exit()
+
+
+# ---- option types -----------------------------------------------------------------------
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -44,10 +60,12 @@ def _positive(value: str) -> float:
     return number
 
 
-_positive.toml_type = "number"  # type: ignore[attr-defined]  # daemon/cli/config.py
+_positive.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
 
 
 def _file_mode(value: str) -> int:
+    from daemon.store.filemodes import parse_mode
+
     try:
         return parse_mode(value)
     except ValueError as exc:
@@ -69,21 +87,33 @@ def _env_pair(value: str) -> tuple[str, str]:
     return key, val
 
 
+# ---- the parser ---------------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--controller", help="controller URL (default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
-    common.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
-                                             "$RECKON_TOKEN holds the token itself)")
-    common.add_argument("--ca", type=Path, metavar="FILE",
-                        help="wss://: trust this CA (PEM) for the controller's certificate "
-                             "(default $RECKON_CA, else the system's trust store)")
-    common.add_argument("-v", "--verbose", action="store_true", help="log more")
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="store_true", help="log more")
+    token = argparse.ArgumentParser(add_help=False)
+    token.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
+                                            "$RECKON_TOKEN holds the token itself)")
+    controller = argparse.ArgumentParser(add_help=False)
+    controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT "
+                                                 "(default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
+    ca = argparse.ArgumentParser(add_help=False)
+    ca.add_argument("--ca", type=Path, metavar="FILE",
+                    help="wss://: trust this CA (PEM) for the controller's certificate "
+                         "(default $RECKON_CA, else the system's trust store)")
+    client = argparse.ArgumentParser(add_help=False, parents=[controller, token, ca])
+    client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
+                        help="give up on a controller that does not connect, or answer a request, "
+                             "within this long (default 10)")
 
     parser = argparse.ArgumentParser(prog="reckon", description="A batch-job controller and agent "
                                      "that never loses or invents a job outcome.")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("controller", parents=[common], help="run the controller in the foreground")
+    p = sub.add_parser("controller", parents=[verbose, token], help="run the controller in the foreground")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT")
     p.add_argument("--state-dir", type=Path, required=True)
     p.add_argument("--page-size", type=int, default=1000, help="jobs per resync page (default 1000)")
@@ -100,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, metavar="FILE", help="the private key of --tls-cert (PEM)")
     _daemon_files(p)
 
-    p = sub.add_parser("agent", parents=[common], help="run an agent in the foreground")
+    p = sub.add_parser("agent", parents=[verbose, controller, token, ca], help="run an agent in the foreground")
     p.add_argument("--name", required=True)
     p.add_argument("--slots", type=int, required=True)
     p.add_argument("--state-dir", type=Path, required=True)
@@ -115,11 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0)
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
-    p.add_argument("--output-mode", type=_file_mode, default=OUTPUT_MODE, metavar="MODE",
+    p.add_argument("--output-mode", type=_file_mode, default=0o600, metavar="MODE",
                    help="file mode of job output files, octal (default 0600: the agent's user only)")
     _daemon_files(p)
 
-    p = sub.add_parser("submit", parents=[common], help="submit a job; prints its id")
+    p = sub.add_parser("submit", parents=[client], help="submit a job; prints its id")
     p.add_argument("--name")
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--cwd")
@@ -127,22 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the job object")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
 
-    p = sub.add_parser("jobs", parents=[common], help="list jobs")
-    p.add_argument("--state", choices=("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"))
+    p = sub.add_parser("jobs", parents=[client], help="list jobs")
+    p.add_argument("--state", choices=JOB_STATES)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("show", parents=[common], help="show one job")
+    p = sub.add_parser("show", parents=[client], help="show one job")
     p.add_argument("job")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    p = sub.add_parser("cancel", parents=[client], help="cancel a job")
     p.add_argument("job")
 
-    p = sub.add_parser("nodes", parents=[common], help="list agents")
+    p = sub.add_parser("nodes", parents=[client], help="list agents")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser(
-        "forget", parents=[common], help="declare a disconnected agent gone: requeue its jobs, free its name",
+        "forget", parents=[client], help="declare a disconnected agent gone: requeue its jobs, free its name",
         description="Declare a disconnected agent gone for good: its unfinished jobs are requeued (to run "
                     "elsewhere), and its name is released, so a new agent (a wiped state directory, a "
                     "replacement machine) may join under it.  If that machine is in fact still alive, the "
@@ -150,13 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "cannot be forgotten.")
     p.add_argument("node", help="the agent's name")
 
-    p = sub.add_parser("dev", parents=[common], help="a controller and N agents on this machine, in the foreground")
+    p = sub.add_parser("dev", parents=[verbose, token],
+                       help="a controller and N agents on this machine, in the foreground")
     p.add_argument("--agents", type=int, default=2)
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--state-dir", type=Path, default=None, help="default: a temporary directory")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT")
 
-    p = sub.add_parser("demo", parents=[common], help="the failure demo: kill the controller mid-run, check every outcome")
+    p = sub.add_parser("demo", parents=[verbose],
+                       help="the failure demo: kill the controller mid-run, check every outcome")
     p.add_argument("--jobs", type=int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
@@ -165,187 +197,47 @@ def build_parser() -> argparse.ArgumentParser:
     p = config_sub.add_parser("check", help="validate a TOML config file; exit status 2 names the bad key")
     p.add_argument("file", type=Path)
 
-    from daemon.bench.run import add_parser as add_bench_parser
+    from daemon.bench.options import add_parser as add_bench_parser
+    from daemon.chaos.options import add_parser as add_chaos_parser
 
-    add_bench_parser(sub, common)
-
-    from daemon.chaos import add_parser as add_chaos_parser
-
-    add_chaos_parser(sub, common)
+    add_bench_parser(sub, verbose)
+    add_chaos_parser(sub, verbose)
     return parser
 
 
-# ---- output ---------------------------------------------------------------------------
+# ---- dispatch -------------------------------------------------------------------------------
 
 
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
-
-
-def format_jobs(jobs: list[dict]) -> str:
-    rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "EXIT", "SIGNAL", "FINISHED")]
-    for j in jobs:
-        rows.append((j["id"], j["name"][:24], j["state"], j["agent"] or "-", str(j["attempt"]),
-                     "-" if j["exit_code"] is None else str(j["exit_code"]),
-                     "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"])))
-    return _table(rows)
-
-
-def format_nodes(nodes: list[dict]) -> str:
-    rows = [("NAME", "STATE", "SLOTS", "USED")]
-    rows += [(n["name"], n["state"], str(n["slots"]), str(n["used"])) for n in nodes]
-    return _table(rows)
-
-
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def format_job(job: dict) -> str:
-    keys = ("id", "name", "state", "agent", "attempt", "exit_code", "signal", "submitted_at", "started_at",
-            "finished_at", "command", "cwd", "slots", "stdout", "stderr")
-    lines = []
-    for key in keys:
-        value = job.get(key)
-        if key.endswith("_at") and value is not None:
-            value = f"{value:.3f} ({_when(value)})"
-        elif key == "command":
-            value = " ".join(value)
-        lines.append(f"{key + ':':14}{'-' if value is None else value}")
-    return "\n".join(lines)
-
-
-# ---- commands -------------------------------------------------------------------------
-
-
-async def _client_command(args: argparse.Namespace) -> int:
-    url = resolve_controller(args.controller)
-    token = resolve_token(args.token_file)
-    call = partial(call_controller, ca=resolve_ca(args.ca))
-    if args.command == "submit":
-        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-        if not argv:
-            raise ClientError("no command given: reckon submit [OPTIONS] -- CMD [ARG ...]")
-        try:
-            spec = JobSpec(name=args.name or Path(argv[0]).name, command=tuple(argv), cwd=args.cwd,
-                           env=tuple(args.env), slots=args.slots)
-        except ValueError as exc:
-            raise ClientError(f"invalid job: {exc}") from None
-        job = (await call(url, token, "submit", spec=spec.to_dict()))["job"]
-        print(json.dumps(job) if args.json else job["id"])
-    elif args.command == "jobs":
-        jobs = (await call(url, token, "jobs", state=args.state))["jobs"]
-        print(json.dumps(jobs) if args.json else format_jobs(jobs))
-    elif args.command == "show":
-        job = (await call(url, token, "show", job=args.job))["job"]
-        print(json.dumps(job) if args.json else format_job(job))
-    elif args.command == "cancel":
-        job = (await call(url, token, "cancel", job=args.job))["job"]
-        print(f"{job['id']} {job['state']}{' (cancel requested)' if job['state'] == 'RUNNING' else ''}")
-    elif args.command == "forget":
-        result = await call(url, token, "forget", agent=args.node)
-        print(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "
-              f"{len(result['cancelled'])} cancel(s) confirmed; its name is free")
-    elif args.command == "nodes":
-        nodes = (await call(url, token, "nodes"))["nodes"]
-        print(json.dumps(nodes) if args.json else format_nodes(nodes))
-    return 0
-
-
-async def _until_signalled(run: Any, log_file: Any = None) -> None:
-    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run).  SIGHUP reopens the log file."""
-    async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-            nursery.start_soon(run)
-            async for signum in signals:
-                if signum == signal.SIGHUP:
-                    reopen_on_hangup(log_file)
-                    continue
-                logging.getLogger("reckon").info("%s: stopping", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
-
-
-async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
-    from daemon.controller.server import ControllerOptions, serve_controller
-
-    token = resolve_token(args.token_file)
-    options = ControllerOptions(
-        host=args.listen[0], port=args.listen[1], state_dir=args.state_dir, token=token,
-        model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
-                               lost_after=args.lost_after),
-        heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
-        rejoin_grace=max(args.rejoin_grace, 0.0), tls_cert=args.tls_cert, tls_key=args.tls_key,
-    )
-    scheme = "ws" if options.tls_cert is None else "wss"
-
-    async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            port, _ = await nursery.start(serve_controller, options)
-            print(f"reckon controller listening on {scheme}://{options.host}:{port}", flush=True)
-
-    await _until_signalled(run, log_file)
-    return 0
-
-
-async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
-    from daemon.agent.daemon import AgentOptions, run_agent
-
-    options = AgentOptions(
-        name=args.name, slots=args.slots, state_dir=args.state_dir,
-        controller=resolve_controller(args.controller), token=resolve_token(args.token_file),
-        executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
-        output_mode=args.output_mode, ca=resolve_ca(args.ca),
-        model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
-               "heartbeat_interval": args.heartbeat_interval},
-    )
-
-    async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(run_agent, options)
-            print(f"reckon agent {args.name} running ({args.slots} slots)", flush=True)
-
-    await _until_signalled(run, log_file)
-    return 0
-
-
-async def _dev_command(args: argparse.Namespace) -> int:
-    from daemon.cli.dev import run_dev
-
-    await _until_signalled(partial(run_dev, args))
-    return 0
-
-
-# A one-line reason and exit status 1.
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, TLSConfigError, CAFileError)
-
-
-def _daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+def daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    return {name: commands[name] for name in daemon_config.DAEMONS}
+    return {name: commands[name] for name in DAEMONS}
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     """Parse the command line over the defaults a daemon's --config file sets (flags win)."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("command", nargs="?")
-    pre.add_argument("--config", type=Path)
-    known, _ = pre.parse_known_args(argv)
-    if known.config is not None and known.command in daemon_config.DAEMONS:
-        try:
-            daemon_config.apply_config(_daemon_parsers(parser)[known.command], known.config, known.command)
-        except daemon_config.ConfigError as exc:
-            print(f"reckon: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+    if "--config" in argv or any(a.startswith("--config=") for a in argv):
+        pre = argparse.ArgumentParser(add_help=False)
+        pre.add_argument("command", nargs="?")
+        pre.add_argument("--config", type=Path)
+        known, _ = pre.parse_known_args(argv)
+        if known.config is not None and known.command in DAEMONS:
+            from daemon.cli import config as daemon_config
+
+            try:
+                daemon_config.apply_config(daemon_parsers(parser)[known.command], known.config, known.command)
+            except daemon_config.ConfigError as exc:
+                print(f"reckon: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
     return parser.parse_args(argv)
 
 
 def _config_check(args: argparse.Namespace) -> int:
+    from daemon.cli import config as daemon_config
+
     try:
-        found = daemon_config.check(args.file, _daemon_parsers(build_parser()))
+        found = daemon_config.check(args.file, daemon_parsers(build_parser()))
     except daemon_config.ConfigError as exc:
         print(f"reckon: {exc}", file=sys.stderr)
         return 2
@@ -355,51 +247,43 @@ def _config_check(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
-    level = logging.DEBUG if getattr(args, "verbose", False) else logging.INFO
-    if args.command not in ("controller", "agent", "dev", "demo", "bench", "chaos"):
-        level = logging.WARNING
+    args = parse(argv)
+    if args.command == "config":
+        return _config_check(args)
+    from daemon.cli.client import ClientError, UsageError
+
     try:
-        log_file = setup_logging(level, getattr(args, "log_file", None))
-    except OSError as exc:
-        print(f"reckon: cannot open log file {args.log_file}: {exc.strerror}", file=sys.stderr)
-        return 1
-    try:
-        if args.command == "config":
-            return _config_check(args)
-        if args.command == "controller":
-            return trio.run(_controller_command, args, log_file)
-        if args.command == "agent":
-            return trio.run(_agent_command, args, log_file)
-        if args.command == "dev":
-            return trio.run(_dev_command, args)
-        if args.command == "demo":
-            from daemon.cli.demo import run_demo
+        if args.command in CLIENT_COMMANDS:
+            from daemon.cli.jobs import run_client_command
 
-            return run_demo(args)
-        if args.command == "bench":
-            from daemon.bench.run import run_bench
+            status = run_client_command(args)
+        else:
+            from daemon.cli.daemons import run_daemon_command
 
-            return run_bench(args)
-        if args.command == "chaos":
-            from daemon.chaos import run_chaos
-
-            return run_chaos(args)
-        return trio.run(_client_command, args)
-    except _ONE_LINE_ERRORS as exc:
+            status = run_daemon_command(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return status
+    except UsageError as exc:
+        print(f"reckon: {exc}", file=sys.stderr)
+        return 2
+    except ClientError as exc:
         print(f"reckon: {exc}", file=sys.stderr)
         return 1
-    except BaseExceptionGroup as group:
-        # Raised from inside a daemon's nursery (an agent's state directory refused at start).
-        known, rest = group.split(_ONE_LINE_ERRORS)
-        if known is None or rest is not None:
-            raise
-        while isinstance(known, BaseExceptionGroup):
-            known = known.exceptions[0]
-        print(f"reckon: {known}", file=sys.stderr)
-        return 1
+    except BrokenPipeError:
+        return _closed_pipe()
     except KeyboardInterrupt:
         return 130
+
+
+def _closed_pipe() -> int:
+    """The reader went away (`reckon jobs | head`): stop quietly, as a shell tool killed by SIGPIPE does."""
+    import os
+
+    try:  # Python flushes stdout again at exit; point it at /dev/null so that it cannot fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ per peer address and condition (``RefusalLog``), not once per attempt.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import ssl
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import trio
 
 from daemon.refusals import RefusalLog
+from daemon.wsconnect import is_loopback_host  # noqa: F401 - the controller's warning uses it from here
 
 log = logging.getLogger("reckon.controller")
 
@@ -46,15 +46,6 @@ def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
     return context
 
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_tls_files(cert: Path | None, key: Path | None) -> None:
     """Both or neither, and a usable pair; ``TLSConfigError`` otherwise."""
     if (cert is None) != (key is None):
@@ -80,6 +71,7 @@ async def tls_handshake(stream: trio.abc.Stream, refusals: RefusalLog | None) ->
     """
     if not isinstance(stream, trio.SSLStream):
         return True
+    host = _peer(stream)  # now: a peer that gave up may be gone by the time the handshake fails
     with trio.move_on_after(HANDSHAKE_TIMEOUT):
         try:
             await stream.do_handshake()
@@ -88,7 +80,6 @@ async def tls_handshake(stream: trio.abc.Stream, refusals: RefusalLog | None) ->
             cause = exc.__cause__
             reason = f"TLS handshake failed: {getattr(cause, 'reason', None) or cause or exc}"
             if refusals is not None:
-                host = _peer(stream)
                 refusals.refused(("tls", host, reason), f"refused {host}: {reason} "
                                                         "(does the peer trust this controller's CA?)")
     await trio.aclose_forcefully(stream)

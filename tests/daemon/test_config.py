@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import config as daemon_config
-from daemon.cli.main import _daemon_parsers, _parse, build_parser, main
+from daemon.cli.main import daemon_parsers, parse, build_parser, main
 
 GOOD = """
     [controller]
@@ -39,14 +39,14 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_every_daemon_option_is_a_key_and_every_key_an_option():
     # The file's schema is read from the parsers: each long option of a daemon is a key of its table.
-    for name, parser in _daemon_parsers(build_parser()).items():
+    for name, parser in daemon_parsers(build_parser()).items():
         keys = daemon_config.option_keys(parser)
         flags = {s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")}
         assert set(keys) == flags - {"help", "config"}, name
     assert {"tls-cert", "tls-key", "log-file", "lost-after"} <= set(daemon_config.option_keys(
-        _daemon_parsers(build_parser())["controller"]))
+        daemon_parsers(build_parser())["controller"]))
     assert {"output-mode", "ca", "log-file", "slots"} <= set(daemon_config.option_keys(
-        _daemon_parsers(build_parser())["agent"]))
+        daemon_parsers(build_parser())["agent"]))
 
 
 def test_a_good_file_checks_ok(tmp_path, capsys):
@@ -84,14 +84,14 @@ def test_a_missing_file_is_exit_status_2(tmp_path, capsys):
 
 def test_the_file_sets_options_and_flags_override_it(tmp_path):
     path = write(tmp_path, GOOD)
-    args = _parse(["agent", "--config", str(path)])  # --name, --slots, --state-dir come from the file
+    args = parse(["agent", "--config", str(path)])  # --name, --slots, --state-dir come from the file
     assert (args.name, args.slots, args.state_dir, args.output_mode) == ("node1", 16, Path("/var/lib/reckon/agent"),
                                                                           0o640)
     assert args.controller == "wss://controller.example:7420" and args.verbose is True
     assert args.kill_grace == 10.0  # not in the file: the flag's default
-    args = _parse(["agent", "--config", str(path), "--slots", "4", "--name", "node2", "--output-mode", "0600"])
+    args = parse(["agent", "--config", str(path), "--slots", "4", "--name", "node2", "--output-mode", "0600"])
     assert (args.name, args.slots, args.output_mode) == ("node2", 4, 0o600)
-    args = _parse(["controller", "--state-dir", "/elsewhere", "--config", str(path)])
+    args = parse(["controller", "--state-dir", "/elsewhere", "--config", str(path)])
     assert args.state_dir == Path("/elsewhere") and args.listen == ("0.0.0.0", 7420) and args.lost_after == 600.0
 
 
@@ -105,5 +105,5 @@ def test_a_daemon_started_with_a_bad_file_says_why_and_exits_2(tmp_path, capsys)
 
 def test_without_the_file_required_options_are_still_required(capsys):
     with pytest.raises(SystemExit):
-        _parse(["agent", "--slots", "2"])
+        parse(["agent", "--slots", "2"])
     assert "--name" in capsys.readouterr().err

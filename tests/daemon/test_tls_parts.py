@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import trustme
 
-from daemon.controller.tls import TLSConfigError, check_tls_files, is_loopback_host
-from daemon.wsconnect import CAFileError, cleartext_token_warning, client_ssl_context
+from daemon.cli.client import UsageError, client_ssl_context
+from daemon.controller.tls import TLSConfigError, check_tls_files
+from daemon.wsconnect import cleartext_token_warning, is_loopback_host
 
 
 @pytest.mark.parametrize("url,token,warned", [
@@ -26,17 +27,17 @@ def test_a_token_over_plain_ws_to_another_host_is_warned_about(url, token, warne
 
 
 @pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("::1", True), ("localhost", True),
-                                           ("0.0.0.0", False), ("10.1.2.3", False), ("node1", False)])
+                                           ("[::1]", True), ("0.0.0.0", False), ("10.1.2.3", False), ("node1", False)])
 def test_loopback_hosts(host, loopback):
     assert is_loopback_host(host) is loopback
 
 
 def test_an_unusable_ca_file_is_a_one_line_error(tmp_path):
-    with pytest.raises(CAFileError, match="cannot load CA file .*No such file"):
+    with pytest.raises(UsageError, match="cannot load CA file .*No such file"):
         client_ssl_context(tmp_path / "missing.pem")
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
-    with pytest.raises(CAFileError, match="cannot load CA file"):
+    with pytest.raises(UsageError, match="cannot load CA file"):
         client_ssl_context(garbage)
     good = tmp_path / "ca.pem"
     trustme.CA().cert_pem.write_to_path(str(good))

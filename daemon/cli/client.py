@@ -1,0 +1,243 @@
+"""The command line's client of the controller's `/client` endpoint: blocking, no trio.
+
+`reckon submit` in a shell loop pays its start-up on every call, and most of
+that was importing trio, trio-websocket and the controller's model (issue
+#10: 0.43 s a submit).  This client is a blocking socket and a minimal
+WebSocket client (``daemon/cli/websocket.py``; why not wsproto: there): one
+connection, one request at a time, every wait bounded by ``timeout``.  ``daemon/client.py`` is its trio twin
+for dev mode, the demo and the benchmarks; both share the encoding
+(``daemon.wire``) and the texts below, so an error reads the same from either.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from daemon import wire
+from daemon.cli import websocket as ws
+
+DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
+DEFAULT_TIMEOUT = 10.0  # seconds: connecting (TCP and handshake), and then each request
+CLOSE_WAIT = 1.0  # seconds, at most, for the controller to answer our close (it answers at once)
+
+
+class ClientError(Exception):
+    """A one-line reason for the user: unreachable, refused, unknown job, ... (exit status 1)."""
+
+
+class UsageError(ClientError):
+    """The user asked for something that cannot work as written: a bad URL, a bad file (exit status 2)."""
+
+
+# ---- configuration ----------------------------------------------------------------------
+
+
+def resolve_controller(url: str | None) -> str:
+    return url or os.environ.get("RECKON_CONTROLLER") or DEFAULT_CONTROLLER
+
+
+def resolve_token(token_file: str | None) -> str | None:
+    """--token-file, else $RECKON_TOKEN_FILE, else $RECKON_TOKEN, else none."""
+    path = token_file or os.environ.get("RECKON_TOKEN_FILE")
+    if path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ClientError(f"cannot read token file {path}: {exc.strerror}") from None
+        if not token:
+            raise ClientError(f"token file {path} is empty")
+        return token
+    return os.environ.get("RECKON_TOKEN") or None
+
+
+def resolve_ca(ca: str | Path | None) -> Path | None:
+    """--ca, else $RECKON_CA, else none (the system's trust store)."""
+    value = ca or os.environ.get("RECKON_CA")
+    return Path(value) if value else None
+
+
+def client_ssl_context(ca: str | Path | None = None) -> Any:
+    """An ``ssl.SSLContext`` that verifies the controller's certificate and host name against ``ca``
+    (a PEM file), else the system's trust store.  ``UsageError`` when ``ca`` cannot be used."""
+    import ssl
+
+    try:
+        return ssl.create_default_context(cafile=None if ca is None else str(ca))
+    except ssl.SSLError as exc:  # before OSError, its base class
+        raise UsageError(f"cannot load CA file {ca}: not a PEM certificate ({exc.reason or exc})") from None
+    except OSError as exc:
+        raise UsageError(f"cannot load CA file {ca}: {exc.strerror or exc}") from None
+
+
+def tls_failure_text(exc: BaseException, host: str, port: int) -> str | None:
+    """What a failed TLS handshake means, in one line; None if ``exc`` is no TLS failure."""
+    import ssl
+
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"TLS: the certificate of {host}:{port} is not trusted: {exc.verify_message} "
+                "(is --ca the CA that signed the controller's certificate?)")
+    if isinstance(exc, ssl.SSLError):
+        return (f"TLS handshake with {host}:{port} failed: {exc.reason or exc} "
+                "(does the controller serve TLS, with --tls-cert and --tls-key?)")
+    return None
+
+
+def auth_headers(token: str | None) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {token}".encode())] if token else []
+
+
+def parse_controller_url(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a ``ws://`` or ``wss://`` URL; ``UsageError`` for anything else."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(f"bad controller URL {url!r}: {exc}") from None
+    if parts.scheme not in ("ws", "wss"):
+        got = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        raise UsageError(f"the controller URL must start with ws:// or wss://, got {got} in {url!r}")
+    if not parts.hostname:
+        raise UsageError(f"the controller URL {url!r} names no host")
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise UsageError(f"the controller URL {url!r} must be ws[s]://HOST[:PORT] alone, without a path")
+    return parts.scheme, parts.hostname, port if port is not None else (443 if parts.scheme == "wss" else 80)
+
+
+# ---- the texts both clients use ---------------------------------------------------------
+
+
+def unreachable(url: str, reason: str) -> ClientError:
+    return ClientError(f"controller unreachable at {url}: {reason}")
+
+
+def refused(url: str, status: int, body: bytes) -> ClientError:
+    text = body.decode(errors="replace").strip()
+    return ClientError(f"controller at {url} refused the connection: {text or status}")
+
+
+def closed(url: str, reason: str | None) -> ClientError:
+    return ClientError(f"controller at {url} closed the connection: {reason or 'no reason given'}")
+
+
+def no_handshake(url: str, seconds: float) -> ClientError:
+    return unreachable(url, f"no WebSocket handshake within {seconds:g}s (is the controller stopped?)")
+
+
+def no_reply(url: str, seconds: float) -> ClientError:
+    return ClientError(f"controller at {url} did not reply within {seconds:g}s (is it stopped or overloaded?)")
+
+
+def reply_of(data: bytes | str, url: str) -> dict:
+    """The controller's reply to a request, or its refusal as a ``ClientError``."""
+    try:
+        reply = wire.loads(data, limit=wire.MAX_CLIENT_MESSAGE)
+    except Exception as exc:  # RemoteProtocolError: an undecodable reply
+        raise ClientError(f"controller at {url} sent a bad reply: {exc}") from None
+    if not reply.get("ok"):
+        raise ClientError(str(reply.get("error", "request failed")))
+    return reply
+
+
+def request_bytes(op: str, fields: dict[str, Any]) -> bytes:
+    return wire.dumps({"op": op, **fields})
+
+
+# ---- the blocking client ----------------------------------------------------------------
+
+
+class SyncClient:
+    """One connection, many requests: ``with SyncClient(url, token) as c: c.call("jobs")``.
+
+    ``ssl_context`` is used for ``wss://`` (default: the system's trust store).
+    Connecting (TCP, TLS and the WebSocket handshake) and then each request
+    (send and reply) must each finish within ``timeout`` seconds.
+    """
+
+    def __init__(self, url: str, token: str | None, *, timeout: float = DEFAULT_TIMEOUT,
+                 ssl_context: Any = None) -> None:
+        self.url = url.rstrip("/")
+        self.scheme, self.host, self.port = parse_controller_url(self.url)
+        self.token = token
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        self._ws: ws.WebSocket | None = None
+
+    def __enter__(self) -> "SyncClient":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        context = self.ssl_context
+        if self.scheme == "wss" and context is None:
+            import ssl
+
+            context = ssl.create_default_context()
+        try:
+            sock = ws.connect(self.host, self.port, timeout=self.timeout, ssl_context=context)
+        except socket.timeout:
+            raise unreachable(self.url, f"no connection within {self.timeout:g}s") from None
+        except OSError as exc:  # refused, no route, name not known; ssl.SSLError is one too
+            tls = tls_failure_text(exc, self.host, self.port) if context is not None else None
+            if tls is not None:
+                raise ClientError(f"cannot connect to {self.url}: {tls}") from None
+            raise unreachable(self.url, getattr(exc, "reason", None) or exc.strerror or str(exc)) from None
+        conn = ws.WebSocket(sock)
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        try:
+            conn.handshake(f"{host}:{self.port}", "/client", auth_headers(self.token), deadline)
+        except ws.WebSocketTimeout:
+            conn.abort()
+            raise no_handshake(self.url, self.timeout) from None
+        except ws.WebSocketRejected as exc:
+            conn.abort()
+            raise refused(self.url, exc.status, exc.body) from None
+        except (ws.WebSocketClosed, ws.WebSocketProtocolError) as exc:
+            conn.abort()
+            raise unreachable(self.url, f"the WebSocket handshake failed: {exc}") from None
+        self._ws = conn
+
+    def call(self, op: str, **fields: Any) -> dict:
+        """One request and its reply (a ``ClientError`` for a refusal, a time-out, a lost connection)."""
+        if self._ws is None:
+            raise ClientError(f"not connected to the controller at {self.url}")
+        deadline = time.monotonic() + self.timeout
+        try:
+            self._ws.send_binary(request_bytes(op, fields), deadline)
+            data = self._ws.receive(deadline, wire.MAX_CLIENT_MESSAGE)
+        except ws.WebSocketTimeout:
+            self._abort()
+            raise no_reply(self.url, self.timeout) from None
+        except ws.WebSocketClosed as exc:
+            self._abort()
+            raise closed(self.url, exc.reason) from None
+        except ws.WebSocketProtocolError as exc:
+            self._abort()
+            raise ClientError(f"controller at {self.url} broke the WebSocket protocol: {exc}") from None
+        return reply_of(data, self.url)
+
+    def close(self) -> None:
+        """A clean close: ours, the controller's answer (briefly awaited), hang up."""
+        if self._ws is not None:
+            self._ws.close(time.monotonic() + min(CLOSE_WAIT, self.timeout))
+            self._ws = None
+
+    def _abort(self) -> None:
+        if self._ws is not None:
+            self._ws.abort()
+            self._ws = None
+
+
+def call(url: str, token: str | None, op: str, *, timeout: float = DEFAULT_TIMEOUT, ssl_context: Any = None,
+         **fields: Any) -> dict:
+    """One request on a connection of its own."""
+    with SyncClient(url, token, timeout=timeout, ssl_context=ssl_context) as client:
+        return client.call(op, **fields)

@@ -1,0 +1,128 @@
+"""The daemon commands of `reckon`: controller, agent, dev, demo, bench, chaos (trio, imported on demand)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from functools import partial
+from typing import Any
+
+import trio
+
+from daemon.cli.client import ClientError, UsageError, client_ssl_context, resolve_ca, resolve_controller, resolve_token
+from daemon.cli.logfile import reopen_on_hangup, setup_logging
+from daemon.controller.tls import TLSConfigError, check_tls_files
+from daemon.store.statelock import StateDirBusy, WrongStateDir
+
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reason and exit status 1
+
+
+def run_daemon_command(args: argparse.Namespace) -> int:
+    level = logging.DEBUG if args.verbose else logging.INFO
+    try:
+        log_file = setup_logging(level, getattr(args, "log_file", None))
+    except OSError as exc:
+        raise UsageError(f"cannot open log file {args.log_file}: {exc.strerror}") from None
+    try:
+        if args.command == "controller":
+            try:
+                check_tls_files(args.tls_cert, args.tls_key)  # before anything starts: a usage error
+            except TLSConfigError as exc:
+                raise UsageError(str(exc)) from None
+            return trio.run(_controller_command, args, log_file)
+        if args.command == "agent":
+            if resolve_controller(args.controller).startswith("wss:"):
+                client_ssl_context(resolve_ca(args.ca))  # UsageError for an unusable --ca, before anything starts
+            return trio.run(_agent_command, args, log_file)
+        if args.command == "dev":
+            return trio.run(_dev_command, args)
+        if args.command == "demo":
+            from daemon.cli.demo import run_demo
+
+            return run_demo(args)
+        if args.command == "bench":
+            from daemon.bench.run import run_bench
+
+            return run_bench(args)
+        if args.command == "chaos":
+            from daemon.chaos.main import run_chaos
+
+            return run_chaos(args)
+        raise AssertionError(f"not a daemon command: {args.command}")
+    except (StateDirBusy, WrongStateDir) as exc:
+        raise ClientError(str(exc)) from None
+    except BaseExceptionGroup as group:
+        # Raised from inside a daemon's nursery (an agent's state directory refused at start).
+        known, rest = group.split(_ONE_LINE_ERRORS)
+        if known is None or rest is not None:
+            raise
+        while isinstance(known, BaseExceptionGroup):
+            known = known.exceptions[0]
+        raise ClientError(str(known)) from None
+
+
+async def _until_signalled(run: Any, log_file: Any = None) -> None:
+    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run).  SIGHUP reopens the log file."""
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            nursery.start_soon(run)
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    reopen_on_hangup(log_file)
+                    continue
+                logging.getLogger("reckon").info("%s: stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
+    from daemon.controller.server import ControllerOptions, serve_controller
+    from model.controller import ControllerConfig
+
+    token = resolve_token(args.token_file)
+    options = ControllerOptions(
+        host=args.listen[0], port=args.listen[1], state_dir=args.state_dir, token=token,
+        model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
+                               lost_after=args.lost_after),
+        heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
+        rejoin_grace=max(args.rejoin_grace, 0.0), tls_cert=args.tls_cert, tls_key=args.tls_key,
+    )
+    scheme = "ws" if options.tls_cert is None else "wss"
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            port, _ = await nursery.start(serve_controller, options)
+            print(f"reckon controller listening on {scheme}://{options.host}:{port}", flush=True)
+
+    await _until_signalled(run, log_file)
+    return 0
+
+
+async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
+    from daemon.agent.daemon import AgentOptions, run_agent
+
+    options = AgentOptions(
+        name=args.name, slots=args.slots, state_dir=args.state_dir,
+        controller=resolve_controller(args.controller), token=resolve_token(args.token_file),
+        executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
+        output_mode=args.output_mode, ca=resolve_ca(args.ca),
+        model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
+               "heartbeat_interval": args.heartbeat_interval},
+    )
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_agent, options)
+            print(f"reckon agent {args.name} running ({args.slots} slots)", flush=True)
+
+    await _until_signalled(run, log_file)
+    return 0
+
+
+async def _dev_command(args: argparse.Namespace) -> int:
+    from daemon.cli.dev import run_dev
+
+    await _until_signalled(partial(run_dev, args))
+    return 0
