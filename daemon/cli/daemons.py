@@ -64,12 +64,16 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
 
 async def _until_signalled(run: Any, log_file: Any = None) -> None:
-    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run).  SIGHUP reopens the log file."""
+    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run).
+
+    SIGHUP reopens the log file when there is one (logrotate); without one it
+    is a hang-up (the terminal went away) and stops the daemon cleanly too.
+    """
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             nursery.start_soon(run)
             async for signum in signals:
-                if signum == signal.SIGHUP:
+                if signum == signal.SIGHUP and log_file is not None:
                     reopen_on_hangup(log_file)
                     continue
                 logging.getLogger("reckon").info("%s: stopping", signal.Signals(signum).name)

@@ -68,12 +68,9 @@ def setup_logging(level: int, log_file: Path | None = None) -> ReopenableFileHan
     return file_handler
 
 
-def reopen_on_hangup(handler: ReopenableFileHandler | None) -> None:
-    """What SIGHUP does: reopen the log file (and say so in the new one), or nothing without one."""
+def reopen_on_hangup(handler: ReopenableFileHandler) -> None:
+    """What SIGHUP does with a log file: reopen it (and say so in the new one)."""
     log = logging.getLogger("reckon")
-    if handler is None:
-        log.info("SIGHUP: no --log-file to reopen")
-        return
     try:
         handler.reopen()
     except OSError as exc:

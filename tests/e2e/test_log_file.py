@@ -35,3 +35,11 @@ def test_sighup_reopens_the_log_file_after_a_rename(cluster, tmp_path):
         cluster.stop(key)
         assert "SIGTERM: stopping" in path.read_text()
         assert "SIGTERM" not in path.with_name(path.name + ".1").read_text()
+
+
+def test_without_a_log_file_sighup_is_a_clean_stop(cluster):
+    cluster.start_controller()
+    cluster.signal("controller", signal.SIGHUP)
+    cluster.wait_for(lambda: not cluster.running("controller"), what="the controller to stop")
+    assert cluster.daemons["controller"].proc.returncode == 0
+    assert "SIGHUP: stopping" in cluster.log_text("controller")
