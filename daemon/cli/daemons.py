@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 from functools import partial
 from typing import Any
 
 import trio
 
-from daemon.cli.client import ClientError, UsageError, client_ssl_context, resolve_ca, resolve_controller, resolve_token
+from daemon.cli.client import (ClientError, UsageError, client_ssl_context, resolve_ca, resolve_controller,
+                               resolve_token)
 from daemon.cli.logfile import reopen_on_hangup, setup_logging
 from daemon.controller.tls import TLSConfigError, check_tls_files
 from daemon.store.statelock import StateDirBusy, WrongStateDir

@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 
 from daemon.refusals import RefusalLog
-from daemon.wsconnect import is_loopback_host  # noqa: F401 - the controller's warning uses it from here
+from daemon.wsconnect import is_loopback_host  # noqa: F401 - server.py imports it from here
 
 log = logging.getLogger("reckon.controller")
 
