@@ -7,7 +7,6 @@ per peer address and condition (``RefusalLog``), not once per attempt.
 
 from __future__ import annotations
 
-import logging
 import ssl
 from pathlib import Path
 
@@ -15,8 +14,6 @@ import trio
 
 from daemon.refusals import RefusalLog
 from daemon.wsconnect import is_loopback_host  # noqa: F401 - server.py imports it from here
-
-log = logging.getLogger("reckon.controller")
 
 HANDSHAKE_TIMEOUT = 10.0  # seconds a new connection may take over its TLS handshake
 CLEARTEXT_WARNING = ("serving plain ws:// on {host}: the token and every job cross the network unencrypted "
