@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import events as E
+from .admission import unrunnable_reason
 from . import facts as F
 from . import messages as M
 from ._check import MAX_NAME
@@ -562,6 +563,8 @@ class Controller:
         self.sessions.pop(ev.agent, None)
 
     def _on_submit(self, ev: E.SubmitJob, out: _Out) -> None:
+        if not ev.queue_anyway and (refusal := unrunnable_reason(self.state, ev.spec)) is not None:
+            raise LocalProtocolError(refusal)
         self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
 
     def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:

@@ -111,12 +111,16 @@ class SubmitJob:
     # Fresh and random (the daemon draws it): names this submission apart from
     # any other that ever had its id.  None only for callers that predate it.
     uid: str | None = None
+    # Queue it even if no registered agent could run it (model/admission.py).
+    queue_anyway: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, JobSpec):
             raise ValueError("spec must be a JobSpec")
         check_time("now", self.now)
         check_opt_uid("uid", self.uid)
+        if not isinstance(self.queue_anyway, bool):
+            raise ValueError("queue_anyway must be a bool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from daemon.cli.main import path
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -19,27 +20,36 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         return q
 
     q = bench("throughput", "submit N jobs at once; jobs/s until all are terminal")
-    q.add_argument("--jobs", type=int, default=2000)
-    q.add_argument("--agents", type=int, default=2)
+    q.add_argument("--jobs", type=int, default=2000, help="jobs per run (default 2000)")
+    q.add_argument("--agents", type=int, default=2, help="agents (default 2)")
     q.add_argument("--slots", type=int, default=32, help="slots per agent (default 32)")
-    q.add_argument("--executor", choices=("process", "null"), default="process")
+    q.add_argument("--executor", choices=("process", "null"), default="process",
+                   help="process: real `true` jobs; null: agents finish each job at once (default process)")
 
     q = bench("launch", "one agent's launch path alone (launcher, supervisors, `true`): jobs/s and CPU per job")
-    q.add_argument("--jobs", type=int, default=3000)
+    q.add_argument("--jobs", type=int, default=3000, help="jobs per run (default 3000)")
     q.add_argument("--concurrency", type=int, default=64, help="jobs running at once (default 64)")
 
     q = bench("resync", "N jobs finish while their agent is cut off; time from its rejoin to the round resolved")
-    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
-    q.add_argument("--plot", type=Path, help="also write an SVG plot of round time against job count here")
+    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000], help="job counts to measure")
+    q.add_argument("--plot", type=path, help="also write an SVG plot of round time against job count here")
 
     q = bench("resync-stages", "one round in-process (no sockets, no disk): the cost of each stage per job")
-    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000, 100000])
+    q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000, 100000], help="job counts to measure")
 
     q = bench("recovery", "a job finishes while the controller is down; time from its return to the job final")
-    q.add_argument("--outages", type=float, nargs="+", default=[5.0, 20.0, 60.0])
+    q.add_argument("--outages", type=float, nargs="+", default=[5.0, 20.0, 60.0],
+                   help="controller outages to measure, seconds")
 
     q = bench("restart", "controller restart time with N facts of history")
-    q.add_argument("--facts", type=int, nargs="+", default=[100_000, 1_000_000])
+    q.add_argument("--facts", type=int, nargs="+", default=[100_000, 1_000_000], help="history sizes to measure")
+
+    q = bench("cli", "the command line as a shell loop drives it: submit/show/jobs latency, a bulk submit end to end")
+    q.add_argument("--jobs", type=int, default=200, help="submits in the loop, and jobs in the bulk submit "
+                                                         "(default 200)")
+    q.add_argument("--slots", type=int, default=32, help="slots of the one agent (default 32)")
+    q.add_argument("--executor", choices=("process", "null"), default="process",
+                   help="process: real `true` jobs; null: the agent finishes each job at once (default process)")
 
     q = bench("memory", "controller resident memory per job")
-    q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000])
+    q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

@@ -321,6 +321,12 @@ def run_bench(args: argparse.Namespace) -> int:
             out["histories"].append({"facts": n, **info, "restart_s": s})
             lines.append(f"restart with {n} facts ({info['jobs']} jobs, {info['facts_after_snapshot']} facts "
                          f"after the last snapshot): {_fmt(s, 's')}")
+    elif args.bench == "cli":
+        from daemon.bench.cli import run_cli_bench
+
+        figures, cli_lines = run_cli_bench(args, quiet)
+        out.update(figures)
+        lines += cli_lines
     elif args.bench == "memory":
         out["sizes"] = []
         for n in args.jobs:

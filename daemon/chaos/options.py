@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from daemon.cli.main import path
 
 
 def _positive(value: str) -> float:
@@ -30,4 +31,4 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="seconds after the last fault for every job to end (default 300)")
     p.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    p.add_argument("--dir", type=Path, default=None, help="run in this (new) directory instead of a temporary one")
+    p.add_argument("--dir", type=path, default=None, help="run in this (new) directory instead of a temporary one")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,7 +45,8 @@ def resolve_token(token_file: str | None) -> str | None:
     path = token_file or os.environ.get("RECKON_TOKEN_FILE")
     if path:
         try:
-            token = Path(path).read_text().strip()
+            with open(path, encoding="utf-8") as f:
+                token = f.read().strip()
         except OSError as exc:
             raise ClientError(f"cannot read token file {path}: {exc.strerror}") from None
         if not token:
@@ -55,13 +55,12 @@ def resolve_token(token_file: str | None) -> str | None:
     return os.environ.get("RECKON_TOKEN") or None
 
 
-def resolve_ca(ca: str | Path | None) -> Path | None:
+def resolve_ca(ca: str | os.PathLike | None) -> str | os.PathLike | None:
     """--ca, else $RECKON_CA, else none (the system's trust store)."""
-    value = ca or os.environ.get("RECKON_CA")
-    return Path(value) if value else None
+    return ca or os.environ.get("RECKON_CA") or None
 
 
-def client_ssl_context(ca: str | Path | None = None) -> Any:
+def client_ssl_context(ca: str | os.PathLike | None = None) -> Any:
     """An ``ssl.SSLContext`` that verifies the controller's certificate and host name against ``ca``
     (a PEM file), else the system's trust store.  ``UsageError`` when ``ca`` cannot be used."""
     import ssl

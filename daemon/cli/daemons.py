@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+from pathlib import Path
 from functools import partial
 from typing import Any
 
 import trio
 
-from daemon.cli.client import (ClientError, UsageError, client_ssl_context, resolve_ca, resolve_controller,
-                               resolve_token)
+from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_url, resolve_ca,
+                               resolve_controller, resolve_token)
 from daemon.cli.logfile import reopen_on_hangup, setup_logging
+from daemon.controller.listen import CannotListen
 from daemon.controller.tls import TLSConfigError, check_tls_files
 from daemon.store.statelock import StateDirBusy, WrongStateDir
 
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir)  # a one-line reason and exit status 1
+# An operator's mistake at start: a one-line reason and exit status 1.
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -51,7 +54,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
-    except (StateDirBusy, WrongStateDir) as exc:
+    except (StateDirBusy, WrongStateDir, CannotListen) as exc:
         raise ClientError(str(exc)) from None
     except BaseExceptionGroup as group:
         # Raised from inside a daemon's nursery (an agent's state directory refused at start).
@@ -107,11 +110,12 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
 async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
+    parse_controller_url(resolve_controller(args.controller))  # UsageError (exit 2) before anything starts
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=resolve_controller(args.controller), token=resolve_token(args.token_file),
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
-        output_mode=args.output_mode, ca=resolve_ca(args.ca),
+        output_mode=args.output_mode, ca=Path(ca) if (ca := resolve_ca(args.ca)) else None,
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
     )

@@ -2,8 +2,9 @@
 
 Each is one connection to the controller's `/client` endpoint through
 ``daemon.cli.client.SyncClient``.  What they print is a contract (scripts
-parse it): ``submit`` prints ids alone, one per line; ``--json`` prints the
-controller's objects unchanged.
+parse it): ``submit`` prints ids alone, one per line (``--file``: one line
+per job, in the file's order); ``--json`` prints the controller's objects
+unchanged (``submit --file --json``: the list of ids).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
-from daemon.cli.client import SyncClient, UsageError, client_ssl_context, resolve_ca, resolve_controller, resolve_token
+from daemon import wire
+from daemon.cli.client import (SyncClient, UsageError, client_ssl_context, request_bytes, resolve_ca,
+                               resolve_controller, resolve_token)
 
 
 def run_client_command(args: argparse.Namespace) -> int:
@@ -23,11 +25,7 @@ def run_client_command(args: argparse.Namespace) -> int:
     tls = client_ssl_context(resolve_ca(args.ca)) if url.startswith("wss:") else None
     out = sys.stdout
     if args.command == "submit":
-        spec = _job_spec(args)
-        with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
-            job = client.call("submit", spec=spec)["job"]
-        out.write((json.dumps(job) if args.json else job["id"]) + "\n")
-        return 0
+        return _submit(args, url, token, tls)
     with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state)["jobs"]
@@ -51,19 +49,93 @@ def run_client_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_spec(args: argparse.Namespace) -> dict:
-    """The job spec of `reckon submit`, checked here (the model's own checks) before it is sent."""
+def _submit(args: argparse.Namespace, url: str, token: str | None, tls: object) -> int:
+    """One job from the command line, or every line of ``--file`` in one request (one group commit)."""
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    cwd = submit_cwd(args.cwd)
+    extra = {"queue_anyway": True} if args.queue_anyway else {}
+    if args.file is None:
+        if not argv:
+            raise UsageError("no command given: reckon submit [OPTIONS] -- CMD [ARG ...] (or --file FILE)")
+        spec = job_spec(argv, args, cwd)
+        with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
+            job = client.call("submit", spec=spec, **extra)["job"]
+        sys.stdout.write((json.dumps(job) if args.json else job["id"]) + "\n")
+        return 0
+    if argv:
+        raise UsageError("give a command or --file, not both")
+    specs = [job_spec(command, args, cwd) for command in read_command_file(args.file)]
+    size = len(request_bytes("submit_many", {"specs": specs, **extra}))
+    if size > wire.MAX_AGENT_MESSAGE:
+        raise UsageError(f"{args.file}: {len(specs)} jobs make a request of {size >> 20} MiB, over the "
+                         f"controller's limit of {wire.MAX_AGENT_MESSAGE >> 20} MiB: split the file")
+    with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
+        ids = client.call("submit_many", specs=specs, **extra)["jobs"]
+    sys.stdout.write(json.dumps(ids) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
+    return 0
+
+
+def submit_cwd(cwd: str | None) -> str:
+    """The job's working directory, absolute: ``--cwd`` against the submitter's, or the submitter's own.
+
+    As with sbatch, a job runs where it was submitted from unless told otherwise;
+    the directory must exist on the agent that runs it (if not, the job ends
+    FAILED with exit code 127 and the reason in its stderr).
+    """
+    import os
+
+    try:
+        here = os.getcwd()
+    except FileNotFoundError:
+        if cwd is not None and os.path.isabs(cwd):
+            return os.path.normpath(cwd)
+        raise UsageError("the current directory no longer exists: give --cwd DIR (absolute)") from None
+    return os.path.normpath(os.path.join(here, cwd)) if cwd is not None else here
+
+
+def job_spec(argv: list[str], args: argparse.Namespace, cwd: str) -> dict:
+    """A job spec, checked here (the model's own checks) before it is sent."""
     from model.jobs import JobSpec
 
-    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    if not argv:
-        raise UsageError("no command given: reckon submit [OPTIONS] -- CMD [ARG ...]")
     try:
-        spec = JobSpec(name=args.name or Path(argv[0]).name, command=tuple(argv), cwd=args.cwd,
+        spec = JobSpec(name=args.name or argv[0].rstrip("/").rpartition("/")[2] or argv[0], command=tuple(argv), cwd=cwd,
                        env=tuple(args.env), slots=args.slots)
     except ValueError as exc:
         raise UsageError(f"invalid job: {exc}") from None
     return spec.to_dict()
+
+
+def read_command_file(name: str) -> list[list[str]]:
+    """The commands of a ``--file`` (``-``: stdin): one shell-quoted command line per line.
+
+    Blank lines and lines starting with ``#`` are skipped; a line that does
+    not parse names its number, and nothing is submitted.
+    """
+    import shlex
+
+    try:
+        if name == "-":
+            text = sys.stdin.read()
+        else:
+            with open(name, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    commands = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"{name}, line {number}: {exc}") from None
+        if argv:
+            commands.append(argv)
+    if not commands:
+        raise UsageError(f"{name} holds no command (one shell-quoted command line per line)")
+    return commands
 
 
 # ---- output ---------------------------------------------------------------------------

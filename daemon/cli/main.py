@@ -13,12 +13,21 @@ model's controller or the servers; the daemons (daemon/cli/daemons.py) do.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget")
+COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
+AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+AGENT_NAME_RULE = ("1 to 100 characters: letters, digits, '.', '_' and '-', starting with a letter or a digit "
+                   "(a host name fits)")
 
 
 def _version() -> str:
@@ -46,11 +55,32 @@ class _VersionAction(argparse.Action):
 # ---- option types -----------------------------------------------------------------------
 
 
+def path(value: str) -> "Path":
+    """A ``pathlib.Path``, imported only when a path option is given (pathlib costs a submit some ms)."""
+    from pathlib import Path
+
+    return Path(value)
+
+
 def _listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    if not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (0 to 65535; 0: any free port)")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _count(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_SLOTS}, got {value!r}")
+    return int(value)
+
+
+def _agent_name(value: str) -> str:
+    if not AGENT_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid agent name: {AGENT_NAME_RULE}")
+    return value
 
 
 def _positive(value: str) -> float:
@@ -61,6 +91,7 @@ def _positive(value: str) -> float:
 
 
 _positive.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
+_count.toml_type = "integer"  # type: ignore[attr-defined]
 
 
 def _file_mode(value: str) -> int:
@@ -72,11 +103,11 @@ def _file_mode(value: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _daemon_files(p: argparse.ArgumentParser) -> None:
+def _daemon_files(p: Any) -> None:
     """The options every daemon has: its config file and its log file."""
-    p.add_argument("--config", type=Path, metavar="FILE",
+    p.add_argument("--config", type=path, metavar="FILE",
                    help="read options from this TOML file (its [controller] or [agent] table); flags override it")
-    p.add_argument("--log-file", type=Path, metavar="FILE",
+    p.add_argument("--log-file", type=path, metavar="FILE",
                    help="log here instead of stderr; SIGHUP reopens it (logrotate)")
 
 
@@ -90,32 +121,111 @@ def _env_pair(value: str) -> tuple[str, str]:
 # ---- the parser ---------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    verbose = argparse.ArgumentParser(add_help=False)
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, with the terminal's width found without ``shutil``.
+
+    argparse makes a formatter for every ``add_argument`` (to check the
+    metavar), and with no width given that imports shutil (and with it bz2,
+    lzma, zlib, fnmatch): a tenth of a submit's start-up, for help text that
+    is rarely printed.
+    """
+
+    def __init__(self, prog: str, **kwargs: object) -> None:
+        kwargs.setdefault("width", _help_width())
+        super().__init__(prog, **kwargs)  # type: ignore[arg-type]
+
+
+def _help_width() -> int:
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", "0")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
+    except (ValueError, OSError, AttributeError):
+        columns = 80
+    return max(columns, 20) - 2  # as argparse does
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one ``reckon: ...`` line (the CLI's failure contract) and status 2."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        self.exit(2, f"reckon: {self.prog.removeprefix('reckon ')}: {message} (see {self.prog} --help)\n"
+                  if self.prog != "reckon" else f"reckon: {message} (see reckon --help)\n")
+
+
+class _Unbuilt:
+    """Stands in for the parser of a command that is not being run: its options are not built.
+
+    Building every command's options took a submit's start-up a few ms more
+    than its own; the other commands only need their name and help line.
+    """
+
+    def add_argument(self, *args: object, **kwargs: object) -> None:
+        return None
+
+    def add_mutually_exclusive_group(self, *args: object, **kwargs: object) -> "_Unbuilt":
+        return self
+
+    add_argument_group = add_subparsers = add_parser = add_mutually_exclusive_group
+
+
+class _Commands:
+    """``add_subparsers()``'s result, building only the command ``only`` in full (None: all of them)."""
+
+    def __init__(self, sub: argparse._SubParsersAction, only: str | None) -> None:
+        self.sub = sub
+        self.only = only
+
+    def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser | _Unbuilt:
+        if self.only is None or self.only == name:
+            return self.sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
+        self.sub.add_parser(name, help=kwargs.get("help"))  # type: ignore[arg-type]
+        return _Unbuilt()
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (its first word that is not an option), if it is one."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+        if word in ("-h", "--help", "--version"):
+            return None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only``, that command's options alone (the others by name and help)."""
+    verbose = _Parser(add_help=False)
     verbose.add_argument("-v", "--verbose", action="store_true", help="log more")
-    token = argparse.ArgumentParser(add_help=False)
+    token = _Parser(add_help=False)
     token.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
                                             "$RECKON_TOKEN holds the token itself)")
-    controller = argparse.ArgumentParser(add_help=False)
+    controller = _Parser(add_help=False)
     controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT "
                                                  "(default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
-    ca = argparse.ArgumentParser(add_help=False)
-    ca.add_argument("--ca", type=Path, metavar="FILE",
+    ca = _Parser(add_help=False)
+    ca.add_argument("--ca", type=path, metavar="FILE",
                     help="wss://: trust this CA (PEM) for the controller's certificate "
                          "(default $RECKON_CA, else the system's trust store)")
-    client = argparse.ArgumentParser(add_help=False, parents=[controller, token, ca])
+    client = _Parser(add_help=False, parents=[controller, token, ca])
     client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
                         help="give up on a controller that does not connect, or answer a request, "
                              "within this long (default 10)")
 
-    parser = argparse.ArgumentParser(prog="reckon", description="A batch-job controller and agent "
+    parser = _Parser(prog="reckon", description="A batch-job controller and agent "
                                      "that never loses or invents a job outcome.")
     parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub: Any = _Commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), only)
 
     p = sub.add_parser("controller", parents=[verbose, token], help="run the controller in the foreground")
-    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT")
-    p.add_argument("--state-dir", type=Path, required=True)
+    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
+                   help="address to serve agents and clients on (default 127.0.0.1:7420; port 0: any free port)")
+    p.add_argument("--state-dir", type=path, required=True,
+                   help="where the controller keeps its fact log (one controller per directory)")
     p.add_argument("--page-size", type=int, default=1000, help="jobs per resync page (default 1000)")
     p.add_argument("--round-timeout", type=_positive, default=30.0, help="seconds a resync round may take")
     p.add_argument("--heartbeat-timeout", type=_positive, default=10.0,
@@ -126,14 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rejoin-grace", type=float, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
-    p.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
-    p.add_argument("--tls-key", type=Path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
+    p.add_argument("--tls-key", type=path, metavar="FILE", help="the private key of --tls-cert (PEM)")
     _daemon_files(p)
 
     p = sub.add_parser("agent", parents=[verbose, controller, token, ca], help="run an agent in the foreground")
-    p.add_argument("--name", required=True)
-    p.add_argument("--slots", type=int, required=True)
-    p.add_argument("--state-dir", type=Path, required=True)
+    p.add_argument("--name", type=_agent_name, required=True,
+                   help="the agent's name, unique in the cluster: " + AGENT_NAME_RULE)
+    p.add_argument("--slots", type=_count, required=True, help="how many job slots this machine offers")
+    p.add_argument("--state-dir", type=path, required=True,
+                   help="where the agent keeps its identity, job records and output (one agent per directory)")
     p.add_argument("--executor", choices=("process", "null", "hold"), default="process",
                    help="process: run real jobs; null: finish each job at once; "
                         "hold: finish all jobs on SIGUSR1 (benchmarks)")
@@ -143,33 +255,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recent-window", type=float, default=300.0,
                    help="seconds a finished job is still reported to a rejoin round unasked")
     p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
-    p.add_argument("--heartbeat-interval", type=_positive, default=2.0)
+    p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
+                   help="seconds between heartbeats to the controller (default 2)")
     p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
     p.add_argument("--output-mode", type=_file_mode, default=0o600, metavar="MODE",
                    help="file mode of job output files, octal (default 0600: the agent's user only)")
     _daemon_files(p)
 
-    p = sub.add_parser("submit", parents=[client], help="submit a job; prints its id")
-    p.add_argument("--name")
-    p.add_argument("--slots", type=int, default=1)
-    p.add_argument("--cwd")
-    p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V")
-    p.add_argument("--json", action="store_true", help="print the job object")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
+    p = sub.add_parser("submit", parents=[client], help="submit a job (or a file of jobs); prints the ids",
+                       description="Submit a job; print its id.  With --file, submit one job per line of "
+                                   "FILE in one request (all or none); print their ids, one per line.")
+    p.add_argument("--name", help="the job's name (default: the command's file name)")
+    p.add_argument("--slots", type=int, default=1, help="slots the job takes on its agent (default 1)")
+    p.add_argument("--cwd", metavar="DIR", help="run in DIR on the agent (default: the current directory; "
+                                               "a relative DIR is taken from the current directory)")
+    p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V",
+                   help="set an environment variable for the job (repeatable)")
+    p.add_argument("--file", metavar="FILE", help="submit one job per line of FILE ('-': standard input): "
+                                                  "shell-quoted command lines; blank and '#' lines skipped")
+    p.add_argument("--queue-anyway", action="store_true",
+                   help="queue a job even if no registered agent has the slots to run it")
+    p.add_argument("--json", action="store_true", help="print the job object (with --file: the list of ids)")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command to run")
 
     p = sub.add_parser("jobs", parents=[client], help="list jobs")
-    p.add_argument("--state", choices=JOB_STATES)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--state", choices=JOB_STATES, help="only the jobs in this state")
+    p.add_argument("--json", action="store_true", help="print a JSON list of job objects")
 
     p = sub.add_parser("show", parents=[client], help="show one job")
-    p.add_argument("job")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("--json", action="store_true", help="print the job object")
 
     p = sub.add_parser("cancel", parents=[client], help="cancel a job")
-    p.add_argument("job")
+    p.add_argument("job", help="the job's id")
 
     p = sub.add_parser("nodes", parents=[client], help="list agents")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print a JSON list of agent objects")
 
     p = sub.add_parser(
         "forget", parents=[client], help="declare a disconnected agent gone: requeue its jobs, free its name",
@@ -182,20 +303,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dev", parents=[verbose, token],
                        help="a controller and N agents on this machine, in the foreground")
-    p.add_argument("--agents", type=int, default=2)
-    p.add_argument("--slots", type=int, default=4)
-    p.add_argument("--state-dir", type=Path, default=None, help="default: a temporary directory")
-    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT")
+    p.add_argument("--agents", type=_count, default=2, help="how many agents (default 2)")
+    p.add_argument("--slots", type=_count, default=4, help="slots per agent (default 4)")
+    p.add_argument("--state-dir", type=path, default=None, help="default: a temporary directory")
+    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
+                   help="the controller's address (default 127.0.0.1:7420)")
 
     p = sub.add_parser("demo", parents=[verbose],
                        help="the failure demo: kill the controller mid-run, check every outcome")
-    p.add_argument("--jobs", type=int, default=40)
+    p.add_argument("--jobs", type=_count, default=40, help="jobs to run (default 40)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
     p = sub.add_parser("config", help="check a daemon config file")
     config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     p = config_sub.add_parser("check", help="validate a TOML config file; exit status 2 names the bad key")
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=path, help="the TOML file ([controller] and/or [agent] tables)")
 
     from daemon.bench.options import add_parser as add_bench_parser
     from daemon.chaos.options import add_parser as add_chaos_parser
@@ -215,18 +337,18 @@ def daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.Argume
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Parse the command line over the defaults a daemon's --config file sets (flags win)."""
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    if "--config" in argv or any(a.startswith("--config=") for a in argv):
+    command = command_of(argv)
+    parser = build_parser(only=command)
+    if command in DAEMONS and ("--config" in argv or any(a.startswith("--config=") for a in argv)):
         pre = argparse.ArgumentParser(add_help=False)
-        pre.add_argument("command", nargs="?")
-        pre.add_argument("--config", type=Path)
+        pre.add_argument("--config", type=path)
         known, _ = pre.parse_known_args(argv)
-        if known.config is not None and known.command in DAEMONS:
+        if known.config is not None:
             from daemon.cli import config as daemon_config
 
             try:
-                daemon_config.apply_config(daemon_parsers(parser)[known.command], known.config, known.command)
+                daemon_config.apply_config(daemon_parsers(parser)[command], known.config, command)
             except daemon_config.ConfigError as exc:
                 print(f"reckon: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None

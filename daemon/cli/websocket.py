@@ -54,6 +54,16 @@ class WebSocketProtocolError(Exception):
     """The peer broke the WebSocket protocol."""
 
 
+def _sha1(data: bytes) -> bytes:
+    """SHA-1 for the handshake's accept check: CPython's built-in ``_sha1`` when it has one, as
+    ``hashlib`` loads OpenSSL first (a few ms of every CLI call)."""
+    try:
+        from _sha1 import sha1
+    except ImportError:
+        from hashlib import sha1
+    return sha1(data).digest()
+
+
 def mask(key: bytes, data: bytes) -> bytes:
     """``data`` XOR the 4-byte ``key`` repeated (RFC 6455 5.3), as one big-integer XOR (fast in CPython)."""
     n = len(data)
@@ -108,9 +118,7 @@ class WebSocket:
         status = int(status_line[1])
         if status != 101:
             raise WebSocketRejected(status, self._reject_body(fields, deadline))
-        import hashlib  # here, not at the top: only a successful handshake needs it
-
-        accept = base64.b64encode(hashlib.sha1(key + GUID).digest()).decode()
+        accept = base64.b64encode(_sha1(key + GUID)).decode()
         if fields.get("upgrade", "").lower() != "websocket" or fields.get("sec-websocket-accept") != accept:
             raise WebSocketProtocolError("the peer did not accept the WebSocket upgrade")
 

@@ -28,6 +28,7 @@ from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import WebSocketConnection, WebSocketRequest, WebSocketServer
 
 from model import events as E
+from model.admission import unrunnable_reason
 from model import messages as M
 from model.controller import Controller, ControllerConfig
 from model.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -39,7 +40,8 @@ from model.scheduler import Scheduler
 from daemon import runtime, wire
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
-from daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, open_listeners, tls_handshake
+from daemon.controller.listen import listening
+from daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, tls_handshake, with_tls
 from daemon.store.statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
@@ -524,12 +526,13 @@ class ControllerDaemon:
 
     async def _client_op(self, request: dict) -> dict:
         op = request.get("op")
+        queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":
-            [job_id] = await self._submit_batch([JobSpec.from_dict(request["spec"])])
+            [job_id] = await self._submit_batch([JobSpec.from_dict(request["spec"])], queue_anyway)
             return {"job": await self.call(call=lambda: self.job_object(job_id))}
         if op == "submit_many":
             specs = [JobSpec.from_dict(s) for s in request["specs"]]
-            return {"jobs": await self._submit_batch(specs)}
+            return {"jobs": await self._submit_batch(specs, queue_anyway)}
         if op == "cancel":
             await self.call(event=E.CancelJob(job=str(request["job"]), now=time.time()))
             return {"job": await self.call(call=lambda: self.job_object(str(request["job"])))}
@@ -559,15 +562,20 @@ class ControllerDaemon:
         self.log_dirs.pop(agent, None)
         return {"agent": agent, "requeued": requeued, "cancelled": cancelled}
 
-    async def _submit_batch(self, specs: list[JobSpec]) -> list[str]:
+    async def _submit_batch(self, specs: list[JobSpec], queue_anyway: bool = False) -> list[str]:
         """Submit jobs (many share a group commit); their ids, in order."""
+        if len(specs) > 1 and not queue_anyway:  # all or nothing: the model's refusal, before any is submitted
+            refusals = await self.call(call=lambda: {unrunnable_reason(self.model.state, s) for s in specs} - {None})
+            if refusals:
+                raise LocalProtocolError(f"nothing submitted: {min(refusals)}")
         send, recv = trio.open_memory_channel[Any](len(specs) + 1)
         now = time.time()
         for spec in specs:
             # A fresh random uid per submission: no report about another submission
             # that had this id (a rolled-back state) can ever be taken for this one.
             uid = secrets.token_hex(8)
-            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now, uid=uid), reply=send))
+            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now, uid=uid, queue_anyway=queue_anyway),
+                                             reply=send))
         ids = []
         async with recv:
             for _ in specs:
@@ -637,10 +645,11 @@ async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_
     t0 = time.perf_counter()
     check_tls_files(options.tls_cert, options.tls_key)  # a bad pair fails now, before recovery
     with hold_state_dir(options.state_dir, "controller"):
-        await _serve(options, t0, task_status)
+        async with listening(options.host, options.port) as listeners:  # before the store: see listen.py
+            await _serve(options, t0, listeners, task_status)
 
 
-async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
+async def _serve(options: ControllerOptions, t0: float, listeners: list[trio.SocketListener], task_status) -> None:
     runtime.tune()
     store = await FactStore.open(options.state_dir)
     try:
@@ -661,9 +670,8 @@ async def _serve(options: ControllerOptions, t0: float, task_status) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(daemon.core_loop)
             nursery.start_soon(daemon.ticker)
-            listeners = await open_listeners(options.host, options.port, options.tls_cert, options.tls_key)
-            contained = ContainedServer(daemon.handle_request, listeners, handler_nursery=nursery,
-                                        max_message_size=wire.MAX_AGENT_MESSAGE)
+            contained = ContainedServer(daemon.handle_request, with_tls(listeners, options.tls_cert, options.tls_key),
+                                        handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE)
             contained.refusals = daemon.refusals
             server = await nursery.start(contained.run)
             if options.token is None:

@@ -51,12 +51,13 @@ def check_tls_files(cert: Path | None, key: Path | None) -> None:
         server_ssl_context(cert, key)
 
 
-async def open_listeners(host: str, port: int, cert: Path | None, key: Path | None) -> list[trio.abc.Listener]:
-    """TCP listeners, TLS ones when ``cert`` and ``key`` are given."""
+def with_tls(listeners: list[trio.SocketListener], cert: Path | None,
+             key: Path | None) -> list[trio.abc.Listener]:
+    """``listeners`` as they are, or serving TLS when ``cert`` and ``key`` are given."""
     if cert is None or key is None:
-        return await trio.open_tcp_listeners(port, host=host)
+        return list(listeners)
     context = server_ssl_context(cert, key)
-    return await trio.open_ssl_over_tcp_listeners(port, context, host=host, https_compatible=True)
+    return [trio.SSLListener(listener, context, https_compatible=True) for listener in listeners]
 
 
 async def tls_handshake(stream: trio.abc.Stream, refusals: RefusalLog | None) -> bool:

@@ -94,3 +94,11 @@ def test_plot_rejects_a_single_point():
     svg = line_plot([(1_000, 0.1), (100_000, 2.0)], title="a<b", xlabel="x", ylabel="y")
     root = ET.fromstring(svg)
     assert len([e for e in root.iter() if e.tag.endswith("circle")]) == 2
+
+
+def test_cli_bench():
+    out = bench("cli", "--jobs", "4", "--slots", "4")
+    assert out["jobs"] == 4 and out["bulk"] in ("--file", "--array")
+    for key in ("submit_ms", "submit_cpu_ms", "submits_per_s", "show_ms", "jobs_ms", "bulk_submit_s",
+                "bulk_jobs_per_s"):
+        _sane(out[key])

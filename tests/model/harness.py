@@ -156,7 +156,7 @@ class Harness:
         for _ in range(count):
             job_id = self.controller.state.next_job_id()
             self.controller_handle(E.SubmitJob(spec=spec(f"{name}{job_id}", slots=slots), now=self.now,
-                                               uid=self.uid()))
+                                               uid=self.uid(), queue_anyway=True))  # scenarios choose any size
             ids.append(job_id)
         return ids
 

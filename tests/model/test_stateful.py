@@ -599,7 +599,8 @@ class ReckonMachine(RuleBasedStateMachine):
     def _submit(self, slots: int, command: tuple) -> None:
         spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots)
         self.submissions += 1
-        self._ctrl(E.SubmitJob(spec=spec, now=self.now, uid=f"{self.submissions:016x}"))
+        # queue_anyway: the machine explores jobs that wait for an agent restarted with more slots.
+        self._ctrl(E.SubmitJob(spec=spec, now=self.now, uid=f"{self.submissions:016x}", queue_anyway=True))
 
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
           command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2))

@@ -1,0 +1,183 @@
+"""`reckon bench cli`: the command line as a user's shell drives it (issue #10).
+
+Against a real controller and agent on loopback:
+
+* a loop of N ``reckon submit -- true``, a fresh process each, as ``for i in
+  ...; do reckon submit ...; done`` would run them: the median wall time of
+  one submit (process start to exit) and submits per second;
+* ``reckon show`` and ``reckon jobs`` likewise (median of a few calls);
+* N jobs through one bulk submit (``--array 1-N`` if this build has it,
+  else ``--file`` of N lines), from the submit's start to all N terminal:
+  jobs per second end to end, and the submit call's own time.
+
+Slurm's figures on the same machine, for comparison, are in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from daemon.client import Client
+from daemon.procs import LocalCluster
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+READ_CALLS = 20  # `show` and `jobs` calls per run (at most N)
+HANG_GUARD = 600.0  # seconds: no wait of a run lasts longer
+
+
+def reckon_argv() -> list[str]:
+    """The installed console script (what a user runs), else ``python -m daemon.cli``."""
+    script = Path(sys.executable).parent / "reckon"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "daemon.cli"]
+
+
+def bulk_mode() -> str:
+    """``--array`` if `reckon submit` has it (the jobs branch), else ``--file``."""
+    from daemon.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return "--array" if "--array" in sub.choices["submit"]._option_string_actions else "--file"
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(argv: list[str], env: dict[str, str], cwd: Path, cpu: list[float] | None = None) -> tuple[float, str]:
+    """Run one CLI process; its wall time and stdout.  Its CPU time (user + system) goes to ``cpu``.
+
+    The CPU time is what a loaded machine does not inflate much (the wall time
+    also counts waiting for a core): both are reported.  The daemons are
+    children of this process too, but are reaped only at the end of a run.
+    """
+    cpu0 = _children_cpu()
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=HANG_GUARD)
+    elapsed = time.perf_counter() - t0
+    if cpu is not None:
+        cpu.append(_children_cpu() - cpu0)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[-4:])} exited {proc.returncode}: {proc.stderr.strip()}")
+    return elapsed, proc.stdout
+
+
+async def _terminal(client: Client) -> int:
+    counts = (await client.call("status"))["status"]["jobs"]
+    return sum(counts.get(s, 0) for s in TERMINAL)
+
+
+async def _until_terminal(client: Client, total: int) -> None:
+    with trio.fail_after(HANG_GUARD):
+        while await _terminal(client) < total:
+            await trio.sleep(0.02)
+
+
+async def cli_run(args: argparse.Namespace, base: Path, mode: str) -> dict[str, float]:
+    """One run on a fresh cluster; its figures (see the module docstring)."""
+    import os
+
+    cluster = LocalCluster(base)
+    try:
+        await cluster.start_controller("--rejoin-grace", "0")
+        await cluster.start_agent("agent-1", args.slots, "--executor", args.executor)
+        # As an installed package has it: bytecode compiled once, not on every call (the run's
+        # own cache, so a PYTHONDONTWRITEBYTECODE environment or a read-only tree changes nothing).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RECKON_") and k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(RECKON_CONTROLLER=cluster.url, PYTHONPYCACHEPREFIX=str(base / "pycache"))
+        reckon = reckon_argv()
+        for warm_up in (["show", "0"], ["submit", "--slots", "0", "--", "true"]):  # fail, submit nothing
+            await trio.to_thread.run_sync(
+                lambda: subprocess.run([*reckon, *warm_up], capture_output=True, env=env, timeout=HANG_GUARD))
+        async with Client(cluster.url, None) as client:
+            with trio.fail_after(HANG_GUARD):
+                while not any(n["state"] == "IDLE" for n in (await client.call("nodes"))["nodes"]):
+                    await trio.sleep(0.02)
+
+            submit_cpu: list[float] = []
+            show_cpu: list[float] = []
+            jobs_cpu: list[float] = []
+
+            def loop() -> tuple[list[float], float, list[str]]:
+                times, ids = [], []
+                t0 = time.perf_counter()
+                for _ in range(args.jobs):
+                    elapsed, out = _timed([*reckon, "submit", "--", "true"], env, base, submit_cpu)
+                    times.append(elapsed)
+                    ids.append(out.strip())
+                return times, time.perf_counter() - t0, ids
+
+            submit_times, loop_s, ids = await trio.to_thread.run_sync(loop)
+            reads = min(READ_CALLS, args.jobs)
+            show = await trio.to_thread.run_sync(
+                lambda: [_timed([*reckon, "show", ids[i]], env, base, show_cpu)[0] for i in range(reads)])
+            listing = await trio.to_thread.run_sync(
+                lambda: [_timed([*reckon, "jobs"], env, base, jobs_cpu)[0] for _ in range(reads)])
+            await _until_terminal(client, args.jobs)
+
+            if mode == "--array":
+                bulk = [*reckon, "submit", "--array", f"1-{args.jobs}", "--", "true"]
+            else:
+                lines = base / "jobs.txt"
+                lines.write_text("true\n" * args.jobs)
+                bulk = [*reckon, "submit", "--file", str(lines)]
+            t0 = time.perf_counter()
+            submit_s, _ = await trio.to_thread.run_sync(_timed, bulk, env, base)
+            await _until_terminal(client, 2 * args.jobs)
+            bulk_s = time.perf_counter() - t0
+            failed = (await client.call("status"))["status"]["jobs"].get("FAILED", 0)
+            if failed:
+                raise RuntimeError(f"{failed} benchmark job(s) failed: see the agent's log in {base}")
+    finally:
+        cluster.stop_all()
+    ms = lambda values: statistics.median(values) * 1e3  # noqa: E731
+    return {"submit_ms": ms(submit_times), "submit_cpu_ms": ms(submit_cpu), "submits_per_s": args.jobs / loop_s,
+            "show_ms": ms(show), "show_cpu_ms": ms(show_cpu), "jobs_ms": ms(listing), "jobs_cpu_ms": ms(jobs_cpu),
+            "bulk_submit_s": submit_s, "bulk_jobs_per_s": args.jobs / bulk_s}
+
+
+def run_cli_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any], list[str]]:
+    """Every run's figures summarised (min / median / max), and the human summary's lines."""
+    import shutil
+    import tempfile
+
+    from daemon.bench.run import summary
+
+    mode = bulk_mode()
+    runs: list[dict[str, float]] = []
+    for i in range(args.runs):
+        base = Path(tempfile.mkdtemp(prefix="reckon-bench-cli-"))
+        try:
+            runs.append(trio.run(cli_run, args, base, mode))
+        finally:
+            if args.keep:
+                print(f"(kept {base})", file=sys.stderr)
+            else:
+                shutil.rmtree(base, ignore_errors=True)
+        if not quiet:
+            r = runs[-1]
+            print(f"  cli run {i + 1}/{args.runs}: submit {r['submit_ms']:.0f} ms, {r['submits_per_s']:.1f}/s; "
+                  f"bulk {r['bulk_jobs_per_s']:.1f} jobs/s", file=sys.stderr, flush=True)
+    s = {key: summary([r[key] for r in runs]) for key in runs[0]}
+    out = {"jobs": args.jobs, "slots": args.slots, "executor": args.executor, "bulk": mode, **s}
+    lines = [
+        f"`reckon submit -- true` in a loop, a process each ({args.jobs} per run): median "
+        f"{s['submit_ms']['median']:.0f} ms a submit (runs: min {s['submit_ms']['min']:.0f}, max "
+        f"{s['submit_ms']['max']:.0f}), CPU {s['submit_cpu_ms']['median']:.0f} ms; "
+        f"{s['submits_per_s']['median']:.1f} submits/s",
+        f"`reckon show`: median {s['show_ms']['median']:.0f} ms (CPU {s['show_cpu_ms']['median']:.0f} ms); "
+        f"`reckon jobs`: median {s['jobs_ms']['median']:.0f} ms (CPU {s['jobs_cpu_ms']['median']:.0f} ms)",
+        f"{args.jobs} jobs in one `reckon submit {mode}`, submit to all terminal ({args.executor} executor, "
+        f"{args.slots} slots): {s['bulk_jobs_per_s']['median']:.1f} jobs/s (the submit itself: "
+        f"{s['bulk_submit_s']['median'] * 1e3:.0f} ms)",
+    ]
+    return out, lines
