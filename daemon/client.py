@@ -6,6 +6,7 @@ holds the configuration and error texts both share.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -13,9 +14,9 @@ from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import ConnectionRejected, HandshakeError
 
 from daemon import wire
-from daemon.cli.client import (DEFAULT_CONTROLLER, ClientError, auth_headers, closed, refused, reply_of,
-                               request_bytes, resolve_controller, resolve_token, unreachable)
-from daemon.wsconnect import open_websocket
+from daemon.cli.client import (DEFAULT_CONTROLLER, ClientError, auth_headers, client_ssl_context, closed, refused,
+                               reply_of, request_bytes, resolve_controller, resolve_token, unreachable)
+from daemon.wsconnect import TLSFailure, open_websocket
 
 __all__ = ["DEFAULT_CONTROLLER", "Client", "ClientError", "auth_headers", "call", "resolve_controller",
            "resolve_token"]
@@ -24,19 +25,24 @@ __all__ = ["DEFAULT_CONTROLLER", "Client", "ClientError", "auth_headers", "call"
 class Client:
     """One connection, many requests: `async with Client(url, token) as c: await c.call(...)`."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, *, ca: str | Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
+        self.ca = ca  # wss://: the CA file to trust (None: the system's store)
         self._cm: Any = None
         self._ws: Any = None
 
     async def __aenter__(self) -> "Client":
+        tls = {"ssl_context": client_ssl_context(self.ca)} if self.url.startswith("wss:") else {}
         self._cm = open_websocket(self.url + "/client", extra_headers=auth_headers(self.token),
-                                  max_message_size=wire.MAX_CLIENT_MESSAGE, connect_timeout=5, disconnect_timeout=2)
+                                  max_message_size=wire.MAX_CLIENT_MESSAGE, connect_timeout=5, disconnect_timeout=2,
+                                  **tls)
         try:
             self._ws = await self._cm.__aenter__()
         except ConnectionRejected as exc:
             raise refused(self.url, exc.status_code, exc.body or b"") from None
+        except TLSFailure as exc:
+            raise ClientError(f"cannot connect to {self.url}: {exc}") from None
         except (OSError, HandshakeError, trio.TooSlowError) as exc:
             # HandshakeError carries its reason in __cause__ (e.g. "all attempts to connect ... failed").
             raise unreachable(self.url, str(exc) or str(exc.__cause__ or "") or type(exc).__name__) from None

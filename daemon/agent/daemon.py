@@ -40,9 +40,12 @@ from daemon.agent.controllers import ControllerUrls
 from daemon import runtime, wire
 from daemon.store.agent import AgentStore
 from daemon.refusals import RefusalLog
+from daemon.store.filemodes import OUTPUT_MODE, private_dir
 from daemon.store.statelock import hold_state_dir
 from daemon.wsconnect import open_websocket
 from daemon.agent.output import OutputFiles, held_keys
+from daemon.cli.client import client_ssl_context
+from daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
 from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
 from daemon.agent import lifecycle
 from daemon.ops.metrics_http import serve_metrics
@@ -69,6 +72,8 @@ class AgentOptions:
     reconnect_initial: float = 0.1
     reconnect_max: float = 1.0  # so an agent is back within a second of the controller; raise for large clusters
     kill_grace: float = 10.0
+    output_mode: int = OUTPUT_MODE  # of job output files (--output-mode)
+    ca: Path | None = None  # wss://: trust this CA (PEM) for the controller's certificate; None: the system store
     # A WebSocket ping every ping_interval s, answered within pong_timeout s, or the
     # connection is given up (a vanished controller host sends no FIN: without
     # this the agent would wait on a dead connection for TCP's ~15 minutes).
@@ -253,7 +258,7 @@ class AgentDaemon:
         retired = self.options.state_dir / f"jobs.cluster-{previous}"
         if jobs.exists() and not retired.exists():
             jobs.rename(retired)
-            jobs.mkdir()
+            private_dir(jobs)
         log.warning("joined controller history %s; the files of history %s are in %s",
                     self.model.cluster, previous, retired)
 
@@ -354,6 +359,7 @@ class AgentDaemon:
         delay = self.options.reconnect_initial
         refusal_delay = 0.0
         headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
+        tls = {"ssl_context": client_ssl_context(self.options.ca)} if url.startswith("wss:") else {}
         while True:
             conn: _Connection | None = None
             refusal: str | None = None
@@ -361,7 +367,7 @@ class AgentDaemon:
             try:
                 async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
                                           connect_timeout=5, disconnect_timeout=2,
-                                          opener=open_websocket_url) as ws:
+                                          opener=open_websocket_url, **tls) as ws:
                     delay = self.options.reconnect_initial
                     self._generation += 1
                     conn = _Connection(ws=ws, generation=self._generation)
@@ -382,6 +388,8 @@ class AgentDaemon:
                 else:
                     self.failed_handshakes.refused(_REFUSED, f"controller {self.options.controller} refused us "
                                                              f"({exc.status_code}): {body}")
+            except TLSFailure as exc:  # an operator must fix the certificate or --ca: not an outage
+                refusal = self._refuse(None, str(exc))
             except HandshakeError as exc:
                 self.failed_handshakes.refused(_REFUSED, f"cannot join {self.options.controller}: "
                                                          f"{exc.__cause__ or exc or type(exc).__name__}")
@@ -494,15 +502,21 @@ async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNOR
 
 async def _run(options: AgentOptions, task_status) -> None:
     runtime.tune()
+    if options.controller.startswith("wss:"):
+        client_ssl_context(options.ca)  # UsageError: an unreadable --ca fails now, not at each attempt
+    warning = cleartext_token_warning(options.controller, options.token)
+    if warning:
+        log.warning("%s", warning)
     store = await AgentStore.open(options.state_dir)
     try:
         identity = await store.claim_identity(options.name)  # WrongStateDir: another agent's directory
         records, outbox = await store.load()
         cluster = await store.load_cluster()
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
-        runner_cls = ({"null": NullRunner, "hold": HoldRunner}.get(options.executor)
-                      or functools.partial(JobRunner, kill_grace=options.kill_grace))
-        async with runner_cls(options.state_dir) as runner:
+        runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
+                  if options.executor in ("null", "hold")
+                  else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode))
+        async with runner:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
             agent = Agent(config, records, outbox, cluster)

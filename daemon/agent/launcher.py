@@ -13,8 +13,9 @@ child turns into the job's **supervisor**:
 * closes every descriptor it inherited, points 0/1/2 at /dev/null;
 * starts the command (``subprocess.Popen``: vfork + exec) in its own process
   group with stdin /dev/null, stdout and stderr appended to the attempt's
-  ``.stdout`` and ``.stderr`` files, cwd = the job's cwd, env = the launcher's environment (the
-  agent's) plus the job's pairs, no other descriptor, default signal
+  ``.stdout`` and ``.stderr`` files (created with the request's ``mode``),
+  cwd = the job's cwd, env = exactly the request's ``env`` (built by the
+  agent: ``daemon/agent/jobenv.py``), no other descriptor, default signal
   dispositions and an empty signal mask;
 * appends the ``pid`` record to the attempt's ``.run`` file: its own pid and
   /proc start time, the job's pid and start time, the boot id, so a reused
@@ -58,7 +59,8 @@ Wire (both directions: one JSON object per line, UTF-8):
 agent -> launcher::
 
     {"k": [job, attempt], "base": "/abs/jobs/<job>.<attempt>", "cmd": [...],
-     "cwd": str | null, "env": [[key, value], ...], "limit": seconds, "grace": seconds}
+     "cwd": str | null, "env": [[key, value], ...],  # the job's whole environment
+     "mode": 384, "limit": seconds, "grace": seconds}  # mode of .stdout/.stderr (0o600)
 
 (``limit`` and ``grace`` only for a job with a time limit.)
 
@@ -100,7 +102,13 @@ _RESET_SIGNALS = tuple(
 _FORWARD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
 _OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-_BASE_ENV: dict[str, str] = {}  # the launcher's (= the agent's) environment, copied once
+_PRIVATE = 0o600  # .run files, and output files when a request names no mode
+
+
+def _open_output(path: str, mode: int) -> int:
+    fd = os.open(path, _OUT_FLAGS, mode)
+    os.fchmod(fd, mode)  # explicit: the umask must not change it
+    return fd
 
 
 def boot_id() -> str:
@@ -142,7 +150,7 @@ def claim_run_file(path: str) -> int | None:
     one of them wins: a supervisor that comes too late runs nothing.
     """
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, _PRIVATE)
     except FileExistsError:
         return None
 
@@ -335,13 +343,11 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     run_fd = claim_run_file(base + RUN)
     if run_fd is None:
         return 0  # the agent withdrew this launch (it gave up waiting for us): run nothing
-    out_fd = os.open(base + STDOUT, _OUT_FLAGS, 0o644)
-    err_fd = os.open(base + STDERR, _OUT_FLAGS, 0o644)
+    mode = req.get("mode", _PRIVATE)
+    out_fd = _open_output(base + STDOUT, mode)
+    err_fd = _open_output(base + STDERR, mode)
 
-    env = _BASE_ENV
-    if req.get("env"):
-        env = dict(env)
-        env.update((k, v) for k, v in req["env"])
+    env = dict(req.get("env") or ())
 
     job_pid = 0
     try:
@@ -428,7 +434,7 @@ def _run_supervisor(req: dict, started_at: float, boot: str) -> None:
 
             # In the job's stderr, where `reckon show` points: the operator
             # sees why the outcome is unknown (the agent reports it lost).
-            fd = os.open(req["base"] + STDERR, _OUT_FLAGS, 0o644)
+            fd = _open_output(req["base"] + STDERR, req.get("mode", _PRIVATE))
             os.write(fd, b"reckon: the supervisor failed:\n" + traceback.format_exc().encode("utf-8", "backslashreplace"))
             os.close(fd)
         except BaseException:  # noqa: BLE001
@@ -452,7 +458,6 @@ def main() -> None:
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     boot = boot_id()
-    _BASE_ENV.update(os.environ)
     gc.freeze()  # keep the collector from touching (and copying) shared pages in the children
 
     poller = select.poll()

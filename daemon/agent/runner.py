@@ -73,6 +73,8 @@ from model.jobs import JobSpec
 from daemon.agent.output import custom_outputs, note_custom_outputs
 
 from daemon.agent import launcher as _launcher
+from daemon.agent.jobenv import base_environment, job_environment
+from daemon.store.filemodes import OUTPUT_MODE, private_dir
 
 __all__ = ["ExitStatus", "JobLost", "RunnerError", "LaunchError", "AlreadyLaunched", "JobRunner", "NullRunner",
            "check_key"]
@@ -198,10 +200,12 @@ class _Waiter:
 class JobRunner:
     """Runs jobs under supervisors; see the module docstring."""
 
-    def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0) -> None:
+    def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE) -> None:
         self.kill_grace = kill_grace  # the supervisor's SIGTERM-to-SIGKILL wait at a job's time limit
         self.state_dir = Path(state_dir).absolute()
         self.jobs_dir = self.state_dir / "jobs"
+        self.output_mode = output_mode  # of the jobs' .stdout/.stderr files
+        self._job_env_base = base_environment()  # daemon/agent/jobenv.py: what every job gets
         self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
         self._running: dict[Key, _Running] = {}
         self._waiters: dict[Key, _Waiter] = {}
@@ -218,7 +222,7 @@ class JobRunner:
     async def __aenter__(self) -> "JobRunner":
         if self._nursery_cm is not None:
             raise RunnerError("a JobRunner can be entered once")
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.jobs_dir)
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
         try:
@@ -268,7 +272,7 @@ class JobRunner:
         while True:
             proc = await trio.lowlevel.open_process(
                 self._launcher_command(), stdin=-1, stdout=-1, stderr=None,
-                close_fds=True, start_new_session=True,
+                close_fds=True, start_new_session=True, env=self._job_env_base,
             )
             self._proc = proc
             try:
@@ -526,11 +530,16 @@ class JobRunner:
         if self._legacy_dir(key).exists():
             raise AlreadyLaunched(f"{job}.{attempt} was launched before ({self._legacy_dir(key)} exists)")
         try:
-            os.close(os.open(base + _launcher.STDOUT, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+            fd = os.open(base + _launcher.STDOUT, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except FileExistsError:
             raise AlreadyLaunched(f"{job}.{attempt} was launched before ({base}{_launcher.STDOUT} exists)") from None
+        try:
+            os.fchmod(fd, self.output_mode)  # explicit: the umask must not widen or narrow it
+        finally:
+            os.close(fd)
+        env = job_environment(spec, job, attempt, self._job_env_base)
         request = {"k": [job, attempt], "base": base, "cmd": list(spec.command), "cwd": spec.cwd,
-                   "env": [list(p) for p in spec.env]}
+                   "env": sorted(env.items()), "mode": self.output_mode}
         if spec.time_limit is not None:  # enforced by the supervisor, so it holds across agent restarts
             request.update(limit=spec.time_limit, grace=self.kill_grace)
         outputs = custom_outputs(spec, job, attempt)  # --output / --error: noted for later reads

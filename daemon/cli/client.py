@@ -56,6 +56,37 @@ def resolve_token(token_file: str | None) -> str | None:
     return os.environ.get("RECKON_TOKEN") or None
 
 
+def resolve_ca(ca: str | os.PathLike | None) -> str | os.PathLike | None:
+    """--ca, else $RECKON_CA, else none (the system's trust store)."""
+    return ca or os.environ.get("RECKON_CA") or None
+
+
+def client_ssl_context(ca: str | os.PathLike | None = None) -> Any:
+    """An ``ssl.SSLContext`` that verifies the controller's certificate and host name against ``ca``
+    (a PEM file), else the system's trust store.  ``UsageError`` when ``ca`` cannot be used."""
+    import ssl
+
+    try:
+        return ssl.create_default_context(cafile=None if ca is None else str(ca))
+    except ssl.SSLError as exc:  # before OSError, its base class
+        raise UsageError(f"cannot load CA file {ca}: not a PEM certificate ({exc.reason or exc})") from None
+    except OSError as exc:
+        raise UsageError(f"cannot load CA file {ca}: {exc.strerror or exc}") from None
+
+
+def tls_failure_text(exc: BaseException, host: str, port: int) -> str | None:
+    """What a failed TLS handshake means, in one line; None if ``exc`` is no TLS failure."""
+    import ssl
+
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"TLS: the certificate of {host}:{port} is not trusted: {exc.verify_message} "
+                "(is --ca the CA that signed the controller's certificate?)")
+    if isinstance(exc, ssl.SSLError):
+        return (f"TLS handshake with {host}:{port} failed: {exc.reason or exc} "
+                "(does the controller serve TLS, with --tls-cert and --tls-key?)")
+    return None
+
+
 def auth_headers(token: str | None) -> list[tuple[bytes, bytes]]:
     return [(b"authorization", f"Bearer {token}".encode())] if token else []
 
@@ -197,6 +228,9 @@ class SyncClient:
         except socket.timeout:
             raise unreachable(self.url, f"no connection within {timeout:g}s") from None
         except OSError as exc:  # refused, no route, name not known; ssl.SSLError is one too
+            tls = tls_failure_text(exc, self.host, self.port) if context is not None else None
+            if tls is not None:
+                raise ClientError(f"cannot connect to {self.url}: {tls}") from None
             raise unreachable(self.url, getattr(exc, "reason", None) or exc.strerror or str(exc)) from None
         conn = ws.WebSocket(sock)
         host = self.host if ":" not in self.host else f"[{self.host}]"

@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
+from pathlib import Path
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from daemon.cli.client import ClientError, UsageError, parse_controller_url, resolve_controller, resolve_token
+from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_url, resolve_ca,
+                               resolve_controller, resolve_token)
+from daemon.cli.logfile import reopen_on_hangup, setup_logging
 from daemon.controller.listen import CannotListen
+from daemon.controller.tls import TLSConfigError, check_tls_files
 from daemon.store.interface import SteppedDown
 from daemon.store.sqlite_thread import StoreError
 from daemon.store.statelock import StateDirBusy, WrongStateDir
@@ -23,14 +26,22 @@ _ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, Step
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
-    from daemon.ops.logformat import setup_logging
-
-    setup_logging(verbose=args.verbose, log_format=getattr(args, "log_format", "text"))
+    level = logging.DEBUG if args.verbose else logging.INFO
+    try:
+        log_file = setup_logging(level, getattr(args, "log_file", None), getattr(args, "log_format", "text"))
+    except OSError as exc:
+        raise UsageError(f"cannot open log file {args.log_file}: {exc.strerror}") from None
     try:
         if args.command == "controller":
-            return trio.run(_controller_command, args)
+            try:
+                check_tls_files(args.tls_cert, args.tls_key)  # before anything starts: a usage error
+            except TLSConfigError as exc:
+                raise UsageError(str(exc)) from None
+            return trio.run(_controller_command, args, log_file)
         if args.command == "agent":
-            return trio.run(_agent_command, args)
+            if resolve_controller(args.controller).startswith("wss:"):
+                client_ssl_context(resolve_ca(args.ca))  # UsageError for an unusable --ca, before anything starts
+            return trio.run(_agent_command, args, log_file)
         if args.command == "dev":
             return trio.run(_dev_command, args)
         if args.command == "demo":
@@ -60,18 +71,25 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
 
 
-async def _until_signalled(run: Any) -> None:
-    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run)."""
+async def _until_signalled(run: Any, log_file: Any = None) -> None:
+    """Run until SIGINT/SIGTERM, then stop cleanly (cancel, cleanups run).
+
+    SIGHUP reopens the log file when there is one (logrotate); without one it
+    is a hang-up (the terminal went away) and stops the daemon cleanly too.
+    """
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             nursery.start_soon(run)
             async for signum in signals:
+                if signum == signal.SIGHUP and log_file is not None:
+                    reopen_on_hangup(log_file)
+                    continue
                 logging.getLogger("reckon").info("%s: stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
 
 
-async def _controller_command(args: argparse.Namespace) -> int:
+async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.controller.server import ControllerOptions, serve_controller
     from model.controller import ControllerConfig
 
@@ -92,20 +110,21 @@ async def _controller_command(args: argparse.Namespace) -> int:
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
-        rejoin_grace=max(args.rejoin_grace, 0.0), metrics=args.metrics,
+        rejoin_grace=max(args.rejoin_grace, 0.0), metrics=args.metrics, tls_cert=args.tls_cert, tls_key=args.tls_key,
     )
+    scheme = "ws" if options.tls_cert is None else "wss"
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             port, _ = await nursery.start(serve_controller, options)
-            print(f"reckon controller listening on ws://{options.host}:{port}"
+            print(f"reckon controller listening on {scheme}://{options.host}:{port}"
                   f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}", flush=True)
 
-    await _until_signalled(run)
+    await _until_signalled(run, log_file)
     return 0
 
 
-async def _agent_command(args: argparse.Namespace) -> int:
+async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
     from daemon.agent.controllers import parse_controller_urls
@@ -125,6 +144,7 @@ async def _agent_command(args: argparse.Namespace) -> int:
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
         keep_output=args.keep_output,
         pong_timeout=args.ping_timeout, ping_interval=min(5.0, args.ping_timeout / 2),
+        output_mode=args.output_mode, ca=Path(ca) if (ca := resolve_ca(args.ca)) else None,
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
         metrics=args.metrics,
@@ -135,7 +155,7 @@ async def _agent_command(args: argparse.Namespace) -> int:
             await nursery.start(run_agent, options)
             print(f"reckon agent {args.name} running ({args.slots} slots)", flush=True)
 
-    await _until_signalled(run)
+    await _until_signalled(run, log_file)
     return 0
 
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
                    "release", "requeue", "logs")
-COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos")
+COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
+DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
 AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -90,6 +91,10 @@ def _positive(value: str) -> float:
     return number
 
 
+_positive.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
+_count.toml_type = "integer"  # type: ignore[attr-defined]
+
+
 def _keep_output(value: str) -> float | None:
     from model.output import parse_keep_output
 
@@ -97,6 +102,23 @@ def _keep_output(value: str) -> float | None:
         return parse_keep_output(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _file_mode(value: str) -> int:
+    from daemon.store.filemodes import parse_mode
+
+    try:
+        return parse_mode(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _daemon_files(p: Any) -> None:
+    """The options every daemon has: its config file and its log file."""
+    p.add_argument("--config", type=path, metavar="FILE",
+                   help="read options from this TOML file (its [controller] or [agent] table); flags override it")
+    p.add_argument("--log-file", type=path, metavar="FILE",
+                   help="log here instead of stderr; SIGHUP reopens it (logrotate)")
 
 
 def _env_pair(value: str) -> tuple[str, str]:
@@ -201,7 +223,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT, or several "
                                                  "separated by commas (standby controllers: the leader is found) "
                                                  "(default $RECKON_CONTROLLER or ws://127.0.0.1:7420)")
-    client = _Parser(add_help=False, parents=[controller, token])
+    ca = _Parser(add_help=False)
+    ca.add_argument("--ca", type=path, metavar="FILE",
+                    help="wss://: trust this CA (PEM) for the controller's certificate "
+                         "(default $RECKON_CA, else the system's trust store)")
+    client = _Parser(add_help=False, parents=[controller, token, ca])
     client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
                         help="give up on a controller that does not connect, or answer a request, "
                              "within this long (default 10)")
@@ -236,8 +262,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--rejoin-grace", type=float, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
+    p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
+    p.add_argument("--tls-key", type=path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    _daemon_files(p)
 
-    p = sub.add_parser("agent", parents=[verbose, controller, token, metrics], help="run an agent in the foreground")
+    p = sub.add_parser("agent", parents=[verbose, controller, token, ca, metrics], help="run an agent in the foreground")
     p.add_argument("--name", type=_agent_name, required=True,
                    help="the agent's name, unique in the cluster: " + AGENT_NAME_RULE)
     p.add_argument("--slots", type=_count, required=True, help="how many job slots this machine offers")
@@ -261,6 +290,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",
                    help="delete the output files (in the state directory) of finished jobs older than DAYS, "
                         "never before the controller has acknowledged their outcome (default: never)")
+    p.add_argument("--output-mode", type=_file_mode, default=0o600, metavar="MODE",
+                   help="file mode of job output files, octal (default 0600: the agent's user only)")
+    _daemon_files(p)
 
     p = sub.add_parser("submit", parents=[client], help="submit a job (or a file of jobs, or an array); prints the ids",
                        description="Submit a job; print its id.  With --file, submit one job per line of "
@@ -371,6 +403,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_count, default=40, help="jobs to run (default 40)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
+    p = sub.add_parser("config", help="check a daemon config file")
+    config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    p = config_sub.add_parser("check", help="validate a TOML config file; exit status 2 names the bad key")
+    p.add_argument("file", type=path, help="the TOML file ([controller] and/or [agent] tables)")
+
     from daemon.bench.options import add_parser as add_bench_parser
     from daemon.chaos.options import add_parser as add_chaos_parser
 
@@ -382,9 +419,48 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 # ---- dispatch -------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return {name: commands[name] for name in DAEMONS}
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line over the defaults a daemon's --config file sets (flags win)."""
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(only=command_of(argv)).parse_args(argv)
+    command = command_of(argv)
+    parser = build_parser(only=command)
+    if command in DAEMONS and ("--config" in argv or any(a.startswith("--config=") for a in argv)):
+        pre = argparse.ArgumentParser(add_help=False)
+        pre.add_argument("--config", type=path)
+        known, _ = pre.parse_known_args(argv)
+        if known.config is not None:
+            from daemon.cli import config as daemon_config
+
+            try:
+                daemon_config.apply_config(daemon_parsers(parser)[command], known.config, command)
+            except daemon_config.ConfigError as exc:
+                print(f"reckon: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
+    return parser.parse_args(argv)
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    from daemon.cli import config as daemon_config
+
+    try:
+        found = daemon_config.check(args.file, daemon_parsers(build_parser()))
+    except daemon_config.ConfigError as exc:
+        print(f"reckon: {exc}", file=sys.stderr)
+        return 2
+    tables = ", ".join(f"[{name}] ({len(values)} key(s))" for name, values in found.items()) or "no tables"
+    print(f"{args.file}: OK: {tables}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.command == "config":
+        return _config_check(args)
     from daemon.cli.client import ClientError, UsageError
 
     try:

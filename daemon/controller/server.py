@@ -47,6 +47,7 @@ from daemon.controller import startup
 from daemon.store.facts import FactStore
 from daemon.refusals import RefusalLog
 from daemon.controller.listen import listening
+from daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, tls_handshake, with_tls
 from daemon.store.statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
@@ -73,6 +74,8 @@ class ControllerOptions:
     store: str | None = None  # postgresql://...: shared facts, standbys, fenced leadership (daemon/controller/ha.py)
     advertise: str | None = None  # the URL agents and clients are sent to while this controller leads
     lease: float = 5.0  # seconds a leader's lease runs on the database's clock (PostgreSQL store)
+    tls_cert: Path | None = None  # both given: serve wss:// (daemon/controller/tls.py)
+    tls_key: Path | None = None
 
 
 @dataclass(slots=True)
@@ -615,7 +618,11 @@ class ContainedServer(WebSocketServer):
     closed).  Whatever one connection raises is logged and ends it alone.
     """
 
+    refusals: RefusalLog | None = None  # TLS handshake failures, once per peer and reason
+
     async def _handle_connection(self, stream: trio.abc.Stream) -> None:
+        if not await tls_handshake(stream, self.refusals):
+            return
         try:
             await super()._handle_connection(stream)
         except Exception as exc:  # not Cancelled (a BaseException): a stop still stops everything
@@ -626,6 +633,7 @@ class ContainedServer(WebSocketServer):
 async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
     t0 = time.perf_counter()
+    check_tls_files(options.tls_cert, options.tls_key)  # a bad pair fails now, before recovery
     if options.store is not None:
         from daemon.controller.ha import serve_ha
 
@@ -657,11 +665,14 @@ async def _serve(options: ControllerOptions, t0: float, listeners: list[trio.Soc
         async with trio.open_nursery() as nursery:
             await nursery.start(daemon.core_loop)  # the model has started before anyone connects
             nursery.start_soon(daemon.ticker)
-            server = await nursery.start(ContainedServer(
-                daemon.handle_request, listeners, handler_nursery=nursery,
-                max_message_size=wire.MAX_AGENT_MESSAGE).run)
+            contained = ContainedServer(daemon.handle_request, with_tls(listeners, options.tls_cert, options.tls_key),
+                                        handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE)
+            contained.refusals = daemon.refusals
+            server = await nursery.start(contained.run)
             if options.token is None:
                 log.warning("no token configured: accepting loopback connections only")
+            elif options.tls_cert is None and not is_loopback_host(options.host):
+                log.warning("%s", CLEARTEXT_WARNING.format(host=options.host))
             if options.metrics is not None:
                 await nursery.start(serve_metrics, *options.metrics, daemon.metrics.registry)
             task_status.started((server.port, daemon))

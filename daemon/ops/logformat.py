@@ -14,6 +14,7 @@ import time
 
 # Libraries whose DEBUG output is frame-by-frame: never below WARNING.
 QUIET_LOGGERS = ("trio-websocket", "trio_websocket", "wsproto")
+TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,16 +32,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(obj, ensure_ascii=False)
 
 
-def setup_logging(*, verbose: bool, log_format: str = "text", stream=None) -> None:
+def make_formatter(log_format: str = "text") -> logging.Formatter:
     if log_format not in ("text", "json"):
         raise ValueError(f"unknown log format {log_format!r}: text or json")
+    return JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+
+
+def quiet_libraries() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def setup_logging(*, verbose: bool, log_format: str = "text", stream=None) -> None:
+    """Log to ``stream`` (stderr); the daemons use ``daemon.cli.logfile.setup_logging`` (also a file)."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json"
-                         else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(make_formatter(log_format))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_libraries()

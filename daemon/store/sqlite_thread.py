@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 import outcome
 import trio
 
+from daemon.store.filemodes import private_dir, private_file
+
 T = TypeVar("T")
 
 _PENDING, _STARTED, _DROPPED = "pending", "started", "dropped"
@@ -141,8 +143,9 @@ class SqliteThread:
         return fn(self._conn, *args)
 
     def _connect(self, version: int, ddl: Sequence[str], migrations: Mapping[int, Sequence[str]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         created = not self.path.exists()
+        private_file(self.path)  # 0600 before SQLite opens it: its -wal and -shm files take this mode
         # isolation_level=None: no implicit transactions; ``transaction`` says BEGIN/COMMIT.
         conn = sqlite3.connect(self.path, isolation_level=None)
         try:

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from daemon.store.filemodes import FILE_MODE, private_dir
+
 
 class StateDirBusy(Exception):
     """Another live process holds this state directory."""
@@ -24,8 +26,9 @@ def hold_state_dir(state_dir: Path, what: str) -> Iterator[None]:
     The kernel drops the lock when the process dies, even by SIGKILL, so a
     crashed daemon never leaves a stale lock behind.
     """
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    private_dir(state_dir)
+    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -163,6 +163,7 @@ async def test_stdout_and_stderr_go_to_files(tmp_path):
 
 
 async def test_cwd_and_env_are_honoured(tmp_path, monkeypatch):
+    # The agent's own variables are not inherited (daemon/agent/jobenv.py); the job's pairs are.
     monkeypatch.setenv("RECKON_AGENT_VAR", "from-agent")
     monkeypatch.setenv("RECKON_OVERRIDDEN", "agent-value")
     workdir = tmp_path / "work dir"
@@ -175,7 +176,7 @@ async def test_cwd_and_env_are_honoured(tmp_path, monkeypatch):
             e = await Exits(runner).get("1")
             out = runner.log_paths("1", 1)[0].read_text().splitlines()
     assert e.exit_code == 0
-    assert out == [str(workdir), "from-job|from-agent|job-value"]
+    assert out == [str(workdir), "from-job||job-value"]
 
 
 async def test_path_of_the_job_env_is_searched(tmp_path):
@@ -654,7 +655,6 @@ STALLED_LAUNCH = """
 import json, os, sys, time
 sys.path.insert(0, {root!r})
 import daemon.agent.launcher as L
-L._BASE_ENV.update(os.environ)
 req = json.loads(sys.stdin.readline())
 pid = os.fork()
 if pid == 0:

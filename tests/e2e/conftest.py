@@ -173,12 +173,14 @@ class Cluster:
         self.daemons: dict[str, Daemon] = {}
         self._all: list[subprocess.Popen] = []
         self.controller_urls: str | None = None  # several controllers (PostgreSQL store): agents' and CLI's URLs
+        self.scheme = "ws"  # "wss" after use_tls
+        self.ca: Path | None = None  # the CA the CLI and agents trust (RECKON_CA), after use_tls
 
     # ---- paths ------------------------------------------------------------------
 
     @property
     def url(self) -> str:
-        return self.controller_urls or f"ws://127.0.0.1:{self.port}"
+        return self.controller_urls or f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def controller_dir(self) -> Path:
@@ -203,13 +205,22 @@ class Cluster:
         self.token_file.write_text(token + "\n")
         self.token_file.chmod(0o600)
 
+    def use_tls(self, cert: Path, key: Path, ca: Path) -> None:
+        """From now on: the controller serves wss:// with ``cert``/``key``; the CLI and agents trust ``ca``."""
+        self.scheme, self.ca = "wss", ca
+        self.controller_args = [*self.controller_args, "--tls-cert", str(cert), "--tls-key", str(key)]
+
+    def _tls_env(self) -> dict[str, str]:
+        return {"RECKON_CA": str(self.ca)} if self.ca is not None else {}
+
     # ---- daemons ------------------------------------------------------------------
 
     def _spawn(self, key: str, argv: list[str], **env: str) -> Daemon:
         log = self.log_path(key)
         with open(log, "ab") as logf:
             proc = subprocess.Popen(reckon_argv() + argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=logf, cwd=self.base, env=hermetic_env(**env), start_new_session=True)
+                                    stderr=logf, cwd=self.base, env=hermetic_env(**self._tls_env(), **env),
+                                    start_new_session=True)
         self._all.append(proc)
         daemon = self.daemons[key] = Daemon(key=key, argv=argv, proc=proc, log=log)
         return daemon
@@ -229,7 +240,7 @@ class Cluster:
         t0 = time.monotonic()
         daemon = self._spawn("controller", argv)
         line = _read_line(daemon.proc, HANG, daemon.log)
-        prefix = "reckon controller listening on ws://127.0.0.1:"
+        prefix = f"reckon controller listening on {self.scheme}://127.0.0.1:"
         assert line.startswith(prefix), f"unexpected first line {line!r}"
         port = int(line[len(prefix):])
         assert self.port in (0, port), f"restarted on port {port}, not {self.port}"
@@ -323,7 +334,7 @@ class Cluster:
         ``token``: True for the cluster's token (if any), a string for that
         token (RECKON_TOKEN), None/False for none.
         """
-        env = hermetic_env(RECKON_CONTROLLER=controller or self.url)
+        env = hermetic_env(RECKON_CONTROLLER=controller or self.url, **self._tls_env())
         tok = self.token if token is True else token or None
         if tok:
             env["RECKON_TOKEN"] = tok

@@ -1,0 +1,137 @@
+"""The daemons' TOML configuration file (``--config FILE``), read with the standard library's ``tomllib``.
+
+One file may configure both daemons, in tables named after them::
+
+    [controller]
+    listen = "0.0.0.0:7420"
+    state-dir = "/var/lib/reckon/controller"
+
+    [agent]
+    name = "node1"
+    slots = 16
+
+The keys of a table are the long options of that daemon's command, without
+the dashes in front (``--state-dir`` is ``state-dir``): the file's schema is
+read from the argparse definitions (``option_keys``), so a new option is a
+new key at once and the two cannot drift.  Options given on the command line
+override the file.  Values have the TOML type of the option: a string
+(paths, ``HOST:PORT``, modes such as ``"0640"``), an integer, a number
+(integer or float) for seconds, a boolean for a switch.
+
+``reckon config check FILE`` validates a file without starting anything;
+every error names the key (``agent.slots``) and says what is wrong with it:
+an unknown table or key, a wrong type, a bad value.  Exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NOT_IN_FILE = frozenset({"help", "config"})  # options that make no sense in the file itself
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; ``str()`` names the file and the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Key:
+    action: argparse.Action
+    toml_type: str  # "string", "integer", "number", "boolean"
+
+
+def _toml_type(action: argparse.Action) -> str:
+    if action.nargs == 0:  # store_true / store_false
+        return "boolean"
+    declared = getattr(action.type, "toml_type", None)  # a converter says what it reads
+    if declared is not None:
+        return declared
+    if action.type is int:
+        return "integer"
+    if action.type is float:
+        return "number"
+    return "string"
+
+
+def option_keys(parser: argparse.ArgumentParser) -> dict[str, _Key]:
+    """The file keys of a command's parser: its long options, by name."""
+    keys: dict[str, _Key] = {}
+    for action in parser._actions:
+        longs = [s for s in action.option_strings if s.startswith("--")]
+        if not longs or action.dest in NOT_IN_FILE:
+            continue
+        keys[longs[0][2:]] = _Key(action=action, toml_type=_toml_type(action))
+    return keys
+
+
+_PYTHON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+
+
+def _convert(where: str, key: _Key, value: Any) -> Any:
+    # bool is an int in Python; TOML keeps them apart, so do we.
+    if isinstance(value, bool) != (key.toml_type == "boolean") or not isinstance(value, _PYTHON_TYPES[key.toml_type]):
+        raise ConfigError(f"{where}: wrong type: expected {'a' if key.toml_type != 'integer' else 'an'} "
+                          f"{key.toml_type}, got {type(value).__name__} {value!r}")
+    action = key.action
+    if key.toml_type == "boolean":
+        return value
+    try:
+        converted = action.type(str(value)) if action.type is not None else value
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: bad value {value!r}: {exc}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise ConfigError(f"{where}: bad value {value!r}: expected one of {', '.join(map(str, action.choices))}")
+    return converted
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def daemon_values(path: Path, data: dict[str, Any], command: str,
+                  parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """The checked values of ``command``'s table, by argparse ``dest``."""
+    table = data.get(command, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {command}: wrong type: expected a table, got {type(table).__name__}")
+    keys = option_keys(parser)
+    values: dict[str, Any] = {}
+    for name, value in table.items():
+        where = f"{path}: {command}.{name}"
+        key = keys.get(name)
+        if key is None:
+            raise ConfigError(f"{where}: unknown key (the keys of [{command}] are: {', '.join(sorted(keys))})")
+        values[key.action.dest] = _convert(where, key, value)
+    return values
+
+
+def check(path: Path, parsers: dict[str, argparse.ArgumentParser]) -> dict[str, dict[str, Any]]:
+    """Validate every table of the file; the values by daemon.  ``ConfigError`` names the first bad key."""
+    data = read_file(path)
+    for name in data:
+        if name not in parsers:
+            raise ConfigError(f"{path}: {name}: unknown table (expected {' or '.join(f'[{d}]' for d in parsers)})")
+    return {command: daemon_values(path, data, command, parser) for command, parser in parsers.items()
+            if command in data}
+
+
+def apply_config(parser: argparse.ArgumentParser, path: Path, command: str) -> None:
+    """Make the file's values ``parser``'s defaults: the command line still overrides each of them.
+
+    An option the file gives is no longer required on the command line.
+    """
+    values = daemon_values(path, read_file(path), command, parser)
+    for action in parser._actions:
+        if action.dest in values:
+            action.required = False
+    parser.set_defaults(**values)
