@@ -359,11 +359,14 @@ class AgentDaemon:
         delay = self.options.reconnect_initial
         refusal_delay = 0.0
         headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
-        tls = {"ssl_context": client_ssl_context(self.options.ca)} if url.startswith("wss:") else {}
+        ssl_context = None  # made once, at the first wss:// URL (the --ca check at start already passed)
         while True:
             conn: _Connection | None = None
             refusal: str | None = None
             url = self.controllers.current + "/agent"
+            if url.startswith("wss:") and ssl_context is None:
+                ssl_context = client_ssl_context(self.options.ca)
+            tls = {"ssl_context": ssl_context} if url.startswith("wss:") else {}
             try:
                 async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
                                           connect_timeout=5, disconnect_timeout=2,

@@ -46,8 +46,8 @@ from hypothesis import HealthCheck, event, given, settings
 
 import scenario as S
 from scenario import (
-    AgentRestart, Cancel, ControllerRestart, ControllerRollback, Duplicate, Reset, Scenario, StallRoundAnswer, Submit,
-    Wait,
+    AgentRestart, Cancel, ControllerRestart, ControllerRollback, Duplicate, Partition, Reset, Scenario,
+    StallRoundAnswer, Submit, Wait,
 )
 from strategies import scenarios
 
@@ -80,7 +80,10 @@ def holds(found: list[str], *, bug_id: str | None = None, detail: str = "") -> N
     assert not found, "\n".join(found)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+# The ci profile runs the same scenarios every time (a red `make test` is a change's doing,
+# not the draw's); the fuzz profile (`make fuzz`) draws new ones, and each find becomes a
+# directed test below.
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True, derandomize=PROFILE != "fuzz",
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=scenarios(ENABLED, max_steps=STEPS))
 def test_the_daemons_keep_the_promise_under_faults(scenario: Scenario) -> None:
@@ -193,3 +196,17 @@ def test_found_after_a_rollback_to_a_copy_that_knows_no_agent_nothing_runs_twice
     steps = (Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Submit(0.0, 0), Wait(0.0),
              ControllerRestart(down=14.62, backup=True), Wait(2.73), ControllerRollback(down=0.0))
     holds(S.run(Scenario(seed=0, steps=steps, launch_time=0.5)))
+
+
+
+def test_found_after_a_rollback_a_clone_does_not_take_the_name_before_the_original_rejoins() -> None:
+    """Found by this simulation's random search (rebuilt by hand): job 1 finished on a1 after the
+    backup; the restored state calls it PENDING and a1 idle, so a clone of a1 (another identity,
+    same name) that joined first was handed the name, a1 was refused, and job 1 ran again on the
+    clone.  While the start gate is closed, a holder that has not rejoined keeps its name: a1
+    rejoins, reports job 1 and keeps the name; the clone is refused.  (Not covered: a restored
+    copy that predates a1's first join knows no holder at all; README: Restoring a backup.)"""
+    steps = (Wait(2.0), Partition("a1", 30.0), Wait(12.0), Submit(0.0, 0), ControllerRestart(down=0.0, backup=True),
+             Wait(40.0), ControllerRollback(down=1.34), Duplicate("a1", 29.3), Wait(20.0))
+    holds(S.run(Scenario(seed=1798489, steps=steps, hosts=("a1",), launch_time=0.5,
+                         reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)))
