@@ -199,7 +199,7 @@ def format_history(history: dict) -> str:
     """One line per attempt, then the requeues and cancels with their reasons."""
     record = history["record"]
     lines = [f"job {history['job']} ({record['name']}): {record['state']}"
-             + (f", waiting: {record['pending_reason']}" if record.get("pending_reason") else "")]
+             + (f", why pending: {record['pending_reason']}" if record.get("pending_reason") else "")]
     if history["compacted"]:
         lines.append("(older history was compacted by a controller snapshot: attempts before it are not shown)")
     else:

@@ -26,6 +26,7 @@ COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "ch
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
+MAX_PAGE_ENTRIES = 50_000  # model.messages.MAX_PAGE_ENTRIES (likewise)
 AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 AGENT_NAME_RULE = ("1 to 100 characters: letters, digits, '.', '_' and '-', starting with a letter or a digit "
                    "(a host name fits)")
@@ -78,6 +79,16 @@ def _count(value: str) -> int:
     return int(value)
 
 
+def _whole(value: str, *, most: int = 10**9) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= most:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {most}, got {value!r}")
+    return int(value)
+
+
+def _page_size(value: str) -> int:
+    return _whole(value, most=MAX_PAGE_ENTRIES)
+
+
 def _agent_name(value: str) -> str:
     if not AGENT_NAME.fullmatch(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid agent name: {AGENT_NAME_RULE}")
@@ -91,7 +102,27 @@ def _positive(value: str) -> float:
     return number
 
 
+def _nonnegative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 <= number < 1e9:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return number
+
+
+def _retry_cap(value: str) -> float:
+    number = _positive(value)
+    if number < 1.0:  # the agent's first retry waits 1 s; the cap cannot be below it
+        raise argparse.ArgumentTypeError(f"must be at least 1 (second), got {value}")
+    return number
+
+
 _positive.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
+_nonnegative.toml_type = "number"  # type: ignore[attr-defined]
+_whole.toml_type = _page_size.toml_type = "integer"  # type: ignore[attr-defined]
+_retry_cap.toml_type = "number"  # type: ignore[attr-defined]
 _count.toml_type = "integer"  # type: ignore[attr-defined]
 
 
@@ -252,14 +283,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--lease", type=_positive, default=5.0, metavar="SECONDS",
                    help="with --store: a leader's lease on the database's clock (default 5); a standby takes "
                         "over when it runs out, or at once when the leader's database session ends")
-    p.add_argument("--page-size", type=int, default=1000, help="jobs per resync page (default 1000)")
+    p.add_argument("--page-size", type=_page_size, default=1000, help="jobs per resync page (default 1000)")
     p.add_argument("--round-timeout", type=_positive, default=30.0, help="seconds a resync round may take")
     p.add_argument("--heartbeat-timeout", type=_positive, default=10.0,
                    help="disconnect an agent silent this long (default 10)")
     p.add_argument("--lost-after", type=_positive, default=None,
                    help="requeue the jobs of an agent disconnected this long (default: never)")
-    p.add_argument("--snapshot-every", type=int, default=200_000, help="facts between snapshots")
-    p.add_argument("--rejoin-grace", type=float, default=15.0, metavar="SECONDS",
+    p.add_argument("--snapshot-every", type=_whole, default=200_000, help="facts between snapshots")
+    p.add_argument("--rejoin-grace", type=_nonnegative, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
     p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
@@ -277,16 +308,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "hold: finish all jobs on SIGUSR1 (benchmarks)")
     p.add_argument("--reconnect-max", type=_positive, default=1.0,
                    help="reconnect backoff cap in seconds (default 1; raise for large clusters)")
-    p.add_argument("--page-size", type=int, default=1000, help="entries per resync report page")
-    p.add_argument("--recent-window", type=float, default=300.0,
+    p.add_argument("--page-size", type=_page_size, default=1000, help="entries per resync report page")
+    p.add_argument("--recent-window", type=_nonnegative, default=300.0,
                    help="seconds a finished job is still reported to a rejoin round unasked")
-    p.add_argument("--retry-max", type=_positive, default=30.0, help="completion retry backoff cap")
+    p.add_argument("--retry-max", type=_retry_cap, default=30.0,
+                   help="completion retry backoff cap in seconds, at least 1 (default 30)")
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
                    help="seconds between heartbeats to the controller (default 2)")
     p.add_argument("--ping-timeout", type=_positive, default=10.0, metavar="SECONDS",
                    help="drop a controller that does not answer a WebSocket ping within this (default 10; "
                         "a ping every half of it, 5 s at most): how soon a frozen leader is left for another")
-    p.add_argument("--kill-grace", type=float, default=10.0, help="SIGTERM to SIGKILL grace on cancel")
+    p.add_argument("--kill-grace", type=_nonnegative, default=10.0,
+                   help="seconds from SIGTERM to SIGKILL, on cancel and at a job's --time limit (default 10)")
     p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",
                    help="delete the output files (in the state directory) of finished jobs older than DAYS, "
                         "never before the controller has acknowledged their outcome (default: never)")
@@ -310,7 +343,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--error", "-e", metavar="PATH", help="the job's stderr likewise (same patterns)")
     p.add_argument("--file", metavar="FILE", help="submit one job per line of FILE ('-': standard input): "
                                                   "shell-quoted command lines; blank and '#' lines skipped")
-    p.add_argument("--array", metavar="START-END[:STEP][%%MAX]",
+    p.add_argument("--array", metavar="START-END[:STEP][%MAX]",
                    help="submit one job per index (env RECKON_ARRAY_INDEX, RECKON_ARRAY_ID = the first job's "
                         "id, which names the array); %%MAX: at most MAX of them run at once; prints every id")
     p.add_argument("--time", metavar="DURATION",

@@ -48,7 +48,12 @@ async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> Non
 async def serve_metrics(host: str, port: int, registry: CollectorRegistry, *,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; reports the bound port."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:  # a busy port, an unknown host: one line (daemon/cli/daemons.py), not a traceback
+        from daemon.controller.listen import CannotListen
+
+        raise CannotListen(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
 
     async def handler(stream: trio.SocketStream) -> None:
         try:

@@ -47,5 +47,9 @@ def test_every_option_has_help():
 
 def test_the_cli_limits_match_the_model():
     assert MAX_SLOTS == MODEL_MAX_SLOTS
+    from daemon.cli.main import MAX_PAGE_ENTRIES
+    from model.messages import MAX_PAGE_ENTRIES as MODEL_MAX_PAGE
+
+    assert MAX_PAGE_ENTRIES == MODEL_MAX_PAGE
     assert AGENT_NAME.fullmatch("node-1.example_com") and not AGENT_NAME.fullmatch("-x")
     assert AGENT_NAME.fullmatch("n" * 100) and not AGENT_NAME.fullmatch("n" * 101)

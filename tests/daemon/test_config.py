@@ -107,3 +107,26 @@ def test_without_the_file_required_options_are_still_required(capsys):
     with pytest.raises(SystemExit):
         parse(["agent", "--slots", "2"])
     assert "--name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, named", [
+    ("[controller]\npage-size = 0\n", "controller.page-size"),
+    ("[controller]\nsnapshot-every = -5\n", "controller.snapshot-every"),
+    ("[controller]\nrejoin-grace = -3\n", "controller.rejoin-grace"),
+    ("[agent]\nkill-grace = -1\n", "agent.kill-grace"),
+    ("[agent]\nrecent-window = -1\n", "agent.recent-window"),
+    ("[agent]\nretry-max = 0.5\n", "agent.retry-max"),
+])
+def test_out_of_range_values_are_refused_by_name(tmp_path, capsys, text, named):
+    """Values the daemons would fail on later (a traceback, or a silent clamp) are refused here."""
+    path = tmp_path / "reckon.toml"
+    path.write_text(text)
+    assert main(["config", "check", str(path)]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    path = tmp_path / "reckon.toml"
+    path.write_bytes(b"[agent]\nname = \"\xff\xfe\"\n")
+    assert main(["config", "check", str(path)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err

@@ -69,6 +69,10 @@ def test_lifecycle_log_history_drain_and_metrics(cluster, tmp_path: Path) -> Non
     cluster.wait_jobs([failed, killed])
     held = cluster.submit("sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done", name="held")
     cluster.wait_job(held, states=("RUNNING",))
+    # The start is its own fact (and log line) once the agent's Started report is in: wait for it,
+    # or a cancel racing it may bring the start only inside the finish.
+    cluster.wait_for(lambda: json.loads(cluster.cli("show", held, "--json"))["started_at"] is not None,
+                     what=f"job {held}'s start recorded")
     cluster.cli("cancel", held)
     assert cluster.wait_job(held)["state"] == "CANCELLED"
 
