@@ -174,6 +174,15 @@ def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
 
 
+def _since(ts: float | None, now: float | None = None) -> str:
+    """A node's state since when: the time of day if today, else the date and time (a node drained for days)."""
+    if ts is None:
+        return "-"
+    today = time.strftime("%Y-%m-%d", time.localtime(time.time() if now is None else now))
+    day = time.strftime("%Y-%m-%d", time.localtime(ts))
+    return time.strftime("%H:%M:%S" if day == today else "%Y-%m-%d %H:%M", time.localtime(ts))
+
+
 def format_jobs(jobs: list[dict]) -> str:
     rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "EXIT", "SIGNAL", "FINISHED")]
     for j in jobs:
@@ -185,7 +194,7 @@ def format_jobs(jobs: list[dict]) -> str:
 
 def format_nodes(nodes: list[dict]) -> str:
     rows = [("NAME", "STATE", "USED/SLOTS", "SINCE")]
-    rows += [(n["name"], n["state"], f"{n['used']}/{n['slots']}", _when(n.get("since"))) for n in nodes]
+    rows += [(n["name"], n["state"], f"{n['used']}/{n['slots']}", _since(n.get("since"))) for n in nodes]
     return _table(rows)
 
 

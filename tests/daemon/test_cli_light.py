@@ -53,3 +53,14 @@ def test_the_cli_limits_match_the_model():
     assert MAX_PAGE_ENTRIES == MODEL_MAX_PAGE
     assert AGENT_NAME.fullmatch("node-1.example_com") and not AGENT_NAME.fullmatch("-x")
     assert AGENT_NAME.fullmatch("n" * 100) and not AGENT_NAME.fullmatch("n" * 101)
+
+
+def test_nodes_since_shows_the_date_for_a_state_older_than_today():
+    import time
+
+    from daemon.cli.jobs import _since
+
+    now = time.mktime((2026, 11, 30, 12, 0, 0, 0, 0, -1))
+    assert _since(now - 3600, now) == "11:00:00"
+    assert _since(now - 3 * 86400, now) == "2026-11-27 12:00"
+    assert _since(None, now) == "-"
