@@ -141,7 +141,8 @@ def output_paths_of(daemon: "ControllerDaemon", job: Any) -> tuple[str | None, s
     logs = daemon.log_dirs.get(agent)
     defaults: tuple[str | None, str | None] = (
         M.output_paths(*logs, job.id, job.attempt) if logs is not None else (None, None))
-    if daemon.agent_versions.get(agent, M.OUTPUT_SINCE) < M.OUTPUT_SINCE:
+    session = daemon.model.sessions.get(agent)  # the model keeps each agent's latest joined version
+    if session is not None and session.version < M.OUTPUT_SINCE:
         return defaults  # an older agent ignores --output / --error
     # A relative pattern with no cwd is relative to the agent's working directory: shown as given.
     custom = [output_path(p, job=job.id, attempt=job.attempt, cwd=job.spec.cwd, base_dir=None)

@@ -118,7 +118,6 @@ class ControllerDaemon:
         self._conns: dict[int, _Conn] = {}
         self._conn_ids = itertools.count(1)
         self.log_dirs: dict[str, tuple[str, str]] = {}  # agent -> (log_dir, log_layout) from its Join
-        self.agent_versions: dict[str, int] = {}  # agent -> the protocol version of its latest welcomed Join
         self.output = OutputRelay(self)  # `reckon logs` (daemon/controller/logs.py)
         self._round_started: dict[bytes, tuple[float, int]] = {}  # token -> (trio time, jobs queried)
         self._joined_at: dict[str, float] = {}  # agent -> trio time its latest welcomed Join arrived
@@ -301,7 +300,6 @@ class ControllerDaemon:
             return
         if isinstance(message, M.Welcome):
             self._joined_at[join.agent] = conn.joined_at
-            self.agent_versions[join.agent] = join.version
             if join.log_dir:
                 self.log_dirs[join.agent] = (join.log_dir, join.log_layout)
             if self.refusals.cleared(("join", join.agent, conn.remote)):
