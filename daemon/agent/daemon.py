@@ -46,7 +46,9 @@ from daemon.wsconnect import open_websocket
 from daemon.agent.output import OutputFiles, held_keys
 from daemon.cli.client import client_ssl_context
 from daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
-from daemon.agent.runner import ExitStatus, HoldRunner, JobLost, JobRunner, NullRunner, RunnerError
+from daemon.agent.attempts import ExitStatus, JobLost, RunnerError
+from daemon.agent.null_runner import HoldRunner, NullRunner
+from daemon.agent.runner import JobRunner
 from daemon.agent import lifecycle
 from daemon.ops.metrics_http import serve_metrics
 

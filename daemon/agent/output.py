@@ -30,6 +30,8 @@ from model import messages as M
 from model.jobs import JobSpec
 from model.output import OutputOnDisk, OutputStatus, OutputStream, expired_output, output_path
 
+from daemon.agent.attempts import check_key
+
 log = logging.getLogger("reckon.agent")
 
 SIDECAR, EXPIRED = ".out", ".expired"
@@ -84,8 +86,6 @@ class OutputFiles:
 
     def read(self, msg: M.OutputRead) -> M.OutputChunk:
         """Answer one read (blocking: run it on a thread)."""
-        from daemon.agent.runner import check_key  # (the runner imports this module)
-
         try:
             check_key(msg.job, msg.attempt)
         except ValueError as exc:  # never a path outside jobs/

@@ -51,6 +51,10 @@ Other rules worth knowing:
   supervisors itself and starts a new launcher; the jobs are not affected;
 * leaving the runner (``__aexit__``) stops the launcher, the watchers and any
   pending kill escalation, never a job.
+
+Parts: daemon/agent/attempts.py (outcome types, errors, reading records),
+daemon/agent/supervision.py (the launcher link and the watchers),
+daemon/agent/null_runner.py (the runners without processes, for benchmarks).
 """
 
 from __future__ import annotations
@@ -60,10 +64,8 @@ import math
 import os
 import signal
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence, Union
+from typing import Literal, Sequence
 
 import trio
 
@@ -73,131 +75,18 @@ from model.jobs import JobSpec
 from daemon.agent.output import custom_outputs, note_custom_outputs
 
 from daemon.agent import launcher as _launcher
+from daemon.agent.attempts import (
+    AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, _pidinfo_current, _proc_alive, _read_json,
+    _status_from, check_key,
+)
 from daemon.agent.jobenv import base_environment, job_environment
+from daemon.agent.supervision import Supervision, _Running, _Waiter
 from daemon.store.filemodes import OUTPUT_MODE, private_dir
 
-__all__ = ["ExitStatus", "JobLost", "RunnerError", "LaunchError", "AlreadyLaunched", "JobRunner", "NullRunner",
-           "check_key"]
-
-Key = tuple[str, int]
-
-MAX_JOB_ID_LEN = 200
-ADOPT_POLL_INTERVAL = 0.25  # seconds, only where pidfd_open is unavailable
-PID_FILE_WAIT = 2.0  # seconds a supervisor may take to write its pid record (launcher death mid-launch only)
-CLAIMED_WAIT = 30.0  # more seconds for one that has claimed the attempt (it is starting the job)
+__all__ = ["JobRunner"]
 
 
-@dataclass(frozen=True, slots=True)
-class ExitStatus:
-    """How a job ended, as its supervisor recorded it."""
-
-    job: str
-    attempt: int
-    exit_code: int | None  # None when killed by a signal
-    signal: int | None  # None when it exited
-    started_at: float | None
-    finished_at: float
-    timed_out: bool = False  # the supervisor stopped it at the job's time limit
-
-
-@dataclass(frozen=True, slots=True)
-class JobLost:
-    """A supervisor ended without recording an outcome: the outcome is unknown."""
-
-    job: str
-    attempt: int
-    reason: str
-
-
-Outcome = Union[ExitStatus, JobLost]
-
-
-class RunnerError(Exception):
-    """Misuse of the runner or a failure of its machinery."""
-
-
-class LaunchError(RunnerError):
-    """The launch failed before anything ran (fork failed, launcher gone)."""
-
-
-class AlreadyLaunched(LaunchError):
-    """This (job, attempt) was launched before (its files exist): it is not run twice."""
-
-
-def check_key(job: str, attempt: int) -> None:
-    """Job ids become file names: refuse anything that is not a plain name."""
-    if not isinstance(job, str) or not job:
-        raise ValueError("job id must be a non-empty string")
-    if (len(job) > MAX_JOB_ID_LEN or "/" in job or "\0" in job or ".." in job or job.startswith(".")
-            or "\n" in job):
-        raise ValueError(f"job id {job!r} cannot be used as a file name")
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        raise ValueError(f"attempt must be an integer >= 1, got {attempt!r}")
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _status_from(key: Key, obj: dict) -> ExitStatus | None:
-    try:
-        exit_code, sig, finished_at = obj["exit_code"], obj["signal"], obj["finished_at"]
-        started_at = obj.get("started_at")
-    except KeyError:
-        return None
-    if (exit_code is None) == (sig is None) or not isinstance(finished_at, (int, float)):
-        return None
-    if not isinstance(started_at, (int, float)) or isinstance(started_at, bool):
-        started_at = None  # a start time we cannot read is unknown, not an error
-    return ExitStatus(job=key[0], attempt=key[1], exit_code=exit_code, signal=sig,
-                      started_at=None if started_at is None else float(started_at), finished_at=float(finished_at),
-                      timed_out=obj.get("timed_out") is True)
-
-
-_BOOT_ID = _launcher.boot_id()
-
-
-def _proc_alive(pid: object, start: object) -> bool:
-    """``pid`` is still the process that started at ``start`` and has not exited."""
-    if not isinstance(pid, int) or pid <= 0 or not isinstance(start, int):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        fields = data[data.rindex(b")") + 2:].split()
-        return int(fields[19]) == start and fields[0] not in (b"Z", b"X", b"x")
-    except (OSError, ValueError, IndexError):
-        return False
-
-
-def _pidinfo_current(info: dict | None) -> bool:
-    return bool(info) and info.get("boot_id") == _BOOT_ID
-
-
-@dataclass(slots=True)
-class _Running:
-    supervisor: int | None  # from the launcher's answer (ours); None when adopted
-    adopted: bool  # watched through its pid record, not through the launcher
-    escalation: trio.CancelScope | None = None  # the pending SIGKILL of a kill in progress
-    escalate_at: float = math.inf  # its trio time
-
-
-@dataclass(slots=True)
-class _Waiter:
-    event: trio.Event
-    started_at: float | None = None
-    error: str | None = None
-
-
-class JobRunner:
+class JobRunner(Supervision):
     """Runs jobs under supervisors; see the module docstring."""
 
     def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE) -> None:
@@ -256,231 +145,6 @@ class JobRunner:
             waiter.event.set()
         self._send_exit.close()
         return False
-
-    # ---- the launcher ------------------------------------------------------------
-
-    def _launcher_command(self) -> list[str]:
-        # -I -S: no site, no PYTHON* variables, no cwd on sys.path (the
-        # launcher imports nothing outside the standard library).  The path
-        # is given explicitly so this works whatever the agent's cwd is.
-        root = str(Path(_launcher.__file__).resolve().parents[2])
-        return [sys.executable, "-I", "-S", "-c",
-                f"import sys; sys.path.insert(0, {root!r}); from daemon.agent.launcher import main; main()"]
-
-    async def _launcher_task(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        started = False
-        while True:
-            proc = await trio.lowlevel.open_process(
-                self._launcher_command(), stdin=-1, stdout=-1, stderr=None,
-                close_fds=True, start_new_session=True, env=self._job_env_base,
-            )
-            self._proc = proc
-            try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, proc)
-                    if not started:
-                        started = True
-                        task_status.started()
-                    await self._reader(proc)
-                    nursery.cancel_scope.cancel()
-            finally:
-                if self._closing or proc.returncode is None:
-                    with trio.CancelScope(shield=True):
-                        if not self._closing:
-                            proc.kill()
-                        await proc.wait()
-            if self._closing:
-                return
-            # The launcher died under us (killed, OOM): our jobs are unharmed.
-            await self._launcher_died()
-            self._launcher_restarts += 1
-            if self._launcher_restarts > 20:
-                raise RunnerError("the launcher keeps dying")
-            await trio.sleep(min(0.05 * self._launcher_restarts, 1.0))
-
-    async def _writer(self, proc: trio.Process) -> None:
-        assert proc.stdin is not None
-        while True:
-            await self._request_ready.wait()
-            self._request_ready = trio.Event()
-            batch, self._requests = b"".join(self._requests), []
-            if batch:
-                try:
-                    await proc.stdin.send_all(batch)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return  # the reader sees the EOF and deals with it
-
-    async def _reader(self, proc: trio.Process) -> None:
-        assert proc.stdout is not None
-        buf = b""
-        while True:
-            try:
-                data = await proc.stdout.receive_some(1 << 16)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-            if not data:
-                return
-            buf += data
-            if b"\n" not in data:
-                continue
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if line:
-                    self._on_launcher_message(json.loads(line))
-
-    def _on_launcher_message(self, msg: dict) -> None:
-        kind = msg["t"]
-        key = tuple(msg["k"]) if msg.get("k") is not None else None
-        if kind == "S":
-            self._running[key] = _Running(supervisor=msg["pid"], adopted=False)
-            waiter = self._waiters.pop(key, None)
-            if waiter is not None:
-                waiter.started_at = msg["at"]
-                waiter.event.set()
-        elif kind == "F":
-            run = self._running.get(key)
-            if run is not None and not run.adopted:
-                self._done(key)
-                self._collect(key, f"the supervisor ended (wait status {msg['ws']:#x}) without recording an outcome")
-        elif kind == "E":
-            waiter = self._waiters.pop(key, None) if key is not None else None
-            if waiter is None:
-                print(f"reckon launcher: {msg.get('err')}", file=sys.stderr)
-                return
-            waiter.error = msg["err"]  # nothing was forked: nothing runs
-            waiter.event.set()
-
-    async def _launcher_died(self) -> None:
-        """Carry on after an unexpected launcher exit: watch our supervisors ourselves."""
-        assert self._nursery is not None
-        inflight = list(self._waiters.items())
-        self._waiters.clear()
-        self._requests.clear()  # never sent, or sent to the dead launcher: settled below
-        for key, run in list(self._running.items()):
-            if not run.adopted:
-                run.adopted = True
-                self._nursery.start_soon(self._watch, key)
-        for key, waiter in inflight:
-            self._nursery.start_soon(self._settle_inflight, key, waiter)
-
-    async def _settle_inflight(self, key: Key, waiter: _Waiter) -> None:
-        """A launch the dead launcher never answered: did its supervisor start?"""
-        found = await self._wait_for_record(key, PID_FILE_WAIT)
-        if found is None and not self._withdraw(key):
-            # A supervisor claimed the attempt before we could withdraw it:
-            # it is starting the job, and will say so.
-            found = await self._wait_for_record(key, CLAIMED_WAIT)
-        started_at = found.get("started_at") if found is not None else None
-        if isinstance(started_at, (int, float)):
-            self._running[key] = _Running(supervisor=None, adopted=True)
-            assert self._nursery is not None
-            self._nursery.start_soon(self._watch, key)
-            waiter.started_at = float(started_at)
-        else:
-            waiter.error = "the launcher died before it launched the job"
-        waiter.event.set()
-
-    async def _wait_for_record(self, key: Key, seconds: float) -> dict | None:
-        with trio.move_on_after(seconds):
-            while True:
-                pid, status = self._records(key)
-                if pid or status:
-                    return pid or status
-                await trio.sleep(0.05)
-        return None
-
-    def _withdraw(self, key: Key) -> bool:
-        """Claim the attempt's .run file for nobody; False if a supervisor claimed it first."""
-        fd = _launcher.claim_run_file(self._base(*key) + _launcher.RUN)
-        if fd is None:
-            return False
-        try:
-            _launcher.append_record(fd, str(self.jobs_dir), {"v": 1, "kind": "withdrawn"}, durable=False)
-        finally:
-            os.close(fd)
-        return True
-
-    def _withdrawn(self, key: Key) -> bool:
-        """The attempt's .run file holds our ``withdrawn`` claim (no supervisor's)."""
-        try:
-            with open(self._base(*key) + _launcher.RUN, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return False
-        for line in data.split(b"\n")[:-1]:
-            try:
-                record = json.loads(line) if line else None
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("kind") == "withdrawn":
-                return True
-        return False
-
-    # ---- reading outcomes ----------------------------------------------------------
-
-    def _collect(self, key: Key, why_lost: str) -> None:
-        """The supervisor of ``key`` is gone: deliver its status, or JobLost."""
-        pid, status = self._records(key)
-        outcome: Outcome | None = _status_from(key, status) if status is not None else None
-        if outcome is None:
-            self._kill_orphan(pid)
-            outcome = JobLost(job=key[0], attempt=key[1], reason=why_lost)
-        self._send_exit.send_nowait(outcome)
-
-    @staticmethod
-    def _kill_orphan(info: dict | None) -> None:
-        if _pidinfo_current(info) and _proc_alive(info.get("job_pid"), info.get("job_start")):
-            try:
-                os.killpg(info["job_pid"], signal.SIGKILL)
-            except OSError:
-                pass
-
-    async def _watch(self, key: Key) -> None:
-        """Wait for the end of a supervisor that is not the launcher's child."""
-        try:
-            info, status = self._records(key)
-            if info is None and status is None:
-                # Only after a launcher death mid-launch (or a supervisor that
-                # claimed the attempt as adopt() looked): a supervisor may be
-                # about to write its pid record.  Give it a moment, and more
-                # once it has claimed the attempt (it is starting the job).
-                found = await self._wait_for_record(key, PID_FILE_WAIT)
-                if found is None and Path(self._base(*key) + _launcher.RUN).exists() and not self._withdrawn(key):
-                    await self._wait_for_record(key, CLAIMED_WAIT)
-                info, _ = self._records(key)
-            if _pidinfo_current(info):
-                await self._wait_process_end(info.get("supervisor"), info.get("supervisor_start"))
-        finally:
-            run = self._done(key)
-        if run is not None:
-            self._collect(key, "the supervisor ended without recording an outcome")
-
-    def _done(self, key: Key) -> _Running | None:
-        run = self._running.pop(key, None)
-        if run is not None and run.escalation is not None:
-            run.escalation.cancel()
-        return run
-
-    @staticmethod
-    async def _wait_process_end(pid: object, start: object) -> None:
-        if not _proc_alive(pid, start):
-            return
-        assert isinstance(pid, int)
-        try:
-            fd = os.pidfd_open(pid)
-        except (OSError, AttributeError):
-            fd = None
-        if fd is None:
-            while _proc_alive(pid, start):
-                await trio.sleep(ADOPT_POLL_INTERVAL)
-            return
-        try:
-            if not _proc_alive(pid, start):  # the pid was reused between the check and the open
-                return
-            await trio.lowlevel.wait_readable(fd)
-        finally:
-            trio.lowlevel.notify_closing(fd)
-            os.close(fd)
 
     # ---- the API ---------------------------------------------------------------------
 
@@ -696,83 +360,3 @@ class JobRunner:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-
-
-class NullRunner:
-    """The JobRunner API without processes: every job "exits 0" as soon as it starts.
-
-    For benchmarks of the controller and the protocol alone.
-    """
-
-    def __init__(self, state_dir: Path | str | None = None) -> None:
-        self.state_dir = Path(state_dir).absolute() if state_dir is not None else Path(os.devnull)
-        self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
-        self._started: set[Key] = set()
-
-    async def __aenter__(self) -> "NullRunner":
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> bool:
-        self._send_exit.close()
-        return False
-
-    @property
-    def exits(self) -> trio.MemoryReceiveChannel[Outcome]:
-        return self._recv_exit
-
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
-        check_key(job, attempt)
-        if (job, attempt) in self._started:
-            raise AlreadyLaunched(f"{job}.{attempt} was launched before")
-        self._started.add((job, attempt))
-        now = time.time()
-        self._send_exit.send_nowait(ExitStatus(job=job, attempt=attempt, exit_code=0, signal=None,
-                                               started_at=now, finished_at=now))
-        return now
-
-    async def kill(self, job: str, attempt: int, grace: float = 10.0) -> None:
-        check_key(job, attempt)
-
-    async def adopt(self, keys: Sequence[Key]) -> dict[Key, Literal["running", "lost"] | ExitStatus]:
-        for job, attempt in keys:
-            check_key(job, attempt)
-        return {(job, attempt): "lost" for job, attempt in keys}
-
-    def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
-        check_key(job, attempt)
-        out, err = M.output_paths(str(self.state_dir / "jobs"), "flat", job, attempt)
-        return Path(out), Path(err)
-
-    def on_disk(self) -> list[Key]:
-        return []
-
-    def forget(self, job: str, attempt: int) -> None:
-        check_key(job, attempt)
-
-
-class HoldRunner(NullRunner):
-    """Like NullRunner, but every job keeps "running" until ``release_all()``.
-
-    For the resync benchmark: jobs are placed, the agent is cut off, then they
-    all finish at once while it is away (the agent calls ``release_all`` on SIGUSR1).
-    """
-
-    def __init__(self, state_dir: Path | str | None = None) -> None:
-        super().__init__(state_dir)
-        self._held: list[Key] = []
-
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
-        check_key(job, attempt)
-        if (job, attempt) in self._started:
-            raise AlreadyLaunched(f"{job}.{attempt} was launched before")
-        self._started.add((job, attempt))
-        self._held.append((job, attempt))
-        return time.time()
-
-    def release_all(self) -> int:
-        now = time.time()
-        held, self._held = self._held, []
-        for job, attempt in held:
-            self._send_exit.send_nowait(ExitStatus(job=job, attempt=attempt, exit_code=0, signal=None,
-                                                   started_at=None, finished_at=now))
-        return len(held)

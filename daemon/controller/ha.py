@@ -35,7 +35,8 @@ from model.state import ControllerState, apply, replay, restore
 from daemon import runtime, wire
 from daemon.controller.leadership import Leadership
 from daemon.controller.listen import listening
-from daemon.controller.server import ContainedServer, ControllerDaemon, ControllerOptions
+from daemon.controller.core import ControllerDaemon
+from daemon.controller.server import ContainedServer, ControllerOptions
 from daemon.store.interface import SteppedDown
 from daemon.store.postgres import PgFactStore
 

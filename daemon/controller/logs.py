@@ -31,7 +31,7 @@ from model.output import (
 from daemon import wire
 
 if TYPE_CHECKING:
-    from daemon.controller.server import ControllerDaemon
+    from daemon.controller.core import ControllerDaemon
 
 log = logging.getLogger("reckon.controller")
 

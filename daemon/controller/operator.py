@@ -16,7 +16,7 @@ from model.history import job_history
 from model.nodes import pending_reason
 
 if TYPE_CHECKING:
-    from daemon.controller.server import ControllerDaemon
+    from daemon.controller.core import ControllerDaemon
 
 
 def job_with_reason(daemon: "ControllerDaemon", job_id: str) -> dict:

@@ -15,7 +15,7 @@ from daemon.store.idmark import BadIdMark, read_id_mark, write_id_mark
 from daemon.store.statelock import WrongStateDir
 
 if TYPE_CHECKING:  # pragma: no cover
-    from daemon.controller.server import ControllerDaemon
+    from daemon.controller.core import ControllerDaemon
 
 
 async def start_model(daemon: "ControllerDaemon") -> list[E.Command]:

@@ -15,7 +15,6 @@ import cbor2
 import trio
 
 from daemon.agent import daemon as agent_daemon
-from daemon.controller import server as controller_server
 from daemon.agent.daemon import AgentOptions, run_agent
 from model import events as E
 from model import facts as F
@@ -23,7 +22,7 @@ from model import messages as M
 from model.agent import SessionState
 from model.jobs import JobState
 from trio_harness import (
-    SPEC, TOKEN, FakeNet, HeldAgentStore, ManualRunner, TrioWall, agent_disk, controller, until,
+    SPEC, TOKEN, FakeNet, HeldAgentStore, ManualRunner, TrioWall, agent_disk, controller, patch_controller, until,
 )
 
 GUARD = 1_000  # fake seconds
@@ -174,7 +173,7 @@ async def test_completion_survives_an_agent_restart(tmp_path, autojump_clock, mo
         async with controller(tmp_path / "controller", heartbeat_timeout=10, round_timeout=30) as ctl:
             net = FakeNet(ctl.nursery, server=ctl.daemon)
             wall = install(monkeypatch, net)
-            monkeypatch.setattr(controller_server, "time", wall)  # one wall clock for both sides
+            patch_controller(monkeypatch, "time", wall)  # one wall clock for both sides
             net.up = True
             agent, scope, stopped = await start_agent(ctl.nursery, options(state))
             await agent.joined.wait()
@@ -329,7 +328,7 @@ async def test_a_short_job_keeps_its_start_time(tmp_path, autojump_clock, monkey
             net = FakeNet(ctl.nursery, server=ctl.daemon)
             wall = install(monkeypatch, net)
             monkeypatch.setattr(agent_daemon, "NullRunner", ExitBeforeStartRunner)
-            monkeypatch.setattr(controller_server, "time", wall)
+            patch_controller(monkeypatch, "time", wall)
             net.up = True
             agent, _, _ = await start_agent(ctl.nursery, options(tmp_path / "agent"))
             await agent.joined.wait()

@@ -15,12 +15,11 @@ import time as _time
 import trio
 
 from daemon.agent import daemon as agent_daemon
-from daemon.controller import server as controller_server
-from daemon.agent.runner import ExitStatus
+from daemon.agent.attempts import ExitStatus
 from model import events as E
 from model.jobs import JobSpec, JobState
 from test_agent_daemon import GUARD, install, options, start_agent
-from trio_harness import FakeNet, ManualRunner, controller, until
+from trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
 
 SLEEP = JobSpec(name="sleeper", command=("sleep", "4"))
 
@@ -57,7 +56,7 @@ async def test_a_cancel_during_the_launch_kills_the_job(tmp_path, autojump_clock
         async with controller(tmp_path / "controller") as ctl:
             net = FakeNet(ctl.nursery, server=ctl.daemon)
             wall = install(monkeypatch, net)
-            monkeypatch.setattr(controller_server, "time", wall)
+            patch_controller(monkeypatch, "time", wall)
             monkeypatch.setattr(agent_daemon, "NullRunner", GatedLaunchRunner)
             net.up = True
             agent, _, _ = await start_agent(ctl.nursery, options(tmp_path / "agent"))

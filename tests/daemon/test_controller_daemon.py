@@ -14,12 +14,11 @@ import pytest
 import trio
 import trio.testing
 
-from daemon.controller import server as controller_server
 from model import events as E
 from model import facts as F
 from model import messages as M
 from model.jobs import JobState
-from trio_harness import SPEC, TrioWall, controller, live_tasks
+from trio_harness import SPEC, TrioWall, controller, live_tasks, patch_controller
 
 GUARD = 1_000  # fake seconds; a passing test is far below it
 
@@ -205,7 +204,7 @@ async def test_round_deadline_ignores_wall_clock_steps(tmp_path, autojump_clock,
     """The round lasts ``round_timeout`` on trio's clock from the moment its query
     goes out, whatever the wall clock does between the join and the commit."""
     wall = TrioWall()
-    monkeypatch.setattr(controller_server, "time", wall)
+    patch_controller(monkeypatch, "time", wall)
     round_timeout = 5.0
     with trio.fail_after(GUARD):
         async with controller(tmp_path, round_timeout=round_timeout, heartbeat_timeout=10_000) as ctl:
@@ -477,7 +476,7 @@ async def test_lost_after_ignores_wall_clock_steps(tmp_path, autojump_clock, mon
     """Bug 8c: a disconnected agent is lost after ``lost_after`` seconds of trio's
     clock; a wall-clock step of an hour forward does not declare it lost at once."""
     wall = TrioWall()
-    monkeypatch.setattr(controller_server, "time", wall)
+    patch_controller(monkeypatch, "time", wall)
     lost_after = 60.0
     with trio.fail_after(GUARD):
         async with controller(tmp_path, heartbeat_timeout=10_000, lost_after=lost_after) as ctl:
@@ -501,7 +500,7 @@ async def test_a_dispatch_dropped_for_a_closing_connection_is_redone_at_once(tmp
     never left, so their jobs are requeued at once, and the model knows of the close
     at once (no more work is placed there); they used to stay RUNNING until the
     agent rejoined."""
-    monkeypatch.setattr(controller_server, "OUTGOING_QUEUE", 1)
+    patch_controller(monkeypatch, "OUTGOING_QUEUE", 1)
     with trio.fail_after(GUARD):
         async with controller(tmp_path, heartbeat_timeout=10_000) as ctl:
             peer, _ = await ctl.join("n1", slots=3)

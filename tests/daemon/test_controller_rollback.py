@@ -17,15 +17,14 @@ import pytest
 import trio
 
 from daemon.agent import daemon as agent_daemon
-from daemon.controller import server as controller_server
-from daemon.agent.runner import AlreadyLaunched, ExitStatus, check_key
+from daemon.agent.attempts import AlreadyLaunched, ExitStatus, check_key
 from model import events as E
 from model import facts as F
 from model import messages as M
 from model.jobs import JobState
 from model.startup import ID_BLOCK
 from test_agent_daemon import install, options, start_agent
-from trio_harness import FakeNet, ManualRunner, controller, until
+from trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
 
 GUARD = 1_000  # fake seconds
 
@@ -90,7 +89,7 @@ async def test_rolled_back_controller_never_gives_an_old_process_outcome_to_a_ne
         async with trio.open_nursery() as outer:
             net = FakeNet(outer)
             wall = install(monkeypatch, net)
-            monkeypatch.setattr(controller_server, "time", wall)
+            patch_controller(monkeypatch, "time", wall)
             monkeypatch.setattr(agent_daemon, "NullRunner", KillingRunner)
 
             # 1. A new history; the agent joins it.  The operator's backup is taken here.

@@ -20,7 +20,9 @@ import pytest
 import trio
 
 from daemon.agent.launcher import append_record, read_records
-from daemon.agent.runner import AlreadyLaunched, ExitStatus, JobLost, JobRunner, LaunchError, NullRunner, check_key
+from daemon.agent.attempts import AlreadyLaunched, ExitStatus, JobLost, LaunchError, check_key
+from daemon.agent.null_runner import NullRunner
+from daemon.agent.runner import JobRunner
 from model import messages as M
 from model.jobs import JobSpec
 

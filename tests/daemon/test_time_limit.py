@@ -8,7 +8,8 @@ import signal
 
 import trio
 
-from daemon.agent.runner import ExitStatus, JobRunner
+from daemon.agent.attempts import ExitStatus
+from daemon.agent.runner import JobRunner
 from daemon.store.agent import AgentStore
 from model import events as E
 from model.records import LocalJob, LocalStatus

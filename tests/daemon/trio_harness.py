@@ -16,7 +16,8 @@ guards spuriously):
   (``clock_held``: autojump off until the thread answers).  A store call
   therefore takes no fake time, as if the disk were infinitely fast.
 
-``TrioWall`` stands in for the ``time`` module of a daemon module where a test
+``TrioWall`` stands in for the ``time`` module of a daemon module (``patch_controller``
+for the controller's) where a test
 needs the models' wall-clock ``now`` to advance with the fake clock (the agent
 schedules heartbeats and outbox retries in wall time) or to step.
 """
@@ -43,9 +44,12 @@ from trio_websocket import WebSocketConnection, wrap_client_stream, wrap_server_
 
 from daemon import wire
 from daemon.store.agent import AgentStore
-from daemon.controller.server import ControllerDaemon, ControllerOptions
+from daemon.controller import clients, connections, core, effects, server
+from daemon.controller.core import ControllerDaemon
+from daemon.controller.server import ControllerOptions
 from daemon.store.facts import FactStore
-from daemon.agent.runner import ExitStatus, NullRunner, check_key
+from daemon.agent.attempts import ExitStatus, check_key
+from daemon.agent.null_runner import NullRunner
 from model import events as E
 from model import facts as F
 from model import messages as M
@@ -54,6 +58,16 @@ from model.jobs import JobSpec
 
 TOKEN = "test-token"
 SPEC = JobSpec(name="t", command=("true",))
+
+# The controller daemon's modules, whose ``time`` and ``secrets`` a test may replace.
+CONTROLLER_MODULES = (server, core, effects, connections, clients)
+
+
+def patch_controller(monkeypatch: Any, name: str, value: Any) -> None:
+    """Replace ``name`` (``time``, ``secrets``, a constant) in every controller daemon module that has it."""
+    for module in CONTROLLER_MODULES:
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, value)
 
 # ---- the clock ------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ from typing import Any
 import trio
 
 from daemon.agent.daemon import AgentOptions, run_agent
-from daemon.controller.server import ControllerDaemon, ControllerOptions
+from daemon.controller.core import ControllerDaemon
+from daemon.controller.server import ControllerOptions
 from daemon.store.facts import FactStore
 from model import events as E
 from model import facts as F

@@ -5,7 +5,7 @@
   until the thread answers.  No fake time passes and no other task runs
   meanwhile, so a run does not depend on how fast the disk is: same seed, same
   interleaving.
-* ``time`` of ``daemon.agent.daemon`` and ``daemon.controller.server``: wall and
+* ``time`` of ``daemon.agent.daemon`` and of the controller daemon's modules: wall and
   monotonic time moving with trio's clock, each machine with its own step.
 * ``random`` (the agent's jitter) and ``secrets`` (the controller's tokens,
   cluster id): seeded from the scenario.
@@ -25,7 +25,7 @@ import pytest
 import trio
 
 from daemon.agent import daemon as agent_daemon
-from daemon.controller import server as controller_server
+from daemon.controller import clients, connections, core, effects, server
 from daemon.store import sqlite_thread
 
 
@@ -99,7 +99,10 @@ def installed(*, network: Any, runner_factory: Any, agent_wall: SimWall, control
         mp.setattr(agent_daemon, "open_websocket_url", network.open_websocket_url)
         mp.setattr(agent_daemon, "NullRunner", runner_factory)
         mp.setattr(agent_daemon, "time", agent_wall)
-        mp.setattr(controller_server, "time", controller_wall)
         mp.setattr(agent_daemon, "random", random.Random(seed))
-        mp.setattr(controller_server, "secrets", SeededSecrets(random.Random(seed + 1)))
+        controller_secrets = SeededSecrets(random.Random(seed + 1))  # one stream, as before the split
+        for module in (server, core, effects, connections, clients):  # the controller daemon
+            for name, value in (("time", controller_wall), ("secrets", controller_secrets)):
+                if hasattr(module, name):
+                    mp.setattr(module, name, value)
         yield

@@ -27,7 +27,7 @@ from typing import Any, Literal, Sequence
 
 import trio
 
-from daemon.agent.runner import AlreadyLaunched, ExitStatus, check_key
+from daemon.agent.attempts import AlreadyLaunched, ExitStatus, check_key
 from model import messages as M
 from model.jobs import JobSpec
 

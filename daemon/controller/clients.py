@@ -1,0 +1,127 @@
+"""The controller's client requests (``/client``): one request, one reply.
+
+The operator's and version 4 operations live in operator.py and job_ops.py;
+this routes to them and answers submit, cancel, jobs, status, logs and forget.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from typing import Any
+
+import trio
+from trio_websocket import ConnectionClosed as WSClosed
+from trio_websocket import WebSocketConnection
+
+from model import events as E
+from model.admission import unrunnable_reason
+from model.errors import LocalProtocolError, ProtocolError
+from model.facts import JobCancelConfirmed, JobRequeued, JobSubmitted
+from model.jobs import JobSpec, JobState
+
+from daemon import wire
+from daemon.controller import job_ops, operator
+from daemon.controller.logs import output_paths_of
+from daemon.controller.work import _Work
+
+log = logging.getLogger("reckon.controller")
+
+
+class ClientRequests:
+    """Part of ``ControllerDaemon`` (daemon/controller/core.py): the client operations."""
+
+    async def _client_connection(self, ws: WebSocketConnection) -> None:
+        while True:
+            try:
+                data = await ws.get_message()
+            except WSClosed:
+                return
+            try:
+                request = wire.loads(data, limit=wire.MAX_AGENT_MESSAGE)
+                reply = {"ok": True, **await self._client_op(request)}
+            except (ProtocolError, ValueError, TypeError, KeyError) as exc:
+                reply = {"ok": False, "error": str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"}
+            await ws.send_message(wire.dumps(reply))
+
+    async def _client_op(self, request: dict) -> dict:
+        op = request.get("op")
+        if op in operator.OPS:  # show, nodes, drain, resume, history
+            return await operator.OPS[op](self, request)
+        queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
+        if op == "submit":
+            [job_id] = await self._submit_batch([JobSpec.from_dict(request["spec"])], queue_anyway)
+            return {"job": await self.call(call=lambda: self.job_object(job_id))}
+        if op == "submit_many":
+            specs = [JobSpec.from_dict(s) for s in request["specs"]]
+            return {"jobs": await self._submit_batch(specs, queue_anyway)}
+        if op == "cancel":
+            job_id, whole_array = str(request["job"]), request.get("array")  # array: None = the array if it names one
+            await self.call(event=E.CancelJob(job=job_id, now=time.time(), whole_array=whole_array))
+            return await self.call(call=lambda: job_ops.cancel_reply(self, job_id))
+        if op in job_ops.OPS:
+            return await job_ops.run(self, op, request)
+        if op == "jobs":
+            state = request.get("state")
+            if state is not None and state not in JobState.__members__:
+                raise ValueError(f"unknown state {state!r}; one of {', '.join(JobState.__members__)}")
+            return {"jobs": await self.call(call=lambda: self.job_objects(state))}
+        if op == "status":
+            return {"status": await self.call(call=self.status)}
+        if op == "logs":
+            return await self.output.read(request)
+        if op == "forget":
+            return await self._forget(str(request["agent"]))
+        raise ValueError(f"unknown op {op!r}")
+
+    async def _forget(self, agent: str) -> dict:
+        """The operator declares a disconnected agent gone: its jobs are requeued, its name released."""
+        commands = await self.call(event=E.ForgetAgent(agent=agent, now=time.time()))
+        facts = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+        requeued = [f.job for f in facts if isinstance(f, JobRequeued)]
+        cancelled = [f.job for f in facts if isinstance(f, JobCancelConfirmed)]
+        log.warning("the operator forgot agent %s: %d job(s) requeued, %d cancel(s) confirmed; its name is free",
+                    agent, len(requeued), len(cancelled))
+        self.log_dirs.pop(agent, None)
+        return {"agent": agent, "requeued": requeued, "cancelled": cancelled}
+
+    async def _submit_batch(self, specs: list[JobSpec], queue_anyway: bool = False) -> list[str]:
+        """Submit jobs (many share a group commit); their ids, in order."""
+        if len(specs) > 1 and not queue_anyway:  # all or nothing: the model's refusal, before any is submitted
+            refusals = await self.call(call=lambda: {unrunnable_reason(self.model.state, s) for s in specs} - {None})
+            if refusals:
+                raise LocalProtocolError(f"nothing submitted: {min(refusals)}")
+        send, recv = trio.open_memory_channel[Any](len(specs) + 1)
+        now = time.time()
+        for spec in specs:
+            # A fresh random uid per submission: no report about another submission
+            # that had this id (a rolled-back state) can ever be taken for this one.
+            uid = secrets.token_hex(8)
+            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now, uid=uid, queue_anyway=queue_anyway),
+                                             reply=send))
+        ids = []
+        async with recv:
+            for _ in specs:
+                work = await recv.receive()
+                if work.error is not None:
+                    raise LocalProtocolError(work.error)
+                ids.append(next(f.job for c in work.commands if isinstance(c, E.Append) for f in c.facts
+                                if isinstance(f, JobSubmitted)))
+        return ids
+
+    def job_object(self, job_id: str) -> dict:
+        job = self.model.state.job(job_id)
+        obj = job.to_dict()
+        obj["stdout"], obj["stderr"] = output_paths_of(self, job)
+        return obj
+
+    def job_objects(self, state: str | None) -> list[dict]:
+        return [j.to_dict() for j in self.model.state.jobs.values() if state is None or j.state.value == state]
+
+    def status(self) -> dict:
+        counts: dict[str, int] = {}
+        for job in self.model.state.jobs.values():
+            counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}

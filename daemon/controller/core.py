@@ -1,0 +1,190 @@
+"""The controller's serial core loop: one task owns the model.
+
+It takes every pending event in one batch, lets the model decide, runs the
+scheduler, appends the batch's facts in ONE durable transaction (group
+commit), and only then releases the batch's effects (daemon/controller/effects.py).
+``ControllerDaemon`` is the core loop plus its mixins: the agent connections
+(connections.py), the client requests (clients.py) and the effects.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import trio
+
+from model import events as E
+from model.controller import Controller
+from model.errors import LocalProtocolError, RemoteProtocolError
+from model import messages as M
+from model.facts import Fact
+from model.state import snapshot
+from model.scheduler import Scheduler
+
+from daemon.controller import lifecycle, startup
+from daemon.controller.clients import ClientRequests
+from daemon.controller.connections import AgentConnections, _Conn
+from daemon.controller.effects import CommandEffects
+from daemon.controller.logs import OutputRelay
+from daemon.controller.metrics import ControllerMetrics
+from daemon.controller.work import _Work
+from daemon.refusals import RefusalLog
+from daemon.store.facts import FactStore
+
+if TYPE_CHECKING:
+    from daemon.controller.server import ControllerOptions
+
+log = logging.getLogger("reckon.controller")
+
+REFUSAL_REMINDER = 600.0  # seconds between log reminders of a peer that keeps being refused
+
+
+class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
+    """The controller's model and everything that drives it; see the module docstring."""
+
+    def __init__(self, options: ControllerOptions, store: FactStore, controller: Controller) -> None:
+        self.options = options
+        self.store = store
+        self.model = controller
+        self.scheduler = Scheduler()
+        self._work_send, self._work_recv = trio.open_memory_channel[_Work](1_000_000)
+        self._conns: dict[int, _Conn] = {}
+        self._conn_ids = itertools.count(1)
+        self.log_dirs: dict[str, tuple[str, str]] = {}  # agent -> (log_dir, log_layout) from its Join
+        self.output = OutputRelay(self)  # `reckon logs` (daemon/controller/logs.py)
+        self._round_started: dict[bytes, tuple[float, int]] = {}  # token -> (trio time, jobs queried)
+        self._joined_at: dict[str, float] = {}  # agent -> trio time its latest welcomed Join arrived
+        # Refused peers, logged once per condition: by (address, reason) at the handshake,
+        # by (agent name, address) at the Join.
+        self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
+        self.started_at = time.time()
+        self.nodes = lifecycle.NodeTracker()  # since when each node is in its state
+        self.metrics = ControllerMetrics(self)
+        self.before_release: Callable[[], None] = lambda: None  # raises if this controller may not (ha.py)
+        self.grace_timer = startup.GraceTimer()
+        for cmd in controller.initial_notes():
+            assert isinstance(cmd, E.Notify)
+            self.scheduler.notify(cmd.note)
+
+    # ---- the core loop ------------------------------------------------------------
+
+    async def submit(self, work: _Work) -> None:
+        await self._work_send.send(work)
+
+    async def call(self, event: Any = None, call: Callable[[], Any] | None = None) -> Any:
+        """Run an event or a read through the core loop; return once its effects are durable."""
+        send, recv = trio.open_memory_channel[Any](1)
+        await self._work_send.send(_Work(event=event, call=call, reply=send))
+        async with recv:
+            work: _Work = await recv.receive()
+        if work.error is not None:
+            raise LocalProtocolError(work.error)
+        return work.result
+
+    async def core_loop(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Start the model (ids, start gate), then decide batches until cancelled."""
+        for cmd in await startup.start_model(self):
+            self._release(cmd)
+        task_status.started()
+        while True:
+            batch = [await self._work_recv.receive()]
+            while len(batch) < self.options.max_batch:
+                try:
+                    batch.append(self._work_recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            commands: list[E.Command] = []
+            for work in batch:
+                self._decide(work)
+                commands.extend(work.commands)
+            # The scheduler places against what this batch decided (new jobs, agents
+            # that joined or freed slots), not against the batch before it.
+            for cmd in commands:
+                if isinstance(cmd, E.Notify):
+                    self.scheduler.notify(cmd.note)
+            commands.extend(self._schedule())
+            facts: list[Fact] = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+            if facts:
+                # Commit before effect: nothing below leaves this process until the
+                # facts behind it are durable.  A failed commit kills the daemon.
+                committing = time.perf_counter()
+                await startup.commit(self, facts)
+                self.metrics.committed(facts, time.perf_counter() - committing)
+            lifecycle.after_commit(self, facts, commands)
+            self.before_release()
+            for cmd in commands:
+                self._release(cmd)
+            for work in batch:
+                if work.reply is not None:
+                    work.reply.send_nowait(work)
+            if self.store.facts_since_snapshot >= self.options.snapshot_every:
+                await self._snapshot()
+
+    def _decide(self, work: _Work) -> None:
+        try:
+            if work.event is not None:
+                work.commands = self.model.handle(work.event)
+                work.result = work.commands
+            if work.call is not None:
+                work.result = work.call()
+        except LocalProtocolError as exc:
+            work.error = str(exc)
+        except RemoteProtocolError as exc:
+            conn = getattr(work.event, "conn", None)
+            log.warning("connection %s: %s", conn, exc)
+            if conn is not None:
+                work.commands = [
+                    E.Send(conn=conn, message=M.Error(seq=0, reason=str(exc))),
+                    E.Close(conn=conn, reason=str(exc)),
+                ]
+                work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time(),
+                                                                       mono=trio.current_time()))
+
+    def _schedule(self) -> list[E.Command]:
+        """Dispatch what the scheduler proposes, until quiet or the batch's budget is spent.
+
+        The budget keeps one batch (and one connection's send queue) from taking
+        a whole backlog at once; when it is spent, an empty work item brings the
+        loop straight back for the rest after this batch's effects are out.
+        """
+        out: list[E.Command] = []
+        pending_notes = True
+        budget = self.options.max_dispatch_per_batch
+        while pending_notes:
+            if budget <= 0:
+                self._work_send.send_nowait(_Work())
+                break
+            proposals = self.scheduler.place(limit=budget)
+            budget -= len(proposals)
+            if not proposals:
+                break
+            now = time.time()
+            pending_notes = False
+            for job, agent in proposals:
+                cmds = self.model.handle(E.DispatchProposed(job=job, agent=agent, now=now))
+                for cmd in cmds:
+                    if isinstance(cmd, E.Notify):
+                        self.scheduler.notify(cmd.note)
+                        pending_notes = True
+                out.extend(cmds)
+        return out
+
+    async def _snapshot(self) -> None:
+        snap = snapshot(self.model.state)
+        await self.store.write_snapshot(snap, self.store.last_seq)
+
+    async def ticker(self) -> None:
+        """Time: lost-agent detection when ``lost_after`` is set; the start gate's grace."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.grace_timer.run, lambda event: self.submit(_Work(event=event)))
+            if self.options.model.lost_after is not None:
+                nursery.start_soon(self._lost_ticks)
+
+    async def _lost_ticks(self) -> None:
+        assert self.options.model.lost_after is not None
+        while True:
+            await trio.sleep(min(1.0, self.options.model.lost_after / 4))
+            await self.submit(_Work(event=E.Tick(now=time.time(), mono=trio.current_time())))
