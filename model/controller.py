@@ -14,6 +14,7 @@ from typing import Callable
 
 from . import events as E
 from .admission import unrunnable_reason
+from . import batches
 from . import job_ops
 from . import facts as F
 from . import messages as M
@@ -686,6 +687,7 @@ class Controller:
         E.DrainAgent: on_drain,
         E.ResumeAgent: on_resume,
         E.SubmitArray: job_ops.on_submit_array,
+        E.SubmitBatch: batches.on_submit_batch,
         E.HoldJob: job_ops.on_hold,
         E.ReleaseJob: job_ops.on_release,
         E.RequeueJob: job_ops.on_requeue,

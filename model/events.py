@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ._check import check_bytes, check_int, check_opt_time, check_opt_uid, check_str, check_time
+from ._check import MAX_UID, check_bytes, check_int, check_opt_time, check_opt_uid, check_str, check_time
 from .facts import Fact
 from .arrays import ArrayRange
 from .jobs import JobSpec
@@ -120,6 +120,32 @@ class SubmitJob:
             raise ValueError("spec must be a JobSpec")
         check_time("now", self.now)
         check_opt_uid("uid", self.uid)
+        if not isinstance(self.queue_anyway, bool):
+            raise ValueError("queue_anyway must be a bool")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitBatch:
+    """Submit ``specs`` all or none (``submit_many``, ``reckon submit --file``): model/batches.py."""
+
+    specs: tuple[JobSpec, ...]
+    now: float
+    uids: tuple[str, ...]  # one fresh uid per job, in order (the daemon draws them)
+    queue_anyway: bool = False  # queue even if no registered agent could ever run a job (model/admission.py)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.specs, tuple) or not self.specs:
+            raise ValueError("specs must be a non-empty tuple")
+        for spec in self.specs:
+            if not isinstance(spec, JobSpec):
+                raise ValueError("specs must hold JobSpecs")
+        check_time("now", self.now)
+        if not isinstance(self.uids, tuple) or len(self.uids) != len(self.specs):
+            raise ValueError("uids must be a tuple with one uid per spec")
+        for uid in self.uids:
+            check_str("uid", uid, max_len=MAX_UID)
+        if len(set(self.uids)) != len(self.uids):
+            raise ValueError("uids must be distinct")
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
 
@@ -321,7 +347,7 @@ class StartGraceEnded:
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
     DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
-    SubmitArray, HoldJob, ReleaseJob, RequeueJob,
+    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob,
     ControllerStarted, StartGraceEnded,
 ]
 

@@ -10,22 +10,18 @@ import logging
 import os
 import secrets
 import time
-from typing import Any
 
-import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import WebSocketConnection
 
 from model import events as E
-from model.admission import unrunnable_reason
-from model.errors import LocalProtocolError, ProtocolError
+from model.errors import ProtocolError
 from model.facts import JobCancelConfirmed, JobRequeued, JobSubmitted
 from model.jobs import JobSpec, JobState
 
 from daemon import wire
 from daemon.controller import job_ops, operator
 from daemon.controller.logs import output_paths_of
-from daemon.controller.work import _Work
 
 log = logging.getLogger("reckon.controller")
 
@@ -51,8 +47,10 @@ class ClientRequests:
         if op in operator.OPS:  # show, nodes, drain, resume, history
             return await operator.OPS[op](self, request)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
-        if op == "submit":
-            [job_id] = await self._submit_batch([JobSpec.from_dict(request["spec"])], queue_anyway)
+        if op == "submit":  # one job: its refusal is the model's own, with no batch around it
+            [job_id] = _submitted_ids(await self.call(event=E.SubmitJob(
+                spec=JobSpec.from_dict(request["spec"]), now=time.time(), uid=secrets.token_hex(8),
+                queue_anyway=queue_anyway)))
             return {"job": await self.call(call=lambda: self.job_object(job_id))}
         if op == "submit_many":
             specs = [JobSpec.from_dict(s) for s in request["specs"]]
@@ -88,28 +86,14 @@ class ClientRequests:
         return {"agent": agent, "requeued": requeued, "cancelled": cancelled}
 
     async def _submit_batch(self, specs: list[JobSpec], queue_anyway: bool = False) -> list[str]:
-        """Submit jobs (many share a group commit); their ids, in order."""
-        if len(specs) > 1 and not queue_anyway:  # all or nothing: the model's refusal, before any is submitted
-            refusals = await self.call(call=lambda: {unrunnable_reason(self.model.state, s) for s in specs} - {None})
-            if refusals:
-                raise LocalProtocolError(f"nothing submitted: {min(refusals)}")
-        send, recv = trio.open_memory_channel[Any](len(specs) + 1)
-        now = time.time()
-        for spec in specs:
-            # A fresh random uid per submission: no report about another submission
-            # that had this id (a rolled-back state) can ever be taken for this one.
-            uid = secrets.token_hex(8)
-            await self._work_send.send(_Work(event=E.SubmitJob(spec=spec, now=now, uid=uid, queue_anyway=queue_anyway),
-                                             reply=send))
-        ids = []
-        async with recv:
-            for _ in specs:
-                work = await recv.receive()
-                if work.error is not None:
-                    raise LocalProtocolError(work.error)
-                ids.append(next(f.job for c in work.commands if isinstance(c, E.Append) for f in c.facts
-                                if isinstance(f, JobSubmitted)))
-        return ids
+        """Submit jobs all or none, in one model event (model/batches.py); their ids, in order."""
+        if not specs:
+            return []
+        # A fresh random uid per submission: no report about another submission
+        # that had this id (a rolled-back state) can ever be taken for this one.
+        uids = tuple(secrets.token_hex(8) for _ in specs)
+        return _submitted_ids(await self.call(event=E.SubmitBatch(specs=tuple(specs), now=time.time(), uids=uids,
+                                                                  queue_anyway=queue_anyway)))
 
     def job_object(self, job_id: str) -> dict:
         job = self.model.state.job(job_id)
@@ -125,3 +109,8 @@ class ClientRequests:
         for job in self.model.state.jobs.values():
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
+
+
+def _submitted_ids(commands: list[E.Command]) -> list[str]:
+    """The ids of the jobs a submit's commands submitted, in order."""
+    return [f.job for c in commands if isinstance(c, E.Append) for f in c.facts if isinstance(f, JobSubmitted)]

@@ -1,0 +1,47 @@
+"""A batch submit (``submit_many``, ``reckon submit --file``): all the jobs or none.
+
+One event, one ``handle()`` call: every entry is checked against the state as
+it is, then all are applied.  A refused entry refuses the batch, changes
+nothing and names the entry, so no other event (a cancel of a dependency, a
+``reckon forget`` of the one agent large enough) can land between the check
+and the submits and leave half a batch behind.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import events as E
+from . import facts as F
+from . import startup
+from .admission import unrunnable_reason
+from .errors import LocalProtocolError
+from .jobs import JobSpec
+from .policy import dependency_refusal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .controller import Controller, _Out
+    from .state import ControllerState
+
+
+def entry_refusal(state: "ControllerState", spec: JobSpec, queue_anyway: bool) -> str | None:
+    """Why one entry of a batch cannot be submitted now; None if it can.
+
+    Everything the apply of its ``JobSubmitted`` would refuse is refused here
+    first, so the apply of a checked batch cannot stop half-way."""
+    if spec.array_id is not None:
+        return "an array job cannot be part of a batch (submit the array on its own)"
+    if not queue_anyway and (refusal := unrunnable_reason(state, spec)) is not None:
+        return refusal
+    return dependency_refusal(state, spec)
+
+
+def on_submit_batch(controller: "Controller", ev: E.SubmitBatch, out: "_Out") -> None:
+    state = controller.state
+    for number, spec in enumerate(ev.specs, start=1):
+        refusal = entry_refusal(state, spec, ev.queue_anyway)
+        if refusal is not None:
+            raise LocalProtocolError(f"nothing submitted: entry {number} of {len(ev.specs)}: {refusal}")
+    for spec, uid in zip(ev.specs, ev.uids):
+        startup.mark_for_submit(controller, out)  # as for each single submit: the id mark stays ahead
+        controller._apply(out, F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid))
