@@ -61,6 +61,14 @@ def resolve_ca(ca: str | os.PathLike | None) -> str | os.PathLike | None:
     return ca or os.environ.get("RECKON_CA") or None
 
 
+def refuse_unused_ca(urls: str, ca: str | os.PathLike | None) -> None:
+    """``--ca`` with no wss:// controller URL would go unused: a usage error, as the controller's
+    TLS options without TLS are (the environment's $RECKON_CA is not refused: it is ambient)."""
+    if ca is not None and not any(url.strip().startswith("wss:") for url in urls.split(",")):
+        raise UsageError(f"--ca is for a wss:// controller, and {urls} is not one (no TLS): "
+                         "drop --ca or use a wss:// URL")
+
+
 def client_ssl_context(ca: str | os.PathLike | None = None) -> Any:
     """An ``ssl.SSLContext`` that verifies the controller's certificate and host name against ``ca``
     (a PEM file), else the system's trust store.  ``UsageError`` when ``ca`` cannot be used."""

@@ -12,8 +12,8 @@ from typing import Any
 
 import trio
 
-from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_url, resolve_ca,
-                               resolve_controller, resolve_token)
+from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_url, refuse_unused_ca,
+                               resolve_ca, resolve_controller, resolve_token)
 from daemon.cli.logfile import reopen_on_hangup, setup_logging
 from daemon.controller.listen import CannotListen
 from daemon.controller.tls import TLSConfigError, check_tls_files
@@ -39,7 +39,8 @@ def run_daemon_command(args: argparse.Namespace) -> int:
                 raise UsageError(str(exc)) from None
             return trio.run(_controller_command, args, log_file)
         if args.command == "agent":
-            if resolve_controller(args.controller).startswith("wss:"):
+            refuse_unused_ca(resolve_controller(args.controller), args.ca)
+            if any(url.strip().startswith("wss:") for url in resolve_controller(args.controller).split(",")):
                 client_ssl_context(resolve_ca(args.ca))  # UsageError for an unusable --ca, before anything starts
             return trio.run(_agent_command, args, log_file)
         if args.command == "dev":

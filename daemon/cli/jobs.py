@@ -16,13 +16,14 @@ import time
 
 from daemon import wire
 from daemon.cli import batch
-from daemon.cli.client import (SyncClient, UsageError, client_ssl_context, request_bytes, resolve_ca,
+from daemon.cli.client import (SyncClient, UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
                                resolve_controller, resolve_token)
 
 
 def run_client_command(args: argparse.Namespace) -> int:
     url = resolve_controller(args.controller)
     token = resolve_token(args.token_file)
+    refuse_unused_ca(url, args.ca)
     tls = client_ssl_context(resolve_ca(args.ca)) if url.startswith("wss:") else None
     out = sys.stdout
     if args.command == "submit":

@@ -187,10 +187,14 @@ def _help_width() -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error as one ``reckon: ...`` line (the CLI's failure contract) and status 2."""
+    """argparse, with a usage error as one ``reckon: ...`` line (the CLI's failure contract) and status 2,
+    and no abbreviated options."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
+        # No prefixes (`--slot` for `--slots`): a later option must never change what one meant.
+        # Subparsers are of this class too, so this holds for every command.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> "NoReturn":  # type: ignore[override]
@@ -463,7 +467,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     command = command_of(argv)
     parser = build_parser(only=command)
     if command in DAEMONS and ("--config" in argv or any(a.startswith("--config=") for a in argv)):
-        pre = argparse.ArgumentParser(add_help=False)
+        pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         pre.add_argument("--config", type=path)
         known, _ = pre.parse_known_args(argv)
         if known.config is not None:

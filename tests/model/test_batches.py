@@ -115,7 +115,8 @@ def test_a_forget_that_removes_the_only_large_agent_refuses_a_batch_needing_it()
     ctrl.handle(E.ConnectionClosed(conn=2, now=2.0))
     ctrl.handle(E.ForgetAgent(agent="a2", now=3.0))
     before = _picture(ctrl)
-    with pytest.raises(LocalProtocolError, match="entry 2 of 2: .*needs 8 slots and the largest registered agent has 2"):
+    refusal = "entry 2 of 2: .*needs 8 slots and the largest registered agent has 2"
+    with pytest.raises(LocalProtocolError, match=refusal):
         ctrl.handle(_batch(_spec(), _spec(slots=8)))
     assert _picture(ctrl) == before
 
