@@ -140,8 +140,10 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any) -> bool:
     return restored
 
 
-def mark_for_submit(ctrl: "Controller", out: Any) -> None:
-    """Before a submit: raise the id mark if the next id is above it (the daemon writes the file first)."""
+def mark_for_submit(ctrl: "Controller", out: Any, count: int = 1) -> None:
+    """Before submitting ``count`` jobs: raise the id mark if the last of their ids is above it
+    (the daemon writes the file first)."""
     state = ctrl.state
-    if state.next_job > state.id_mark:
-        ctrl._apply(out, F.IdMarkRaised(upto=state.next_job + ID_BLOCK - 1))
+    last = state.next_job + count - 1
+    if last > state.id_mark:
+        ctrl._apply(out, F.IdMarkRaised(upto=last + ID_BLOCK - 1))
