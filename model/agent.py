@@ -153,7 +153,7 @@ class Agent:
         running = sum(1 for r in self.records.values() if r.status is LocalStatus.RUNNING)
         self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
                                running=running, log_dir=self.config.log_dir, log_layout=self.config.log_layout,
-                               identity=self.config.identity))
+                               identity=self.config.identity, cluster=self.cluster))
 
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)

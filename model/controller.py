@@ -16,6 +16,7 @@ from . import events as E
 from .admission import unrunnable_reason
 from . import batches
 from . import job_ops
+from . import names
 from . import facts as F
 from . import messages as M
 from ._check import MAX_NAME
@@ -260,7 +261,7 @@ class Controller:
             return
         session = self.sessions.get(join.agent)
         info = self.state.agents.get(join.agent)
-        refusal = self._name_refusal(join, session, info)
+        refusal = names.name_refusal(self, join, session, info)
         if refusal is not None:
             # Nothing changes: no fact, the holder's connection and jobs untouched.
             reason, permanent = refusal
@@ -289,49 +290,15 @@ class Controller:
         session.version, session.identity, session.latest_conn = join.version, join.identity, ev.conn
         placed = self.placed_on(join.agent)
         # Req 1: a round whenever we place non-terminal jobs here, whatever kind of
-        # join this is; also when the agent runs jobs we do not place here.
-        if placed or join.running:
+        # join this is; also when the agent runs jobs we do not place here, and while
+        # the start gate is closed (its recent outcomes may be of jobs this state,
+        # perhaps a restored copy, calls PENDING: model.startup).
+        if placed or join.running or self.start_gate is not None:
             self._arm_round(out, session, ev.token, placed, ev.now, welcome=True)
         else:
             self._send(out, session, lambda seq: M.Welcome(seq=seq, version=session.version, token=None,
                                                                       cluster=self.state.cluster))
         self._note_agent(out, join.agent)
-
-    def _name_refusal(self, join: M.Join, session: AgentSession | None,
-                      info: AgentInfo | None) -> tuple[str, bool] | None:
-        """Why ``join`` may not have its name, and whether that is permanent; or None.
-
-        A name belongs to one identity at a time.  Another identity is refused
-        while the holder is connected, and while the disconnected holder still
-        has jobs placed on it (giving the name away would let them run twice);
-        a disconnected holder with nothing placed hands the name over (a wiped
-        state directory, a replaced machine).  ``reckon forget`` releases a
-        name whose holder is gone with jobs placed.  While the start gate is
-        closed, a holder that has not rejoined keeps its name (refused for now,
-        not permanently): the state just recovered may be older than what it
-        ran.  Agents without an identity keep the rules of versions 1 and 2:
-        the newest connection wins.
-        """
-        if join.identity is None:
-            return None
-        connected = session is not None and session.connected
-        holder = session.identity if connected else (info.identity if info is not None else None)
-        if holder is None or holder == join.identity:
-            return None
-        held = f"agent name {join.agent} is held by another agent"
-        if connected:
-            return held, True
-        placed = len(info.running) if info is not None else 0
-        if placed:
-            return (f"{held} (disconnected, {placed} unfinished job(s) placed on it); if that machine is gone "
-                    f"for good, release the name with `reckon forget {join.agent}`"), True
-        if self.start_gate is not None and join.agent in self.start_gate.waiting:
-            # After a start (a restored state above all) "nothing placed" may be stale: the
-            # holder may have run jobs this state calls PENDING.  It gets the start grace to
-            # rejoin and report them before its name goes to another identity.
-            return (f"{held}, which has not rejoined since the controller started; the name is handed "
-                    f"over only if it is still away when the start grace ends"), False
-        return None
 
     def _refuse_join(self, out: _Out, conn: int, reason: str, *, permanent: bool) -> None:
         """Refuse a Join: the connection never counts as joined, nothing else changes."""

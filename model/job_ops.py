@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import events as E
 from . import facts as F
+from . import startup
 from .admission import unrunnable_reason
 from .arrays import array_member
 from .errors import LocalProtocolError
@@ -36,6 +37,7 @@ def on_submit_array(controller: "Controller", ev: E.SubmitArray, out: "_Out") ->
         raise LocalProtocolError(refusal)
     check_submit(controller, ev.spec)
     state = controller.state
+    startup.mark_for_submit(controller, out, count=len(ev.array.indices()))  # every member's id, before any
     array_id = state.next_job_id()  # the first job's id names the array
     for n, index in enumerate(ev.array.indices()):
         spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running)

@@ -181,11 +181,16 @@ class Join:
     log_dir: str | None = None  # where the agent keeps job output, shown by `reckon show`
     log_layout: str = "attempt-dir"  # how it names the files there (a key of LOG_LAYOUTS)
     identity: str | None = None  # the agent's durable identity (its state directory's), version 3; None: an older agent
+    # Lets a controller whose state may be a restored copy tell a returning agent from a newcomer
+    # under the same name (model.names).
+    cluster: str | None = None  # the controller history (welcome's cluster) it has joined, version 4; None: none yet, or older
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent, max_len=100)
         if self.identity is not None:
             check_identity("identity", self.identity)
+        if self.cluster is not None:
+            check_str("cluster", self.cluster, max_len=64)
         if self.log_dir is not None:
             check_str("log_dir", self.log_dir, max_len=4096)
         check_str("log_layout", self.log_layout, max_len=100)
@@ -502,7 +507,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
 _OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
-_OMITTED_AT_DEFAULT[Join] = {"identity": None}
+_OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None}
 
 

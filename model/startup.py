@@ -15,7 +15,10 @@ Both guard against a restored older copy of the controller's state (README,
   with its true outcome; dispatching it elsewhere first would run it twice.
   So after a start with PENDING jobs nothing is dispatched until every agent
   the recovered state knows has rejoined and answered its round, or the grace
-  (on the silence clock) is over.  The gate is volatile: replay never opens
+  (on the silence clock) is over.  A state older than its id mark (restored
+  from a copy) may predate an agent's first join, so the agents it knows
+  prove nothing: it holds for the whole grace, also when its unfinished jobs
+  are all RUNNING (one may have been requeued and run elsewhere since).  The gate is volatile: replay never opens
   it, only ``ControllerStarted`` does.
 
 The functions here are the controller's handlers for these events; they take
@@ -58,17 +61,22 @@ def _clock(ev: Any) -> float:
 def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any) -> None:
     if ctrl.started:
         raise LocalProtocolError("the controller has already started")
-    _continue_ids(ctrl, ev.id_mark, out)  # may refuse: then nothing changed
+    restored = _continue_ids(ctrl, ev.id_mark, out)  # may refuse: then nothing changed
     mark_for_submit(ctrl, out)  # the next block now, so submits rarely wait for the file
     ctrl.started = True
     pending = any(j.state is JobState.PENDING for j in ctrl.state.jobs.values())
-    if ev.grace > 0 and pending:
+    # After a restore, a job the copy calls RUNNING may since have been requeued and run on an agent
+    # the copy does not know: its placement's "unrecognized" must not send it out again at once.
+    unfinished = restored and any(not j.terminal for j in ctrl.state.jobs.values())
+    if ev.grace > 0 and (pending or unfinished):
         known = set(ctrl.state.agents)
-        ctrl.start_gate = StartGate(waiting=known, known=bool(known), deadline=_clock(ev) + ev.grace,
-                                    grace=ev.grace)
-        out.commands.append(E.Notify(note=DispatchHold(
-            held=True, reason=f"until {len(known)} known agent(s) have rejoined, "
-                              f"or for {ev.grace:g}s")))
+        # A state known to be a restored copy may predate some agent's first join: that agent is not
+        # among the known ones, so their rejoining proves nothing; only the grace ends the hold.
+        ctrl.start_gate = StartGate(waiting=known, known=bool(known) and not restored,
+                                    deadline=_clock(ev) + ev.grace, grace=ev.grace)
+        until = (f"for {ev.grace:g}s (the state is older than its id mark)" if restored else
+                 f"until {len(known)} known agent(s) have rejoined, or for {ev.grace:g}s")
+        out.commands.append(E.Notify(note=DispatchHold(held=True, reason=until)))
         out.commands.append(E.StartGraceTimer(deadline=ctrl.start_gate.deadline))
 
 
@@ -96,8 +104,11 @@ def _open(ctrl: "Controller", out: Any, reason: str) -> None:
     out.commands.append(E.Notify(note=DispatchHold(held=False, reason=reason)))
 
 
-def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any) -> None:
-    """Continue job ids above every id that may have been issued before this start."""
+def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any) -> bool:
+    """Continue job ids above every id that may have been issued before this start.
+
+    Returns whether the state is older than its id mark (a restored copy, or a crash in the
+    instant between writing the mark file and committing)."""
     state = ctrl.state
     if mark is not None and mark.cluster != state.cluster:
         if state.next_job > 1 or state.id_mark > 0:
@@ -123,12 +134,16 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any) -> None:
             out.commands.append(E.Warn(message=(
                 f"the id mark file ({mark.upto}) is behind the controller state ({state.id_mark}): restored "
                 f"from an older copy? it is raised again at the next submission")))
+    restored = mark is not None and mark.upto > state.id_mark
     if floor >= state.next_job:
         ctrl._apply(out, F.JobIdsReserved(upto=floor))
+    return restored
 
 
-def mark_for_submit(ctrl: "Controller", out: Any) -> None:
-    """Before a submit: raise the id mark if the next id is above it (the daemon writes the file first)."""
+def mark_for_submit(ctrl: "Controller", out: Any, count: int = 1) -> None:
+    """Before submitting ``count`` jobs: raise the id mark if the last of their ids is above it
+    (the daemon writes the file first)."""
     state = ctrl.state
-    if state.next_job > state.id_mark:
-        ctrl._apply(out, F.IdMarkRaised(upto=state.next_job + ID_BLOCK - 1))
+    last = state.next_job + count - 1
+    if last > state.id_mark:
+        ctrl._apply(out, F.IdMarkRaised(upto=last + ID_BLOCK - 1))

@@ -429,7 +429,8 @@ class AgentDaemon:
 
     def _quiet(self) -> int:
         """The level of per-connection lines: debug while refused, so a refusal is not a line per attempt."""
-        return logging.DEBUG if self.refusals.active(_REFUSED) else logging.INFO
+        refused = self.refusals.active(_REFUSED) or self.failed_handshakes.active(_REFUSED)
+        return logging.DEBUG if refused else logging.INFO
 
     async def _keepalive(self, conn: _Connection, session: trio.CancelScope) -> None:
         """Ping the controller; no pong in time ends the session (then we reconnect)."""
@@ -477,6 +478,11 @@ class AgentDaemon:
                     # permanent as any refusal, though an older controller cannot say so.
                     self._refuse(conn, f"the controller says: {msg.reason}; it runs an older reckon than this "
                                        f"agent and refuses its messages: upgrade the controller first (README: Upgrades)")
+                elif isinstance(msg, M.Error) and msg.fatal:
+                    # Refused for now (a start's hold on names): retried like an outage, but one
+                    # line per condition, not one per attempt.
+                    self.failed_handshakes.refused(_REFUSED, f"{self.options.controller}: the controller "
+                                                             f"says: {msg.reason} (retrying)")
                 elif isinstance(msg, M.Error):
                     log.warning("controller says: %s", msg.reason)
                 elif isinstance(msg, M.Welcome):

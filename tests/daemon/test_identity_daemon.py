@@ -21,8 +21,9 @@ from daemon.agent.daemon import REFUSAL_RETRY_FIRST, run_agent
 from daemon.store.statelock import WrongStateDir
 from model.jobs import JobState
 from test_agent_daemon import install, options, start_agent
+from model import facts as F
 from model import messages as M
-from trio_harness import SPEC, FakeNet, ManualRunner, controller, until
+from trio_harness import SPEC, FakeNet, ManualRunner, TestFactStore, controller, until
 
 GUARD = 3_000  # fake seconds
 WINDOW = 590.0  # fake seconds watched: under the controller's reminder interval (600 s)
@@ -157,4 +158,35 @@ async def test_another_controller_history_is_refused_at_the_refusal_pace(tmp_pat
             assert not stopped.is_set() and ("1", 1) in agent.runner.running  # the old job is kept, not lost
             assert len(lines(caplog, "reckon.agent", "refusing to mix them")) == 2  # the first, one reminder
             assert lines(caplog, "reckon.agent", "connected to") == ["connected to ws://controller.test"] * 2
+            nursery.cancel_scope.cancel()
+
+
+NEW_NAME = "agent name n1 is new to this controller"
+
+
+async def test_a_new_agent_during_a_starts_hold_waits_for_it_and_logs_it_once(
+        tmp_path, autojump_clock, monkeypatch, caplog):
+    """After a start with a PENDING job the controller holds names it does not know (a restored copy
+    may predate an agent's first join, model/names.py): a fresh agent is refused for now, retries at
+    the outage pace without a log line per attempt, and joins when the grace ends."""
+    caplog.set_level(logging.INFO, logger="reckon")
+    with trio.fail_after(GUARD):
+        store = await TestFactStore.open(tmp_path / "controller")
+        await store.append([F.ClusterCreated(cluster="c0ffee00c0ffee00")])  # as serve names a new history
+        await store.aclose()
+        async with controller(tmp_path / "controller") as rig:
+            job = await rig.submit()  # no agent: it stays PENDING
+        async with controller(tmp_path / "controller") as rig, trio.open_nursery() as nursery:
+            assert rig.daemon.model.start_gate is not None
+            net = FakeNet(nursery, server=rig.daemon)
+            install(monkeypatch, net)
+            net.up = True
+            agent, _, _ = await start_agent(nursery, options(tmp_path / "fresh"))
+            await agent.joined.wait()
+            assert rig.daemon.model.start_gate is None  # it joined only once the hold was over
+            assert len(net.attempts) >= 5  # it kept trying at the outage pace meanwhile
+            assert len(lines(caplog, "reckon.agent", NEW_NAME)) == 1
+            assert len(lines(caplog, "reckon.controller", NEW_NAME)) == 1
+            assert len(lines(caplog, "reckon.agent", "connected to")) <= 1
+            await until(lambda: rig.job(job).state is JobState.RUNNING)
             nursery.cancel_scope.cancel()

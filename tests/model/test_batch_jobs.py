@@ -88,8 +88,9 @@ def test_array_submit_is_one_handle_with_one_job_per_index_and_the_first_id_name
     commands = h.controller_handle(E.SubmitArray(spec=_spec(), array=parse_array("1-5:2"), now=h.now,
                                                  uids=(h.uid(), h.uid(), h.uid())))
     appends = [c for c in commands if isinstance(c, E.Append)]
-    assert len(appends) == 1 and len(appends[0].facts) == 3  # one group commit
-    ids = [f.job for f in h.log[before:]]
+    submitted = [f for f in appends[0].facts if isinstance(f, F.JobSubmitted)]
+    assert len(appends) == 1 and len(submitted) == 3  # one group commit (with the id mark raised first)
+    ids = [f.job for f in h.log[before:] if isinstance(f, F.JobSubmitted)]
     first = ids[0]
     for job_id, index in zip(ids, (1, 3, 5)):
         spec = h.job(job_id).spec

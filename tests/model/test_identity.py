@@ -17,6 +17,7 @@ import pytest
 from harness import facts_of, sends_of, spec, token
 
 from model import events as E
+from model import names
 from model import facts as F
 from model import messages as M
 from model.agent import Agent, AgentConfig
@@ -43,10 +44,11 @@ class World:
         return commands
 
     def join(self, conn: int, identity: str | None, *, name: str = "node1", slots: int = 2, running: int = 0,
-             version: int = M.PROTOCOL_VERSION) -> list[E.Command]:
+             version: int = M.PROTOCOL_VERSION, cluster: str | None = None) -> list[E.Command]:
         self.tokens += 1
         return self.handle(E.AgentJoined(conn=conn, join=M.Join(agent=name, slots=slots, version=version,
-                                                               running=running, identity=identity),
+                                                               running=running, identity=identity,
+                                                               cluster=cluster),
                                          token=token(self.tokens), now=float(self.tokens)))
 
     def submit_and_place(self, count: int, agent: str = "node1") -> list[str]:
@@ -279,7 +281,7 @@ def test_the_name_handover_invariant_bites(monkeypatch) -> None:
     check(w.log)  # the real controller: refused, the log is fine
     w.join(2, SECOND)
     check(w.log)
-    monkeypatch.setattr(Controller, "_name_refusal", lambda self, join, session, info: None)
+    monkeypatch.setattr(names, "name_refusal", lambda ctrl, join, session, info: None)
     w.join(3, SECOND)
     with pytest.raises(AssertionError, match="INV-NAME-HANDOVER: node1 passed from 1+ to 2+ with \\['1'\\] placed"):
         check(w.log)
@@ -322,3 +324,65 @@ def test_after_the_start_grace_a_name_whose_holder_stayed_away_is_handed_over() 
     commands = w.join(5, SECOND)
 
     assert facts_of(commands) == [F.AgentRegistered(agent="node1", slots=2, identity=SECOND)]
+
+
+CLUSTER = "c0ffee00c0ffee00"
+
+
+def _started_from_a_copy_that_predates_node1(w: World, *, id_mark: int | None = None) -> None:
+    """The controller's state (history CLUSTER) has a PENDING job and has never seen node1: a copy
+    taken before node1's first join.  It restarts with its start gate closed."""
+    w.log.append(F.ClusterCreated(cluster=CLUSTER))
+    w.controller = Controller.from_log(list(w.log))
+    w.handle(E.SubmitJob(spec=spec(), now=1.0))
+    w.controller = Controller.from_log([F.decode(F.encode(f)) for f in w.log])
+    mark = E.IdMark(cluster=CLUSTER, upto=id_mark) if id_mark is not None else None
+    w.handle(E.ControllerStarted(now=10.0, grace=15.0, id_mark=mark))
+    assert w.controller.start_gate is not None
+
+
+def test_during_the_start_gate_an_unknown_name_goes_only_to_an_agent_of_this_cluster() -> None:
+    """Found by the daemon simulation (issue #9, the case left open last time): a copy of the state
+    taken before node1's first join knows no holder for "node1".  A clone of node1 with a fresh state
+    directory joined first after the restore and took the name; node1, which had run the copy's
+    PENDING job, was refused, and the job ran again on the clone.  While the gate is closed the name
+    goes only to an agent that has joined this cluster before: the newcomer waits (not for good)."""
+    w = World()
+    _started_from_a_copy_that_predates_node1(w)
+    before = list(w.log)
+
+    commands = w.join(5, SECOND)  # the clone: a fresh state directory, no cluster yet
+
+    error = refusal(commands, 5)
+    assert "is new to this controller" in error.reason and not error.permanent
+    assert facts_of(commands) == [] and w.log == before
+    # An agent that joined another history is a newcomer here too.
+    assert not refusal(w.join(6, SECOND, cluster="0" * 16), 6).permanent
+    # node1 comes back: it has joined this cluster before, so the name is its.
+    w.join(7, FIRST, cluster=CLUSTER)
+    assert w.controller.sessions["node1"].connected and w.controller.sessions["node1"].identity == FIRST
+    assert refusal(w.join(8, SECOND), 8).permanent  # and the clone is now refused for good
+
+
+def test_after_the_start_grace_a_newcomer_takes_a_free_name() -> None:
+    w = World()
+    _started_from_a_copy_that_predates_node1(w)
+    w.handle(E.StartGraceEnded(now=30.0))
+    assert w.controller.start_gate is None
+
+    commands = w.join(5, SECOND)
+
+    assert facts_of(commands) == [F.AgentRegistered(agent="node1", slots=2, identity=SECOND)]
+
+
+def test_an_agent_joined_while_the_gate_is_closed_gets_a_round_with_nothing_placed() -> None:
+    """So that its recent outcomes (perhaps of jobs the restored copy calls PENDING) are reported as
+    extras and adopted before anything is dispatched."""
+    w = World()
+    _started_from_a_copy_that_predates_node1(w)
+
+    commands = w.join(5, FIRST, cluster=CLUSTER)
+
+    [welcome] = sends_of(commands, M.Welcome)
+    assert welcome.token is not None and welcome.query_pages == 1
+    assert w.controller.sessions["node1"].round is not None

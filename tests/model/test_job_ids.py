@@ -115,3 +115,16 @@ def test_snapshot_keeps_the_mark_and_older_snapshots_restore_without_one():
     old = dict(data, v=2)
     del old["id_mark"]
     assert S.restore(old).id_mark == 0
+
+
+def test_an_array_raises_the_mark_over_all_its_ids_before_its_first_job():
+    """Found in review: an array's submit never raised the mark, so after a 1500-job array the
+    file still said 1000 and a restored older database could issue ids 1001-1501 again."""
+    from model.arrays import parse_array
+
+    ctrl, log = _new()
+    _submit(ctrl, log)
+    facts = facts_of(ctrl.handle(E.SubmitArray(spec=spec(), array=parse_array("1-1500"), now=1.0)))
+    assert isinstance(facts[0], F.IdMarkRaised) and facts[0].upto >= 1501
+    assert all(isinstance(f, F.JobSubmitted) for f in facts[1:]) and len(facts) == 1501
+    assert ctrl.state.id_mark >= ctrl.state.next_job - 1

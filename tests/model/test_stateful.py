@@ -555,12 +555,14 @@ class ReckonMachine(RuleBasedStateMachine):
             if isinstance(msg, M.Join):
                 self.ctrl_joined[conn] = True
                 placed = self.controller.placed_on(msg.agent)
+                gated = self.controller.start_gate is not None
                 cmds = self._ctrl(E.AgentJoined(conn=conn, join=msg, token=self._token(), now=self.now))
                 welcomes = [c.message for c in cmds if isinstance(c, E.Send) and isinstance(c.message, M.Welcome)]
                 armed = bool(welcomes) and welcomes[0].token is not None
-                if welcomes and armed != bool(placed or msg.running):
+                if welcomes and armed != bool(placed or msg.running or gated):
                     self._violate("INV-ROUND-TRIGGER", f"join of {msg.agent} with {placed} placed, "
-                                                       f"{msg.running} running: round armed={armed}")
+                                                       f"{msg.running} running, start gate closed={gated}: "
+                                                       f"round armed={armed}")
             else:
                 # The daemon insists on a Join first: it refuses and closes the connection.
                 self.ctrl_open[conn] = False
@@ -1291,7 +1293,8 @@ class ReckonMachine(RuleBasedStateMachine):
 
     @invariant()
     def inv_round_trigger(self):
-        """INV-ROUND-TRIGGER: a join arms a round exactly when jobs are placed there or the agent runs some."""
+        """INV-ROUND-TRIGGER: a join arms a round exactly when jobs are placed there, the agent runs some,
+        or the start gate is closed."""
         self._take("INV-ROUND-TRIGGER")
 
     @invariant()

@@ -295,16 +295,23 @@ class Cluster:
             return False
         return not any(p.job == job and p.attempt == record.attempt for p in self.world.processes.values())
 
-    async def restart_controller(self, *, backup: bool, rollback: bool, down: float) -> None:
+    async def restart_controller(self, *, backup: bool, rollback: bool, down: float, whole: bool = False) -> None:
         await self.controller.crash()
         if backup:
             copy = self.root / f"controller-backup-{len(self.backups)}"
             shutil.copytree(self.controller.state_dir, copy)
             self.backups.append(copy)
         await trio.sleep(down)
-        if rollback and self.backups:
+        if rollback and self.backups and whole:
             shutil.rmtree(self.controller.state_dir)
             shutil.copytree(self.backups[0], self.controller.state_dir)  # the oldest: the most forgotten
+        elif rollback and self.backups:
+            # As the README tells operators: copy back every controller.db* file of the oldest copy
+            # (the most forgotten), and leave the rest of the directory (the id mark) where it is.
+            for path in self.controller.state_dir.glob("controller.db*"):
+                path.unlink()
+            for path in self.backups[0].glob("controller.db*"):
+                shutil.copy2(path, self.controller.state_dir / path.name)
         await self.controller.start(self.nursery)
 
     async def restart_agent(self, host: str, down: float) -> None:

@@ -81,6 +81,10 @@ class ControllerRestart:
 @dataclass(frozen=True)
 class ControllerRollback:
     down: float  # restart from the oldest backup (a plain restart when there is none)
+    # False: copy back controller.db* only, as the README says (the id mark stays); True: the
+    # whole directory, id mark included, which the README says does not keep every promise
+    # (ids may repeat; a job may run again once the agents the copy knows are back).
+    whole: bool = False
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,7 @@ async def _do(cluster: Cluster, faults: trio.Nursery, step: Step, *, spare_launc
     elif isinstance(step, ControllerRestart):
         await cluster.restart_controller(backup=step.backup, rollback=False, down=step.down)
     elif isinstance(step, ControllerRollback):
-        await cluster.restart_controller(backup=False, rollback=True, down=step.down)
+        await cluster.restart_controller(backup=False, rollback=True, down=step.down, whole=step.whole)
     elif isinstance(step, AgentRestart):
         await cluster.restart_agent(step.host, step.down)
     elif isinstance(step, Duplicate):

@@ -14,6 +14,7 @@ import test_sim as T
 from daemon.agent.daemon import AgentDaemon
 from model import controller as controller_model
 from model import events as E
+from model import names
 from model.agent import Agent
 from model.controller import Controller
 
@@ -27,7 +28,7 @@ class _NoLaunchTracking(dict):
 
 
 def test_bite_bug1_names_are_not_bound_to_identities(monkeypatch):
-    monkeypatch.setattr(Controller, "_name_refusal", lambda self, join, session, info: None)
+    monkeypatch.setattr(names, "name_refusal", lambda ctrl, join, session, info: None)
     with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
         T.test_bug1_a_duplicate_name_agent_does_not_run_jobs_twice()
 

@@ -1,0 +1,63 @@
+"""Who may join under a name: the controller's rule binding each agent name to one identity.
+
+A name belongs to one identity at a time (an agent's identity is created with
+its state directory).  Another identity is refused while the holder is
+connected, and while the disconnected holder still has jobs placed on it
+(giving the name away would let them run twice); a disconnected holder with
+nothing placed hands the name over (a wiped state directory, a replaced
+machine).  ``reckon forget`` releases a name whose holder is gone with jobs
+placed.  Agents without an identity (versions 1 and 2) keep the old rule: the
+newest connection wins.
+
+After a start the recovered state may be older than what agents ran (a
+restored copy above all: README, "Restoring an older copy"), so while the
+start gate is closed (model.startup) two more refusals hold a name back, both
+retryable, both lifted when the gate opens:
+
+- a holder the state knows that has not rejoined keeps its name: it may have
+  run jobs this state calls PENDING, and must get to report them first;
+- a name the state knows no holder for goes only to an agent that says it has
+  joined this cluster before (``Join.cluster``): the copy may predate that
+  agent's first join, and a newcomer under its name (a clone with a fresh
+  state directory) would otherwise take the name and be given the jobs the
+  returning agent ran, to run them again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import messages as M
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .controller import AgentSession, Controller
+    from .state import AgentInfo
+
+
+def name_refusal(ctrl: "Controller", join: M.Join, session: "AgentSession | None",
+                 info: "AgentInfo | None") -> tuple[str, bool] | None:
+    """Why ``join`` may not have its name, and whether that is permanent; or None."""
+    if join.identity is None:
+        return None
+    connected = session is not None and session.connected
+    holder = session.identity if connected else (info.identity if info is not None else None)
+    if holder == join.identity:
+        return None
+    gate = ctrl.start_gate
+    if holder is None:
+        if gate is not None and join.cluster != ctrl.state.cluster:
+            return (f"agent name {join.agent} is new to this controller, which has just started and holds "
+                    f"names it does not know for agents that have joined it before, until they rejoin or "
+                    f"its start grace ends"), False
+        return None
+    held = f"agent name {join.agent} is held by another agent"
+    if connected:
+        return held, True
+    placed = len(info.running) if info is not None else 0
+    if placed:
+        return (f"{held} (disconnected, {placed} unfinished job(s) placed on it); if that machine is gone "
+                f"for good, release the name with `reckon forget {join.agent}`"), True
+    if gate is not None and join.agent in gate.waiting:
+        return (f"{held}, which has not rejoined since the controller started; the name is handed "
+                f"over only if it is still away when the start grace ends"), False
+    return None
