@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import events as E
-from .admission import unrunnable_reason
 from . import batches
 from . import job_ops
 from . import names
@@ -27,7 +26,7 @@ from .policy import array_full, ready
 from . import startup
 from .resync import ResyncRound
 from .scheduler import AgentNote, DispatchHold, JobNote
-from .state import AgentInfo, ControllerState, apply, replay, restore
+from .state import ControllerState, apply, replay, restore
 
 
 _MAX_ID_DIGITS = 18  # a reported id longer than this can never collide with one we issue
@@ -540,53 +539,6 @@ class Controller:
 
     # ---- clients and the scheduler -----------------------------------------------
 
-    def _on_forget(self, ev: E.ForgetAgent, out: _Out) -> None:
-        """The operator's word that a disconnected agent is gone: its jobs may run elsewhere now.
-
-        If the machine is in fact alive, its processes of these attempts keep
-        running: the jobs may run twice.  That is why only an operator may
-        say so, and never of a connected agent.
-        """
-        info = self.state.agents.get(ev.agent)
-        if info is None:
-            raise LocalProtocolError(f"unknown agent {ev.agent!r}")
-        session = self.sessions.get(ev.agent)
-        if session is not None and session.connected:
-            raise LocalProtocolError(f"agent {ev.agent} is connected: stop it before forgetting it")
-        for job_id in sorted(info.running, key=lambda j: (len(j), j)):
-            job = self.state.jobs[job_id]
-            if job.cancel_requested:
-                self._apply(out, F.JobCancelConfirmed(job=job_id, attempt=job.attempt))
-            else:
-                self._apply(out, F.JobRequeued(job=job_id, attempt=job.attempt, reason="agent forgotten by the operator"))
-        self._apply(out, F.AgentForgotten(agent=ev.agent))
-        self.sessions.pop(ev.agent, None)
-
-    def _on_submit(self, ev: E.SubmitJob, out: _Out) -> None:
-        if not ev.queue_anyway and (refusal := unrunnable_reason(self.state, ev.spec)) is not None:
-            raise LocalProtocolError(refusal)
-        job_ops.check_submit(self, ev.spec)
-        startup.mark_for_submit(self, out)
-        self._apply(out, F.JobSubmitted(job=self.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
-
-    def _on_cancel(self, ev: E.CancelJob, out: _Out) -> None:
-        if ev.whole_array or (ev.whole_array is None and ev.job in self.state.arrays):
-            job_ops.on_cancel_array(self, ev, out)
-            return
-        job = self.state.job(ev.job)  # LocalProtocolError for an unknown job
-        if job.state is JobState.PENDING:
-            self._apply(out, F.JobCancelled(job=job.id))
-        elif job.state is JobState.RUNNING:
-            if job.cancel_requested:
-                return  # already asked: cancelling twice changes nothing
-            self._apply(out, F.JobCancelRequested(job=job.id))
-            session = self.sessions.get(job.agent or "")
-            if session is not None and session.connected and session.round is None:
-                uid = session.uid_for(job.uid)
-                self._send(out, session, lambda seq: M.Kill(seq=seq, job=job.id, attempt=job.attempt, uid=uid))
-        else:
-            raise LocalProtocolError(f"job {job.id} is already {job.state.value}")
-
     def _on_dispatch(self, ev: E.DispatchProposed, out: _Out) -> None:
         job = self.state.jobs.get(ev.job)
         session = self.sessions.get(ev.agent)
@@ -646,11 +598,11 @@ class Controller:
         E.ConnectionClosed: _on_closed,
         E.RoundDeadlineExpired: _on_deadline,
         E.Tick: _on_tick,
-        E.SubmitJob: _on_submit,
-        E.CancelJob: _on_cancel,
+        E.SubmitJob: job_ops.on_submit,
+        E.CancelJob: job_ops.on_cancel,
         E.DispatchProposed: _on_dispatch,
         E.DispatchUndelivered: _on_undelivered,
-        E.ForgetAgent: _on_forget,
+        E.ForgetAgent: job_ops.on_forget,
         E.DrainAgent: on_drain,
         E.ResumeAgent: on_resume,
         E.SubmitArray: job_ops.on_submit_array,

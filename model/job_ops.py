@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import events as E
 from . import facts as F
+from . import messages as M
 from . import startup
 from .admission import unrunnable_reason
 from .arrays import array_member
@@ -79,7 +80,7 @@ def on_cancel_array(controller: "Controller", ev: E.CancelJob, out: "_Out") -> N
     for job_id in members:
         job = controller.state.jobs[job_id]
         if not job.terminal and not job.cancel_requested:
-            controller._on_cancel(E.CancelJob(job=job_id, now=ev.now, whole_array=False), out)
+            on_cancel(controller, E.CancelJob(job=job_id, now=ev.now, whole_array=False), out)
 
 
 def cancel_doomed(controller: "Controller", job_id: str, out: "_Out") -> None:
@@ -89,3 +90,51 @@ def cancel_doomed(controller: "Controller", job_id: str, out: "_Out") -> None:
     for dependant, reason in doomed_dependants(state, state.jobs[job_id]):
         if state.jobs[dependant].state is JobState.PENDING:  # an earlier cancel in this loop may have got it
             controller._apply(out, F.JobCancelled(job=dependant, reason=reason))
+
+
+def on_forget(controller: "Controller", ev: E.ForgetAgent, out: "_Out") -> None:
+    """The operator's word that a disconnected agent is gone: its jobs may run elsewhere now.
+
+    If the machine is in fact alive, its processes of these attempts keep
+    running: the jobs may run twice.  That is why only an operator may
+    say so, and never of a connected agent.
+    """
+    info = controller.state.agents.get(ev.agent)
+    if info is None:
+        raise LocalProtocolError(f"unknown agent {ev.agent!r}")
+    session = controller.sessions.get(ev.agent)
+    if session is not None and session.connected:
+        raise LocalProtocolError(f"agent {ev.agent} is connected: stop it before forgetting it")
+    for job_id in sorted(info.running, key=lambda j: (len(j), j)):
+        job = controller.state.jobs[job_id]
+        if job.cancel_requested:
+            controller._apply(out, F.JobCancelConfirmed(job=job_id, attempt=job.attempt))
+        else:
+            controller._apply(out, F.JobRequeued(job=job_id, attempt=job.attempt, reason="agent forgotten by the operator"))
+    controller._apply(out, F.AgentForgotten(agent=ev.agent))
+    controller.sessions.pop(ev.agent, None)
+
+def on_submit(controller: "Controller", ev: E.SubmitJob, out: "_Out") -> None:
+    if not ev.queue_anyway and (refusal := unrunnable_reason(controller.state, ev.spec)) is not None:
+        raise LocalProtocolError(refusal)
+    check_submit(controller, ev.spec)
+    startup.mark_for_submit(controller, out)
+    controller._apply(out, F.JobSubmitted(job=controller.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
+
+def on_cancel(controller: "Controller", ev: E.CancelJob, out: "_Out") -> None:
+    if ev.whole_array or (ev.whole_array is None and ev.job in controller.state.arrays):
+        on_cancel_array(controller, ev, out)
+        return
+    job = controller.state.job(ev.job)  # LocalProtocolError for an unknown job
+    if job.state is JobState.PENDING:
+        controller._apply(out, F.JobCancelled(job=job.id))
+    elif job.state is JobState.RUNNING:
+        if job.cancel_requested:
+            return  # already asked: cancelling twice changes nothing
+        controller._apply(out, F.JobCancelRequested(job=job.id))
+        session = controller.sessions.get(job.agent or "")
+        if session is not None and session.connected and session.round is None:
+            uid = session.uid_for(job.uid)
+            controller._send(out, session, lambda seq: M.Kill(seq=seq, job=job.id, attempt=job.attempt, uid=uid))
+    else:
+        raise LocalProtocolError(f"job {job.id} is already {job.state.value}")

@@ -74,7 +74,7 @@ def test_queue_anyway_skips_admission_but_not_the_dependency_check() -> None:
 
 def _dependency_cancelled_by_a_forget() -> tuple[Harness, str]:
     """A job RUNNING on a1 with its cancel requested; a1 goes away, and is forgotten:
-    the forget confirms the cancel, so the job is CANCELLED (model: Controller._on_forget)."""
+    the forget confirms the cancel, so the job is CANCELLED (model: model.job_ops.on_forget)."""
     h = Harness(["a1"], slots=2)
     h.join("a1")
     [dep] = h.submit()
