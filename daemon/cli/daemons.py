@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_url, resolve_ca,
+from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls, resolve_ca,
                                resolve_controller, resolve_token)
 from daemon.cli.logfile import reopen_on_hangup, setup_logging
 from daemon.controller.listen import CannotListen
@@ -132,17 +132,8 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
 async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
-    from daemon.agent.controllers import parse_controller_urls
-
     controller = resolve_controller(args.controller)
-    try:  # UsageError (exit 2) before anything starts
-        if any(not url.strip() for url in controller.split(",")):
-            raise ValueError(f"--controller takes one URL or several separated by commas, got {controller!r}")
-        for url in controller.split(","):
-            parse_controller_url(url.strip())  # the same checks and words as for a single URL
-        parse_controller_urls(controller)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    parse_controller_urls(controller)  # UsageError (exit 2) before anything starts
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=controller, token=resolve_token(args.token_file),
