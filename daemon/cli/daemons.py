@@ -106,9 +106,6 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
         raise UsageError("--advertise goes with --store (a controller on SQLite has no standbys)")
     if args.store is None and args.lease != 5.0:
         raise UsageError("--lease goes with --store (a controller on SQLite has no lease)")
-    if args.store is not None and (args.tls_cert is not None or args.metrics is not None):
-        # Not built yet for the PostgreSQL controller (daemon/controller/ha.py): refused, never ignored.
-        raise UsageError("--tls-cert/--tls-key and --metrics are not supported with --store yet")
     options = ControllerOptions(
         host=args.listen[0], port=args.listen[1], state_dir=args.state_dir or Path("reckon-state/controller"),
         token=token, store=args.store, advertise=args.advertise, lease=args.lease,
