@@ -91,12 +91,21 @@ class PgServer:
         self._start_watchdog()  # before the server exists: no moment where a killed run leaves it behind
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8",
                   "--no-sync", "--no-instructions")
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start the server (again, after ``pause``) on its data directory."""
         options = (f"-c listen_addresses='' -k {self.socket_dir} -p {self.port} -c fsync=off "
                    "-c max_connections=200 -c shared_buffers=32MB")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
                   "-o", options, "-w", "-t", "60", "start")
         self.started = True
-        return self
+
+    def pause(self) -> None:
+        """Stop the server at once, as a crash would (every connection drops); its data stays for ``resume``."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        self.started = False
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"postgresql://{USER}@/{dbname}?host={self.socket_dir}&port={self.port}"

@@ -34,6 +34,7 @@ from model.facts import ClusterCreated
 from model.state import ControllerState, apply, replay, restore
 
 from daemon import runtime, wire
+from daemon.controller.ha_database import RETRY_CAP, StandbyDatabase
 from daemon.controller.ha_metrics import HaMetrics
 from daemon.controller.leadership import Leadership
 from daemon.controller.listen import listening
@@ -43,6 +44,7 @@ from daemon.ops.metrics_http import serve_metrics
 from daemon.refusals import RefusalLog
 from daemon.store.interface import SteppedDown
 from daemon.store.postgres import PgFactStore
+from daemon.store.sqlite_thread import StoreError
 
 log = logging.getLogger("reckon.controller")
 
@@ -164,21 +166,26 @@ async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
     """Follow the log until the epoch is ours."""
     poll = options.lease / 5
     told = None
+    database = StandbyDatabase(store, metrics, first_retry=poll, cap=min(RETRY_CAP, options.lease))
     while True:
-        asked_at = trio.current_time()
-        reason = await store.try_lead()
-        if reason is not None:
-            leadership = Leadership(store)
-            leadership.taken(asked_at)
-            log.warning("leading: epoch %d (%s); advertised as %s", store.epoch, reason, store.holder)
-            return leadership
-        epoch, leader, _ = await store.leader()
-        front.leader = leader
-        metrics.saw_epoch(epoch)
-        if (epoch, leader) != told:  # once per leader, not once per poll
-            log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
-            told = (epoch, leader)
-        await follower.catch_up()
+        try:
+            asked_at = trio.current_time()
+            reason = await store.try_lead()
+            if reason is not None:
+                leadership = Leadership(store)
+                leadership.taken(asked_at)
+                log.warning("leading: epoch %d (%s); advertised as %s", store.epoch, reason, store.holder)
+                return leadership
+            epoch, leader, _ = await store.leader()
+            front.leader = leader
+            metrics.saw_epoch(epoch)
+            if (epoch, leader) != told:  # once per leader, not once per poll
+                log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
+                told = (epoch, leader)
+            await follower.catch_up()
+        except StoreError as exc:  # the database is away: a standby waits for it (ha_database.py)
+            await database.recover(exc)
+            continue
         await trio.sleep(poll)
 
 

@@ -53,10 +53,16 @@ def test_daemon_start_mistakes_end_in_one_line(cluster):
         (["controller", "--controller", cluster.url, "--state-dir", str(fresh)], "unrecognized arguments"),
         (["demo", "--controller", cluster.url], "unrecognized arguments"),
         (["bogus"], "invalid choice"),
+        (["controller", "--store", "postgresql://reckon@127.0.0.1:notaport/x"], "'notaport': not a number"),
+        (["controller", "--store", "postgresql://reckon@/x?bogus=1"], "not a usable postgresql:// URL"),
     ]
     for argv, expected in cases:
         reason = _reason(cluster, cluster.run(*argv), 2)
         assert expected in reason, (argv, reason)
+    # A PostgreSQL store that does not answer: one line (libpq's message spans several), status 1.
+    reason = _reason(cluster, cluster.run("controller", "--listen", "127.0.0.1:0", "--store",
+                                          f"postgresql://reckon@/x?host={cluster.base}/nowhere"), 1)
+    assert reason.startswith("reckon: cannot connect to postgresql://reckon@") and "No such file" in reason, reason
     assert not (cluster.base / "agent-x").exists(), "a refused agent start created its state directory"
 
 
