@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from daemon.store.postgres import DatabaseLost
 from daemon.store.sqlite_thread import StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from daemon.controller.ha_metrics import HaMetrics
-    from daemon.store.postgres import PgFactStore
+    from daemon.store.postgres import PgFactStore  # noqa: F401
 
 log = logging.getLogger("reckon.controller")
 
@@ -38,7 +39,10 @@ class StandbyDatabase:
     async def recover(self, failure: StoreError) -> None:
         """``failure`` came from the database: return once it answers again (reconnected if need be)."""
         self.metrics.database(False)
-        log.warning("%s: retrying", failure)
+        if isinstance(failure, DatabaseLost):
+            log.warning("lost the database at %s: %s: retrying", failure.where, failure.reason)
+        else:  # the connection lives but the database failed a statement (a lock timeout, say)
+            log.warning("%s: retrying", failure)
         lost_at = trio.current_time()
         delay = self.first_retry
         while True:

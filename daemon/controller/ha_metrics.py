@@ -73,6 +73,8 @@ class HaMetrics(Collector):
                 self.log_last_seq = (await self.store.db.run(_positions))[0]
             except Exception:  # the database is away: the standby's loop says so in the log
                 self.database_up = False
+            else:
+                self.database_up = True
 
     # ---- the collector ---------------------------------------------------------------
 

@@ -74,6 +74,11 @@ class DatabaseLost(StoreError):
     """The connection to the database broke (server down or restarted, network cut): a one-line reason.
     A leader steps down on it (daemon/controller/ha.py); a standby reconnects (``PgThread.reconnect``)."""
 
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"the connection to {where} broke: {reason}")
+        self.where = where
+        self.reason = reason
+
 
 def one_line(exc: BaseException) -> str:
     """psycopg's (libpq's) messages span lines ("...\n\tIs the server running ...?"): one line of it."""
@@ -109,7 +114,7 @@ class PgThread(SqliteThread):
             return await super().run(fn, *args)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if self.broken:
-                raise DatabaseLost(f"lost the database at {self.path}: {one_line(exc)}") from exc
+                raise DatabaseLost(str(self.path), one_line(exc)) from exc
             raise StoreError(f"the database at {self.path} failed: {one_line(exc)}") from exc
 
     @property
