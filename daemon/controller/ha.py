@@ -43,8 +43,7 @@ from daemon.controller.tls import CLEARTEXT_WARNING, is_loopback_host, with_tls
 from daemon.ops.metrics_http import serve_metrics
 from daemon.refusals import RefusalLog
 from daemon.store.interface import SteppedDown
-from daemon.store.postgres import PgFactStore
-from daemon.store.sqlite_thread import StoreError
+from daemon.store.postgres import DatabaseFailed, PgFactStore
 
 log = logging.getLogger("reckon.controller")
 
@@ -171,6 +170,7 @@ async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
         try:
             asked_at = trio.current_time()
             reason = await store.try_lead()
+            database.answered()
             if reason is not None:
                 leadership = Leadership(store)
                 leadership.taken(asked_at)
@@ -183,8 +183,8 @@ async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
                 log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
                 told = (epoch, leader)
             await follower.catch_up()
-        except StoreError as exc:  # the database is away: a standby waits for it (ha_database.py)
-            await database.recover(exc)
+        except DatabaseFailed as exc:  # the database is away: a standby waits for it (ha_database.py)
+            await database.failed(exc)
             continue
         await trio.sleep(poll)
 

@@ -4,10 +4,12 @@ A standby holds nothing the others need (no lease, no lock), so losing its
 database connection is no reason to stop: it keeps answering "not the leader"
 with the leader it last read, and reconnects.  The log says
 ``lost the database at URL: REASON: retrying`` once when the condition
-begins, ``the database at URL is back after N s`` once when it ends, and each
-failed attempt in between only at debug level (``-v``).  A *leader* that loses
-its database steps down instead (daemon/controller/leadership.py: its lock
-and lease went with the connection).
+begins (``the database at URL failed: REASON: retrying`` for a statement that
+failed on a live connection, a lock timeout say), ``the database at URL is
+back after N s`` once when it answers again, and each failed
+attempt in between only at debug level (``-v``).  A *leader* that loses its
+database steps down instead (daemon/controller/leadership.py: its lock and
+lease went with the connection).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from daemon.store.postgres import DatabaseLost
+from daemon.store.postgres import DatabaseFailed, DatabaseLost
 from daemon.store.sqlite_thread import StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from daemon.controller.ha_metrics import HaMetrics
-    from daemon.store.postgres import PgFactStore  # noqa: F401
+    from daemon.store.postgres import PgFactStore
 
 log = logging.getLogger("reckon.controller")
 
@@ -35,25 +37,40 @@ class StandbyDatabase:
         self.metrics = metrics
         self.first_retry = first_retry
         self.cap = max(cap, first_retry)
+        self._condition: str | None = None  # what the log last said is wrong (None: nothing)
+        self._since = 0.0  # trio time the condition began
+        self._delay = first_retry  # before the next attempt; doubles up to cap while failures go on
 
-    async def recover(self, failure: StoreError) -> None:
-        """``failure`` came from the database: return once it answers again (reconnected if need be)."""
+    async def failed(self, failure: DatabaseFailed) -> None:
+        """A poll failed in the database: wait (reconnecting if the connection broke), then return
+        for the caller to poll again."""
         self.metrics.database(False)
-        if isinstance(failure, DatabaseLost):
-            log.warning("lost the database at %s: %s: retrying", failure.where, failure.reason)
-        else:  # the connection lives but the database failed a statement (a lock timeout, say)
-            log.warning("%s: retrying", failure)
-        lost_at = trio.current_time()
-        delay = self.first_retry
+        condition = "lost" if isinstance(failure, DatabaseLost) else "failed"
+        if condition != self._condition:
+            if self._condition is None:
+                self._since = trio.current_time()
+            self._condition = condition
+            if isinstance(failure, DatabaseLost):
+                log.warning("lost the database at %s: %s: retrying", failure.where, failure.reason)
+            else:
+                log.warning("%s: retrying", failure)
+        else:
+            log.debug("still: %s (next try in %gs)", failure, self._delay)
         while True:
-            await trio.sleep(delay)
+            await trio.sleep(self._delay)
+            self._delay = min(self._delay * 2, self.cap)
             if not self.store.db.broken:
-                break  # the connection lives (a lock timeout, a statement cancelled): the next poll retries
+                return
             try:
                 await self.store.db.reconnect()
-                break
+                return
             except StoreError as exc:
-                delay = min(delay * 2, self.cap)
-                log.debug("still no database: %s (next try in %gs)", exc, delay)
-        log.warning("the database at %s is back after %.1fs", self.store.where, trio.current_time() - lost_at)
-        self.metrics.database(True)
+                log.debug("still no database: %s (next try in %gs)", exc, self._delay)
+
+    def answered(self) -> None:
+        """The database answered a poll's first statement."""
+        self._delay = self.first_retry
+        if self._condition is not None:
+            log.warning("the database at %s is back after %.1fs", self.store.where, trio.current_time() - self._since)
+            self._condition = None
+            self.metrics.database(True)

@@ -70,7 +70,12 @@ class Deposed(Exception):
     """This store's epoch is over (or it never led): it may not commit."""
 
 
-class DatabaseLost(StoreError):
+class DatabaseFailed(StoreError):
+    """The database server or the connection to it failed a statement (not the data, not our code):
+    a one-line reason.  A leader steps down on it; a standby retries (daemon/controller/ha_database.py)."""
+
+
+class DatabaseLost(DatabaseFailed):
     """The connection to the database broke (server down or restarted, network cut): a one-line reason.
     A leader steps down on it (daemon/controller/ha.py); a standby reconnects (``PgThread.reconnect``)."""
 
@@ -107,7 +112,7 @@ class PgThread(SqliteThread):
 
     async def run(self, fn: Any, *args: Any) -> Any:
         """As ``SqliteThread.run``; a connection that broke raises ``DatabaseLost`` (one line), and
-        any other failure of the server or the connection a one-line ``StoreError``."""
+        any other failure of the server or the connection a one-line ``DatabaseFailed``."""
         import psycopg
 
         try:
@@ -115,7 +120,7 @@ class PgThread(SqliteThread):
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if self.broken:
                 raise DatabaseLost(str(self.path), one_line(exc)) from exc
-            raise StoreError(f"the database at {self.path} failed: {one_line(exc)}") from exc
+            raise DatabaseFailed(f"the database at {self.path} failed: {one_line(exc)}") from exc
 
     @property
     def broken(self) -> bool:
@@ -124,7 +129,8 @@ class PgThread(SqliteThread):
         return conn is None or bool(getattr(conn, "broken", False)) or bool(getattr(conn, "closed", False))
 
     async def reconnect(self) -> None:
-        """Replace a broken connection with a new one; ``StoreError`` (one line) while that fails."""
+        """Replace a broken connection with a new one; ``StoreError`` (one line) while that fails
+        (``cannot connect to ...``, or the schema check's refusal)."""
         await self._call(self._reconnect)
 
     def _reconnect(self) -> None:
