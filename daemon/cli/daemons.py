@@ -39,7 +39,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
                 raise UsageError(str(exc)) from None
             return trio.run(_controller_command, args, log_file)
         if args.command == "agent":
-            if resolve_controller(args.controller).startswith("wss:"):
+            if any(u.strip().startswith("wss:") for u in resolve_controller(args.controller).split(",")):
                 client_ssl_context(resolve_ca(args.ca))  # UsageError for an unusable --ca, before anything starts
             return trio.run(_agent_command, args, log_file)
         if args.command == "dev":

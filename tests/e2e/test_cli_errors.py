@@ -49,6 +49,8 @@ def test_daemon_start_mistakes_end_in_one_line(cluster):
         ([*agent, "--name", "x", "--slots", "0"], "--slots"),
         ([*agent, "--name", "x", "--slots", "1", "--controller", f"http://127.0.0.1:{cluster.port}"], "ws://"),
         ([*agent, "--name", "x", "--slots", "1", "--controller", f"127.0.0.1:{cluster.port}"], "no scheme"),
+        ([*agent, "--name", "x", "--slots", "1", "--controller", "ws://127.0.0.1:1,wss://127.0.0.1:2",
+          "--ca", str(cluster.base / "no-such-ca.pem")], "cannot load CA file"),  # a wss:// URL not first
         (["controller", "--name", "x", "--state-dir", str(fresh)], "unrecognized arguments: --name"),
         (["controller", "--controller", cluster.url, "--state-dir", str(fresh)], "unrecognized arguments"),
         (["demo", "--controller", cluster.url], "unrecognized arguments"),
