@@ -84,6 +84,8 @@ def test_a_standby_serves_tls_and_metrics_and_so_does_it_after_taking_over(clust
     cluster.controller_urls = f"{b},{a}"  # the CLI asks the standby first and is sent to the leader
     job = cluster.submit("true")
     assert cluster.job(job)["state"] == "PENDING"
+    # A list whose first URL is plain ws:// still trusts --ca (RECKON_CA) for the wss:// ones.
+    assert cluster.run("nodes", controller=f"ws://127.0.0.1:1,{a}").returncode == 0
 
     a_metrics, b_metrics = metrics_port(cluster, "ctl-a"), metrics_port(cluster, "ctl-b")
     leader = scrape(a_metrics)
