@@ -61,5 +61,6 @@ def test_the_server_stops_when_the_process_that_started_it_is_killed():
         child.stdout.close()
         if postmaster is not None and _alive(postmaster):  # the watchdog failed: do not leave it behind
             os.kill(postmaster, signal.SIGKILL)
+            _wait(lambda: not _alive(postmaster), f"postgres {postmaster} to die")
         if data is not None:
             shutil.rmtree(data.parent, ignore_errors=True)
