@@ -5,6 +5,13 @@ socket in its own directory; each test gets a fresh database from
 ``PgServer.new_database``.  As root, PostgreSQL refuses to run, so the server
 runs as ``nobody`` (``runuser``).  When no PostgreSQL binaries are found the
 tests FAIL with ``INSTALL_HINT`` (``make test`` installs them when it can).
+
+The server dies with the test run, also one killed with SIGKILL (whose
+fixtures' teardown never runs): a watchdog process (this file, run with
+``--watchdog``) holds the read end of a pipe whose write end only the test
+process has; when that process is gone the read sees end-of-file, and the
+watchdog stops the server (``pg_ctl stop -m immediate``) and removes its
+directory.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -57,6 +65,8 @@ class PgServer:
             self._run_as = ["runuser", "-u", "nobody", "--"]
         self._names = itertools.count(1)
         self.started = False
+        self._watchdog: subprocess.Popen | None = None
+        self._lifeline: int | None = None  # the pipe's write end: closed when this process ends
 
     def _run(self, *argv: str) -> None:
         result = subprocess.run([*self._run_as, *argv], capture_output=True, text=True, timeout=120,
@@ -64,15 +74,38 @@ class PgServer:
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stdout}{result.stderr}")
 
+    def _pg_ctl_stop(self) -> list[str]:
+        return [*self._run_as, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]
+
+    def _start_watchdog(self) -> None:
+        read_end, self._lifeline = os.pipe()  # both non-inheritable: only the watchdog is given read_end
+        try:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, __file__, "--watchdog", str(read_end), str(self.root), *self._pg_ctl_stop()],
+                pass_fds=(read_end,), start_new_session=True,  # no terminal's Ctrl-C: it outlives us by design
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            os.close(read_end)
+
     def start(self) -> "PgServer":
+        self._start_watchdog()  # before the server exists: no moment where a killed run leaves it behind
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8",
                   "--no-sync", "--no-instructions")
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start the server (again, after ``pause``) on its data directory."""
         options = (f"-c listen_addresses='' -k {self.socket_dir} -p {self.port} -c fsync=off "
                    "-c max_connections=200 -c shared_buffers=32MB")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
                   "-o", options, "-w", "-t", "60", "start")
         self.started = True
-        return self
+
+    def pause(self) -> None:
+        """Stop the server at once, as a crash would (every connection drops); its data stays for ``resume``."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        self.started = False
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"postgresql://{USER}@/{dbname}?host={self.socket_dir}&port={self.port}"
@@ -93,3 +126,26 @@ class PgServer:
         finally:
             self.started = False
             shutil.rmtree(self.root, ignore_errors=True)
+            if self._lifeline is not None:
+                os.close(self._lifeline)  # the watchdog finds nothing left to stop, and ends
+                self._lifeline = None
+            if self._watchdog is not None:
+                self._watchdog.wait(timeout=60)
+                self._watchdog = None
+
+
+def _watchdog(read_end: int, root: Path, stop_argv: list[str]) -> None:
+    """Wait until the test process that started the server is gone, then stop the server it left."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while os.read(read_end, 4096):  # nothing is ever written: this returns b"" when the writer is gone
+        pass
+    if (root / "data" / "postmaster.pid").exists():
+        subprocess.run(stop_argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=120, cwd=root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--watchdog"]:
+    _watchdog(int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])

@@ -8,16 +8,9 @@ leader, it moves on to the next URL of the list, round and round.
 
 from __future__ import annotations
 
+from daemon.cli.client import parse_controller_urls  # the clients' parsing: the same checks and words
 
-def parse_controller_urls(spec: str) -> tuple[str, ...]:
-    """The URLs of a comma-separated list; ``ValueError`` naming the problem for a bad one."""
-    urls = tuple(u.strip().rstrip("/") for u in spec.split(","))
-    if not urls or any(not u for u in urls):
-        raise ValueError(f"controller URLs must be a comma-separated list of ws:// URLs, got {spec!r}")
-    for url in urls:
-        if not url.startswith(("ws://", "wss://")):
-            raise ValueError(f"a controller URL must start with ws:// or wss://, got {url!r}")
-    return urls
+__all__ = ["ControllerUrls", "parse_controller_urls"]
 
 
 class ControllerUrls:

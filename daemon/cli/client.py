@@ -161,6 +161,63 @@ class NotLeader(ClientError):
         self.leader = leader.rstrip("/")
 
 
+# ---- several controllers: finding the leader (both clients; the agent parses its list here too) ----
+
+
+def parse_controller_urls(spec: str) -> tuple[str, ...]:
+    """The URLs of ``ws://a:7420`` or ``ws://a:7420,ws://b:7420`` (a trailing ``/`` dropped), each checked
+    as ``parse_controller_url`` checks one; ``UsageError`` naming the bad one, before connecting anywhere."""
+    urls = tuple(u.strip().rstrip("/") for u in spec.split(","))
+    if any(not u for u in urls):
+        raise UsageError(f"controller URLs must be a comma-separated list of ws:// or wss:// URLs, got {spec!r}")
+    for url in urls:
+        parse_controller_url(url)
+    return urls
+
+
+class LeaderSearch:
+    """One request's way to the leader through the listed controllers, each asked at most once.
+
+    It begins with ``first`` (default: the list's first URL).  After a standby's
+    "not the leader" it goes to the leader the standby names (also one not in
+    the list: its advertised URL), else to the next URL not yet asked; after a
+    failure to connect, to the next not yet asked.  A standby never acts on a
+    request, so asking again elsewhere is safe.  ``None`` from ``failed`` or
+    ``not_the_leader``: every one was asked; ``error()`` is then the one error
+    to show, naming why each did not serve.
+    """
+
+    def __init__(self, urls: tuple[str, ...] | list[str], first: str | None = None) -> None:
+        self.urls = list(urls)
+        self.current = first or self.urls[0]
+        self._asked: list[str] = []
+        self._reasons: list[str] = []
+
+    def failed(self, exc: ClientError) -> str | None:
+        """``current`` did not serve (unreachable, refused, closed): the URL to try next, or None."""
+        return self._next(exc, None)
+
+    def not_the_leader(self, exc: NotLeader) -> str | None:
+        """``current`` is a standby: the leader it names, else the next URL; None when all were asked."""
+        return self._next(exc, exc.leader)
+
+    def _next(self, exc: ClientError, hint: str | None) -> str | None:
+        self._asked.append(self.current)
+        self._reasons.append(str(exc))
+        for url in ([hint] if hint else []) + self.urls:
+            if url not in self._asked:
+                self.current = url
+                return url
+        return None
+
+    def error(self) -> ClientError:
+        """The one error for the user: a single controller's own reason, or every controller's."""
+        if len(self._reasons) == 1:
+            return ClientError(self._reasons[0])
+        return ClientError(f"no controller answered as the leader ({len(self._reasons)} asked): "
+                           + "; ".join(self._reasons))
+
+
 def request_bytes(op: str, fields: dict[str, Any]) -> bytes:
     return wire.dumps({"op": op, **fields})
 
@@ -183,14 +240,13 @@ class SyncClient:
 
     def __init__(self, url: str, token: str | None, *, timeout: float = DEFAULT_TIMEOUT,
                  ssl_context: Any = None) -> None:
-        self.urls = [u.strip().rstrip("/") for u in url.split(",")]
-        for u in self.urls:
-            parse_controller_url(u)  # a UsageError for any bad one, before connecting anywhere
+        self.urls = parse_controller_urls(url)  # a UsageError for any bad one, before connecting anywhere
         self._use(self.urls[0])
         self.token = token
         self.timeout = timeout
         self.ssl_context = ssl_context
         self._ws: ws.WebSocket | None = None
+        self._search: LeaderSearch | None = None  # while connecting and calling
 
     def __enter__(self) -> "SyncClient":
         self.connect()
@@ -203,16 +259,17 @@ class SyncClient:
         self.url = url
         self.scheme, self.host, self.port = parse_controller_url(url)
 
-    def connect(self, first: str | None = None, *, skip: frozenset[str] = frozenset()) -> None:
-        """Connect to ``first`` (default: the current URL), else to the other URLs in turn."""
-        order = [first or self.url] + [u for u in self.urls if u != (first or self.url)]
+    def connect(self) -> None:
+        """Connect to the current URL, else to the others in turn (``LeaderSearch``)."""
+        self._search = LeaderSearch(self.urls, self.url)
+        self._connect_from(self._search)
+
+    def _connect_from(self, search: LeaderSearch) -> None:
         # With several controllers, one that is frozen (accepts TCP, never answers) must not take
         # the whole time-out: the others are tried after EACH_CONNECT_TIMEOUT.
-        timeout = self.timeout if len(order) == 1 else min(self.timeout, EACH_CONNECT_TIMEOUT)
-        last: ClientError | None = None
-        for url in order:
-            if url in skip:
-                continue
+        timeout = self.timeout if len(self.urls) == 1 else min(self.timeout, EACH_CONNECT_TIMEOUT)
+        url: str | None = search.current
+        while url is not None:
             self._use(url)
             try:
                 self._connect_one(timeout)
@@ -220,9 +277,8 @@ class SyncClient:
             except UsageError:
                 raise
             except ClientError as exc:
-                last = exc
-        assert last is not None
-        raise last
+                url = search.failed(exc)
+        raise search.error()
 
     def _connect_one(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -257,18 +313,16 @@ class SyncClient:
 
     def call(self, op: str, **fields: Any) -> dict:
         """One request and its reply (a ``ClientError`` for a refusal, a time-out, a lost connection)."""
-        asked: set[str] = set()
+        search = self._search or LeaderSearch(self.urls, self.url)
+        self._search = None  # the next request starts a search of its own (from the leader found)
         while True:
             try:
                 return self._call_one(op, fields)
             except NotLeader as exc:
-                asked.add(self.url)
                 self.close()
-                others = [u for u in self.urls if u not in asked]
-                target = exc.leader if exc.leader and exc.leader not in asked else (others[0] if others else None)
-                if target is None:
-                    raise
-                self.connect(target, skip=frozenset(asked))
+                if search.not_the_leader(exc) is None:
+                    raise search.error() from None
+                self._connect_from(search)
 
     def _call_one(self, op: str, fields: dict[str, Any]) -> dict:
         if self._ws is None:

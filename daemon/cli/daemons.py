@@ -12,8 +12,8 @@ from typing import Any
 
 import trio
 
-from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_url, refuse_unused_ca,
-                               resolve_ca, resolve_controller, resolve_token)
+from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
+                               refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
 from daemon.cli.logfile import reopen_on_hangup, setup_logging
 from daemon.controller.listen import CannotListen
 from daemon.controller.tls import TLSConfigError, check_tls_files
@@ -107,9 +107,6 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
         raise UsageError("--advertise goes with --store (a controller on SQLite has no standbys)")
     if args.store is None and args.lease != 5.0:
         raise UsageError("--lease goes with --store (a controller on SQLite has no lease)")
-    if args.store is not None and (args.tls_cert is not None or args.metrics is not None):
-        # Not built yet for the PostgreSQL controller (daemon/controller/ha.py): refused, never ignored.
-        raise UsageError("--tls-cert/--tls-key and --metrics are not supported with --store yet")
     options = ControllerOptions(
         host=args.listen[0], port=args.listen[1], state_dir=args.state_dir or Path("reckon-state/controller"),
         token=token, store=args.store, advertise=args.advertise, lease=args.lease,
@@ -133,17 +130,8 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
 async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
-    from daemon.agent.controllers import parse_controller_urls
-
     controller = resolve_controller(args.controller)
-    try:  # UsageError (exit 2) before anything starts
-        if any(not url.strip() for url in controller.split(",")):
-            raise ValueError(f"--controller takes one URL or several separated by commas, got {controller!r}")
-        for url in controller.split(","):
-            parse_controller_url(url.strip())  # the same checks and words as for a single URL
-        parse_controller_urls(controller)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    parse_controller_urls(controller)  # UsageError (exit 2) before anything starts
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=controller, token=resolve_token(args.token_file),

@@ -24,7 +24,7 @@ def run_client_command(args: argparse.Namespace) -> int:
     url = resolve_controller(args.controller)
     token = resolve_token(args.token_file)
     refuse_unused_ca(url, args.ca)
-    tls = client_ssl_context(resolve_ca(args.ca)) if url.startswith("wss:") else None
+    tls = client_ssl_context(resolve_ca(args.ca)) if any(u.strip().startswith("wss:") for u in url.split(",")) else None
     out = sys.stdout
     if args.command == "submit":
         return _submit(args, url, token, tls)

@@ -17,6 +17,7 @@ exits with ``SteppedDown``; run it again (a supervisor does) to stand by.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import time
@@ -33,12 +34,17 @@ from model.facts import ClusterCreated
 from model.state import ControllerState, apply, replay, restore
 
 from daemon import runtime, wire
+from daemon.controller.ha_database import RETRY_CAP, StandbyDatabase
+from daemon.controller.ha_metrics import HaMetrics
 from daemon.controller.leadership import Leadership
 from daemon.controller.listen import listening
-from daemon.controller.core import ControllerDaemon
+from daemon.controller.core import REFUSAL_REMINDER, ControllerDaemon
 from daemon.controller.server import ContainedServer, ControllerOptions
+from daemon.controller.tls import CLEARTEXT_WARNING, is_loopback_host, with_tls
+from daemon.ops.metrics_http import serve_metrics
+from daemon.refusals import RefusalLog
 from daemon.store.interface import SteppedDown
-from daemon.store.postgres import PgFactStore
+from daemon.store.postgres import DatabaseFailed, PgFactStore
 
 log = logging.getLogger("reckon.controller")
 
@@ -70,6 +76,8 @@ class Front:
         self.options = options  # (ControllerDaemon._authorized reads the token from here)
         self.daemon: ControllerDaemon | None = None
         self.leader = ""  # the current leader's URL as last read from the database ("" unknown)
+        # TLS handshakes that fail while standing by, once per peer and reason (the daemon has its own).
+        self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
 
     async def handle_request(self, request: WebSocketRequest) -> None:
         if self.daemon is not None:
@@ -120,13 +128,25 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
         front = Front(options)
         follower = _Follower(store)
         await follower.catch_up()
+        metrics = HaMetrics(store, follower, front)
         async with listening(options.host, options.port) as listeners, trio.open_nursery() as nursery:
-            server = await nursery.start(ContainedServer(
-                front.handle_request, listeners, handler_nursery=nursery,
-                max_message_size=wire.MAX_AGENT_MESSAGE).run)
-            store.holder = options.advertise or f"ws://{options.host}:{server.port}"
+            # A standby serves TLS too: its "not the leader" answers carry the leader's URL and the token.
+            contained = ContainedServer(front.handle_request, with_tls(listeners, options.tls_cert, options.tls_key),
+                                        handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE)
+            contained.refusals = front.refusals
+            server = await nursery.start(contained.run)
+            scheme = "ws" if options.tls_cert is None else "wss"
+            store.holder = options.advertise or f"{scheme}://{options.host}:{server.port}"
+            if options.token is None:
+                log.warning("no token configured: accepting loopback connections only")
+            elif options.tls_cert is None and not is_loopback_host(options.host):
+                log.warning("%s", CLEARTEXT_WARNING.format(host=options.host))
+            if options.metrics is not None:
+                await nursery.start(functools.partial(serve_metrics, *options.metrics, metrics.registry,
+                                                      before_scrape=metrics.refresh))
             task_status.started((server.port, front))
-            leadership = await _stand_by(store, follower, front, options)
+            leadership = await _stand_by(store, follower, front, options, metrics)
+            metrics.took_over()
             await _lead(store, follower, front, leadership, options, nursery)
     except BaseExceptionGroup as group:  # from the nursery: one task stepped down, the rest were cancelled
         stepped, rest = group.split(SteppedDown)
@@ -142,24 +162,31 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
 
 
 async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
-                    options: ControllerOptions) -> Leadership:
+                    options: ControllerOptions, metrics: HaMetrics) -> Leadership:
     """Follow the log until the epoch is ours."""
     poll = options.lease / 5
     told = None
+    database = StandbyDatabase(store, metrics, first_retry=poll, cap=min(RETRY_CAP, options.lease))
     while True:
-        asked_at = trio.current_time()
-        reason = await store.try_lead()
-        if reason is not None:
-            leadership = Leadership(store)
-            leadership.taken(asked_at)
-            log.warning("leading: epoch %d (%s); advertised as %s", store.epoch, reason, store.holder)
-            return leadership
-        epoch, leader, _ = await store.leader()
-        front.leader = leader
-        if (epoch, leader) != told:  # once per leader, not once per poll
-            log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
-            told = (epoch, leader)
-        await follower.catch_up()
+        try:
+            asked_at = trio.current_time()
+            reason = await store.try_lead()
+            database.answered()
+            if reason is not None:
+                leadership = Leadership(store)
+                leadership.taken(asked_at)
+                log.warning("leading: epoch %d (%s); advertised as %s", store.epoch, reason, store.holder)
+                return leadership
+            epoch, leader, _ = await store.leader()
+            front.leader = leader
+            metrics.saw_epoch(epoch)
+            if (epoch, leader) != told:  # once per leader, not once per poll
+                log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
+                told = (epoch, leader)
+            await follower.catch_up()
+        except DatabaseFailed as exc:  # the database is away: a standby waits for it (ha_database.py)
+            await database.failed(exc)
+            continue
         await trio.sleep(poll)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -51,6 +52,8 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("reckon_fact_log_last_seq", "Sequence number of the newest fact", value=store.last_seq)
         yield GaugeMetricFamily("reckon_fact_log_since_snapshot", "Facts a restart would replay",
                                 value=store.facts_since_snapshot)
+        if not isinstance(store.db.path, Path):
+            return  # the PostgreSQL store: no file of ours (the database's own size is its operator's)
         try:
             size = os.stat(store.db.path).st_size
         except OSError:

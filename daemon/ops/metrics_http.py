@@ -10,6 +10,7 @@ cancel scope, never blocking the loop.
 from __future__ import annotations
 
 import logging
+from typing import Awaitable, Callable
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -28,7 +29,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> None:
+async def _answer(stream: trio.SocketStream, registry: CollectorRegistry,
+                  before_scrape: Callable[[], Awaitable[None]] | None) -> None:
     head = b""
     with trio.move_on_after(REQUEST_TIMEOUT):
         while b"\r\n\r\n" not in head and len(head) < MAX_REQUEST:
@@ -38,6 +40,8 @@ async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> Non
             head += chunk
     request_line = head.split(b"\r\n", 1)[0].split()
     if len(request_line) >= 2 and request_line[0] == b"GET" and request_line[1].split(b"?")[0] == b"/metrics":
+        if before_scrape is not None:
+            await before_scrape()
         status, ctype, body = b"200 OK", CONTENT_TYPE_LATEST.encode(), generate_latest(registry)
     else:
         status, ctype, body = b"404 Not Found", b"text/plain", b"only GET /metrics is served here\n"
@@ -46,8 +50,10 @@ async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> Non
 
 
 async def serve_metrics(host: str, port: int, registry: CollectorRegistry, *,
+                        before_scrape: Callable[[], Awaitable[None]] | None = None,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve until cancelled; reports the bound port."""
+    """Serve until cancelled; reports the bound port.  ``before_scrape`` (bounded by its own
+    cancel scope) refreshes what the collectors cannot read from memory."""
     try:
         listeners = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:  # a busy port, an unknown host: one line (daemon/cli/daemons.py), not a traceback
@@ -57,7 +63,7 @@ async def serve_metrics(host: str, port: int, registry: CollectorRegistry, *,
 
     async def handler(stream: trio.SocketStream) -> None:
         try:
-            await _answer(stream, registry)
+            await _answer(stream, registry, before_scrape)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the scraper went away: its problem, not ours
         finally:

@@ -56,10 +56,24 @@ def is_postgres_url(store: str | None) -> bool:
 
 
 def check_store_url(store: str | None) -> None:
-    """A clear error for a ``--store`` this reckon cannot use (changes nothing)."""
-    if store is not None and not is_postgres_url(store):
+    """A clear error for a ``--store`` this reckon cannot use, before connecting (changes nothing).
+    A well-formed URL whose database cannot be reached is no usage error: the start fails then (exit 1)."""
+    if store is None:
+        return
+    if not is_postgres_url(store):
         raise ValueError(f"--store must be a postgresql:// URL (got {store.split('://')[0]!r}); "
                          "without --store the controller keeps its facts in SQLite under --state-dir")
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # PgFactStore.open says how to install it
+        return
+    try:
+        info = conninfo_to_dict(store)
+    except Exception as exc:  # psycopg.ProgrammingError; its text never contains the password
+        raise ValueError(f"--store is not a usable postgresql:// URL: {exc}") from None
+    port = str(info.get("port", "5432"))
+    if not all(p.isdigit() for p in port.split(",")):  # libpq checks this only when it connects
+        raise ValueError(f"--store names port {port!r}: not a number")
 
 
 async def open_sqlite_store(state_dir: Path) -> ControllerStore:

@@ -70,6 +70,26 @@ class Deposed(Exception):
     """This store's epoch is over (or it never led): it may not commit."""
 
 
+class DatabaseFailed(StoreError):
+    """The database server or the connection to it failed a statement (not the data, not our code):
+    a one-line reason.  A leader steps down on it; a standby retries (daemon/controller/ha_database.py)."""
+
+
+class DatabaseLost(DatabaseFailed):
+    """The connection to the database broke (server down or restarted, network cut): a one-line reason.
+    A leader steps down on it (daemon/controller/ha.py); a standby reconnects (``PgThread.reconnect``)."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"the connection to {where} broke: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+def one_line(exc: BaseException) -> str:
+    """psycopg's (libpq's) messages span lines ("...\n\tIs the server running ...?"): one line of it."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class PgThread(SqliteThread):
     """The SQLite store's one-thread machinery around a psycopg connection."""
 
@@ -77,16 +97,50 @@ class PgThread(SqliteThread):
         super().__init__(Path("."), name=name)
         self.dsn = dsn
         self.path = redacted(dsn)  # type: ignore[assignment]  # only ever shown in messages
+        self._idle_timeout = 5.0  # idle_in_transaction_session_timeout of every connection (open_pg sets it)
 
     @classmethod
     async def open_pg(cls, dsn: str, *, name: str, idle_timeout: float) -> "PgThread":
         db = cls(dsn, name=name)
+        db._idle_timeout = idle_timeout
         try:
             await db._call(db._pg_connect, idle_timeout)
         except BaseException:
             await db.aclose()
             raise
         return db
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        """As ``SqliteThread.run``; a connection that broke raises ``DatabaseLost`` (one line), and
+        any other failure of the server or the connection a one-line ``DatabaseFailed``."""
+        import psycopg
+
+        try:
+            return await super().run(fn, *args)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if self.broken:
+                raise DatabaseLost(str(self.path), one_line(exc)) from exc
+            raise DatabaseFailed(f"the database at {self.path} failed: {one_line(exc)}") from exc
+
+    @property
+    def broken(self) -> bool:
+        """The connection is gone (read from the trio side: psycopg sets these flags, never unsets them)."""
+        conn = self._conn
+        return conn is None or bool(getattr(conn, "broken", False)) or bool(getattr(conn, "closed", False))
+
+    async def reconnect(self) -> None:
+        """Replace a broken connection with a new one; ``StoreError`` (one line) while that fails
+        (``cannot connect to ...``, or the schema check's refusal)."""
+        await self._call(self._reconnect)
+
+    def _reconnect(self) -> None:
+        old, self._conn = self._conn, None
+        if old is not None:
+            try:
+                old.close()
+            except Exception:  # a broken connection may fail to close: it is dropped all the same
+                pass
+        self._pg_connect(self._idle_timeout)
 
     def _pg_connect(self, idle_timeout: float) -> None:
         import psycopg
@@ -95,7 +149,7 @@ class PgThread(SqliteThread):
             conn = psycopg.connect(self.dsn, autocommit=True, application_name="reckon-controller",
                                    connect_timeout=10)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.path}: {exc}".strip()) from exc
+            raise StoreError(f"cannot connect to {self.path}: {one_line(exc)}") from exc
         try:
             ms = max(1000, int(idle_timeout * 1000))
             conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")

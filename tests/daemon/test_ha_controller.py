@@ -17,6 +17,7 @@ from trio_websocket import open_websocket_url
 
 from daemon import wire
 from daemon.cli.client import SyncClient
+from daemon.client import Client
 from daemon.controller.server import ControllerOptions, serve_controller
 from daemon.store.interface import SteppedDown
 from model import messages as M
@@ -88,6 +89,11 @@ async def test_a_standby_points_to_the_leader_and_takes_over_with_the_log(pg_dsn
         assert nodes == {"ok": True, "nodes": []}
         # Given the standby alone, it still goes where the standby points.
         assert await trio.to_thread.run_sync(lambda: _sync_call(b_url, "nodes")) == {"ok": True, "nodes": []}
+        # The trio client (bench, demo, chaos) the same way: past a dead URL and the standby, to the leader.
+        async with Client(f"ws://127.0.0.1:1,{b_url},{a_url}", None) as client:
+            assert await client.call("nodes") == {"ok": True, "nodes": []} and client.url == a_url
+        async with Client(b_url, None) as client:  # the standby alone: where it points
+            assert (await client.call("show", job=job))["job"]["id"] == job
 
         a_scope.cancel()  # a stops: its session ends, b takes over without waiting out the lease
         status = await wait_until(lambda: _ok(b_port, {"op": "show", "job": job}))

@@ -254,7 +254,7 @@ class Cluster:
             argv += ["--token-file", str(self.token_file)]
         daemon = self._spawn(key, argv)
         line = _read_line(daemon.proc, HANG, daemon.log)
-        found = re.match(r"reckon controller listening on ws://127\.0\.0\.1:(\d+) ", line)
+        found = re.match(r"reckon controller listening on wss?://127\.0\.0\.1:(\d+) ", line)
         assert found, f"unexpected first line {line!r}"
         return int(found[1])
 

@@ -49,14 +49,22 @@ def test_daemon_start_mistakes_end_in_one_line(cluster):
         ([*agent, "--name", "x", "--slots", "0"], "--slots"),
         ([*agent, "--name", "x", "--slots", "1", "--controller", f"http://127.0.0.1:{cluster.port}"], "ws://"),
         ([*agent, "--name", "x", "--slots", "1", "--controller", f"127.0.0.1:{cluster.port}"], "no scheme"),
+        ([*agent, "--name", "x", "--slots", "1", "--controller", "ws://127.0.0.1:1,wss://127.0.0.1:2",
+          "--ca", str(cluster.base / "no-such-ca.pem")], "cannot load CA file"),  # a wss:// URL not first
         (["controller", "--name", "x", "--state-dir", str(fresh)], "unrecognized arguments: --name"),
         (["controller", "--controller", cluster.url, "--state-dir", str(fresh)], "unrecognized arguments"),
         (["demo", "--controller", cluster.url], "unrecognized arguments"),
         (["bogus"], "invalid choice"),
+        (["controller", "--store", "postgresql://reckon@127.0.0.1:notaport/x"], "'notaport': not a number"),
+        (["controller", "--store", "postgresql://reckon@/x?bogus=1"], "not a usable postgresql:// URL"),
     ]
     for argv, expected in cases:
         reason = _reason(cluster, cluster.run(*argv), 2)
         assert expected in reason, (argv, reason)
+    # A PostgreSQL store that does not answer: one line (libpq's message spans several), status 1.
+    reason = _reason(cluster, cluster.run("controller", "--listen", "127.0.0.1:0", "--store",
+                                          f"postgresql://reckon@/x?host={cluster.base}/nowhere"), 1)
+    assert reason.startswith("reckon: cannot connect to postgresql://reckon@") and "No such file" in reason, reason
     assert not (cluster.base / "agent-x").exists(), "a refused agent start created its state directory"
 
 
