@@ -322,10 +322,17 @@ class ControllerStarted:
     grace: float
     id_mark: IdMark | None = None
     mono: float | None = None
+    # False: this store keeps no mark file (PostgreSQL: the database is restored whole, so
+    # its own mark is the only one), and no file is no sign of a copy without it.
+    mark_file: bool = True
 
     def __post_init__(self) -> None:
         check_time("now", self.now)
         check_opt_time("mono", self.mono)
+        if not isinstance(self.mark_file, bool):
+            raise ValueError("mark_file must be a bool")
+        if self.id_mark is not None and not self.mark_file:
+            raise ValueError("an id_mark comes from a mark file")
         if not isinstance(self.grace, (int, float)) or isinstance(self.grace, bool) or not 0 <= self.grace < 1e9:
             raise ValueError("grace must be a number of seconds >= 0")
         if self.id_mark is not None and not isinstance(self.id_mark, IdMark):

@@ -61,7 +61,7 @@ def _clock(ev: Any) -> float:
 def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any) -> None:
     if ctrl.started:
         raise LocalProtocolError("the controller has already started")
-    restored = _continue_ids(ctrl, ev.id_mark, out)  # may refuse: then nothing changed
+    restored = _continue_ids(ctrl, ev.id_mark, out, mark_file=ev.mark_file)  # may refuse: then nothing changed
     mark_for_submit(ctrl, out)  # the next block now, so submits rarely wait for the file
     ctrl.started = True
     pending = any(j.state is JobState.PENDING for j in ctrl.state.jobs.values())
@@ -104,7 +104,7 @@ def _open(ctrl: "Controller", out: Any, reason: str) -> None:
     out.commands.append(E.Notify(note=DispatchHold(held=False, reason=reason)))
 
 
-def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any) -> bool:
+def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_file: bool = True) -> bool:
     """Continue job ids above every id that may have been issued before this start.
 
     Returns whether the state is older than its id mark (a restored copy, or a crash in the
@@ -119,7 +119,7 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any) -> bool:
         mark = None  # a new history: the mark of an older one in this directory does not concern it
     if mark is None:
         floor = state.id_mark
-        if state.id_mark > 0:
+        if state.id_mark > 0 and mark_file:
             out.commands.append(E.Warn(message=(
                 f"no id mark file, although the controller state recorded one (up to {state.id_mark}): the file "
                 f"was lost, or the state was copied without it; ids issued after this copy of the state was "

@@ -31,7 +31,8 @@ async def start_model(daemon: "ControllerDaemon") -> list[E.Command]:
         # backups are restored whole; the mark file guards a restored controller.db only.
         mark = read_id_mark(state_dir) if daemon.options.store is None else None
         commands = daemon.model.handle(E.ControllerStarted(
-            now=time.time(), mono=trio.current_time(), grace=daemon.options.rejoin_grace, id_mark=mark))
+            now=time.time(), mono=trio.current_time(), grace=daemon.options.rejoin_grace, id_mark=mark,
+            mark_file=daemon.options.store is None))
     except (BadIdMark, LocalProtocolError) as exc:
         raise WrongStateDir(f"{state_dir}: {exc}") from None
     for cmd in commands:

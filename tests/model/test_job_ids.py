@@ -128,3 +128,15 @@ def test_an_array_raises_the_mark_over_all_its_ids_before_its_first_job():
     assert isinstance(facts[0], F.IdMarkRaised) and facts[0].upto >= 1501
     assert all(isinstance(f, F.JobSubmitted) for f in facts[1:]) and len(facts) == 1501
     assert ctrl.state.id_mark >= ctrl.state.next_job - 1
+
+
+def test_a_store_without_a_mark_file_starts_without_the_missing_file_warning():
+    """PostgreSQL keeps no mark file (its backups are restored whole): every takeover warned
+    "no id mark file, although the controller state recorded one"."""
+    ctrl, log = _new()
+    _submit(ctrl, log)
+    ctrl = Controller.from_log(list(log))
+    cmds = ctrl.handle(E.ControllerStarted(now=2.0, grace=0.0, mark_file=False))
+    assert _warnings(cmds) == [] and _submit(ctrl, log) == str(ID_BLOCK + 1)
+    with pytest.raises(ValueError, match="comes from a mark file"):
+        E.ControllerStarted(now=2.0, grace=0.0, mark_file=False, id_mark=E.IdMark(cluster=CLUSTER, upto=1))
