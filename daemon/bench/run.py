@@ -327,6 +327,12 @@ def run_bench(args: argparse.Namespace) -> int:
         figures, cli_lines = run_cli_bench(args, quiet)
         out.update(figures)
         lines += cli_lines
+    elif args.bench == "failover":
+        from daemon.bench.failover import run_failover_bench
+
+        figures, failover_lines = run_failover_bench(args, quiet)
+        out.update(figures)
+        lines += failover_lines
     elif args.bench == "memory":
         out["sizes"] = []
         for n in args.jobs:

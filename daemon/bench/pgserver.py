@@ -1,0 +1,110 @@
+"""A real, private PostgreSQL: initdb + pg_ctl in a temporary directory (tests and benchmarks).
+
+The tests start one server per session (per pytest-xdist worker, tests/conftest.py);
+``reckon bench failover`` and ``reckon bench throughput --store postgres`` one
+per bench.  It listens only on a Unix socket in its own directory; each user
+gets a fresh database from ``PgServer.new_database``.  As root, PostgreSQL
+refuses to run, so the server runs as ``nobody`` (``runuser``).  When no
+PostgreSQL binaries are found, ``PgServer()`` raises with ``INSTALL_HINT``
+(the tests FAIL with it; ``make test`` installs them when it can).
+
+``with PgServer() as server:`` starts it and stops it (and removes its
+directory) however the block ends, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+INSTALL_HINT = ("the PostgreSQL tests need the PostgreSQL server binaries (initdb, pg_ctl, postgres): "
+                "install them (Debian/Ubuntu: `apt-get install postgresql`; `make test` does this itself "
+                "when run as root) or point RECKON_PG_BIN at their directory")
+USER = "reckon"  # the database superuser initdb creates (local connections trust it)
+
+
+def find_bin_dir() -> Path | None:
+    explicit = os.environ.get("RECKON_PG_BIN")
+    candidates = [explicit] if explicit else []
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(str(Path(on_path).parent))
+    # Debian keeps the server binaries off PATH; newest major version first.
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)
+    for c in candidates:
+        if c and all((Path(c) / b).exists() for b in ("initdb", "pg_ctl", "postgres")):
+            return Path(c)
+    return None
+
+
+class PgServer:
+    def __init__(self) -> None:
+        bin_dir = find_bin_dir()
+        if bin_dir is None:
+            raise RuntimeError(INSTALL_HINT)
+        self.bin = bin_dir
+        self.root = Path(tempfile.mkdtemp(prefix="reckon-pg-"))
+        self.data = self.root / "data"
+        self.socket_dir = self.root / "sock"
+        self.socket_dir.mkdir()
+        self.port = 5432  # only names the socket file: nothing listens on TCP
+        self._run_as: list[str] = []
+        if os.geteuid() == 0:
+            nobody = pwd.getpwnam("nobody")
+            for p in (self.root, self.socket_dir):
+                os.chown(p, nobody.pw_uid, nobody.pw_gid)
+            self._run_as = ["runuser", "-u", "nobody", "--"]
+        self._names = itertools.count(1)
+        self.started = False
+
+    def _run(self, *argv: str) -> None:
+        result = subprocess.run([*self._run_as, *argv], capture_output=True, text=True, timeout=120,
+                                cwd=self.root)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stdout}{result.stderr}")
+
+    def start(self) -> "PgServer":
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8",
+                  "--no-sync", "--no-instructions")
+        options = (f"-c listen_addresses='' -k {self.socket_dir} -p {self.port} -c fsync=off "
+                   "-c max_connections=200 -c shared_buffers=32MB")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
+                  "-o", options, "-w", "-t", "60", "start")
+        self.started = True
+        return self
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"postgresql://{USER}@/{dbname}?host={self.socket_dir}&port={self.port}"
+
+    def new_database(self) -> str:
+        """A fresh, empty database; its DSN."""
+        import psycopg
+
+        name = f"t{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.dsn(name)
+
+    def __enter__(self) -> "PgServer":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        try:
+            if self.started:
+                self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            self.started = False
+            shutil.rmtree(self.root, ignore_errors=True)
