@@ -61,10 +61,12 @@ class ControllerUrls:
             self._leader = None  # back to the list where we left it
             if not self._held(self.urls[self._index], now):
                 return
-        for _ in range(len(self.urls)):
-            self._index = (self._index + 1) % len(self.urls)
+        start = self._index
+        for step in range(1, len(self.urls) + 1):
+            self._index = (start + step) % len(self.urls)
             if not self._held(self.urls[self._index], now):
                 return
+        self._index = (start + 1) % len(self.urls)  # every URL is held: round the list all the same
 
     def not_the_leader(self, leader: str | None, now: float = -math.inf) -> bool:
         """The current URL is a standby; ``leader`` is where it says the leader is ("" or None:
