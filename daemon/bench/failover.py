@@ -184,7 +184,7 @@ def run_failover_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str,
     out: dict[str, Any] = {"lease_s": args.lease, "slots": args.slots}
     lines: list[str] = []
     variants = VARIANTS if args.variant == "both" else (args.variant,)
-    with PgServer() as server:
+    with PgServer(durable=True) as server:
         for variant in variants:
             runs: list[dict[str, float]] = []
             for i in range(args.runs):

@@ -25,6 +25,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--slots", type=int, default=32, help="slots per agent (default 32)")
     q.add_argument("--executor", choices=("process", "null"), default="process",
                    help="process: real `true` jobs; null: agents finish each job at once (default process)")
+    q.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                   help="where the controller keeps its facts: sqlite (--state-dir, the default) or postgres "
+                        "(a private PostgreSQL server the bench starts, fsync on; --store postgresql://...)")
 
     q = bench("launch", "one agent's launch path alone (launcher, supervisors, `true`): jobs/s and CPU per job")
     q.add_argument("--jobs", type=int, default=3000, help="jobs per run (default 3000)")

@@ -44,7 +44,7 @@ def find_bin_dir() -> Path | None:
 
 
 class PgServer:
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
         bin_dir = find_bin_dir()
         if bin_dir is None:
             raise RuntimeError(INSTALL_HINT)
@@ -61,6 +61,9 @@ class PgServer:
                 os.chown(p, nobody.pw_uid, nobody.pw_gid)
             self._run_as = ["runuser", "-u", "nobody", "--"]
         self._names = itertools.count(1)
+        # The tests need no durability (fsync off: faster); the benchmarks compare with SQLite's
+        # synchronous=FULL, so theirs fsyncs every commit as a production server does.
+        self.durable = durable
         self.started = False
 
     def _run(self, *argv: str) -> None:
@@ -72,8 +75,8 @@ class PgServer:
     def start(self) -> "PgServer":
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8",
                   "--no-sync", "--no-instructions")
-        options = (f"-c listen_addresses='' -k {self.socket_dir} -p {self.port} -c fsync=off "
-                   "-c max_connections=200 -c shared_buffers=32MB")
+        options = (f"-c listen_addresses='' -k {self.socket_dir} -p {self.port} "
+                   f"{'' if self.durable else '-c fsync=off '}-c max_connections=200 -c shared_buffers=32MB")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
                   "-o", options, "-w", "-t", "60", "start")
         self.started = True
