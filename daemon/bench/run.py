@@ -87,6 +87,17 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """CPU seconds so far of each process still there (a database backend may end meanwhile)."""
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = _cpu_seconds(pid)
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]], pg: Any = None) -> float:
     """jobs/s of one run; appends the run's CPU per job (controller, all agents) to ``cpu``.
     ``pg``: a ``PgServer`` to keep the facts in (a fresh database), else SQLite."""
@@ -114,7 +125,9 @@ async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]],
             await _wait(all_joined, "agents to join")
             specs = [_spec(["true"])] * args.jobs
             pids = {"controller": [cluster.pid("controller")], "agents": [cluster.pid(a) for a in agents]}
-            before = {k: sum(map(_cpu_seconds, v)) for k, v in pids.items()}
+            if pg is not None:  # SQLite works inside the controller's process; PostgreSQL in its own
+                pids["database"] = pg.pids()
+            before = {k: _cpu_by_pid(v) for k, v in pids.items()}
             t0 = time.perf_counter()
             await _submit(client, specs)
 
@@ -124,7 +137,9 @@ async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]],
             await _wait(done, "all jobs to finish", interval=0.05)
             elapsed = time.perf_counter() - t0
             for key, v in pids.items():  # (the agents' own processes: not the per-job supervisors)
-                cpu.setdefault(key, []).append((sum(map(_cpu_seconds, v)) - before[key]) / args.jobs)
+                after = _cpu_by_pid(v)
+                used = sum(after[p] - before[key][p] for p in after.keys() & before[key].keys())
+                cpu.setdefault(key, []).append(used / args.jobs)
             failed = (await _counts(client)).get("FAILED", 0)
             if failed:
                 raise RuntimeError(f"{failed} benchmark job(s) failed: see the agents' logs")
