@@ -83,80 +83,77 @@ def _log_of(dsn: str) -> list[tuple[int, int, Any]]:
     return [(seq, epoch, F.decode(cbor2.loads(bytes(data)))) for seq, epoch, data in rows]
 
 
-async def failover_run(server: PgServer, args: argparse.Namespace, variant: str, base: Path) -> dict[str, float]:
-    """One run on a fresh database; its figures (seconds from the signal)."""
+async def failover_run(server: PgServer, args: argparse.Namespace, variant: str,
+                       cluster: LocalCluster) -> dict[str, float]:
+    """One run on a fresh database; its figures (seconds from the signal).  The caller stops
+    ``cluster``'s processes (outside trio: whatever interrupted the run)."""
     from model import facts as F
 
     dsn = await trio.to_thread.run_sync(server.new_database)
-    cluster = LocalCluster(base)
+    base = cluster.base
     gate = base / "gate"
     common = ("--lease", f"{args.lease:g}", "--rejoin-grace", "0")
-    try:
-        a = await cluster.start_ha_controller("ctl-a", dsn, *common)
-        await _wait("controller a to lead", lambda: _ask(a, "status"))
-        b = await cluster.start_ha_controller("ctl-b", dsn, *common)
-        await _wait("controller b to stand by",
-                    lambda: _true("standing by" in cluster.log_path("ctl-b").read_text(errors="replace")))
-        for name in ("agent-1", "agent-2"):
-            await cluster.start_agent(name, args.slots, controller=f"{a},{b}")
+    a = await cluster.start_ha_controller("ctl-a", dsn, *common)
+    await _wait("controller a to lead", lambda: _ask(a, "status"))
+    b = await cluster.start_ha_controller("ctl-b", dsn, *common)
+    await _wait("controller b to stand by",
+                lambda: _true("standing by" in cluster.log_path("ctl-b").read_text(errors="replace")))
+    for name in ("agent-1", "agent-2"):
+        await cluster.start_agent(name, args.slots, controller=f"{a},{b}")
 
-        async def agents_idle() -> bool:
-            nodes = await _ask(a, "nodes")
-            return nodes is not None and sum(n["state"] == "IDLE" for n in nodes["nodes"]) == 2
-        await _wait("both agents to join", agents_idle)
-        specs = [_spec(gate, 7, "gated")] + [_spec(gate, 0, f"other-{i}") for i in range(2 * args.slots - 1)]
-        reply = await _ask(a, "submit_many", specs=specs)
-        if reply is None:
-            raise RuntimeError("controller a refused the jobs")
-        gated = reply["jobs"][0]
+    async def agents_idle() -> bool:
+        nodes = await _ask(a, "nodes")
+        return nodes is not None and sum(n["state"] == "IDLE" for n in nodes["nodes"]) == 2
+    await _wait("both agents to join", agents_idle)
+    specs = [_spec(gate, 7, "gated")] + [_spec(gate, 0, f"other-{i}") for i in range(2 * args.slots - 1)]
+    reply = await _ask(a, "submit_many", specs=specs)
+    if reply is None:
+        raise RuntimeError("controller a refused the jobs")
+    gated = reply["jobs"][0]
 
-        async def all_running() -> bool:
-            counts = (await _ask(a, "status") or {}).get("status", {}).get("jobs", {})
-            return counts.get("RUNNING", 0) == len(specs)
-        await _wait("every job to run", all_running)
+    async def all_running() -> bool:
+        counts = (await _ask(a, "status") or {}).get("status", {}).get("jobs", {})
+        return counts.get("RUNNING", 0) == len(specs)
+    await _wait("every job to run", all_running)
 
-        t0 = time.monotonic()
-        if variant == "kill":
-            cluster.kill("ctl-a")  # its database session ends with it
-        else:
-            cluster.signal("ctl-a", signal.SIGSTOP)  # its session stays open: the lease must run out
-        gate.touch()  # every job ends right after the signal, while no controller serves
-        serving = recorded = None
-        with trio.move_on_after(HANG_GUARD):
-            while serving is None or recorded is None:
-                if serving is None and await _ask(b, "status") is not None:
-                    serving = time.monotonic() - t0
-                if serving is not None:
-                    job = (await _ask(b, "show", job=gated) or {}).get("job", {})
-                    if job.get("state") in ("COMPLETED", "FAILED", "CANCELLED"):
-                        if job.get("exit_code") != 7:
-                            raise RuntimeError(f"the gated job was recorded with exit code {job.get('exit_code')}, "
-                                               "not its true 7")
-                        recorded = time.monotonic() - t0
-                        break
-                await trio.sleep(POLL)
-        if serving is None or recorded is None:
-            raise RuntimeError(f"timed out: b serving after {serving}, the gated job recorded after {recorded}; "
-                               f"see the logs in {base} (--keep)")
-        epoch_one_at_takeover = sum(1 for _, epoch, _ in await trio.to_thread.run_sync(_log_of, dsn) if epoch == 1)
-        figures = {"serving_s": serving, "recorded_s": recorded}
-        if variant == "freeze":
-            figures["step_down_s"] = await _step_down(cluster)
-        log = await trio.to_thread.run_sync(_log_of, dsn)
-        finished = [f for _, _, f in log if isinstance(f, F.JobFinished) and f.job == gated]
-        if len(finished) != 1 or finished[0].exit_code != 7:
-            raise RuntimeError(f"the gated job's finish facts: {finished}, expected one with exit code 7")
-        epochs = [epoch for _, epoch, _ in log]
-        if epochs != sorted(epochs) or sum(1 for e in epochs if e == 1) != epoch_one_at_takeover:
-            raise RuntimeError("a fact of epoch 1 was committed after epoch 2 began")
-        took_over = _TAKEOVER.search(cluster.log_path("ctl-b").read_bytes())
-        if took_over:
-            figures.update(tail_facts=float(took_over.group(1)), tail_replay_s=float(took_over.group(2)))
-        return figures
-    finally:
-        gate.touch()  # no job waits on past the run
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(cluster.stop_all)
+    t0 = time.monotonic()
+    if variant == "kill":
+        cluster.kill("ctl-a")  # its database session ends with it
+    else:
+        cluster.signal("ctl-a", signal.SIGSTOP)  # its session stays open: the lease must run out
+    gate.touch()  # every job ends right after the signal, while no controller serves
+    serving = recorded = None
+    with trio.move_on_after(HANG_GUARD):
+        while serving is None or recorded is None:
+            if serving is None and await _ask(b, "status") is not None:
+                serving = time.monotonic() - t0
+            if serving is not None:
+                job = (await _ask(b, "show", job=gated) or {}).get("job", {})
+                if job.get("state") in ("COMPLETED", "FAILED", "CANCELLED"):
+                    if job.get("exit_code") != 7:
+                        raise RuntimeError(f"the gated job was recorded with exit code {job.get('exit_code')}, "
+                                           "not its true 7")
+                    recorded = time.monotonic() - t0
+                    break
+            await trio.sleep(POLL)
+    if serving is None or recorded is None:
+        raise RuntimeError(f"timed out: b serving after {serving}, the gated job recorded after {recorded}; "
+                           f"see the logs in {base} (--keep)")
+    epoch_one_at_takeover = sum(1 for _, epoch, _ in await trio.to_thread.run_sync(_log_of, dsn) if epoch == 1)
+    figures = {"serving_s": serving, "recorded_s": recorded}
+    if variant == "freeze":
+        figures["step_down_s"] = await _step_down(cluster)
+    log = await trio.to_thread.run_sync(_log_of, dsn)
+    finished = [f for _, _, f in log if isinstance(f, F.JobFinished) and f.job == gated]
+    if len(finished) != 1 or finished[0].exit_code != 7:
+        raise RuntimeError(f"the gated job's finish facts: {finished}, expected one with exit code 7")
+    epochs = [epoch for _, epoch, _ in log]
+    if epochs != sorted(epochs) or sum(1 for e in epochs if e == 1) != epoch_one_at_takeover:
+        raise RuntimeError("a fact of epoch 1 was committed after epoch 2 began")
+    took_over = _TAKEOVER.search(cluster.log_path("ctl-b").read_bytes())
+    if took_over:
+        figures.update(tail_facts=float(took_over.group(1)), tail_replay_s=float(took_over.group(2)))
+    return figures
 
 
 async def _true(value: bool) -> bool:
@@ -189,9 +186,13 @@ def run_failover_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str,
             runs: list[dict[str, float]] = []
             for i in range(args.runs):
                 base = Path(tempfile.mkdtemp(prefix=f"reckon-bench-failover-{variant}-"))
+                cluster = LocalCluster(base)
                 try:
-                    runs.append(trio.run(failover_run, server, args, variant, base))
+                    runs.append(trio.run(failover_run, server, args, variant, cluster))
                 finally:
+                    # Here, not in the trio run: a Ctrl-C (or SIGTERM) may have broken that run anywhere.
+                    (base / "gate").touch()  # no job waits on past the run
+                    cluster.stop_all()  # (SIGCONTs a frozen controller first)
                     if args.keep:
                         print(f"(kept {base})", file=sys.stderr)
                     else:
