@@ -61,7 +61,10 @@ class FactListener:
         self.close()
 
     async def wait_until(self, deadline: float) -> bool:
-        """True as soon as a commit was notified, False at ``deadline`` (trio time) without one."""
+        """True as soon as a commit was notified, False at ``deadline`` (trio time) without one, or
+        once it has passed (so that a stream of commits cannot hold off the caller's poll)."""
+        if trio.current_time() >= deadline:
+            return False
         with trio.move_on_after(max(0.0, deadline - trio.current_time())):
             while self._conn is not None:
                 try:
