@@ -23,7 +23,7 @@ from daemon.store.statelock import StateDirBusy, WrongStateDir
 
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
 PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
-HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): where it is used
+HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
 _ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
 
 
@@ -131,6 +131,15 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     return 0
 
 
+def agent_ping_timeout(given: float | None, controller: str) -> float:
+    """The agent's --ping-timeout: as given, else by how many controller URLs it has.  With
+    standbys, a frozen leader is left about when a standby can have taken over under the default
+    5 s lease (docs/ha.md, "Timing"), not 10-15 s later."""
+    if given is not None:
+        return given
+    return HA_PING_TIMEOUT if "," in controller else PING_TIMEOUT
+
+
 async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
@@ -145,11 +154,7 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
         parse_controller_urls(controller)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    ping_timeout = args.ping_timeout
-    if ping_timeout is None:
-        # With standbys, leave a frozen leader about when a standby can have taken over under
-        # the default 5 s lease (docs/ha.md, "Timing"), not 10-15 s later.
-        ping_timeout = HA_PING_TIMEOUT if "," in controller else PING_TIMEOUT
+    ping_timeout = agent_ping_timeout(args.ping_timeout, controller)
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=controller, token=resolve_token(args.token_file),

@@ -83,3 +83,11 @@ async def test_a_silent_leader_is_left_for_the_next_url_without_a_close_handshak
             scope.cancel()
             await stopped.wait()
             nursery.cancel_scope.cancel()
+
+
+def test_the_ping_timeout_defaults_shorter_with_several_controller_urls():
+    from daemon.cli.daemons import HA_PING_TIMEOUT, PING_TIMEOUT, agent_ping_timeout
+
+    assert agent_ping_timeout(None, A) == PING_TIMEOUT == 10.0
+    assert agent_ping_timeout(None, f"{A},{B}") == HA_PING_TIMEOUT == 3.0
+    assert agent_ping_timeout(7.0, f"{A},{B}") == 7.0  # an operator's choice stands
