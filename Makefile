@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-# The PostgreSQL tests start a private server (tests/pgserver.py) and need its binaries:
+# The PostgreSQL tests start a private server (daemon/bench/pgserver.py) and need its binaries:
 # installed here when missing and we are root; otherwise those tests fail saying how to install them.
 postgres-bin:
 	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1 \

@@ -47,6 +47,15 @@ class LocalCluster:
         self.port = int(line.rsplit(b":", 1)[1])
         return time.monotonic() - t0
 
+    async def start_ha_controller(self, key: str, store: str, *extra: str) -> str:
+        """Start a controller on the PostgreSQL store ``store`` under ``key`` (a standby until it
+        leads); its URL."""
+        proc = self._spawn(key, ["controller", "--listen", "127.0.0.1:0", "--store", store, *extra])
+        line = await trio.to_thread.run_sync(proc.stdout.readline)
+        if not line.startswith(b"reckon controller listening on ws://"):
+            raise RuntimeError(f"controller {key} did not start: {line!r}; see {self.log_path(key)}")
+        return line.split()[4].decode()
+
     async def start_agent(self, name: str, slots: int, *extra: str, controller: str | None = None) -> None:
         """Start (or restart) an agent; ``controller`` is the URL it dials (default: the controller's own)."""
         proc = self._spawn(name, ["agent", "--name", name, "--slots", str(slots),

@@ -100,6 +100,8 @@ class _Connection:
     welcomed: bool = False  # the controller accepted our Join
     refusal: str | None = None  # why we are refused on this connection, for good (not an outage)
     leader: str | None = None  # set when the peer is a standby: where it says the leader is ("" unknown)
+    attempt: trio.CancelScope | None = None  # the connection's scope: cancelled to drop it without a close handshake
+    unresponsive: bool = False  # dropped because the controller stopped answering pings
 
 
 class AgentDaemon:
@@ -124,7 +126,9 @@ class AgentDaemon:
         self.refusals = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
         # Handshakes that fail in other ways (a proxy's 502, not a WebSocket server): an
         # outage, retried fast, but logged once per condition like a refusal.
-        self.controllers = ControllerUrls(options.controller)  # several: one leads (daemon/agent/controllers.py)
+        # Several: one leads (daemon/agent/controllers.py); one that failed us is passed over as
+        # long as we would wait on a silent one.
+        self.controllers = ControllerUrls(options.controller, hold=options.pong_timeout)
         self._standbys: dict[str, str] = {}  # standby URL -> the leader it named, as last logged
         self.failed_handshakes = RefusalLog(log, remind_every=options.refusal_reminder, clock=trio.current_time)
         self.output = OutputFiles(options.state_dir / "jobs", held=held_keys(agent), keep_days=options.keep_output)
@@ -369,44 +373,47 @@ class AgentDaemon:
             if url.startswith("wss:") and ssl_context is None:
                 ssl_context = client_ssl_context(self.options.ca)
             tls = {"ssl_context": ssl_context} if url.startswith("wss:") else {}
-            try:
-                async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
-                                          connect_timeout=5, disconnect_timeout=2,
-                                          opener=open_websocket_url, **tls) as ws:
-                    delay = self.options.reconnect_initial
-                    self._generation += 1
-                    conn = _Connection(ws=ws, generation=self._generation)
-                    log.log(self._quiet(), "connected to %s", self.controllers.current)
-                    await self.feed(E.Connected(now=time.time()), conn)
-                    try:
-                        async with trio.open_nursery() as session:
-                            session.start_soon(self._keepalive, conn, session.cancel_scope)
-                            await self._read(conn)
-                            session.cancel_scope.cancel()
-                    finally:
-                        with trio.CancelScope(shield=True):
-                            await self.feed(E.Disconnected(now=time.time()), conn)
-            except ConnectionRejected as exc:
-                body = (exc.body or b"").decode(errors="replace").strip()
-                if exc.status_code in (401, 403):
-                    refusal = self._refuse(None, f"the controller refused us ({exc.status_code}): {body}")
-                else:
-                    self.failed_handshakes.refused(_REFUSED, f"controller {self.options.controller} refused us "
-                                                             f"({exc.status_code}): {body}")
-            except TLSFailure as exc:  # an operator must fix the certificate or --ca: not an outage
-                refusal = self._refuse(None, str(exc))
-            except HandshakeError as exc:
-                self.failed_handshakes.refused(_REFUSED, f"cannot join {self.options.controller}: "
-                                                         f"{exc.__cause__ or exc or type(exc).__name__}")
-            except (OSError, WSClosed) as exc:
-                log.debug("connection to %s failed: %s", self.options.controller, exc)
+            # Cancelled when the controller stops answering pings: no close handshake with a
+            # frozen peer (it would wait out disconnect_timeout for nothing).
+            with trio.CancelScope() as attempt:
+                try:
+                    async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
+                                              connect_timeout=5, disconnect_timeout=2,
+                                              opener=open_websocket_url, **tls) as ws:
+                        delay = self.options.reconnect_initial
+                        self._generation += 1
+                        conn = _Connection(ws=ws, generation=self._generation, attempt=attempt)
+                        log.log(self._quiet(), "connected to %s", self.controllers.current)
+                        await self.feed(E.Connected(now=time.time()), conn)
+                        try:
+                            async with trio.open_nursery() as session:
+                                session.start_soon(self._keepalive, conn, session.cancel_scope)
+                                await self._read(conn)
+                                session.cancel_scope.cancel()
+                        finally:
+                            with trio.CancelScope(shield=True):
+                                await self.feed(E.Disconnected(now=time.time()), conn)
+                except ConnectionRejected as exc:
+                    body = (exc.body or b"").decode(errors="replace").strip()
+                    if exc.status_code in (401, 403):
+                        refusal = self._refuse(None, f"the controller refused us ({exc.status_code}): {body}")
+                    else:
+                        self.failed_handshakes.refused(_REFUSED, f"controller {self.options.controller} refused us "
+                                                                 f"({exc.status_code}): {body}")
+                except TLSFailure as exc:  # an operator must fix the certificate or --ca: not an outage
+                    refusal = self._refuse(None, str(exc))
+                except HandshakeError as exc:
+                    self.failed_handshakes.refused(_REFUSED, f"cannot join {self.options.controller}: "
+                                                             f"{exc.__cause__ or exc or type(exc).__name__}")
+                except (OSError, WSClosed) as exc:
+                    log.debug("connection to %s failed: %s", self.options.controller, exc)
             if conn is not None and conn.refusal is not None:
                 refusal = conn.refusal
             if conn is not None and conn.leader is not None:  # a standby: go where it points, at once
-                self.controllers.not_the_leader(conn.leader)
-                delay = self.options.reconnect_initial
-            elif conn is None or not conn.welcomed:
-                self.controllers.failed()
+                if self.controllers.not_the_leader(conn.leader, trio.current_time()):
+                    delay = self.options.reconnect_initial
+            elif conn is None or not conn.welcomed or conn.unresponsive:
+                self.controllers.failed(trio.current_time())
             if refusal is not None:
                 # Not an outage: retrying every second changes nothing and floods both logs.
                 refusal_delay = min(max(refusal_delay * 2, REFUSAL_RETRY_FIRST), self.options.refusal_retry_max)
@@ -444,7 +451,8 @@ class AgentDaemon:
             if waiting.cancelled_caught:
                 log.warning("the controller did not answer a ping within %.0fs: dropping the connection and "
                             "reconnecting", self.options.pong_timeout)
-                session.cancel()
+                conn.unresponsive = True
+                (conn.attempt or session).cancel()
                 return
 
     async def _read(self, conn: _Connection) -> None:
@@ -488,6 +496,7 @@ class AgentDaemon:
                 elif isinstance(msg, M.Welcome):
                     conn.version = msg.version
                     conn.welcomed = True
+                    self.controllers.welcomed()
                 await self.feed(E.MessageFromController(message=msg, now=now), conn)
 
 

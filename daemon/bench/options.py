@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.main import path
+from daemon.cli.main import _positive, path
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -25,6 +25,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--slots", type=int, default=32, help="slots per agent (default 32)")
     q.add_argument("--executor", choices=("process", "null"), default="process",
                    help="process: real `true` jobs; null: agents finish each job at once (default process)")
+    q.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                   help="where the controller keeps its facts: sqlite (--state-dir, the default) or postgres "
+                        "(a private PostgreSQL server the bench starts, fsync on; --store postgresql://...)")
 
     q = bench("launch", "one agent's launch path alone (launcher, supervisors, `true`): jobs/s and CPU per job")
     q.add_argument("--jobs", type=int, default=3000, help="jobs per run (default 3000)")
@@ -50,6 +53,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--slots", type=int, default=32, help="slots of the one agent (default 32)")
     q.add_argument("--executor", choices=("process", "null"), default="process",
                    help="process: real `true` jobs; null: the agent finishes each job at once (default process)")
+
+    q = bench("failover", "controllers on a private PostgreSQL: SIGKILL or SIGSTOP the leader; time until the "
+                          "standby serves and until a completion made meanwhile is recorded")
+    q.add_argument("--variant", choices=("kill", "freeze", "both"), default="both",
+                   help="kill: SIGKILL the leader; freeze: SIGSTOP it, then SIGCONT it (default both)")
+    q.add_argument("--lease", type=_positive, default=5.0, help="the controllers' --lease, seconds (default 5)")
+    q.add_argument("--slots", type=int, default=2, help="slots per agent, all filled with jobs (default 2)")
 
     q = bench("memory", "controller resident memory per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

@@ -24,7 +24,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from daemon.client import Client
+from daemon.client import Client, ClientError
 from daemon.procs import LocalCluster
 
 HANG_GUARD = 1800.0  # seconds: no single run may take longer than this
@@ -87,10 +87,34 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]]) -> float:
-    """jobs/s of one run; appends the run's CPU per job (controller, all agents) to ``cpu``."""
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """CPU seconds so far of each process still there (a database backend may end meanwhile)."""
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = _cpu_seconds(pid)
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]], pg: Any = None) -> float:
+    """jobs/s of one run; appends the run's CPU per job (controller, all agents) to ``cpu``.
+    ``pg``: a ``PgServer`` to keep the facts in (a fresh database), else SQLite."""
     async def body(cluster: LocalCluster) -> float:
-        await cluster.start_controller()
+        if pg is None:
+            await cluster.start_controller()
+        else:
+            url = await cluster.start_ha_controller("controller", await trio.to_thread.run_sync(pg.new_database))
+            cluster.port = int(url.rsplit(":", 1)[1])  # the agents dial it
+
+            async def leads() -> bool:
+                try:
+                    async with Client(cluster.url, None) as client:
+                        return bool(await client.call("status"))
+                except ClientError:  # "not the leader" for a moment: it takes epoch 1 at its first poll
+                    return False
+            await _wait(leads, "the controller to lead")
         agents = [f"agent-{i}" for i in range(args.agents)]
         for name in agents:
             await cluster.start_agent(name, args.slots, "--executor", args.executor)
@@ -101,7 +125,9 @@ async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]])
             await _wait(all_joined, "agents to join")
             specs = [_spec(["true"])] * args.jobs
             pids = {"controller": [cluster.pid("controller")], "agents": [cluster.pid(a) for a in agents]}
-            before = {k: sum(map(_cpu_seconds, v)) for k, v in pids.items()}
+            if pg is not None:  # SQLite works inside the controller's process; PostgreSQL in its own
+                pids["database"] = pg.pids()
+            before = {k: _cpu_by_pid(v) for k, v in pids.items()}
             t0 = time.perf_counter()
             await _submit(client, specs)
 
@@ -111,7 +137,9 @@ async def _throughput_run(args: argparse.Namespace, cpu: dict[str, list[float]])
             await _wait(done, "all jobs to finish", interval=0.05)
             elapsed = time.perf_counter() - t0
             for key, v in pids.items():  # (the agents' own processes: not the per-job supervisors)
-                cpu.setdefault(key, []).append((sum(map(_cpu_seconds, v)) - before[key]) / args.jobs)
+                after = _cpu_by_pid(v)
+                used = sum(after[p] - before[key][p] for p in after.keys() & before[key].keys())
+                cpu.setdefault(key, []).append(used / args.jobs)
             failed = (await _counts(client)).get("FAILED", 0)
             if failed:
                 raise RuntimeError(f"{failed} benchmark job(s) failed: see the agents' logs")
@@ -252,13 +280,18 @@ def run_bench(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"bench": args.bench, "machine": machine}
     lines: list[str] = []
     if args.bench == "throughput":
+        from contextlib import nullcontext
+
+        from daemon.bench.pgserver import PgServer
+
         cpu: dict[str, list[float]] = {}
-        s = trio.run(_runs, args.runs, lambda: _throughput_run(args, cpu), "throughput", quiet)
+        with PgServer(durable=True) if args.store == "postgres" else nullcontext() as pg:
+            s = trio.run(_runs, args.runs, lambda: _throughput_run(args, cpu, pg), "throughput", quiet)
         cpu_per_job = {key: summary(values) for key, values in cpu.items()}
-        out.update(jobs=args.jobs, agents=args.agents, slots=args.slots, executor=args.executor, jobs_per_s=s,
-                   cpu_seconds_per_job=cpu_per_job)
+        out.update(jobs=args.jobs, agents=args.agents, slots=args.slots, executor=args.executor, store=args.store,
+                   jobs_per_s=s, cpu_seconds_per_job=cpu_per_job)
         lines.append(f"throughput, {args.executor} executor, {args.agents} agents x {args.slots} slots, "
-                     f"{args.jobs} jobs: {_fmt(s, 'jobs/s', digits=0)}")
+                     f"{args.jobs} jobs, {args.store} store: {_fmt(s, 'jobs/s', digits=0)}")
         for key, c in cpu_per_job.items():
             lines.append(f"CPU per job, {key}: {_fmt(c, 'ms', scale=1e3, digits=3)}")
     elif args.bench == "launch":
@@ -327,6 +360,12 @@ def run_bench(args: argparse.Namespace) -> int:
         figures, cli_lines = run_cli_bench(args, quiet)
         out.update(figures)
         lines += cli_lines
+    elif args.bench == "failover":
+        from daemon.bench.failover import run_failover_bench
+
+        figures, failover_lines = run_failover_bench(args, quiet)
+        out.update(figures)
+        lines += failover_lines
     elif args.bench == "memory":
         out["sizes"] = []
         for n in args.jobs:

@@ -22,6 +22,8 @@ from daemon.store.sqlite_thread import StoreError
 from daemon.store.statelock import StateDirBusy, WrongStateDir
 
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
+PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
+HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
 _ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
 
 
@@ -127,17 +129,27 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     return 0
 
 
+def agent_ping_timeout(given: float | None, controller: str) -> float:
+    """The agent's --ping-timeout: as given, else by how many controller URLs it has.  With
+    standbys, a frozen leader is left about when a standby can have taken over under the default
+    5 s lease (docs/ha.md, "Timing"), not 10-15 s later."""
+    if given is not None:
+        return given
+    return HA_PING_TIMEOUT if "," in controller else PING_TIMEOUT
+
+
 async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from daemon.agent.daemon import AgentOptions, run_agent
 
     controller = resolve_controller(args.controller)
     parse_controller_urls(controller)  # UsageError (exit 2) before anything starts
+    ping_timeout = agent_ping_timeout(args.ping_timeout, controller)
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=controller, token=resolve_token(args.token_file),
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
         keep_output=args.keep_output,
-        pong_timeout=args.ping_timeout, ping_interval=min(5.0, args.ping_timeout / 2),
+        pong_timeout=ping_timeout, ping_interval=min(5.0, ping_timeout / 2),
         output_mode=args.output_mode, ca=Path(ca) if (ca := resolve_ca(args.ca)) else None,
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},

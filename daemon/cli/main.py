@@ -319,9 +319,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="completion retry backoff cap in seconds, at least 1 (default 30)")
     p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
                    help="seconds between heartbeats to the controller (default 2)")
-    p.add_argument("--ping-timeout", type=_positive, default=10.0, metavar="SECONDS",
-                   help="drop a controller that does not answer a WebSocket ping within this (default 10; "
-                        "a ping every half of it, 5 s at most): how soon a frozen leader is left for another")
+    p.add_argument("--ping-timeout", type=_positive, default=None, metavar="SECONDS",
+                   help="drop a controller that does not answer a WebSocket ping within this (default 10, "
+                        "or 3 with several --controller URLs; a ping every half of it, 5 s at most): how soon "
+                        "a frozen leader is left for another")
     p.add_argument("--kill-grace", type=_nonnegative, default=10.0,
                    help="seconds from SIGTERM to SIGKILL, on cancel and at a job's --time limit (default 10)")
     p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",

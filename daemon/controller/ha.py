@@ -4,7 +4,8 @@
 database.  Each listens from the start.  While it stands by it answers every
 agent with "not the leader" and where the leader is (``M.not_the_leader``) and
 every client request with ``{"ok": false, "leader": ...}``, and it follows the
-fact log (polling every ``lease / 5``), so taking over replays only the tail.
+fact log (at each commit the leader NOTIFYs, daemon/store/pglisten.py, and
+polling every ``lease / 5``), so taking over replays only the tail.
 When the current epoch is free (its lease expired, or its holder's database
 session ended: daemon/store/postgres.py) it takes the next one, reads the last
 of the tail, and serves exactly as a controller restarted on that log would:
@@ -44,6 +45,7 @@ from daemon.controller.tls import CLEARTEXT_WARNING, is_loopback_host, with_tls
 from daemon.ops.metrics_http import serve_metrics
 from daemon.refusals import RefusalLog
 from daemon.store.interface import SteppedDown
+from daemon.store.pglisten import FactListener
 from daemon.store.postgres import DatabaseFailed, PgFactStore
 
 log = logging.getLogger("reckon.controller")
@@ -78,6 +80,7 @@ class Front:
         self.leader = ""  # the current leader's URL as last read from the database ("" unknown)
         # TLS handshakes that fail while standing by, once per peer and reason (the daemon has its own).
         self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
+        self.follower: _Follower | None = None  # the standby's copy of the state (tests look at it)
 
     async def handle_request(self, request: WebSocketRequest) -> None:
         if self.daemon is not None:
@@ -126,7 +129,7 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
     store = await PgFactStore.open(options.store, lease=options.lease)
     try:
         front = Front(options)
-        follower = _Follower(store)
+        follower = front.follower = _Follower(store)
         await follower.catch_up()
         metrics = HaMetrics(store, follower, front)
         async with listening(options.host, options.port) as listeners, trio.open_nursery() as nursery:
@@ -163,31 +166,39 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
 
 async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
                     options: ControllerOptions, metrics: HaMetrics) -> Leadership:
-    """Follow the log until the epoch is ours."""
+    """Follow the log until the epoch is ours: at each commit the leader notifies, and at every
+    poll (``lease / 5``), which is also when the epoch is tried."""
+    assert options.store is not None
     poll = options.lease / 5
     told = None
     database = StandbyDatabase(store, metrics, first_retry=poll, cap=min(RETRY_CAP, options.lease))
-    while True:
-        try:
-            asked_at = trio.current_time()
-            reason = await store.try_lead()
-            database.answered()
-            if reason is not None:
-                leadership = Leadership(store)
-                leadership.taken(asked_at)
-                log.warning("leading: epoch %d (%s); advertised as %s", store.epoch, reason, store.holder)
-                return leadership
-            epoch, leader, _ = await store.leader()
-            front.leader = leader
-            metrics.saw_epoch(epoch)
-            if (epoch, leader) != told:  # once per leader, not once per poll
-                log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
-                told = (epoch, leader)
-            await follower.catch_up()
-        except DatabaseFailed as exc:  # the database is away: a standby waits for it (ha_database.py)
-            await database.failed(exc)
-            continue
-        await trio.sleep(poll)
+    listener = FactListener(options.store)
+    try:
+        while True:
+            try:
+                await listener.open()  # (again, after a dropped connection: until then polling alone)
+                asked_at = trio.current_time()
+                reason = await store.try_lead()
+                database.answered()
+                if reason is not None:
+                    leadership = Leadership(store)
+                    leadership.taken(asked_at)
+                    log.warning("leading: epoch %d (%s); advertised as %s", store.epoch, reason, store.holder)
+                    return leadership
+                epoch, leader, _ = await store.leader()
+                front.leader = leader
+                metrics.saw_epoch(epoch)
+                if (epoch, leader) != told:  # once per leader, not once per poll
+                    log.info("standing by: epoch %d is led by %s", epoch, leader or "?")
+                    told = (epoch, leader)
+                await follower.catch_up()
+                next_poll = trio.current_time() + poll
+                while await listener.wait_until(next_poll):
+                    await follower.catch_up()
+            except DatabaseFailed as exc:  # the database is away: a standby waits for it (ha_database.py)
+                await database.failed(exc)
+    finally:
+        listener.close()
 
 
 async def _lead(store: PgFactStore, follower: _Follower, front: Front, leadership: Leadership,

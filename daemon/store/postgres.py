@@ -54,15 +54,19 @@ _SCHEMA = (
 _FACT_TYPES = tuple(F.FACT_TYPES.values())
 _POSITIONS = ("SELECT greatest(coalesce((SELECT max(seq) FROM fact), 0), coalesce((SELECT max(upto_seq) FROM "
               "snapshot), 0)), coalesce((SELECT max(upto_seq) FROM snapshot), 0)")
+NOTIFY_CHANNEL = "reckon_fact"  # NOTIFYed with the last seq by every commit of facts or a snapshot
 # The fenced append: the leader row (locked FOR SHARE) must still name our epoch, or nothing is inserted.
-_APPEND = """
+# A batch that is inserted also NOTIFYs the standbys (daemon/store/pglisten.py), in the same statement:
+# the notice goes out exactly when the batch commits, and never for a batch the fence refused (no row).
+_APPEND = f"""
 WITH fence AS (SELECT epoch FROM leader WHERE id = 1 AND epoch = %(epoch)s FOR SHARE),
      base AS (SELECT greatest(coalesce((SELECT max(seq) FROM fact), 0),
-                              coalesce((SELECT max(upto_seq) FROM snapshot), 0)) AS last)
-INSERT INTO fact (seq, epoch, data)
-SELECT base.last + t.ord, fence.epoch, t.data
-FROM fence, base, unnest(%(rows)s::bytea[]) WITH ORDINALITY AS t(data, ord)
-RETURNING seq
+                              coalesce((SELECT max(upto_seq) FROM snapshot), 0)) AS last),
+     inserted AS (INSERT INTO fact (seq, epoch, data)
+                  SELECT base.last + t.ord, fence.epoch, t.data
+                  FROM fence, base, unnest(%(rows)s::bytea[]) WITH ORDINALITY AS t(data, ord)
+                  RETURNING seq)
+SELECT max(seq), pg_notify('{NOTIFY_CHANNEL}', max(seq)::text) FROM inserted HAVING count(*) > 0
 """
 
 
@@ -310,12 +314,12 @@ def _positions(conn: Any) -> tuple[int, int]:
 
 
 def _append(conn: Any, rows: list[bytes], epoch: int) -> int:
-    seqs = [r[0] for r in conn.execute(_APPEND, {"epoch": epoch, "rows": rows}).fetchall()]
-    if not seqs:  # the fence held nothing back but our own epoch: it is over
+    row = conn.execute(_APPEND, {"epoch": epoch, "rows": rows}).fetchone()
+    if row is None:  # the fence held nothing back but our own epoch: it is over
         epoch_now, holder, _ = _leader(conn)
         raise Deposed(f"epoch {epoch} is over (epoch {epoch_now} is led by {holder or '?'}): "
                       f"{len(rows)} fact(s) not committed")
-    return max(seqs)
+    return int(row[0])
 
 
 def _write_snapshot(conn: Any, snapshot: dict[str, Any], upto_seq: int, prune: bool, epoch: int) -> None:
@@ -332,6 +336,7 @@ def _write_snapshot(conn: Any, snapshot: dict[str, Any], upto_seq: int, prune: b
         conn.execute("DELETE FROM snapshot WHERE upto_seq < %s", (upto_seq,))
         if prune:
             conn.execute("DELETE FROM fact WHERE seq <= %s", (upto_seq,))
+        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(upto_seq)))  # delivered at commit
 
 
 def _load(conn: Any, where: str, after_seq: int) -> tuple[dict[str, Any] | None, list[F.Fact], int, int]:

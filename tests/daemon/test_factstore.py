@@ -128,7 +128,7 @@ def _raw_pg(dsn: str, sql: str, params: tuple) -> list[tuple]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request, tmp_path):
-    """Each store-contract test runs on SQLite and on a real PostgreSQL (tests/pgserver.py)."""
+    """Each store-contract test runs on SQLite and on a real PostgreSQL (daemon/bench/pgserver.py)."""
     dsn = request.getfixturevalue("pg_dsn") if request.param == "postgres" else None
     return Backend(request.param, tmp_path, dsn)
 

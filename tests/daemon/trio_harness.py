@@ -469,6 +469,7 @@ class FakeNet:
         # side: a controller host that vanished (no RST, no FIN), as TCP sees it.
         self.blackhole = False
         self.attempts: list[float] = []
+        self.urls: list[str] = []  # the URL of each attempt (several controllers: which one was tried)
         self.headers: list[list[tuple[bytes, bytes]]] = []
         self._streams: list[trio.abc.Stream] = []
         self._accepted_send, self.accepted = trio.open_memory_channel[Peer](math.inf)
@@ -515,6 +516,7 @@ class FakeNet:
     async def open_websocket_url(self, url: str, *, extra_headers=None, max_message_size: int = 1 << 20,
                                  connect_timeout: float = 60, disconnect_timeout: float = 60):
         self.attempts.append(trio.current_time())
+        self.urls.append(url)
         await trio.lowlevel.checkpoint()
         if not self.up:
             raise OSError(errno.ECONNREFUSED, "connection refused (the fake network is down)")
