@@ -61,6 +61,7 @@ MAX_DEFERRED = 5_000
 EVENT_QUEUE = 100_000  # events waiting for the core (exits, reads, ticks); adoption does not go through it
 REFUSAL_RETRY_FIRST = 5.0  # seconds before the first retry after a refusal (then doubling to the cap)
 _REFUSED = "controller"  # the agent's one refusal condition key: it has one controller
+_HELD = "held"  # refused for now (a start's hold on names): retried like an outage, logged like a refusal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,7 +186,7 @@ class AgentDaemon:
             await self._execute(commands, nursery)
             if self.model.session.value == "operating":
                 self.joined.set()
-                cleared = self.failed_handshakes.cleared(_REFUSED)
+                cleared = self.failed_handshakes.cleared(_REFUSED) | self.failed_handshakes.cleared(_HELD)
                 if self.refusals.cleared(_REFUSED) or cleared:  # the join went through: the condition is over
                     log.info("controller %s accepts us again", self.options.controller)
             self._wake.set()
@@ -436,7 +437,7 @@ class AgentDaemon:
 
     def _quiet(self) -> int:
         """The level of per-connection lines: debug while refused, so a refusal is not a line per attempt."""
-        refused = self.refusals.active(_REFUSED) or self.failed_handshakes.active(_REFUSED)
+        refused = self.refusals.active(_REFUSED) or self.failed_handshakes.active(_HELD)
         return logging.DEBUG if refused else logging.INFO
 
     async def _keepalive(self, conn: _Connection, session: trio.CancelScope) -> None:
@@ -489,7 +490,7 @@ class AgentDaemon:
                 elif isinstance(msg, M.Error) and msg.fatal:
                     # Refused for now (a start's hold on names): retried like an outage, but one
                     # line per condition, not one per attempt.
-                    self.failed_handshakes.refused(_REFUSED, f"{self.options.controller}: the controller "
+                    self.failed_handshakes.refused(_HELD, f"{self.options.controller}: the controller "
                                                              f"says: {msg.reason} (retrying)")
                 elif isinstance(msg, M.Error):
                     log.warning("controller says: %s", msg.reason)
