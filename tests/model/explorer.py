@@ -121,6 +121,15 @@ class ExploredMachine(ReckonMachine):
         self.grace_timer = None
         self._ctrl(E.StartGraceEnded(now=self.now))
 
+    def rollback_losing_mark(self, keep: int) -> None:
+        """The operator restores an old copy of the controller's state without its id mark file
+        (a scenario's prefix only: ids may then be issued again, for other submissions)."""
+        self._rollback(keep, lose_mark=True)
+
+    def submit_one(self) -> None:
+        """A user submits a one-slot job (a scenario's prefix only)."""
+        self._submit(1, ("true",))
+
     def check(self) -> None:
         """Every state invariant of the machine (each ``inv_*``)."""
         self._check_all_invariants()
@@ -515,14 +524,25 @@ REJOINING = (S_("process_ends", i=0, outcome=(0, None)), S_("settle"), S_("sched
              S_("disconnect", i=0, lose_in_flight=False), S_("rejoin", i=0, deliver_join=True, then_schedule=False),
              S_("deliver", i=1, keep_copy=False))  # a1's Welcome (with the round's token)
 
+# The controller's state is restored from its oldest copy without the id mark file, so job id 1 is
+# issued again, to another submission, while a1 still holds attempt 1 of the old one (killed at its
+# rejoin, its record kept for the recent window).  a1 refuses the new dispatch of 1/1; a copy of that
+# refusal stays in flight behind the original, which is delivered: 1 is requeued, to run as attempt 2.
+REUSED_ID = (S_("rollback_losing_mark", keep=0), S_("submit_one"), S_("settle"),
+             S_("rejoin", i=0, deliver_join=False, then_schedule=False),
+             S_("rejoin", i=0, deliver_join=False, then_schedule=False), S_("settle"),
+             S_("scheduler_pass", limit=None, defer=False), S_("deliver", i=0, keep_copy=False),
+             S_("duplicate_head", i=0), S_("deliver", i=0, keep_copy=False))
+
 # The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1
-# (5 jobs x 2 slots for "rejoining"), one fault per trace, from five starting points.  `make check-deep` runs DEEP.
+# (5 jobs x 2 slots for "rejoining"), one fault per trace, from six starting points.  `make check-deep` runs DEEP.
 SCENARIOS = (
     Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
     Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
     Scenario("rejoining", Scope(jobs=5, slots=2, faults=1), depth=2, prefix=REJOINING),
     Scenario("two-rounds", Scope(faults=1), depth=3, prefix=TWO_ROUNDS),
     Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=1), depth=3, prefix=ROLLED_BACK),
+    Scenario("reused-id", Scope(jobs=1, faults=1), depth=3, prefix=REUSED_ID),
 )
 DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
     Scenario("settled", Scope(faults=2), depth=3),
@@ -530,6 +550,7 @@ DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that st
     Scenario("rejoining", Scope(jobs=5, slots=2, faults=2), depth=3, prefix=REJOINING),
     Scenario("two-rounds", Scope(faults=2), depth=3, prefix=TWO_ROUNDS),
     Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=2), depth=3, prefix=ROLLED_BACK),
+    Scenario("reused-id", Scope(jobs=1, faults=2), depth=3, prefix=REUSED_ID),
     Scenario("agent-down", Scope(agent_down=True, faults=2), depth=3),
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
 )

@@ -130,6 +130,13 @@ def test_explore_bite_requeue_ignores_cancel(monkeypatch):
 # ---- invented bugs in other parts of the model -------------------------------------------------
 
 
+def test_explore_bite_refusal_of_old_attempt_requeues_current(monkeypatch):
+    """mutants.N11: a late copy of a DispatchRefused of attempt 1 requeues attempt 2, which the agent
+    runs (an id issued again after a restore without the id mark file): INV-REQUEUE-NOT-RUNNING."""
+    mutate(monkeypatch, C.Controller, "_on_dispatch_refused", "or job.attempt != msg.attempt ", "")
+    assert_explorer_finds("INV-REQUEUE-NOT-RUNNING", scenario="reused-id")
+
+
 def test_explore_bite_duplicate_dispatch_starts_again(monkeypatch):
     """The agent treats a duplicated Dispatch of an attempt it holds as new work."""
     mutate(monkeypatch, A.Agent, "_on_dispatch", "        if held is None:\n", "        if True:\n")

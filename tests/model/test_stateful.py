@@ -322,10 +322,29 @@ class ReckonMachine(RuleBasedStateMachine):
             if before is not None and (before.cancel_requested or before.state is JobState.CANCELLED):
                 self._violate("INV-CANCELLED-NOT-DISPATCHED", f"{back.job}/{back.attempt} dispatched to {back.agent} "
                                                               f"after its cancel")
+        if isinstance(back, F.JobRequeued):
+            self._check_requeue(back)
         self.log.append(back)
         S.apply(self.durable, back)
         if isinstance(back, F.JobDispatched):
             self.ever_dispatched.add((back.job, back.attempt, back.agent))
+
+    def _check_requeue(self, fact: F.JobRequeued) -> None:
+        """INV-REQUEUE-NOT-RUNNING, when the requeue is appended: a job is requeued off a connected
+        agent only on that agent's word that it does not run the attempt (unrecognized, refused, held
+        for another submission); then no process of that attempt and submission runs there.  (An
+        agent away may be requeued while its processes run on: ``lost_after``, ``reckon forget``.)"""
+        job = self.durable.jobs.get(fact.job)
+        if job is None or job.agent is None or job.attempt != fact.attempt:
+            return
+        sess = self.controller.sessions.get(job.agent)
+        if sess is None or not sess.connected:
+            return
+        running = [p for p in self.procs if p.alive and p.agent == job.agent and p.attempt == fact.attempt
+                   and p.runs_for(job)]
+        if running:
+            self._violate("INV-REQUEUE-NOT-RUNNING", f"{fact.job}/{fact.attempt} requeued while connected "
+                                                     f"{job.agent} runs it ({fact.reason})")
 
     def _wire_roundtrip(self, msg: M.Message, *, to: str) -> dict:
         data = cbor_like(M.to_wire(msg))
@@ -870,6 +889,12 @@ class ReckonMachine(RuleBasedStateMachine):
     def controller_rollback(self, keep):
         """The operator restores an older copy of the controller's state: a prefix of its log
         (never before the history's first fact).  Agents still hold what the lost facts placed."""
+        self._rollback(keep)
+
+    def _rollback(self, keep: int, lose_mark: bool = False) -> None:
+        """``lose_mark``: the id mark file is lost with it (copied without it, or an old one): ids the
+        lost facts issued may be issued again (the controller warns); INV-JOB-ID-UNIQUE no longer
+        holds for them, and the agents' submission uids are what keeps two submissions apart."""
         for conn, is_open in list(self.ctrl_open.items()):
             if is_open:
                 self.ctrl_open[conn] = False
@@ -884,6 +909,9 @@ class ReckonMachine(RuleBasedStateMachine):
             if isinstance(fact, TERMINAL_FACTS):
                 self.lost_terminal.add((fact.job, old.jobs[fact.job].uid))
         self.log = self.log[:k]
+        if lose_mark:
+            self.id_mark_file = 0
+            self.issued_ids = {f.job for f in self.log if isinstance(f, F.JobSubmitted)}
         self.durable = S.replay(list(self.log))
         self.terminal_seen = {}  # the restored history's terminal jobs are the stable ones from here on
         self.controller = Controller.from_log(list(self.log), self.cconf)
@@ -1283,6 +1311,11 @@ class ReckonMachine(RuleBasedStateMachine):
     def inv_no_wrong_kill(self):
         """INV-NO-WRONG-KILL: the controller never kills the live, uncancelled current attempt of a job."""
         self._take("INV-NO-WRONG-KILL")
+
+    @invariant()
+    def inv_requeue_not_running(self):
+        """INV-REQUEUE-NOT-RUNNING: a connected agent's attempt is requeued only when it does not run it."""
+        self._take("INV-REQUEUE-NOT-RUNNING")
 
     @invariant()
     def inv_no_invented_work(self):
