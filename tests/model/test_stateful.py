@@ -189,6 +189,7 @@ class ReckonMachine(RuleBasedStateMachine):
         self.procs: list[Proc] = []
         self.ever_dispatched: set[tuple[str, int, str]] = set()  # (job, attempt, agent) of every history's log
         self.lost_terminal: set[tuple[str, str | None]] = set()  # (job, uid) whose terminal fact a rollback lost
+        self.void_acks: set[tuple] = set()  # (agent, job, attempt, uid) acknowledged by a history rolled back
         self.terminal_seen: dict[str, tuple] = {}
         self.applied_tokens: list[bytes] = []  # every applied round, across controller lives
         self.queries: dict[tuple[str, bytes], dict[int, tuple]] = {}  # query pages an agent processed
@@ -904,6 +905,16 @@ class ReckonMachine(RuleBasedStateMachine):
         self.timers.clear()
         self.applied_tokens.extend(self.controller.applied_rounds)
         old = self.controller.state
+        for side in self.sides.values():  # what the lost history acknowledged, the restored one may not know
+            self.void_acks |= {(side.name, r.job, r.attempt, r.uid) for r in side.records.values()
+                               if r.status is LocalStatus.FINISHED and r.acked}
+            keys = [(w.data["job"], w.data["attempt"]) for w in self.wire  # and its acks still on their way
+                    if w.to == side.name and w.data and w.data.get("type") == M.Ack.TYPE]
+            if side.agent is not None and any(w.to == side.name and w.data and w.data.get("type") == M.ResyncDone.TYPE
+                                              for w in self.wire):
+                keys += side.agent._reported
+            self.void_acks |= {(side.name, job, attempt, getattr(side.records.get((job, attempt)), "uid", None))
+                               for job, attempt in keys}
         k = 1 + keep % len(self.log)
         for fact in self.log[k:]:
             if isinstance(fact, TERMINAL_FACTS):
@@ -1172,7 +1183,8 @@ class ReckonMachine(RuleBasedStateMachine):
                 if record.status is not LocalStatus.FINISHED or not record.acked:
                     continue
                 job = self.controller.state.jobs.get(job_id)
-                if job is not None and (job.id, job.uid) in self.lost_terminal:
+                if job is not None and ((job.id, job.uid) in self.lost_terminal
+                                        or (name, job_id, attempt, record.uid) in self.void_acks):
                     continue  # acknowledged by a history the operator rolled back: the ack is void
                 assert job is None or not (job.state is JobState.RUNNING and job.attempt == attempt
                                            and job.agent == name
