@@ -54,6 +54,12 @@ SESSION_TRANSITIONS: dict[tuple[SessionState, SessionEvent], SessionState] = {
 }
 
 
+# Round tokens remembered per connection, to ignore late copies of their queries.  A
+# connection loses nothing and copies nothing, so this guards against what the checks'
+# fault model allows (a copy of an old round's input on a live connection), not the wire.
+ANSWERED_KEPT = 64
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentConfig:
     name: str
@@ -110,6 +116,9 @@ class Agent:
         self.seen_seq = 0
         self._query: _Query | None = None
         self._answered: bytes | None = None  # the last round answered on this connection
+        # Every round answered on this connection (the newest ANSWERED_KEPT): a late copy of
+        # any of their queries is stale, not a new round (see _on_query_page).
+        self._answered_before: dict[bytes, None] = {}
         # The outbox entries that round's report carried as FINISHED: its
         # ResyncDone acknowledges them all (see _on_done).
         self._reported: list[tuple[str, int]] = []
@@ -159,6 +168,7 @@ class Agent:
         self._move(SessionEvent.DISCONNECT)
         self._query = None
         self._answered = None
+        self._answered_before.clear()
         self._reported = []  # unacknowledged entries go into the next join's round
 
     def _on_message(self, ev: E.MessageFromController, out: list[E.Command]) -> None:
@@ -250,11 +260,12 @@ class Agent:
     def _on_query_page(self, msg: M.ResyncQuery, now: float, out: list[E.Command]) -> None:
         if self.session is SessionState.JOINING:
             raise RemoteProtocolError("resync query before welcome")
-        if msg.token == self._answered:
-            # A late copy of a page of the round we already answered.  Answering
-            # again would send a second report (refused as stale) and, worse,
-            # make that round's ResyncDone acknowledge what only the second
-            # report carried; waiting for its other pages would stall the session.
+        if msg.token in self._answered_before:
+            # A late copy of a page of a round we already answered (the last one
+            # or an earlier one).  Answering again would send a second report
+            # (refused as stale) and, worse, make a late copy of that round's
+            # ResyncDone acknowledge what only the second report carried; waiting
+            # for its other pages would stall the session.
             return
         q = self._query
         if q is None or q.token != msg.token:
@@ -268,6 +279,9 @@ class Agent:
         queried = [pair for page in range(q.pages) for pair in q.received[page]]
         self._query = None
         self._answered = q.token
+        self._answered_before[q.token] = None
+        if len(self._answered_before) > ANSWERED_KEPT:
+            del self._answered_before[next(iter(self._answered_before))]
         reported = self._answer(q.token, queried, now, out)
         self._move(SessionEvent.REPORT_SENT)
         self._resume(now, out, held=reported)

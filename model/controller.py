@@ -242,11 +242,11 @@ class Controller:
         out.commands.append(E.RoundEnded(agent=session.name, token=rnd.token))
 
     def placed_on(self, agent: str) -> dict[str, int]:
-        """job -> attempt of every non-terminal job placed on ``agent``."""
+        """job -> attempt of every non-terminal job placed on ``agent``, in job id order (not the set's hash order)."""
         info = self.state.agents.get(agent)
         if info is None:
             return {}
-        return {job_id: self.state.jobs[job_id].attempt for job_id in info.running}
+        return {j: self.state.jobs[j].attempt for j in sorted(info.running, key=lambda j: (len(j), j))}
 
     # ---- joins, rounds, connections --------------------------------------------
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from model import events as E
+from model import messages as M
 from model.jobs import JobState
 
 from test_stateful import ReckonMachine
@@ -60,6 +61,10 @@ class Scope:
     snapshots: bool = True  # controller crash may recover from a snapshot of half the log
     time_step: float = 2.5  # one "time passes" step: past the heartbeat interval (2 s)
     faults: int = 2  # fault steps (FAULTS) per trace; deliveries, time, cancels and process ends are unbounded
+    # Judge connections a message was dropped, copied or reordered on too, when settling in place
+    # (as the swarm machine does): the agent must end agreeing, unless the controller already saw
+    # exactly this disagreement with a round, or the agent never saw all that was sent to it.
+    judge_tampered: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.agents <= 3 or not 0 <= self.jobs <= 6 or not 1 <= self.slots <= 3:
@@ -120,6 +125,15 @@ class ExploredMachine(ReckonMachine):
         self.now = max(self.now, self.grace_timer)
         self.grace_timer = None
         self._ctrl(E.StartGraceEnded(now=self.now))
+
+    def rollback_losing_mark(self, keep: int) -> None:
+        """The operator restores an old copy of the controller's state without its id mark file
+        (a scenario's prefix only: ids may then be issued again, for other submissions)."""
+        self._rollback(keep, lose_mark=True)
+
+    def submit_one(self) -> None:
+        """A user submits a one-slot job (a scenario's prefix only)."""
+        self._submit(1, ("true",))
 
     def check(self) -> None:
         """Every state invariant of the machine (each ``inv_*``)."""
@@ -365,14 +379,16 @@ def _clone(m: ExploredMachine) -> ExploredMachine:
     return pickle.loads(pickle.dumps(m, pickle.HIGHEST_PROTOCOL))  # several times faster than deepcopy
 
 
-def settle_in_place(m: ExploredMachine, rounds: int = 12) -> None:
+def settle_in_place(m: ExploredMachine, rounds: int = 12, judge_tampered: bool = False) -> None:
     """Faults stop and nobody reconnects: deliver everything and let time pass (heartbeats, retries,
     deadlines).  Every agent still connected ends with the controller's placement (INV-LIVENESS-AGREE):
     anti-entropy repairs a disagreement on a live connection, without a join round."""
     step = 1.0 + max(max(s.config.retry_max * 1.25, s.config.heartbeat_interval) for s in m.sides.values())
-    def judged() -> list[str]:  # a WebSocket loses nothing without closing: a tampered connection is not judged
+    def judged(tampered: bool = False) -> list[str]:
+        # A WebSocket loses nothing without closing: a tampered connection is judged only on request.
         return [name for name, side in m.sides.items()
-                if side.agent is not None and side.conn is not None and side.conn not in getattr(m, "lossy", ())
+                if side.agent is not None and side.conn is not None
+                and (side.conn in getattr(m, "lossy", ())) == tampered
                 and getattr(m.controller.sessions.get(name), "conn", None) == side.conn]
 
     def agree(name: str) -> bool:
@@ -395,10 +411,19 @@ def settle_in_place(m: ExploredMachine, rounds: int = 12) -> None:
         held, placed = sorted(m.sides[name].agent.held()), sorted(m.controller.placed_on(name).items())
         assert held == placed, (f"INV-LIVENESS-AGREE: {name} stays connected and holds {held}, "
                                 f"the controller places {placed} there (anti-entropy did not repair it)")
+    for name in judged(tampered=True) if judge_tampered else ():
+        agent, sess = m.sides[name].agent, m.controller.sessions[name]
+        held, placed = sorted(agent.held()), sorted(m.controller.placed_on(name).items())
+        seen = sess.unrepaired == (sess.conn, (len(held), M.running_digest(held)),
+                                   m.controller.state.placement_digest(name))
+        blind = agent.seen_seq < sess.seq  # a message it never got: no fair comparison on this connection
+        assert held == placed or seen or blind, (
+            f"INV-LIVENESS-AGREE: {name} stays connected (a message was tampered with on its connection) and "
+            f"holds {held}, the controller places {placed} there, and no round has seen that disagreement")
 
 
-def _teardown(m: ExploredMachine) -> None:
-    settle_in_place(_clone(m))
+def _teardown(m: ExploredMachine, scope: Scope) -> None:
+    settle_in_place(_clone(m), judge_tampered=scope.judge_tampered)
     m.teardown()
 
 
@@ -458,7 +483,7 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
                 result.liveness_checked += 1
                 probe = _clone(m)
                 try:
-                    _teardown(probe)
+                    _teardown(probe, scope)
                 except Exception as exc:  # noqa: BLE001
                     return fail(exc, trace, True)
         result.depth = d
@@ -515,14 +540,44 @@ REJOINING = (S_("process_ends", i=0, outcome=(0, None)), S_("settle"), S_("sched
              S_("disconnect", i=0, lose_in_flight=False), S_("rejoin", i=0, deliver_join=True, then_schedule=False),
              S_("deliver", i=1, keep_copy=False))  # a1's Welcome (with the round's token)
 
+# The controller's state is restored from its oldest copy without the id mark file, so job id 1 is
+# issued again, to another submission, while a1 still holds attempt 1 of the old one (killed at its
+# rejoin, its record kept for the recent window).  a1 refuses the new dispatch of 1/1; a copy of that
+# refusal stays in flight behind the original, which is delivered: 1 is requeued, to run as attempt 2.
+REUSED_ID = (S_("rollback_losing_mark", keep=0), S_("submit_one"), S_("settle"),
+             S_("rejoin", i=0, deliver_join=False, then_schedule=False),
+             S_("rejoin", i=0, deliver_join=False, then_schedule=False), S_("settle"),
+             S_("scheduler_pass", limit=None, defer=False), S_("deliver", i=0, keep_copy=False),
+             S_("duplicate_head", i=0), S_("deliver", i=0, keep_copy=False))
+
+# Two disagreements that cancel out in the counts (the I6 class, docs/checking.md): jobs 1 and 3 are
+# dispatched to a1 (2 slots); 1's Dispatch falls behind 3's, then behind the anti-entropy round a1's
+# heartbeat arms, so a1 reports 1 unrecognized and 1 is requeued; the Dispatch then arrives and a1
+# runs attempt 1 of job 1, an orphan nobody knows of.  Then 3's supervisor is lost.  a1 holds {1/1},
+# the controller places {3/1} there: one each.  (Two reorderings of one live connection: a
+# WebSocket never does that, so the scenario judges tampered connections too, judge_tampered.)
+EQUAL_COUNTS = (S_("delay", i=0), S_("deliver", i=0, keep_copy=False), S_("deliver", i=0, keep_copy=False),
+                S_("advance_time", dt=2.5, jitter=0.0, fire=False),
+                S_("deliver", i=1, keep_copy=False), S_("deliver", i=1, keep_copy=False),  # a1's Started, heartbeat:
+                S_("deliver", i=1, keep_copy=False),  # a2's Started; the round's two query pages are on their way
+                S_("delay", i=0),  # 1's Dispatch falls behind them
+                S_("deliver", i=1, keep_copy=False), S_("deliver", i=1, keep_copy=False),  # a1 reports
+                S_("deliver", i=2, keep_copy=False), S_("deliver", i=2, keep_copy=False),  # 1/1 requeued
+                S_("deliver", i=1, keep_copy=False),  # the Dispatch of 1/1: a1 starts it
+                S_("supervisor_lost", i=1))  # 3's supervisor is lost
+
 # The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1
-# (5 jobs x 2 slots for "rejoining"), one fault per trace, from five starting points.  `make check-deep` runs DEEP.
+# (5 jobs x 2 slots for "rejoining"), one fault per trace, from seven starting points (none after
+# "equal-counts"' prefix, whose own faults are two reorderings and a lost supervisor).  `make check-deep` runs DEEP.
 SCENARIOS = (
     Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
     Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
     Scenario("rejoining", Scope(jobs=5, slots=2, faults=1), depth=2, prefix=REJOINING),
     Scenario("two-rounds", Scope(faults=1), depth=3, prefix=TWO_ROUNDS),
     Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=1), depth=3, prefix=ROLLED_BACK),
+    Scenario("reused-id", Scope(jobs=1, faults=1), depth=3, prefix=REUSED_ID),
+    Scenario("equal-counts", Scope(jobs=3, slots=2, settle_first=False, faults=0, judge_tampered=True), depth=2,
+             prefix=EQUAL_COUNTS),
 )
 DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
     Scenario("settled", Scope(faults=2), depth=3),
@@ -530,6 +585,9 @@ DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that st
     Scenario("rejoining", Scope(jobs=5, slots=2, faults=2), depth=3, prefix=REJOINING),
     Scenario("two-rounds", Scope(faults=2), depth=3, prefix=TWO_ROUNDS),
     Scenario("rolled-back", Scope(settle_first=False, slots=2, faults=2), depth=3, prefix=ROLLED_BACK),
+    Scenario("reused-id", Scope(jobs=1, faults=2), depth=3, prefix=REUSED_ID),
+    Scenario("equal-counts", Scope(jobs=3, slots=2, settle_first=False, faults=1, judge_tampered=True), depth=3,
+             prefix=EQUAL_COUNTS),
     Scenario("agent-down", Scope(agent_down=True, faults=2), depth=3),
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
 )

@@ -273,6 +273,11 @@ class SwarmMachine(Tallied):
             self._deliver_all()
         self.wire.append(item)
 
+    def _newer_query(self, side, done: Wire) -> bool:
+        """A query of a round newer than ``done``'s is on its way to ``side`` on ``done``'s connection."""
+        return any(q.to == side.name and q.conn == done.conn and q.data and q.data.get("type") == M.ResyncQuery.TYPE
+                   and q.data.get("token") != done.data.get("token") for q in self.wire)
+
     def _older_dones(self) -> list[tuple[Wire, object]]:
         """(a ResyncDone copy, its agent's side) for live connections on which a newer round was
         answered or has its query on the way."""
@@ -283,23 +288,30 @@ class SwarmMachine(Tallied):
             side = self.sides[w.to]
             if side.agent is None or side.conn != w.conn or not self.ctrl_open.get(w.conn):
                 continue
-            token = w.data.get("token")
-            newer_query = any(q.to == side.name and q.conn == w.conn and q.data and q.data.get("type") ==
-                              M.ResyncQuery.TYPE and q.data.get("token") != token for q in self.wire)
-            if newer_query or side.agent._answered not in (None, token):
+            if self._newer_query(side, w) or side.agent._answered not in (None, w.data.get("token")):
                 out.append((w, side))
         return out
 
     @precondition(lambda self: self._older_dones())
-    @rule(i=INDEX)
-    def stale_done_now(self, i):
+    @rule(i=INDEX, end_first=st.booleans())
+    def stale_done_now(self, i, end_first):
         """The agent answers the newer round whose query is on its way (if one is), then a ResyncDone
-        of an older round of this connection arrives: a late copy that overtakes the rest."""
+        of an older round of this connection arrives: a late copy that overtakes the rest.  With
+        ``end_first`` one of its processes ends just before it answers, so the report carries a
+        completion the controller has not recorded yet (what a stale ResyncDone must not acknowledge)."""
         choices = self._older_dones()
         # Prefer the moment it matters: the agent holds completions that a report carries or will carry.
+        if end_first:
+            choices = [(w, side) for w, side in choices if self._newer_query(side, w) and any(
+                p.alive and p.agent == side.name for p in self.procs)] or choices
         choices = [(w, side) for w, side in choices if side.agent.outbox] or choices
         item, side = choices[i % len(choices)]
         conn = item.conn
+        if end_first and self._newer_query(side, item):
+            p = next((p for p in self.procs if p.alive and p.agent == side.name), None)
+            if p is not None:
+                p.alive, p.exit_code, p.signal, p.finished_at = False, 0, None, self.now
+                self._agent(side, self._exited(p))
         while side.conn == conn and any(q.to == side.name and q.conn == conn and q.data
                                         and q.data.get("type") == M.ResyncQuery.TYPE for q in self.wire):
             head = next(w for w in self._heads() if w.to == side.name and w.conn == conn)
@@ -460,7 +472,8 @@ class SwarmMachine(Tallied):
             self._deliver_all()
             self._drain_notes()
             self._check_all_invariants()
-            if k >= 2 and not self.wire and not self._disagreeing(strict=False):
+            rounds_open = any(sess.round is not None for _, _, sess in self._judged())  # their deadlines come
+            if k >= 2 and not self.wire and not rounds_open and not self._disagreeing(strict=False):
                 break
             self._advance(step, 0.0, True)
         self._deliver_all()

@@ -98,7 +98,7 @@ def test_explore_bite_deadline_never_resolves(monkeypatch):
 
 # The agent's stale-token ResyncDone check removed (mutants.I4) is not reached at the CI bound
 # (it needs two rounds on one connection, a completion during the second and a late copy of the
-# first's ResyncDone): the swarm machine bites it, tests/model/test_swarm_bite.py.
+# first's ResyncDone): the swarm machine bites it by design, tests/model/test_swarm_bite.py.
 
 
 def test_explore_bite_adopts_job_held_elsewhere(monkeypatch):
@@ -110,9 +110,13 @@ def test_explore_bite_adopts_job_held_elsewhere(monkeypatch):
                           scenario="rolled-back")
 
 
-# A heartbeat digest compare by counts only (mutants.I6) is not reached at the CI bound, nor by
-# the swarm machine: an equal-count disagreement needs two losses on one live connection (see
-# docs/checking.md).
+def test_explore_bite_heartbeat_compares_counts_only(monkeypatch):
+    """mutants.I6: two disagreements that cancel out in the counts (an orphan the agent runs, a
+    placed job whose supervisor was lost) are never repaired.  Reachable only with a live
+    connection reordered (docs/checking.md: equivalent on a connection that loses and reorders
+    nothing), so the scenario judges tampered connections too."""
+    mutate(monkeypatch, C.Controller, "_on_heartbeat", "if theirs == ours:", "if theirs[0] == ours[0]:")
+    assert_explorer_finds("INV-LIVENESS-AGREE", scenario="equal-counts")
 
 
 def test_explore_bite_requeue_ignores_cancel(monkeypatch):
@@ -128,6 +132,13 @@ def test_explore_bite_requeue_ignores_cancel(monkeypatch):
 
 
 # ---- invented bugs in other parts of the model -------------------------------------------------
+
+
+def test_explore_bite_refusal_of_old_attempt_requeues_current(monkeypatch):
+    """mutants.N11: a late copy of a DispatchRefused of attempt 1 requeues attempt 2, which the agent
+    runs (an id issued again after a restore without the id mark file): INV-REQUEUE-NOT-RUNNING."""
+    mutate(monkeypatch, C.Controller, "_on_dispatch_refused", "or job.attempt != msg.attempt ", "")
+    assert_explorer_finds("INV-REQUEUE-NOT-RUNNING", scenario="reused-id")
 
 
 def test_explore_bite_duplicate_dispatch_starts_again(monkeypatch):

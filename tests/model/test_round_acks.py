@@ -15,7 +15,7 @@ from model import messages as M
 from model.controller import ControllerConfig
 from model.jobs import JobState
 
-from harness import Harness
+from harness import Harness, spec
 
 
 def _finished_while_away(h: Harness, count: int) -> list[str]:
@@ -132,3 +132,33 @@ def test_a_late_copy_of_an_answered_query_page_changes_nothing():
     h.tick("a1")  # the outbox retries y
     h.pump()
     assert h.job(y).state is JobState.FAILED and h.job(y).exit_code == 7 and h.agent("a1").outbox == {}
+
+
+def test_a_late_copy_of_an_older_rounds_query_is_not_a_new_round():
+    """Found by the swarm machine (issue #13): after rounds R1 and R2 on one connection, a late
+    copy of R1's query was answered as a new round (only the last answered token was
+    remembered); that stale report carried a completion R2's report also carried, and a late
+    copy of R1's ResyncDone then acknowledged it before any report reached the controller.
+    Every round answered on the connection is remembered: the copy changes nothing."""
+    from model.agent import Agent, AgentConfig
+
+    agent = Agent(AgentConfig(name="a1", slots=2))
+    r1, r2 = (bytes([k]) * 16 for k in (1, 2))
+
+    def to_agent(msg, now=1.0):
+        return agent.handle(E.MessageFromController(message=msg, now=now))
+
+    agent.handle(E.Connected(now=0.0))
+    to_agent(M.Welcome(seq=1, version=M.PROTOCOL_VERSION, token=None))
+    to_agent(M.Dispatch(seq=2, job="1", attempt=1, spec=spec()))
+    query_r1 = M.ResyncQuery(seq=3, token=r1, page=0, pages=1, jobs=(("1", 1),))
+    to_agent(query_r1)
+    done_r1 = M.ResyncDone(seq=4, token=r1)
+    to_agent(done_r1)
+    agent.handle(E.ProcessExited(job="1", attempt=1, exit_code=0, signal=None, finished_at=5.0, now=5.0))
+    to_agent(M.ResyncQuery(seq=5, token=r2, page=0, pages=1, jobs=(("1", 1),)), now=6.0)  # R2 carries it
+
+    late = to_agent(query_r1, now=7.0)  # a late copy of R1's query, then of its ResyncDone
+    assert [c for c in late if isinstance(c, E.Send)] == []
+    to_agent(done_r1, now=7.0)
+    assert ("1", 1) in agent.outbox  # only R2's ResyncDone (or an Ack) may acknowledge it

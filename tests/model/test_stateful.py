@@ -189,6 +189,7 @@ class ReckonMachine(RuleBasedStateMachine):
         self.procs: list[Proc] = []
         self.ever_dispatched: set[tuple[str, int, str]] = set()  # (job, attempt, agent) of every history's log
         self.lost_terminal: set[tuple[str, str | None]] = set()  # (job, uid) whose terminal fact a rollback lost
+        self.void_acks: set[tuple] = set()  # (agent, job, attempt, uid) acknowledged by a history rolled back
         self.terminal_seen: dict[str, tuple] = {}
         self.applied_tokens: list[bytes] = []  # every applied round, across controller lives
         self.queries: dict[tuple[str, bytes], dict[int, tuple]] = {}  # query pages an agent processed
@@ -322,10 +323,29 @@ class ReckonMachine(RuleBasedStateMachine):
             if before is not None and (before.cancel_requested or before.state is JobState.CANCELLED):
                 self._violate("INV-CANCELLED-NOT-DISPATCHED", f"{back.job}/{back.attempt} dispatched to {back.agent} "
                                                               f"after its cancel")
+        if isinstance(back, F.JobRequeued):
+            self._check_requeue(back)
         self.log.append(back)
         S.apply(self.durable, back)
         if isinstance(back, F.JobDispatched):
             self.ever_dispatched.add((back.job, back.attempt, back.agent))
+
+    def _check_requeue(self, fact: F.JobRequeued) -> None:
+        """INV-REQUEUE-NOT-RUNNING, when the requeue is appended: a job is requeued off a connected
+        agent only on that agent's word that it does not run the attempt (unrecognized, refused, held
+        for another submission); then no process of that attempt and submission runs there.  (An
+        agent away may be requeued while its processes run on: ``lost_after``, ``reckon forget``.)"""
+        job = self.durable.jobs.get(fact.job)
+        if job is None or job.agent is None or job.attempt != fact.attempt:
+            return
+        sess = self.controller.sessions.get(job.agent)
+        if sess is None or not sess.connected:
+            return
+        running = [p for p in self.procs if p.alive and p.agent == job.agent and p.attempt == fact.attempt
+                   and p.runs_for(job)]
+        if running:
+            self._violate("INV-REQUEUE-NOT-RUNNING", f"{fact.job}/{fact.attempt} requeued while connected "
+                                                     f"{job.agent} runs it ({fact.reason})")
 
     def _wire_roundtrip(self, msg: M.Message, *, to: str) -> dict:
         data = cbor_like(M.to_wire(msg))
@@ -872,6 +892,12 @@ class ReckonMachine(RuleBasedStateMachine):
     def controller_rollback(self, keep):
         """The operator restores an older copy of the controller's state: a prefix of its log
         (never before the history's first fact).  Agents still hold what the lost facts placed."""
+        self._rollback(keep)
+
+    def _rollback(self, keep: int, lose_mark: bool = False) -> None:
+        """``lose_mark``: the id mark file is lost with it (copied without it, or an old one): ids the
+        lost facts issued may be issued again (the controller warns); INV-JOB-ID-UNIQUE no longer
+        holds for them, and the agents' submission uids are what keeps two submissions apart."""
         for conn, is_open in list(self.ctrl_open.items()):
             if is_open:
                 self.ctrl_open[conn] = False
@@ -881,11 +907,24 @@ class ReckonMachine(RuleBasedStateMachine):
         self.timers.clear()
         self.applied_tokens.extend(self.controller.applied_rounds)
         old = self.controller.state
+        for side in self.sides.values():  # what the lost history acknowledged, the restored one may not know
+            self.void_acks |= {(side.name, r.job, r.attempt, r.uid) for r in side.records.values()
+                               if r.status is LocalStatus.FINISHED and r.acked}
+            keys = [(w.data["job"], w.data["attempt"]) for w in self.wire  # and its acks still on their way
+                    if w.to == side.name and w.data and w.data.get("type") == M.Ack.TYPE]
+            if side.agent is not None and any(w.to == side.name and w.data and w.data.get("type") == M.ResyncDone.TYPE
+                                              for w in self.wire):
+                keys += side.agent._reported
+            self.void_acks |= {(side.name, job, attempt, getattr(side.records.get((job, attempt)), "uid", None))
+                               for job, attempt in keys}
         k = 1 + keep % len(self.log)
         for fact in self.log[k:]:
             if isinstance(fact, TERMINAL_FACTS):
                 self.lost_terminal.add((fact.job, old.jobs[fact.job].uid))
         self.log = self.log[:k]
+        if lose_mark:
+            self.id_mark_file = 0
+            self.issued_ids = {f.job for f in self.log if isinstance(f, F.JobSubmitted)}
         self.durable = S.replay(list(self.log))
         self.terminal_seen = {}  # the restored history's terminal jobs are the stable ones from here on
         self.controller = Controller.from_log(list(self.log), self.cconf)
@@ -1146,7 +1185,8 @@ class ReckonMachine(RuleBasedStateMachine):
                 if record.status is not LocalStatus.FINISHED or not record.acked:
                     continue
                 job = self.controller.state.jobs.get(job_id)
-                if job is not None and (job.id, job.uid) in self.lost_terminal:
+                if job is not None and ((job.id, job.uid) in self.lost_terminal
+                                        or (name, job_id, attempt, record.uid) in self.void_acks):
                     continue  # acknowledged by a history the operator rolled back: the ack is void
                 assert job is None or not (job.state is JobState.RUNNING and job.attempt == attempt
                                            and job.agent == name
@@ -1285,6 +1325,11 @@ class ReckonMachine(RuleBasedStateMachine):
     def inv_no_wrong_kill(self):
         """INV-NO-WRONG-KILL: the controller never kills the live, uncancelled current attempt of a job."""
         self._take("INV-NO-WRONG-KILL")
+
+    @invariant()
+    def inv_requeue_not_running(self):
+        """INV-REQUEUE-NOT-RUNNING: a connected agent's attempt is requeued only when it does not run it."""
+        self._take("INV-REQUEUE-NOT-RUNNING")
 
     @invariant()
     def inv_no_invented_work(self):
