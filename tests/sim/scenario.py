@@ -79,6 +79,11 @@ class ControllerRestart:
 
 
 @dataclass(frozen=True)
+class HotBackup:
+    """Copy controller.db* while the controller runs (an online backup; no restart in between)."""
+
+
+@dataclass(frozen=True)
 class ControllerRollback:
     down: float  # restart from the oldest backup (a plain restart when there is none)
     # False: copy back controller.db* only, as the README says (the id mark stays); True: the
@@ -106,7 +111,7 @@ class ClockStep:
 
 
 Step = Union[Submit, Cancel, Wait, Delay, Partition, StallRoundAnswer, Reset, ControllerRestart, ControllerRollback,
-             AgentRestart, Duplicate, ClockStep]
+             AgentRestart, Duplicate, ClockStep, HotBackup]
 
 # The fault rules, by name; a scenario uses only the enabled ones (see test_sim.py's KNOWN_OPEN).
 RULES = {
@@ -256,6 +261,8 @@ async def _do(cluster: Cluster, faults: trio.Nursery, step: Step, *, spare_launc
         await net.reset(step.host)
     elif isinstance(step, ControllerRestart):
         await cluster.restart_controller(backup=step.backup, rollback=False, down=step.down)
+    elif isinstance(step, HotBackup):
+        await cluster.hot_backup()
     elif isinstance(step, ControllerRollback):
         await cluster.restart_controller(backup=False, rollback=True, down=step.down, whole=step.whole)
     elif isinstance(step, AgentRestart):

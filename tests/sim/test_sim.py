@@ -237,3 +237,21 @@ def test_found_after_a_rollback_to_a_copy_that_knows_only_another_agent_nothing_
              ControllerRollback(down=1.0), Wait(40.0))
     holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1", "a2"), launch_time=0.5,
                          reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)))
+
+
+@pytest.mark.xfail(strict=True, raises=BugReproduced, reason="open: an online backup restored before any "
+                   "restart has the id mark of its file, so the restore is not recognised (review of #9)")
+def test_open_after_restoring_an_online_backup_nothing_runs_twice() -> None:
+    """Found by the review of issue #9: the test above, with the copy of controller.db* taken while the
+    controller runs (an online backup) and restored with no restart in between.  The copy's id mark is
+    the file's (each start raises the mark; submissions within a block do not), so the controller does
+    not see that its state is older: there is no whole-grace hold (and with job 1 RUNNING in the copy,
+    no hold at all); a2 rejoins, calls job 1 unrecognized, and it is sent out again although it ran on
+    a1 after the copy was taken: attempt 2 runs on a1 and again on a2.  INV-TERMINAL-STABLE reports it
+    (job 1's recorded finish time changes); INV-SIM-RUN-AT-MOST-ONCE does not, because the rollback erased
+    the first requeue of the never-started attempt 1 and the second one counts as a justification again."""
+    steps = (Partition("a1", 8.0), Wait(2.0), Partition("a2", 20.0), Submit(0.0, 0), S.HotBackup(),
+             Wait(30.0), Partition("a1", 10.0), ControllerRollback(down=1.0), Wait(40.0))
+    holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1", "a2"), launch_time=0.5,
+                         reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)),
+          bug_id="INV-TERMINAL-STABLE", detail="job 1 was")
