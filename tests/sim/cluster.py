@@ -331,10 +331,14 @@ class Cluster:
         await trio.sleep(down)
         await agent.start(self.nursery, self.slots)
 
-    async def start_duplicate(self, host: str) -> None:
-        """A second agent daemon with ``host``'s name and a state directory of its own (a cloned VM)."""
+    async def start_duplicate(self, host: str, *, copy_state: bool = False) -> None:
+        """A second agent daemon with ``host``'s name and a state directory of its own (a cloned VM);
+        with ``copy_state`` that directory starts as a copy of the host's (cloned with the VM)."""
         dup = self.duplicates.setdefault(host, SimAgent(host=f"{host}-dup", name=host,
                                                         state_dir=self.root / f"{host}-dup"))
+        if copy_state and not dup.state_dir.exists():
+            shutil.copytree(self.agents[host].state_dir, dup.state_dir,
+                            ignore=shutil.ignore_patterns("*-shm"))
         if not dup.up:
             await dup.start(self.nursery, self.slots)
 

@@ -102,6 +102,9 @@ class AgentRestart:
 class Duplicate:
     host: str
     seconds: float  # a second agent with this host's name runs this long
+    # True: its state directory starts as a copy of the host's (a VM cloned after the agent had run:
+    # the same identity); False: a fresh one (another identity)
+    copy_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -268,7 +271,7 @@ async def _do(cluster: Cluster, faults: trio.Nursery, step: Step, *, spare_launc
     elif isinstance(step, AgentRestart):
         await cluster.restart_agent(step.host, step.down)
     elif isinstance(step, Duplicate):
-        await cluster.start_duplicate(step.host)
+        await cluster.start_duplicate(step.host, copy_state=step.copy_state)
         faults.start_soon(_later, step.seconds, _stop_duplicate, cluster, step.host)
     elif isinstance(step, ClockStep):
         wall = cluster.controller_wall if step.machine == "controller" else cluster.agent_wall

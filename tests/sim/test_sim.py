@@ -255,3 +255,15 @@ def test_open_after_restoring_an_online_backup_nothing_runs_twice() -> None:
     holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1", "a2"), launch_time=0.5,
                          reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)),
           bug_id="INV-TERMINAL-STABLE", detail="job 1 was")
+
+
+@pytest.mark.xfail(strict=True, raises=BugReproduced, reason="open: two agents with one identity (a VM cloned "
+                   "with its agent state directory) supersede each other (review of #9)")
+def test_open_a_clone_with_a_copy_of_the_agents_state_directory_does_not_run_jobs_twice() -> None:
+    """Found by the review of issue #9: bug 1's scenario, with the clone's state directory a copy of a1's
+    (a VM image made after the agent had run there), so both agents have one identity.  A join of the
+    same identity supersedes the connected one (a reconnect), so the two kick each other off at every
+    reconnect, each join's round finds the other's jobs unrecognized, and jobs run again and again."""
+    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Duplicate("a1", 20.0, copy_state=True), Wait(25.0))
+    holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
+          bug_id="INV-SIM-RUN-AT-MOST-ONCE")
