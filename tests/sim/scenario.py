@@ -127,6 +127,8 @@ RULES = {
     "agent_crash": AgentRestart,
     "duplicate_name": Duplicate,
     "clock_step": ClockStep,
+    "online_backup": HotBackup,  # a later rollback may restore a copy taken while the controller ran
+    "cloned_agent_state": Duplicate,  # a duplicate started on a copy of its host's state directory
     "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, and a cancel may land inside one
     "reset_in_handshake": None,  # not a step: resets and crashes also break connections in their handshake
     "sends_fail_after_reset": None,  # not a step: a reset may be an RST (later sends fail), not only a FIN

@@ -52,10 +52,16 @@ from scenario import (
 from strategies import scenarios
 
 # Fault rules switched off in the property test while the bug each finds is open
-# (rule -> the bug).  None now: issue #9's bugs 1 (duplicate_name), 2
-# (cancel_during_launch), 3 (rollback) and the handshake reset found here are
-# fixed, and each directed test below is that fix's regression test.
-KNOWN_OPEN: dict[str, str] = {}
+# (rule -> the bug).  Issue #9's bugs 1 (duplicate_name), 2 (cancel_during_launch),
+# 3 (rollback) and the handshake reset found here are fixed, and each directed test
+# below is that fix's regression test.  Open (found by the review of #9; each has an
+# xfail(strict=True) directed test at the end of this file):
+KNOWN_OPEN: dict[str, str] = {
+    "online_backup": "a copy taken while the controller ran, restored before any restart, is not recognised "
+                     "as older than its id mark: no whole-grace hold, and a job runs twice",
+    "cloned_agent_state": "two agents with one identity (a state directory copied with a VM) supersede each "
+                          "other at every reconnect, and jobs run again and again (bug 1 with one identity)",
+}
 ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
 # Not a rule: the property test runs with lost_after off (its requeues may rightly run a job twice,
 # and judging one needs the agent's true reachability), so bug 4 has only its directed test.
