@@ -93,6 +93,13 @@ class AgentOptions:
             raise ValueError("ping_interval and pong_timeout must be positive")
 
 
+def _handshake_failure(exc: HandshakeError) -> str:
+    """Why a handshake failed: its cause, or itself; by type when it has no message
+    (trio-websocket's ``ConnectionTimeout`` has none)."""
+    reason = exc.__cause__ or exc
+    return str(reason) or type(reason).__name__
+
+
 @dataclass(slots=True)
 class _Connection:
     ws: WebSocketConnection
@@ -405,7 +412,7 @@ class AgentDaemon:
                     refusal = self._refuse(None, str(exc))
                 except HandshakeError as exc:
                     self.failed_handshakes.refused(_REFUSED, f"cannot join {self.options.controller}: "
-                                                             f"{exc.__cause__ or exc or type(exc).__name__}")
+                                                             f"{_handshake_failure(exc)}")
                 except (OSError, WSClosed) as exc:
                     log.debug("connection to %s failed: %s", self.options.controller, exc)
             if conn is not None and conn.refusal is not None:

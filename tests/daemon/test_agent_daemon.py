@@ -305,6 +305,34 @@ async def test_an_older_controller_refusing_the_join_is_named_in_the_log(tmp_pat
             nursery.cancel_scope.cancel()
 
 
+async def test_a_handshake_timeout_without_a_message_is_named_in_the_log(tmp_path, autojump_clock, monkeypatch,
+                                                                       caplog):
+    """trio-websocket's ConnectionTimeout has no message: the line names it by type, once (found by the
+    review of issue #9: the simulation's agents logged "cannot join ws://a1.sim: " with nothing after it)."""
+    from contextlib import asynccontextmanager
+
+    from trio_websocket import ConnectionTimeout
+
+    attempts = []
+
+    @asynccontextmanager
+    async def times_out(url, **kwargs):
+        attempts.append(url)
+        raise ConnectionTimeout
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(agent_daemon, "open_websocket_url", times_out)
+    monkeypatch.setattr(agent_daemon, "AgentStore", HeldAgentStore)
+    monkeypatch.setattr(agent_daemon, "time", TrioWall())
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            await start_agent(nursery, options(tmp_path / "agent"))
+            await until(lambda: len(attempts) >= 5)
+            nursery.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records if "cannot join" in r.getMessage()]
+    assert said == ["cannot join ws://controller.test: ConnectionTimeout"]
+
+
 # ---- issue #9 bug 6: a short job's start time is kept whichever of start and exit is read first ------------------
 
 

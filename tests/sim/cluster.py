@@ -314,16 +314,31 @@ class Cluster:
                 shutil.copy2(path, self.controller.state_dir / path.name)
         await self.controller.start(self.nursery)
 
+    async def hot_backup(self) -> None:
+        """An online backup of controller.db* (the controller keeps running): taken between two
+        database calls, since the sim's database work blocks the run (patches.py)."""
+        await self.controller.call(call=lambda: None)  # what it decided so far is committed
+        copy = self.root / f"controller-backup-{len(self.backups)}"
+        copy.mkdir()
+        for path in self.controller.state_dir.glob("controller.db*"):
+            if not path.name.endswith("-shm"):  # rebuilt from the WAL when the copy is opened
+                shutil.copy2(path, copy / path.name)
+        self.backups.append(copy)
+
     async def restart_agent(self, host: str, down: float) -> None:
         agent = self.agents[host]
         await agent.crash(self.net)
         await trio.sleep(down)
         await agent.start(self.nursery, self.slots)
 
-    async def start_duplicate(self, host: str) -> None:
-        """A second agent daemon with ``host``'s name and a state directory of its own (a cloned VM)."""
+    async def start_duplicate(self, host: str, *, copy_state: bool = False) -> None:
+        """A second agent daemon with ``host``'s name and a state directory of its own (a cloned VM);
+        with ``copy_state`` that directory starts as a copy of the host's (cloned with the VM)."""
         dup = self.duplicates.setdefault(host, SimAgent(host=f"{host}-dup", name=host,
                                                         state_dir=self.root / f"{host}-dup"))
+        if copy_state and not dup.state_dir.exists():
+            shutil.copytree(self.agents[host].state_dir, dup.state_dir,
+                            ignore=shutil.ignore_patterns("*-shm"))
         if not dup.up:
             await dup.start(self.nursery, self.slots)
 

@@ -79,6 +79,11 @@ class ControllerRestart:
 
 
 @dataclass(frozen=True)
+class HotBackup:
+    """Copy controller.db* while the controller runs (an online backup; no restart in between)."""
+
+
+@dataclass(frozen=True)
 class ControllerRollback:
     down: float  # restart from the oldest backup (a plain restart when there is none)
     # False: copy back controller.db* only, as the README says (the id mark stays); True: the
@@ -97,6 +102,9 @@ class AgentRestart:
 class Duplicate:
     host: str
     seconds: float  # a second agent with this host's name runs this long
+    # True: its state directory starts as a copy of the host's (a VM cloned after the agent had run:
+    # the same identity); False: a fresh one (another identity)
+    copy_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,7 @@ class ClockStep:
 
 
 Step = Union[Submit, Cancel, Wait, Delay, Partition, StallRoundAnswer, Reset, ControllerRestart, ControllerRollback,
-             AgentRestart, Duplicate, ClockStep]
+             AgentRestart, Duplicate, ClockStep, HotBackup]
 
 # The fault rules, by name; a scenario uses only the enabled ones (see test_sim.py's KNOWN_OPEN).
 RULES = {
@@ -119,6 +127,8 @@ RULES = {
     "agent_crash": AgentRestart,
     "duplicate_name": Duplicate,
     "clock_step": ClockStep,
+    "online_backup": HotBackup,  # a later rollback may restore a copy taken while the controller ran
+    "cloned_agent_state": Duplicate,  # a duplicate started on a copy of its host's state directory
     "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, and a cancel may land inside one
     "reset_in_handshake": None,  # not a step: resets and crashes also break connections in their handshake
     "sends_fail_after_reset": None,  # not a step: a reset may be an RST (later sends fail), not only a FIN
@@ -256,12 +266,14 @@ async def _do(cluster: Cluster, faults: trio.Nursery, step: Step, *, spare_launc
         await net.reset(step.host)
     elif isinstance(step, ControllerRestart):
         await cluster.restart_controller(backup=step.backup, rollback=False, down=step.down)
+    elif isinstance(step, HotBackup):
+        await cluster.hot_backup()
     elif isinstance(step, ControllerRollback):
         await cluster.restart_controller(backup=False, rollback=True, down=step.down, whole=step.whole)
     elif isinstance(step, AgentRestart):
         await cluster.restart_agent(step.host, step.down)
     elif isinstance(step, Duplicate):
-        await cluster.start_duplicate(step.host)
+        await cluster.start_duplicate(step.host, copy_state=step.copy_state)
         faults.start_soon(_later, step.seconds, _stop_duplicate, cluster, step.host)
     elif isinstance(step, ClockStep):
         wall = cluster.controller_wall if step.machine == "controller" else cluster.agent_wall

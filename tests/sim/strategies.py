@@ -29,6 +29,9 @@ def step(rules: frozenset[str]) -> st.SearchStrategy[S.Step]:
         "duplicate_name": st.builds(S.Duplicate, host=hosts, seconds=st.floats(1.0, 30.0).map(lambda s: round(s, 1))),
         "clock_step": st.builds(S.ClockStep, machine=st.sampled_from(["controller", "agents"]),
                                 seconds=st.sampled_from([-30.0, -5.0, 5.0, 30.0, 600.0])),
+        "online_backup": st.just(S.HotBackup()),
+        "cloned_agent_state": st.builds(S.Duplicate, host=hosts, seconds=st.floats(1.0, 30.0).map(lambda s: round(s, 1)),
+                                        copy_state=st.just(True)),
     }
     unknown = rules - set(S.RULES)
     if unknown:
