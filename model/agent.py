@@ -72,10 +72,13 @@ class AgentConfig:
     log_dir: str | None = None  # told to the controller at join, for `reckon show`
     log_layout: str = "flat"  # how job output files are named there (messages.LOG_LAYOUTS)
     identity: str | None = None  # this agent's durable identity (from its state directory), sent in Join
+    instance: str | None = None  # random per process start, sent in Join (model.names: a copied state directory)
 
     def __post_init__(self) -> None:
         if self.identity is not None:
             M.check_identity("identity", self.identity)
+        if self.instance is not None:
+            M.check_identity("instance", self.instance)
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
             raise ValueError(f"page_size must be in 1..{M.MAX_PAGE_ENTRIES}")
         if not 0 < self.retry_initial <= self.retry_max:
@@ -162,7 +165,7 @@ class Agent:
         running = sum(1 for r in self.records.values() if r.status is LocalStatus.RUNNING)
         self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
                                running=running, log_dir=self.config.log_dir, log_layout=self.config.log_layout,
-                               identity=self.config.identity, cluster=self.cluster))
+                               identity=self.config.identity, cluster=self.cluster, instance=self.config.instance))
 
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)

@@ -64,6 +64,7 @@ class AgentSession:
     lost: bool = False
     version: int = M.PROTOCOL_VERSION  # the protocol version of the current connection (its Join's)
     identity: str | None = None  # the identity the current connection's Join claimed (None: an older agent)
+    instance: str | None = None  # the agent process of the current connection (its Join's; None: an older agent)
     latest_conn: int = 0  # the newest connection that joined as this agent: a Join on an older one is stale
     # (conn, agent's (count, digest), ours) of the last heartbeat disagreement a
     # round was armed for.  The same disagreement again on the same connection
@@ -287,6 +288,7 @@ class Controller:
         self._conns[ev.conn] = join.agent
         session.conn, session.seq, session.last_heard, session.lost = ev.conn, 0, _silence_clock(ev), False
         session.version, session.identity, session.latest_conn = join.version, join.identity, ev.conn
+        session.instance = join.instance
         placed = self.placed_on(join.agent)
         # Req 1: a round whenever we place non-terminal jobs here, whatever kind of
         # join this is; also when the agent runs jobs we do not place here, and while

@@ -184,6 +184,7 @@ class Join:
     # Lets a controller whose state may be a restored copy tell a returning agent from a newcomer
     # under the same name (model.names).
     cluster: str | None = None  # the controller history (welcome's cluster) it has joined, version 4; None: none yet, or older
+    instance: str | None = None  # random per agent process start, version 4: tells a copy of a state directory from a reconnect
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent, max_len=100)
@@ -191,6 +192,8 @@ class Join:
             check_identity("identity", self.identity)
         if self.cluster is not None:
             check_str("cluster", self.cluster, max_len=64)
+        if self.instance is not None:
+            check_identity("instance", self.instance)
         if self.log_dir is not None:
             check_str("log_dir", self.log_dir, max_len=4096)
         check_str("log_layout", self.log_layout, max_len=100)
@@ -507,7 +510,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
 _OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
-_OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None}
+_OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None}
 
 

@@ -42,6 +42,14 @@ def name_refusal(ctrl: "Controller", join: M.Join, session: "AgentSession | None
     connected = session is not None and session.connected
     holder = session.identity if connected else (info.identity if info is not None else None)
     if holder == join.identity:
+        if connected and session is not None and None not in (session.instance, join.instance) \
+                and session.instance != join.instance:
+            # Another process with this identity while the holder's connection is open: a copy of
+            # its state directory (a cloned VM) or, rarely, a restart the controller has not yet
+            # seen the old connection of close (dropped when silent: then this one is accepted).
+            return (f"agent name {join.agent}: another agent process with the same identity is connected "
+                    f"(is this a copy of its state directory, a cloned machine? give the copy an empty "
+                    f"--state-dir and its own --name)"), False
         return None
     gate = ctrl.start_gate
     if holder is None:

@@ -22,6 +22,7 @@ import functools
 import logging
 import math
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -546,6 +547,7 @@ async def _run(options: AgentOptions, task_status) -> None:
                   else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode))
         async with runner:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
+                                 instance=secrets.token_hex(16),  # this process: model/names.py
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
             agent = Agent(config, records, outbox, cluster)
             running = [r.key for r in records if r.status is LocalStatus.RUNNING]

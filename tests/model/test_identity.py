@@ -386,3 +386,34 @@ def test_an_agent_joined_while_the_gate_is_closed_gets_a_round_with_nothing_plac
     [welcome] = sends_of(commands, M.Welcome)
     assert welcome.token is not None and welcome.query_pages == 1
     assert w.controller.sessions["node1"].round is not None
+
+
+def test_another_process_with_the_holders_identity_waits_while_the_holder_is_connected() -> None:
+    """Found by the review of issue #9: a VM cloned with its agent state directory runs a second agent
+    with the same identity; each join superseded the other's connection and requeued its jobs (bug 1
+    again, 265 runs of a job in 20 s).  Now a join of the same identity from another process (its Join's
+    instance) is refused for now while the holder's connection is open; nothing changes.  The same
+    process reconnecting still supersedes its old connection, and so do agents without an instance."""
+    w = World()
+    w.handle(E.AgentJoined(conn=1, join=M.Join(agent="node1", slots=2, version=M.PROTOCOL_VERSION, identity=FIRST,
+                                               instance="a" * 32), token=token(90), now=1.0))
+    w.submit_and_place(1)
+    before = list(w.log)
+
+    commands = w.handle(E.AgentJoined(conn=2, join=M.Join(agent="node1", slots=2, version=M.PROTOCOL_VERSION,
+                                                          identity=FIRST, instance="b" * 32),
+                                      token=token(91), now=2.0))
+
+    error = refusal(commands, 2)
+    assert "another agent process with the same identity is connected" in error.reason and not error.permanent
+    assert facts_of(commands) == [] and w.log == before and w.controller.sessions["node1"].conn == 1
+    # The holder's own process on a new connection (a reconnect) supersedes the old one.
+    commands = w.handle(E.AgentJoined(conn=3, join=M.Join(agent="node1", slots=2, version=M.PROTOCOL_VERSION,
+                                                          identity=FIRST, instance="a" * 32),
+                                      token=token(92), now=3.0))
+    assert w.controller.sessions["node1"].conn == 3
+    # Once the holder's connection is gone, another process of the identity joins (a restart).
+    w.handle(E.ConnectionClosed(conn=3, now=4.0))
+    w.handle(E.AgentJoined(conn=4, join=M.Join(agent="node1", slots=2, version=M.PROTOCOL_VERSION, identity=FIRST,
+                                               instance="b" * 32), token=token(93), now=5.0))
+    assert w.controller.sessions["node1"].conn == 4 and w.controller.sessions["node1"].instance == "b" * 32
