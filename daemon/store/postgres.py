@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import cbor2
+import trio
 
 from model import facts as F
 
@@ -277,7 +278,16 @@ class PgFactStore:
         return await self.db.run(_leader)
 
     async def aclose(self) -> None:
-        await self.db.aclose()
+        # Give the leadership lock back now: the server ends a closed session's backend (and
+        # frees its advisory locks) a moment later, and a successor's takeover must not race that.
+        with trio.CancelScope(shield=True):
+            try:
+                if not self.db.broken:
+                    await self.db.run(lambda conn: conn.execute("SELECT pg_advisory_unlock_all()"))
+            except StoreError:
+                pass  # the database is away: its session ends with the connection anyway
+            finally:
+                await self.db.aclose()
 
     async def __aenter__(self) -> "PgFactStore":
         return self
