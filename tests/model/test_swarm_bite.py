@@ -18,9 +18,9 @@ import mutants
 from swarm import SwarmMachine
 
 
-def assert_swarm_finds(monkeypatch: pytest.MonkeyPatch, mutant_id: str, *inv_ids: str) -> None:
+def assert_swarm_finds(monkeypatch: pytest.MonkeyPatch, mutant_id: str, *inv_ids: str, examples: int = 300) -> None:
     mutants.apply(mutants.ALL[mutant_id], setattr_=monkeypatch.setattr, setitem=monkeypatch.setitem)
-    found = mutants.run_machine(SwarmMachine)
+    found = mutants.run_machine(SwarmMachine, examples=examples)
     assert found is not None, f"{mutant_id} survived the swarm machine"
     assert found in inv_ids, f"{mutant_id} caught, but by {found}, not {inv_ids}"
 
@@ -57,5 +57,7 @@ def test_swarm_bite_heartbeat_never_comparable(monkeypatch):
 
 def test_swarm_bite_cancel_not_repeated_after_round(monkeypatch):
     """N6: a cancel requested while the agent was away is not repeated once its round resolves:
-    the process runs on (INV-LIVENESS-CANCEL was added for it; nothing else noticed)."""
-    assert_swarm_finds(monkeypatch, "N6", "INV-LIVENESS-CANCEL")
+    the process runs on (INV-LIVENESS-CANCEL was added for it; nothing else noticed).  500 examples:
+    the 300 of the ci budget stopped reaching it after this session's model changes (issue #9's
+    start gate, the agent's older-round queries), a reminder that a derandomized sample is one sample."""
+    assert_swarm_finds(monkeypatch, "N6", "INV-LIVENESS-CANCEL", examples=500)
