@@ -223,7 +223,7 @@ async def _lead(store: PgFactStore, follower: _Follower, front: Front, leadershi
         except SteppedDown:
             raise
         except Exception as exc:  # a refused (fenced) or failed commit: nothing of it was released
-            raise SteppedDown(f"a commit failed: {exc}") from exc
+            raise leadership.commit_failed(exc) from exc
 
     async def renew() -> None:
         try:
