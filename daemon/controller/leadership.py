@@ -95,7 +95,7 @@ class Leadership:
             except Deposed as exc:
                 self._handle(L.RenewResult(ok=False, asked_at=asked_at, now=trio.current_time(), detail=_words(exc)))
             except Exception as exc:  # the database is gone (so is our advisory lock: the epoch may move at once)
-                self._handle(L.DatabaseLost(detail=f"while renewing the lease: {_words(exc)}"))
+                self._handle(L.DatabaseLost(detail=f"the lease renewal failed: {_words(exc)}"))
                 raise SteppedDown(self.model.reason) from exc  # reached only if it had already stepped down
             else:
                 self._handle(L.RenewResult(ok=True, asked_at=asked_at, now=trio.current_time()))

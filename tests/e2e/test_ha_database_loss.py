@@ -49,8 +49,8 @@ def test_the_leader_steps_down_and_the_standby_waits_for_the_database_and_takes_
     assert len(stepping) == 1 and "lost the database" in stepping[0], text
     reckon_lines = [ln for ln in text.splitlines() if ln.startswith("reckon: ")]
     assert reckon_lines == [text.strip().splitlines()[-1]], text  # stderr ends in one line
-    assert reckon_lines[0].startswith("reckon: controller stepped down: lost the database while renewing the lease "
-                                      "of epoch 1: the connection to postgresql://reckon@"), reckon_lines
+    assert reckon_lines[0].startswith("reckon: controller stepped down: lost the database (holding epoch 1): the "
+                                      "lease renewal failed: the connection to postgresql://reckon@"), reckon_lines
 
     def lost() -> list[str]:
         return [ln for ln in cluster.log_text("ctl-b").splitlines() if "lost the database at" in ln]
