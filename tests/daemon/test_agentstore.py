@@ -5,7 +5,6 @@ Real SQLite files under tmp_path; no fixed sleeps; a hang guard on every test.
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import threading
 from pathlib import Path
@@ -20,17 +19,7 @@ from model import events as E
 from model import messages as M
 from model.agent import Agent, AgentConfig, LocalJob, LocalStatus
 from model.jobs import JobSpec
-
-
-def hang_guard(fn):
-    """Fail a test that hangs instead of blocking the run."""
-
-    @functools.wraps(fn)
-    async def guarded(*args, **kwargs):
-        with trio.fail_after(60):
-            return await fn(*args, **kwargs)
-
-    return guarded
+from store_helpers import hang_guard
 
 
 SPEC = JobSpec(name="build", command=("make", "-j4", ""), cwd="/src", env=(("CC", "gcc"), ("EMPTY", "")), slots=2)

@@ -8,7 +8,6 @@ Real SQLite files under tmp_path.  No fixed sleeps: tests wait on conditions
 
 from __future__ import annotations
 
-import functools
 import re
 import signal
 import sqlite3
@@ -27,19 +26,9 @@ from daemon.store.sqlite_thread import SqliteThread, StoreError
 from model import facts as F
 from model.jobs import JobSpec
 from model.state import ControllerState, replay, restore, snapshot
+from store_helpers import hang_guard, submits
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def hang_guard(fn):
-    """Fail a test that hangs instead of blocking the run."""
-
-    @functools.wraps(fn)
-    async def guarded(*args, **kwargs):
-        with trio.fail_after(60):
-            return await fn(*args, **kwargs)
-
-    return guarded
 
 
 def history(n_jobs: int) -> list[F.Fact]:
@@ -69,11 +58,6 @@ def history(n_jobs: int) -> list[F.Fact]:
         else:
             out += [F.JobCancelRequested(job=job), F.JobCancelConfirmed(job=job, attempt=1)]
     return out
-
-
-def submits(first: int, n: int) -> list[F.Fact]:
-    spec = JobSpec(name="s", command=("true",))
-    return [F.JobSubmitted(job=str(i), spec=spec, submitted_at=float(i)) for i in range(first, first + n)]
 
 
 async def append_in_batches(store: FactStore, facts: list[F.Fact], size: int) -> None:

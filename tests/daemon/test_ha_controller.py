@@ -6,7 +6,6 @@ on a condition under a hang guard, never a fixed sleep.
 
 from __future__ import annotations
 
-import functools
 import logging
 from pathlib import Path
 
@@ -22,17 +21,9 @@ from daemon.controller.server import ControllerOptions, serve_controller
 from daemon.store.interface import SteppedDown
 from model import messages as M
 from model.jobs import JobSpec
+from store_helpers import hang_guard
 
 LEASE = 1.0
-
-
-def hang_guard(fn):
-    @functools.wraps(fn)
-    async def guarded(*args, **kwargs):
-        with trio.fail_after(60):
-            return await fn(*args, **kwargs)
-
-    return guarded
 
 
 def options(dsn: str, tmp_path: Path, name: str) -> ControllerOptions:

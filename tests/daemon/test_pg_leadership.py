@@ -7,7 +7,6 @@ into the past with SQL, on the database's own clock, never by sleeping.
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -16,24 +15,9 @@ import pytest
 import trio
 
 from daemon.store.postgres import Deposed, PgFactStore
-from model import facts as F
-from model.jobs import JobSpec
+from store_helpers import hang_guard, submits
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def hang_guard(fn):
-    @functools.wraps(fn)
-    async def guarded(*args, **kwargs):
-        with trio.fail_after(60):
-            return await fn(*args, **kwargs)
-
-    return guarded
-
-
-def submits(first: int, n: int) -> list[F.Fact]:
-    spec = JobSpec(name="s", command=("true",))
-    return [F.JobSubmitted(job=str(i), spec=spec, submitted_at=float(i)) for i in range(first, first + n)]
 
 
 def _sql(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:

@@ -8,7 +8,6 @@ can only keep up within the tests' 60 s hang guard if the notices work.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import trio
@@ -17,23 +16,9 @@ from daemon.controller.server import ControllerOptions, serve_controller
 from daemon.store.pglisten import FactListener
 from daemon.store.postgres import PgFactStore
 from model import facts as F
-from model.jobs import JobSpec
+from store_helpers import hang_guard, submits
 
 HUGE_LEASE = 1000.0  # seconds: the standby's poll is a fifth of it, far beyond the hang guard
-
-
-def hang_guard(fn):
-    @functools.wraps(fn)
-    async def guarded(*args, **kwargs):
-        with trio.fail_after(60):
-            return await fn(*args, **kwargs)
-
-    return guarded
-
-
-def submits(first: int, n: int) -> list[F.Fact]:
-    spec = JobSpec(name="s", command=("true",))
-    return [F.JobSubmitted(job=str(i), spec=spec, submitted_at=float(i)) for i in range(first, first + n)]
 
 
 async def wait_until(predicate, interval: float = 0.02):
