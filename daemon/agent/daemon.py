@@ -18,7 +18,6 @@ every ``refusal_reminder`` seconds (``RefusalLog``).
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import random
@@ -43,7 +42,6 @@ from daemon.store.agent import AgentStore
 from daemon.refusals import RefusalLog
 from daemon.store.filemodes import OUTPUT_MODE, private_dir
 from daemon.store.statelock import hold_state_dir
-from daemon.wsconnect import open_websocket
 from daemon.agent.output import OutputFiles, held_keys
 from daemon.cli.client import client_ssl_context
 from daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket

@@ -7,7 +7,6 @@ import logging
 import signal
 from pathlib import Path
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import trio

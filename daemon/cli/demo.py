@@ -37,7 +37,7 @@ class DemoJob:
 
     def command(self, truth_dir: Path) -> list[str]:
         truth = truth_dir / self.name
-        end = f"kill -KILL $$" if self.signal else f"exit {self.exit_code}"
+        end = "kill -KILL $$" if self.signal else f"exit {self.exit_code}"
         return ["sh", "-c", f"sleep {self.sleep}; date +%s.%N > {truth}; {end}"]
 
 

@@ -11,7 +11,6 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from model import events as E
-from model import facts as F
 from model.history import job_history
 from model.nodes import pending_reason
 
