@@ -36,8 +36,10 @@ class Client:
     each did not.
     """
 
-    def __init__(self, url: str, token: str | None, *, ca: str | Path | None = None) -> None:
+    def __init__(self, url: str, token: str | None, *, ca: str | Path | None = None,
+                 follow_leader: bool = True) -> None:
         self.urls = parse_controller_urls(url)  # a UsageError for any bad one, before connecting anywhere
+        self.follow_leader = follow_leader  # False: a standby's "not the leader" is the answer (benchmarks)
         self.url = self.urls[0]
         self.token = token
         self.ca = ca  # wss://: the CA file to trust (None: the system's store)
@@ -103,6 +105,8 @@ class Client:
                 return await self._call_one(op, fields)
             except NotLeader as exc:
                 await self._close()
+                if not self.follow_leader:
+                    raise
                 if search.not_the_leader(exc) is None:
                     raise search.error() from None
                 await self._connect_from(search)

@@ -65,7 +65,9 @@ async def _wait(what: str, probe: Any, interval: float = 0.05) -> Any:
 async def _ask(url: str, op: str, **fields: Any) -> dict | None:
     """One request on a fresh connection; None if the controller does not serve (yet)."""
     try:
-        async with Client(url, None) as client:
+        # Ask this controller only: following a standby's pointer to the frozen leader would
+        # spend the connect time-out there on every poll and hide when the standby takes over.
+        async with Client(url, None, follow_leader=False) as client:
             return await client.call(op, **fields)
     except ClientError:
         return None
