@@ -57,3 +57,15 @@ def postgres():
 def pg_dsn(postgres):
     """A fresh, empty database on the session's PostgreSQL."""
     return postgres.new_database()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print what tests recorded as ``record_property("report", ...)`` (the explorer's state counts),
+    also under ``-q`` and from pytest-xdist workers, whose output pytest does not show."""
+    lines = [value for reports in terminalreporter.stats.values() for rep in reports
+             if getattr(rep, "when", None) == "call"
+             for name, value in getattr(rep, "user_properties", ()) if name == "report"]
+    if lines:
+        terminalreporter.write_sep("-", "reports")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -14,12 +14,13 @@ import os
 import explorer as X
 
 
-def test_explore_ci_bound():
+def test_explore_ci_bound(record_property):
     # The fuzz profile (`make fuzz`) explores the deep bound instead.
     scenarios = X.DEEP if os.environ.get("RECKON_HYPOTHESIS_PROFILE") == "fuzz" else X.SCENARIOS
     results = X.run_scenarios(scenarios)
     for scenario, result in results:
         print(f"explorer {scenario.name}: {result.summary()}")
+        record_property("report", f"explorer {scenario.name}: {result.summary()}")  # make test's summary
         assert result.violation is None, f"scenario {scenario.name}:\n{result.violation}"
         assert result.depth == scenario.depth, f"scenario {scenario.name} stopped at depth {result.depth}"
     assert len(results) == len(scenarios)

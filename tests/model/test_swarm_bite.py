@@ -35,11 +35,9 @@ def test_swarm_bite_agent_stale_done_token(monkeypatch):
     assert_swarm_finds(monkeypatch, "I4", "INV-ACK-MEANS-RECORDED", "INV-LIVENESS-OUTCOME", "INV-OUTBOX-DURABLE")
 
 
-# I6, a heartbeat digest compare by counts only, is not caught soundly by any layer: an
-# equal-count disagreement on a live connection needs two messages lost on it (a Kill and a
-# Dispatch) and a later one that lets the agent's seen_seq catch up; without losses (a WebSocket
-# loses nothing without closing) the controller's placement is a superset of what the agent
-# holds, so the counts differ whenever the sets do.  See docs/checking.md.
+# I6, a heartbeat digest compare by counts only, is caught by the explorer's equal-counts scenario
+# (test_explore_bite.py::test_explore_bite_heartbeat_compares_counts_only), on a live connection it
+# reorders; on one that loses and reorders nothing it is equivalent (docs/checking.md).
 
 
 # ---- invented bugs (mutants.INVENTED) that the plain machine and the explorer let through ----------
