@@ -42,6 +42,6 @@ def on_submit_batch(controller: "Controller", ev: E.SubmitBatch, out: "_Out") ->
         refusal = entry_refusal(state, spec, ev.queue_anyway)
         if refusal is not None:
             raise LocalProtocolError(f"nothing submitted: entry {number} of {len(ev.specs)}: {refusal}")
+    startup.mark_for_submit(controller, out, count=len(ev.specs))  # every entry's id, before any
     for spec, uid in zip(ev.specs, ev.uids):
-        startup.mark_for_submit(controller, out)  # as for each single submit: the id mark stays ahead
         controller._apply(out, F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid))

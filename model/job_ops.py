@@ -114,12 +114,14 @@ def on_forget(controller: "Controller", ev: E.ForgetAgent, out: "_Out") -> None:
     controller._apply(out, F.AgentForgotten(agent=ev.agent))
     controller.sessions.pop(ev.agent, None)
 
+
 def on_submit(controller: "Controller", ev: E.SubmitJob, out: "_Out") -> None:
     if not ev.queue_anyway and (refusal := unrunnable_reason(controller.state, ev.spec)) is not None:
         raise LocalProtocolError(refusal)
     check_submit(controller, ev.spec)
     startup.mark_for_submit(controller, out)
     controller._apply(out, F.JobSubmitted(job=controller.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
+
 
 def on_cancel(controller: "Controller", ev: E.CancelJob, out: "_Out") -> None:
     if ev.whole_array or (ev.whole_array is None and ev.job in controller.state.arrays):

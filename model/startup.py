@@ -18,8 +18,8 @@ Both guard against a restored older copy of the controller's state (README,
   (on the silence clock) is over.  A state older than its id mark (restored
   from a copy) may predate an agent's first join, so the agents it knows
   prove nothing: it holds for the whole grace, also when its unfinished jobs
-  are all RUNNING (one may have been requeued and run elsewhere since).  The gate is volatile: replay never opens
-  it, only ``ControllerStarted`` does.
+  are all RUNNING (one may have been requeued and run elsewhere since).  The
+  gate is volatile: replay never opens it, only ``ControllerStarted`` does.
 
 The functions here are the controller's handlers for these events; they take
 the ``Controller`` and its per-call output (``controller._Out``) and change

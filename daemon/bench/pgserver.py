@@ -83,13 +83,15 @@ class PgServer:
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stdout}{result.stderr}")
 
     def _pg_ctl_stop(self) -> list[str]:
-        return [*self._run_as, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]
+        """Stop at once, as a crash would (``self._run`` adds the user to run it as)."""
+        return [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]
 
     def _start_watchdog(self) -> None:
         read_end, self._lifeline = os.pipe()  # both non-inheritable: only the watchdog is given read_end
         try:
             self._watchdog = subprocess.Popen(
-                [sys.executable, __file__, "--watchdog", str(read_end), str(self.root), *self._pg_ctl_stop()],
+                [sys.executable, __file__, "--watchdog", str(read_end), str(self.root), *self._run_as,
+                 *self._pg_ctl_stop()],
                 pass_fds=(read_end,), start_new_session=True,  # no terminal's Ctrl-C: it outlives us by design
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
@@ -112,7 +114,7 @@ class PgServer:
 
     def pause(self) -> None:
         """Stop the server at once, as a crash would (every connection drops); its data stays for ``resume``."""
-        self._run(*self._pg_ctl_stop()[len(self._run_as):])
+        self._run(*self._pg_ctl_stop())
         self.started = False
 
     def pids(self) -> list[int]:
@@ -156,7 +158,7 @@ class PgServer:
     def stop(self) -> None:
         try:
             if self.started:
-                self._run(*self._pg_ctl_stop()[len(self._run_as):])
+                self._run(*self._pg_ctl_stop())
         finally:
             self.started = False
             shutil.rmtree(self.root, ignore_errors=True)

@@ -22,7 +22,8 @@ import sys
 import pytest
 import mutants
 from swarm import SwarmMachine
-mutants.apply(mutants.ALL[sys.argv[1]], setattr_=pytest.MonkeyPatch().setattr, setitem=pytest.MonkeyPatch().setitem)
+patch = pytest.MonkeyPatch()
+mutants.apply(mutants.ALL[sys.argv[1]], setattr_=patch.setattr, setitem=patch.setitem)
 print("FOUND", mutants.run_machine(SwarmMachine, examples=int(sys.argv[2])))
 """
 
