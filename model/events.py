@@ -301,11 +301,16 @@ class IdMark:
 
     cluster: str | None  # None: a history never named (a log from before ClusterCreated)
     upto: int
+    # The controller recorded facts up to this position of its log before it released anything
+    # they caused (0: not recorded, a file from before).  A log that ends before it is an older
+    # copy, even one taken while the controller ran (an online backup) with the same ``upto``.
+    facts: int = 0
 
     def __post_init__(self) -> None:
         if self.cluster is not None:
             check_str("cluster", self.cluster, max_len=64)
         check_int("upto", self.upto, minimum=0)
+        check_int("facts", self.facts, minimum=0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -325,10 +330,15 @@ class ControllerStarted:
     # False: this store keeps no mark file (PostgreSQL: the database is restored whole, so
     # its own mark is the only one), and no file is no sign of a copy without it.
     mark_file: bool = True
+    # Where the recovered log ends (its last fact's position), to compare with ``id_mark.facts``;
+    # None: not known (no comparison).
+    facts: int | None = None
 
     def __post_init__(self) -> None:
         check_time("now", self.now)
         check_opt_time("mono", self.mono)
+        if self.facts is not None:
+            check_int("facts", self.facts, minimum=0)
         if not isinstance(self.mark_file, bool):
             raise ValueError("mark_file must be a bool")
         if self.id_mark is not None and not self.mark_file:

@@ -9,7 +9,11 @@ Both guard against a restored older copy of the controller's state (README,
   it commits that fact.  At a start, ids continue above the mark the file and
   the database know, whichever is higher, so no id issued before the start
   (even one issued after a backup of the database was taken) is issued again.
-  Every start therefore skips the rest of the current block.
+  Every start therefore skips the rest of the current block.  The file also
+  says how far the log went (``IdMark.facts``): the daemon records it before
+  it releases what a batch of facts caused, so a copy taken while the
+  controller ran (an online backup, its ids in the current block) is
+  recognised too: its log ends before that position.
 - **The start gate.**  A job the restored state calls PENDING may have run on
   an agent since.  That agent reports it when it rejoins and it is adopted
   with its true outcome; dispatching it elsewhere first would run it twice.
@@ -61,7 +65,7 @@ def _clock(ev: Any) -> float:
 def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any) -> None:
     if ctrl.started:
         raise LocalProtocolError("the controller has already started")
-    restored = _continue_ids(ctrl, ev.id_mark, out, mark_file=ev.mark_file)  # may refuse: then nothing changed
+    restored = _continue_ids(ctrl, ev.id_mark, out, mark_file=ev.mark_file, facts=ev.facts)  # may refuse
     mark_for_submit(ctrl, out)  # the next block now, so submits rarely wait for the file
     ctrl.started = True
     pending = any(j.state is JobState.PENDING for j in ctrl.state.jobs.values())
@@ -104,11 +108,14 @@ def _open(ctrl: "Controller", out: Any, reason: str) -> None:
     out.commands.append(E.Notify(note=DispatchHold(held=False, reason=reason)))
 
 
-def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_file: bool = True) -> bool:
+def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_file: bool = True,
+                  facts: int | None = None) -> bool:
     """Continue job ids above every id that may have been issued before this start.
 
-    Returns whether the state is older than its id mark (a restored copy, or a crash in the
-    instant between writing the mark file and committing)."""
+    Returns whether the state is older than its id mark: its ids end below the mark's, or its
+    log ends before the facts the mark says were recorded (``facts``: where the recovered log
+    ends).  That is a restored copy, or a crash in the instant between writing the mark file
+    and committing."""
     state = ctrl.state
     if mark is not None and mark.cluster != state.cluster:
         if state.next_job > 1 or state.id_mark > 0:
@@ -135,6 +142,14 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
                 f"the id mark file ({mark.upto}) is behind the controller state ({state.id_mark}): restored "
                 f"from an older copy? it is raised again at the next submission")))
     restored = mark is not None and mark.upto > state.id_mark
+    if mark is not None and not restored and facts is not None and mark.facts > facts:
+        # The same ids but a shorter log: a copy taken while the controller ran (an online backup),
+        # within the block of ids the mark covers.  Only the facts' position tells it from the file.
+        restored = True
+        out.commands.append(E.Warn(message=(
+            f"controller state is older than its id mark: its log ends at fact {facts}, but the controller "
+            f"had recorded facts up to {mark.facts} (an online backup restored?); dispatch is held for "
+            f"the whole rejoin grace")))
     if floor >= state.next_job:
         ctrl._apply(out, F.JobIdsReserved(upto=floor))
     return restored

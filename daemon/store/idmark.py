@@ -6,6 +6,12 @@ fsync of the directory) before any fact that issues an id above the old mark
 is committed, so a copy of ``controller.db`` restored from a backup is behind
 it, and the controller continues ids above it.  A backup/restore is of
 ``controller.db*``; this file stays where it is.
+
+It also says how far the fact log went (``facts``, a fact position): written
+with each batch's commit and durable before anything the batch caused is
+released, so a copy of ``controller.db`` taken while the controller ran (an
+online backup) ends before it and is recognised as older at the next start.
+A file from before has no ``facts`` (read as 0: no comparison).
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+import trio
 
 from model.events import IdMark
 
@@ -32,17 +40,18 @@ def read_id_mark(state_dir: Path) -> IdMark | None:
         return None
     try:
         data = json.loads(text)
-        return IdMark(cluster=data["cluster"], upto=data["upto"])  # validated there
-    except (ValueError, KeyError, TypeError) as exc:
+        return IdMark(cluster=data["cluster"], upto=data["upto"], facts=data.get("facts", 0))  # validated there
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BadIdMark(f"{path} is unreadable ({exc}); it should hold "
-                        f'{{"cluster": ..., "upto": ...}}: restore it, or remove it to start without it') from None
+                        f'{{"cluster": ..., "upto": ..., "facts": ...}}: restore it, or remove it to start '
+                        f"without it") from None
 
 
 def write_id_mark(state_dir: Path, mark: IdMark) -> None:
     """Replace the mark durably: after this returns, a crash leaves the new mark (or, before, the old one)."""
     path = state_dir / ID_MARK_FILE
     tmp = path.with_name(ID_MARK_FILE + ".tmp")
-    data = json.dumps({"cluster": mark.cluster, "upto": mark.upto}).encode() + b"\n"
+    data = json.dumps({"cluster": mark.cluster, "upto": mark.upto, "facts": mark.facts}).encode() + b"\n"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, data)
@@ -55,3 +64,8 @@ def write_id_mark(state_dir: Path, mark: IdMark) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+async def write_id_mark_in_thread(state_dir: Path, mark: IdMark) -> None:
+    """``write_id_mark`` on a worker thread, so the loop runs on during its fsyncs."""
+    await trio.to_thread.run_sync(write_id_mark, state_dir, mark)

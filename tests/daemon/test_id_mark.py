@@ -111,3 +111,38 @@ async def test_a_new_history_ignores_the_mark_of_an_old_one(tmp_path, autojump_c
         path.unlink()
     (state / ID_MARK_FILE).write_text(json.dumps({"cluster": "01d", "upto": 1000}))  # the old history's
     assert await _submit(state, 1) == ["1"]
+
+
+async def test_an_online_backup_restored_is_recognised_by_where_its_log_ends(tmp_path, autojump_clock, caplog):
+    """A copy of controller.db* taken while the controller runs, its ids in the current block: the
+    mark's ids equal the copy's, so only where the log ends tells it from the file.  The mark file
+    records that with each commit (before the batch's effects), and the copy's log ends before it."""
+    state, backup = tmp_path / "controller", tmp_path / "backup"
+    async with controller(state) as rig:
+        await rig.submit()
+        _copy_db(state, backup)  # online: the controller runs on
+        copied_upto = json.loads((state / ID_MARK_FILE).read_text())["facts"]
+        await rig.submit()  # the same block of ids: the mark's ids do not move
+        mark = json.loads((state / ID_MARK_FILE).read_text())
+        assert mark["facts"] == rig.daemon.store.last_seq > copied_upto
+    _copy_db(backup, state)  # restored with no start in between (a start would raise the mark)
+    with caplog.at_level(logging.INFO, logger="reckon.controller"):
+        caplog.clear()
+        async with controller(state) as rig:
+            assert rig.daemon.model.start_gate is not None
+    said = _warnings(caplog, "older than its id mark")
+    assert len(said) == 1 and f"its log ends at fact {copied_upto}, but the controller had recorded facts up to" \
+        in said[0], said
+    assert any("holding dispatch: for" in r.getMessage() and "(the state is older than its id mark)" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+async def test_a_plain_restart_is_not_taken_for_a_restored_copy(tmp_path, autojump_clock, caplog):
+    """The mark file's log position is written with every commit: a stop and start agree with it."""
+    state = tmp_path / "controller"
+    await _submit(state, 2)
+    with caplog.at_level(logging.WARNING, logger="reckon.controller"):
+        caplog.clear()
+        async with controller(state) as rig:
+            assert json.loads((state / ID_MARK_FILE).read_text())["facts"] == rig.daemon.store.last_seq
+    assert _warnings(caplog, "older than its id mark") == []

@@ -126,3 +126,32 @@ def test_a_restored_state_holds_also_when_its_unfinished_jobs_are_all_running():
     h2.schedule()
     h2.pump()
     assert _held(_restarted(h2)) == []  # a plain restart with nothing PENDING holds nothing
+
+
+def test_a_log_that_ends_before_the_marks_facts_is_a_restored_copy():
+    """An online backup: its ids are in the current block (the mark's ``upto`` equals the state's), but
+    the mark file says the controller had recorded facts beyond where the copy's log ends."""
+    h, _ = _world()
+    h.crash_controller()
+    state = h.controller.state
+    mark = E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=40)
+    cmds = h.controller_handle(E.ControllerStarted(now=h.now, grace=15.0, id_mark=mark, facts=39))
+    assert [n.reason for n in notes_of(cmds) if isinstance(n, DispatchHold)] == [
+        "for 15s (the state is older than its id mark)"]
+    assert [c.message for c in cmds if isinstance(c, E.Warn)] == [
+        "controller state is older than its id mark: its log ends at fact 39, but the controller had recorded "
+        "facts up to 40 (an online backup restored?); dispatch is held for the whole rejoin grace"]
+    for facts in (40, None):  # the log ends where the mark says, or the daemon does not say
+        h2, _ = _world()
+        h2.crash_controller()
+        mark = E.IdMark(cluster=h2.controller.state.cluster, upto=h2.controller.state.id_mark, facts=40)
+        cmds = h2.controller_handle(E.ControllerStarted(now=h2.now, grace=15.0, id_mark=mark, facts=facts))
+        assert [c for c in cmds if isinstance(c, E.Warn)] == []
+        assert h2.controller.start_gate is not None and h2.controller.start_gate.known
+
+
+def test_an_id_mark_and_a_start_check_their_fact_positions():
+    with pytest.raises(ValueError, match="facts must be >= 0"):
+        E.IdMark(cluster="c1", upto=1, facts=-1)
+    with pytest.raises(ValueError, match="facts must be an integer"):
+        E.ControllerStarted(now=1.0, grace=0.0, facts=1.5)

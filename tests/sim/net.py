@@ -28,9 +28,10 @@ from typing import Any
 
 import trio
 import trio.testing
-from trio_websocket import ConnectionTimeout, wrap_client_stream, wrap_server_stream
+from trio_websocket import ConnectionTimeout, wrap_client_stream
 
 from daemon import wire
+from daemon.controller.server import ContainedServer
 
 
 @dataclass(eq=False)
@@ -247,6 +248,14 @@ class Network:
 
 
 async def serve_connection(nursery: trio.Nursery, daemon: Any, stream: trio.abc.Stream) -> None:
-    """The controller's side of one connection (what ``serve_websocket`` does per accepted socket)."""
-    request = await wrap_server_stream(nursery, stream, max_message_size=wire.MAX_AGENT_MESSAGE)
-    await daemon.handle_request(request)
+    """The controller's side of one connection: what the production server (``ContainedServer``) does
+    per accepted socket, its containment included (a failure in the WebSocket layer, such as a ping
+    answered while the connection closes, ends that connection alone)."""
+    server = ContainedServer(daemon.handle_request, [_NO_LISTENER], handler_nursery=nursery,
+                             max_message_size=wire.MAX_AGENT_MESSAGE)
+    server.refusals = daemon.refusals
+    await server._handle_connection(stream)
+
+
+# The server is built per connection here and never listens: it needs a listener only to exist.
+_NO_LISTENER: Any = object()
