@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -11,7 +13,6 @@ from model import events as E
 from model.errors import LocalProtocolError
 from model.facts import Fact, IdMarkRaised
 
-from daemon.store import idmark
 from daemon.store.idmark import BadIdMark, read_id_mark, write_id_mark
 from daemon.store.statelock import WrongStateDir
 
@@ -49,27 +50,28 @@ async def commit(daemon: "ControllerDaemon", facts: list[Fact]) -> None:
     """Make facts durable.  Commit before effect: nothing they cause leaves the
     process before this returns; a failed commit kills the daemon.
 
-    With a state directory, the id mark file is rewritten too, saying how far the
-    log goes now (``IdMark.facts``), so a copy of ``controller.db`` taken before
-    this batch (an online backup) is recognised as older at a start after it is
-    restored.  On its own thread, beside the commit: both fsyncs run at once.  Had
-    the file been written and the commit not, the next start holds dispatch for
-    the whole grace (as after a restore): the safe side.
+    With a state directory, the id mark file also records how far the log goes
+    (``IdMark.facts``): rewritten on the database thread once the commit is
+    durable, before this returns, so before anything the batch caused leaves.
+    A copy of ``controller.db`` taken earlier (an online backup) ends before it
+    and is recognised as older at a start after it is restored.  A crash between
+    the commit and the file leaves the file behind, which is harmless: nothing
+    that batch caused had left yet.
     """
     if daemon.options.store is not None:
         await daemon.store.append(facts)  # PostgreSQL: restored whole, its own mark is the only one
         return
-    state = daemon.model.state  # the batch is decided: its mark (if raised) is in the state already
-    mark = E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq + len(facts))
+    state_dir, state = daemon.options.state_dir, daemon.model.state  # the batch is decided: its mark is in
     if any(isinstance(f, IdMarkRaised) for f in facts):
-        # The id mark file first: no id above the file's mark is ever committed, so
-        # a restored older controller.db still learns the mark at its next start.
-        write_id_mark(daemon.options.state_dir, mark)
-        await daemon.store.append(facts)
-        return
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(idmark.write_id_mark_in_thread, daemon.options.state_dir, mark)
-        await daemon.store.append(facts)
+        # The id mark first: no id above the file's mark is ever committed, so a restored
+        # older controller.db still learns the mark at its next start.  Inline: once per block.
+        write_id_mark(state_dir, E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq))
+    mark = functools.partial(_mark_position, state_dir, state.cluster, state.id_mark)
+    await daemon.store.append(facts, then=mark)
+
+
+def _mark_position(state_dir: Path, cluster: str | None, upto: int, last_seq: int) -> None:
+    write_id_mark(state_dir, E.IdMark(cluster=cluster, upto=upto, facts=last_seq))
 
 
 class GraceTimer:

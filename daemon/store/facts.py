@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from itertools import count
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import cbor2
 
@@ -79,15 +79,19 @@ class FactStore:
         self._last_seq, self._snapshot_seq = max(self._last_seq, last_seq), max(self._snapshot_seq, snapshot_seq)
         return snapshot, facts, last_seq
 
-    async def append(self, facts: Sequence[F.Fact]) -> int:
-        """Append the batch in one transaction, durable on return; the new last seq."""
+    async def append(self, facts: Sequence[F.Fact], then: Callable[[int], None] | None = None) -> int:
+        """Append the batch in one transaction, durable on return; the new last seq.
+
+        ``then(last_seq)`` runs on the database thread once the transaction is
+        durable, before this returns (the controller records the log's position
+        in its id mark file there: daemon/controller/startup.py)."""
         rows = []
         for fact in facts:  # check and encode everything before any write
             if not isinstance(fact, _FACT_TYPES):
                 raise TypeError(f"not a fact: {type(fact).__name__}")
             rows.append(cbor2.dumps(F.encode(fact)))
         if rows:
-            last = await self.db.run(_append, rows)
+            last = await self.db.run(_append, rows, then)
             self._last_seq = max(self._last_seq, last)  # max: concurrent callers resume in any order
         return self._last_seq
 
@@ -129,10 +133,12 @@ def _positions(conn: sqlite3.Connection) -> tuple[int, int]:
     return max(fact_seq, snap_seq), snap_seq
 
 
-def _append(conn: sqlite3.Connection, rows: list[bytes]) -> int:
+def _append(conn: sqlite3.Connection, rows: list[bytes], then: Callable[[int], None] | None) -> int:
     with transaction(conn):
         last, _ = _positions(conn)
         _INSERT_FACTS.run(conn, list(zip(count(last + 1), rows)))
+    if then is not None:
+        then(last + len(rows))
     return last + len(rows)
 
 

@@ -7,9 +7,9 @@ is committed, so a copy of ``controller.db`` restored from a backup is behind
 it, and the controller continues ids above it.  A backup/restore is of
 ``controller.db*``; this file stays where it is.
 
-It also says how far the fact log went (``facts``, a fact position): written
-with each batch's commit and durable before anything the batch caused is
-released, so a copy of ``controller.db`` taken while the controller ran (an
+It also says how far the fact log went (``facts``, a fact position):
+rewritten after each batch's commit and durable before anything the batch
+caused is released, so a copy of ``controller.db`` taken while the controller ran (an
 online backup) ends before it and is recognised as older at the next start.
 A file from before has no ``facts`` (read as 0: no comparison).
 """
@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-
-import trio
 
 from model.events import IdMark
 
@@ -65,7 +63,3 @@ def write_id_mark(state_dir: Path, mark: IdMark) -> None:
     finally:
         os.close(dir_fd)
 
-
-async def write_id_mark_in_thread(state_dir: Path, mark: IdMark) -> None:
-    """``write_id_mark`` on a worker thread, so the loop runs on during its fsyncs."""
-    await trio.to_thread.run_sync(write_id_mark, state_dir, mark)

@@ -171,7 +171,7 @@ class TestFactStore(FactStore):
         with clock_held():
             return await super().load()
 
-    async def append(self, facts):
+    async def append(self, facts, then=None):
         self.calls.append(len(facts))
         gate, self.gate = self.gate, None
         if gate is not None:
@@ -181,7 +181,7 @@ class TestFactStore(FactStore):
         if self.fail is not None:
             raise self.fail
         with clock_held():
-            return await super().append(facts)
+            return await super().append(facts, then)
 
     async def write_snapshot(self, snapshot, upto_seq):
         with clock_held():

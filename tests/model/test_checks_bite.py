@@ -307,7 +307,7 @@ def test_bite_report_of_another_submission_applied(monkeypatch):
 
     The id mark now keeps ids from being issued again at all; switched off here
     (with its own check) so that the uid check behind it is still shown to matter."""
-    monkeypatch.setattr(startup, "_continue_ids", lambda ctrl, mark, out, mark_file=True: False)
+    monkeypatch.setattr(startup, "_continue_ids", lambda ctrl, mark, out, mark_file=True, facts=None: False)
     violate = ReckonMachine._violate
     monkeypatch.setattr(ReckonMachine, "_violate", lambda self, inv_id, text: (
         None if inv_id == "INV-JOB-ID-UNIQUE" else violate(self, inv_id, text)))
@@ -320,7 +320,7 @@ def test_bite_report_of_another_submission_applied(monkeypatch):
 
 def test_bite_ids_restart_below_the_mark(monkeypatch):
     """Issue #9 gap 1: a start ignores the id mark, so ids a restored older state never saw are issued again."""
-    monkeypatch.setattr(startup, "_continue_ids", lambda ctrl, mark, out, mark_file=True: False)
+    monkeypatch.setattr(startup, "_continue_ids", lambda ctrl, mark, out, mark_file=True, facts=None: False)
     assert_bites("INV-JOB-ID-UNIQUE")
 
 

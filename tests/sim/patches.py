@@ -5,7 +5,6 @@
   until the thread answers.  No fake time passes and no other task runs
   meanwhile, so a run does not depend on how fast the disk is: same seed, same
   interleaving.
-* the id mark file is written inline (``write_id_mark_in_thread``), for the same reason.
 * ``time`` of ``daemon.agent.daemon`` and of the controller daemon's modules: wall and
   monotonic time moving with trio's clock, each machine with its own step.
 * ``random`` (the agent's jitter) and ``secrets`` (the controller's tokens,
@@ -27,7 +26,7 @@ import trio
 
 from daemon.agent import daemon as agent_daemon
 from daemon.controller import clients, connections, core, effects, server
-from daemon.store import idmark, sqlite_thread
+from daemon.store import sqlite_thread
 
 
 class SimWall:
@@ -91,17 +90,12 @@ async def _aclose_blocking(self: sqlite_thread.SqliteThread) -> None:
         self._thread.join()
 
 
-async def _write_id_mark_blocking(state_dir: Any, mark: Any) -> None:
-    idmark.write_id_mark(state_dir, mark)  # the whole trio run waits, as for the database
-
-
 @contextlib.contextmanager
 def installed(*, network: Any, runner_factory: Any, agent_wall: SimWall, controller_wall: SimWall,
               seed: int) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sqlite_thread.SqliteThread, "_submit", _submit_blocking)
         mp.setattr(sqlite_thread.SqliteThread, "aclose", _aclose_blocking)
-        mp.setattr(idmark, "write_id_mark_in_thread", _write_id_mark_blocking)
         mp.setattr(agent_daemon, "open_websocket_url", network.open_websocket_url)
         mp.setattr(agent_daemon, "NullRunner", runner_factory)
         mp.setattr(agent_daemon, "time", agent_wall)
