@@ -28,6 +28,10 @@ def _processes_of(world: World, job: JobRecord) -> list[Process]:
 class Checker:
     world: World
     terminal_seen: dict[int, tuple] = field(default_factory=dict)  # submission -> (state, outcome)
+    # Every requeue the log has shown, (job, attempt) -> reason: a rollback erases facts from the
+    # log, not from what happened (an operator's forget stays allowed), and a requeue it erased
+    # that the restored copy makes again is the same requeue (one allowance, not two).
+    requeued: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def safety(self, jobs: dict[str, JobRecord], facts: list[F.Fact]) -> list[str]:
         """What must hold after every step, faults or not."""
@@ -35,18 +39,20 @@ class Checker:
                 *self.terminal_stable(jobs)]
 
     def run_at_most_once(self, facts: list[F.Fact]) -> list[str]:
-        """INV-SIM-RUN-AT-MOST-ONCE: a submission runs at most once, unless the log requeued an
-        attempt the world never started (its dispatch was lost before any process existed), or the
-        operator allowed it (``reckon forget`` of an agent gone for good requeues its jobs)."""
+        """INV-SIM-RUN-AT-MOST-ONCE: a submission runs at most once, unless the operator allowed it
+        (``reckon forget`` of an agent gone for good requeues its jobs).  A requeue of an attempt that
+        never started allows nothing: the next attempt is the first run."""
         runs: dict[int, list[Process]] = {}
         for proc in self.world.processes.values():
             runs.setdefault(proc.submission, []).append(proc)
         started = {(p.job, p.attempt) for p in self.world.processes.values()}
-        justified: dict[str, int] = {}
         for fact in facts:
-            if isinstance(fact, F.JobRequeued) and ((fact.job, fact.attempt) not in started
-                                                   or fact.reason == OPERATOR_FORGOT):
-                justified[fact.job] = justified.get(fact.job, 0) + 1
+            if isinstance(fact, F.JobRequeued):
+                self.requeued.setdefault((fact.job, fact.attempt), fact.reason)
+        justified: dict[str, int] = {}
+        for (job, _attempt), reason in self.requeued.items():
+            if reason == OPERATOR_FORGOT:
+                justified[job] = justified.get(job, 0) + 1
         out = []
         for sub, procs in sorted(runs.items()):
             allowed = 1 + justified.get(procs[0].job, 0)

@@ -251,14 +251,15 @@ def test_found_after_restoring_an_online_backup_nothing_runs_twice() -> None:
     no whole-grace hold (and with job 1 RUNNING in the copy, no hold at all); a2 rejoined, called job 1
     unrecognized, and it was sent out again although it had run on a1 after the copy was taken
     (INV-TERMINAL-STABLE: job 1's recorded finish time changed; INV-SIM-RUN-AT-MOST-ONCE did not see
-    it, because the rollback erased the first requeue of the never-started attempt 1).  Now the mark
+    it then, because a requeue of the never-started attempt 1, made twice thanks to the rollback,
+    allowed a run each; no requeue of a never-started attempt allows a run now).  Now the mark
     file also says how far the log went (``IdMark.facts``, written with each commit, durable before
     the batch's effects), and a log that ends before it is a restored copy."""
     steps = (Partition("a1", 8.0), Wait(2.0), Partition("a2", 20.0), Submit(0.0, 0), S.HotBackup(),
              Wait(30.0), Partition("a1", 10.0), ControllerRollback(down=1.0), Wait(40.0))
     holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1", "a2"), launch_time=0.5,
                          reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)),
-          bug_id="INV-TERMINAL-STABLE", detail="job 1 was")
+          bug_id="INV-SIM-RUN-AT-MOST-ONCE", detail="submission 1 ran 2 times")
 
 
 def test_found_a_clone_with_a_copy_of_the_agents_state_directory_does_not_run_jobs_twice() -> None:
