@@ -59,10 +59,10 @@ from strategies import scenarios
 KNOWN_OPEN: dict[str, str] = {
     "online_backup": "a copy taken while the controller ran, restored before any restart, is not recognised "
                      "as older than its id mark: no whole-grace hold, and a job runs twice",
-    "cloned_agent_state": "two agents with one identity (a state directory copied with a VM): while the "
-                          "holder is connected the copy is refused for now (fixed, directed test below), but "
-                          "when the holder is away the copy joins as a restart of it, and its report calls the "
-                          "holder's running jobs lost: they may run again",
+    "cloned_vm_same_machine": "a VM clone that kept the machine id, started on its copy of the agent's state "
+                              "directory while the original is away, joins as a restart of it and calls the "
+                              "original's running jobs lost: they run again (a copy on another machine is refused "
+                              "at start: cloned_agent_state is on; directed tests below)",
 }
 ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
 # Not a rule: the property test runs with lost_after off (its requeues may rightly run a job twice,
@@ -267,11 +267,37 @@ def test_open_after_restoring_an_online_backup_nothing_runs_twice() -> None:
 
 def test_found_a_clone_with_a_copy_of_the_agents_state_directory_does_not_run_jobs_twice() -> None:
     """Found by the review of issue #9: bug 1's scenario, with the clone's state directory a copy of a1's
-    (a VM image made after the agent had run there), so both agents have one identity.  A join of the
-    same identity superseded the connected one (a reconnect), so the two kicked each other off at every
-    reconnect, each join's round found the other's jobs unrecognized, and jobs ran again and again (265
-    runs in 20 s).  Now each agent process sends an instance of its own in its join, and another
-    process of a connected identity is refused for now (model/names.py)."""
-    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Duplicate("a1", 20.0, copy_state=True), Wait(25.0))
+    (a VM image made after the agent had run there, keeping a1's machine id), so both agents have one
+    identity.  A join of the same identity superseded the connected one (a reconnect), so the two kicked
+    each other off at every reconnect, each join's round found the other's jobs unrecognized, and jobs ran
+    again and again (265 runs in 20 s).  Now each agent process sends an instance of its own in its join,
+    and another process of a connected identity is refused for now (model/names.py)."""
+    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0),
+             Duplicate("a1", 20.0, copy_state=True, same_machine=True), Wait(25.0))
     holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
+          bug_id="INV-SIM-RUN-AT-MOST-ONCE")
+
+
+# The original is away (partitioned: the controller drops it after its heartbeat timeout) while a copy
+# of its state directory starts; the original's two jobs run on.
+_COPY_WHILE_AWAY = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Partition("a1", 60.0), Wait(15.0))
+
+
+def test_a_copy_of_the_agents_state_directory_on_another_machine_is_refused_while_the_original_is_away() -> None:
+    """The open case of issue #9 that the instance check cannot see: a1 is away, so a copy of its state
+    directory (the same identity) joined as a restart of a1, found none of a1's processes on its machine,
+    reported both jobs lost, and they ran again on the copy while a1 still ran them.  The directory records
+    its machine, and the copy, started on another machine, refuses to start (INV-AGENT-STATE-MACHINE)."""
+    steps = (*_COPY_WHILE_AWAY, Duplicate("a1", 30.0, copy_state=True), Wait(50.0))
+    refusals: list[str] = []
+    holds(S.run(Scenario(seed=11, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE),
+                refusals=refusals), bug_id="INV-SIM-RUN-AT-MOST-ONCE")
+    assert len(refusals) == 1 and "it is a copy of another agent's state directory" in refusals[0], refusals
+
+
+@pytest.mark.xfail(strict=True, raises=BugReproduced, reason="open: a VM clone that keeps the machine id is "
+                   "the same machine; the copy joins as a restart of the away original (KNOWN_OPEN)")
+def test_open_a_vm_clone_that_kept_the_machine_id_runs_the_away_originals_jobs_again() -> None:
+    steps = (*_COPY_WHILE_AWAY, Duplicate("a1", 30.0, copy_state=True, same_machine=True), Wait(50.0))
+    holds(S.run(Scenario(seed=11, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
           bug_id="INV-SIM-RUN-AT-MOST-ONCE")
