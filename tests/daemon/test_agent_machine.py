@@ -7,7 +7,7 @@ directory from before machine checks is upgraded; a machine with no id runs
 unchecked, with one warning.  The copy case on real daemons is in
 tests/sim/test_sim.py and tests/e2e/test_copied_state_dir.py.
 
-Invariant: INV-AGENT-STATE-MACHINE (docs/invariants.md).
+Invariant: INV-SIM-RUN-AT-MOST-ONCE (docs/invariants.md: the machine check is one of its guards).
 """
 
 from __future__ import annotations

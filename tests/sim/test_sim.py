@@ -287,7 +287,7 @@ def test_a_copy_of_the_agents_state_directory_on_another_machine_is_refused_whil
     """The open case of issue #9 that the instance check cannot see: a1 is away, so a copy of its state
     directory (the same identity) joined as a restart of a1, found none of a1's processes on its machine,
     reported both jobs lost, and they ran again on the copy while a1 still ran them.  The directory records
-    its machine, and the copy, started on another machine, refuses to start (INV-AGENT-STATE-MACHINE)."""
+    its machine, and the copy, started on another machine, refuses to start (daemon/store/machine.py)."""
     steps = (*_COPY_WHILE_AWAY, Duplicate("a1", 30.0, copy_state=True), Wait(50.0))
     refusals: list[str] = []
     holds(S.run(Scenario(seed=11, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE),
