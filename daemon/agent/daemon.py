@@ -54,7 +54,7 @@ from daemon.ops.metrics_http import serve_metrics
 
 log = logging.getLogger("reckon.agent")
 
-_DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreCluster)
+_DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreCluster, E.StoreGeneration)
 DEFER_WRITES_FOR = 0.05  # seconds a write with no effect may wait for company
 TICK_AT_LEAST_EVERY = 1.0  # seconds: a busy core still ticks (heartbeats, retries) this often
 MAX_DEFERRED = 5_000
@@ -550,6 +550,7 @@ async def _run(options: AgentOptions, task_status) -> None:
         identity = await store.claim_identity(options.name)
         records, outbox = await store.load()
         cluster = await store.load_cluster()
+        join_generation = await store.load_generation()  # 0: none yet
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
         runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
                   if options.executor in ("null", "hold")
@@ -558,7 +559,7 @@ async def _run(options: AgentOptions, task_status) -> None:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  instance=secrets.token_hex(16),  # this process: model/names.py
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
-            agent = Agent(config, records, outbox, cluster)
+            agent = Agent(config, records, outbox, cluster, join_generation)
             running = [r.key for r in records if r.status is LocalStatus.RUNNING]
             del records, outbox
             runtime.settle()

@@ -65,6 +65,7 @@ _SCHEMA = (
         key TEXT PRIMARY KEY,      -- 'cluster': the controller history the records belong to;
                                    -- 'identity', 'name': who this agent is (claim_identity)
                                    -- 'machine': the machine the directory belongs to (claim_machine)
+                                   -- 'generation': the last join generation (StoreGeneration)
         value TEXT NOT NULL)""",
 )
 
@@ -95,7 +96,7 @@ _DELETE_OUTBOX = RowStatement("DELETE FROM outbox WHERE (job, attempt) IN (VALUE
 _PUT_META = RowStatement("INSERT INTO meta (key, value) VALUES ", "(?, ?)",
                          " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
-StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete | E.StoreCluster
+StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete | E.StoreCluster | E.StoreGeneration
 
 
 class AgentStore:
@@ -116,6 +117,14 @@ class AgentStore:
     async def load_cluster(self) -> str | None:
         """The controller history this agent's records belong to (None: never joined)."""
         return await self.db.run(_load_cluster)
+
+    async def load_generation(self) -> int:
+        """The last join generation a controller's Welcome gave this agent (0: none yet)."""
+        value = await self.db.run(_load_meta, "generation")
+        try:
+            return 0 if value is None else int(value)
+        except ValueError:
+            raise StoreError(f"{self.db.path}: meta 'generation' is not a number: {value!r}") from None
 
     async def claim_identity(self, name: str) -> str:
         """This agent's durable identity, made (with ``name``) on the first start.
@@ -172,6 +181,8 @@ def _op(command: Any) -> tuple[RowStatement, tuple]:
         return _DELETE_OUTBOX, (command.job, command.attempt)
     if isinstance(command, E.StoreCluster):
         return _PUT_META, ("cluster", command.cluster)
+    if isinstance(command, E.StoreGeneration):
+        return _PUT_META, ("generation", str(command.generation))
     raise TypeError(f"the agent store does not apply {type(command).__name__}")
 
 
@@ -206,6 +217,12 @@ def _claim_machine(conn: sqlite3.Connection, machine: MachineId, moved_from: str
         if claim.record is not None:
             _PUT_META.run(conn, [("machine", claim.record)])
     return claim
+
+
+def _load_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    with transaction(conn, write=False):
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
 
 
 def _load_cluster(conn: sqlite3.Connection) -> str | None:

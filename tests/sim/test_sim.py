@@ -301,3 +301,17 @@ def test_open_a_vm_clone_that_kept_the_machine_id_runs_the_away_originals_jobs_a
     steps = (*_COPY_WHILE_AWAY, Duplicate("a1", 30.0, copy_state=True, same_machine=True), Wait(50.0))
     holds(S.run(Scenario(seed=11, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
           bug_id="INV-SIM-RUN-AT-MOST-ONCE")
+
+
+def test_an_older_copy_of_the_agents_state_directory_on_its_own_machine_is_refused() -> None:
+    """A copy older than the agent's last join (a VM cloned, or a backup taken, before a1 joined again)
+    keeps a1's machine id, so the machine check passes.  The copy is taken while a1 runs (its start is
+    refused for now: a1 is connected); a1 restarts and joins again (join generation 2, shown by its
+    report); a1 goes away; the copy starts and presents generation 1: refused for good as an older copy
+    (model.names.generation_refusal).  Before join generations it joined as a restart of a1 and reported
+    a1's running jobs lost: both ran again."""
+    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Duplicate("a1", 1.0, copy_state=True, same_machine=True),
+             Wait(2.0), AgentRestart("a1", 1.0), Wait(5.0), *_COPY_WHILE_AWAY[3:],
+             Duplicate("a1", 30.0, copy_state=True, same_machine=True), Wait(50.0))
+    holds(S.run(Scenario(seed=12, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
+          bug_id="INV-SIM-RUN-AT-MOST-ONCE")

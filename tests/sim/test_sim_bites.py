@@ -78,3 +78,10 @@ def test_bite_a_state_directory_is_not_checked_against_its_machine(monkeypatch):
     monkeypatch.setattr(agent_store, "decide", as_if_no_machine_id)
     with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
         T.test_a_copy_of_the_agents_state_directory_on_another_machine_is_refused_while_the_original_is_away()
+
+
+def test_bite_join_generations_are_not_checked(monkeypatch):
+    """Before join generations: an older copy of a1's state directory on a1's machine joins while a1 is away."""
+    monkeypatch.setattr(names, "generation_refusal", lambda join, session, info: None)
+    with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
+        T.test_an_older_copy_of_the_agents_state_directory_on_its_own_machine_is_refused()
