@@ -265,3 +265,21 @@ async def test_an_agent_on_a_machine_without_an_id_starts_and_warns_once(tmp_pat
 def test_agent_options_refuse_a_bad_moved_from(tmp_path):
     with pytest.raises(ValueError, match="is not a machine id"):
         on_machine(options(tmp_path), tmp_path / "m", moved_from="not one")
+
+
+# ---- join generations (an older copy on the same machine: model/names.py) ----------------------------
+
+
+@hang_guard
+async def test_the_join_generation_is_durable_and_a_corrupt_one_is_a_store_error(tmp_path):
+    from daemon.store.sqlite_thread import StoreError
+
+    async with await AgentStore.open(tmp_path) as store:
+        assert await store.load_generation() == 0  # none yet (a new directory, or one from before)
+        await store.apply([E.StoreGeneration(generation=3)])
+        await store.apply([E.StoreGeneration(generation=4)])
+    async with await AgentStore.open(tmp_path) as store:
+        assert await store.load_generation() == 4
+        await store.db.run(lambda conn: conn.execute("UPDATE meta SET value = 'x' WHERE key = 'generation'"))
+        with pytest.raises(StoreError, match="meta 'generation' is not a number: 'x'"):
+            await store.load_generation()

@@ -83,3 +83,33 @@ def test_a_copy_on_another_machine_is_refused_and_the_job_runs_once(cluster, tru
     record = cluster.wait_job(job)
     assert (record["state"], record["attempt"]) == ("COMPLETED", 2)
     assert (truth_dir / "runs").read_text().splitlines() == ["ran", "ran"]
+
+
+def test_an_older_copy_on_the_same_machine_is_refused_for_good(cluster, truth_dir):
+    """A state directory restored from an older backup (or a VM cloned before the agent joined again) keeps the
+    machine id; the join generation it presents is older than the one node1 has since shown it stored."""
+    (machine := cluster.base / "machine").write_text(f"{M1}\n")
+    cluster.start_controller()
+    cluster.start_agent("node1", "--machine-id-file", str(machine), slots=2)  # join generation 1
+    cluster.stop("node1")
+    backup = cluster.base / "backup"
+    shutil.copytree(cluster.agent_dir("node1"), backup)  # holds generation 1
+    cluster.start_agent("node1")  # joins again: generation 2, shown by what it sends next
+    gate = truth_dir / "go"
+    job = cluster.submit("sh", "-c", f"echo ran >> {truth_dir}/runs; while [ ! -e {gate} ]; do sleep 0.05; done")
+    cluster.wait_job(job, states=("RUNNING",))
+    cluster.kill("node1")  # away (its job process is not)
+    cluster.wait_node("node1", ("DISCONNECTED",))
+
+    shutil.copytree(backup, cluster.agent_dir("restored"))
+    cluster.start_agent("node1", "--machine-id-file", str(machine), key="restored", slots=2, wait_joined=False)
+    stale = "this agent's state directory is an older copy of its own (it presents join generation 1; the agent " \
+            "has since stored 2)"
+    cluster.wait_for(lambda: stale in cluster.log_text("restored"), what="the older copy to be refused")
+    record = cluster.job(job)
+    assert (record["state"], record["attempt"]) == ("RUNNING", 1)  # nothing requeued
+    assert cluster.running("restored")  # it keeps retrying at the refusal pace, logging once
+    assert cluster.log_text("restored").count(stale) == 1
+    assert cluster.log_text("controller").count(stale) == 1
+    gate.touch()
+    cluster.wait_for(lambda: (truth_dir / "runs").read_text().splitlines() == ["ran"], what="one run")
