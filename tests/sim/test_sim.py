@@ -62,7 +62,8 @@ KNOWN_OPEN: dict[str, str] = {
     "cloned_vm_same_machine": "a VM clone that kept the machine id, started on its copy of the agent's state "
                               "directory while the original is away, joins as a restart of it and calls the "
                               "original's running jobs lost: they run again (a copy on another machine is refused "
-                              "at start: cloned_agent_state is on; directed tests below)",
+                              "at start: cloned_agent_state is on; a copy older than the original's last join is "
+                              "refused by its join generation; directed tests below)",
 }
 ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
 # Not a rule: the property test runs with lost_after off (its requeues may rightly run a job twice,
