@@ -98,7 +98,8 @@ def generation_refusal(join: M.Join, session: "AgentSession | None", info: "Agen
     return (f"agent name {join.agent}: this agent's state directory is an older copy of its own (it presents "
             f"join generation {join.generation}; the agent has since stored {floor}): a restored backup or a "
             f"cloned machine, which would run the agent's jobs again; start it with an empty --state-dir and its "
-            f"own --name")
+            f"own --name (or, if it is the agent's only copy, restored on purpose, free the name with "
+            f"`reckon forget {join.agent}` first: its jobs are requeued)")
 
 
 def shown_generation(session: "AgentSession | None", info: "AgentInfo") -> int:

@@ -84,7 +84,8 @@ def test_a_copy_older_than_what_the_agent_has_shown_is_refused_for_good_and_chan
     assert error.reason == ("agent name node1: this agent's state directory is an older copy of its own (it "
                             "presents join generation 1; the agent has since stored 2): a restored backup or a "
                             "cloned machine, which would run the agent's jobs again; start it with an empty "
-                            "--state-dir and its own --name")
+                            "--state-dir and its own --name (or, if it is the agent's only copy, restored on purpose, "
+                            "free the name with `reckon forget node1` first: its jobs are requeued)")
     assert w.log == before_log and w.controller.state.digest() == before_digest
     assert welcome(join(w, 4, 2), 4).generation == 3  # the real agent is still welcome
 
