@@ -103,10 +103,15 @@ class _Query:
 
 class Agent:
     def __init__(self, config: AgentConfig, records: list[LocalJob] | None = None,
-                 outbox: list[M.Finished] | None = None, cluster: str | None = None) -> None:
-        """A fresh agent, or one restarted from its durable records, outbox and cluster."""
+                 outbox: list[M.Finished] | None = None, cluster: str | None = None,
+                 generation: int | None = None) -> None:
+        """A fresh agent, or one restarted from its durable records, outbox, cluster and join generation."""
         self.config = config
         self.cluster = cluster  # the controller history our records belong to
+        # The last join generation stored (StoreGeneration; 0: none yet), presented in Join.  None: this
+        # agent keeps none and joins as an agent before version 4 did (no check; the model-level machines
+        # run such agents, so that their explored state stays finite).
+        self.generation = generation
         self.session = SessionState.DISCONNECTED
         self.records = LocalRecords(records or ())
         self.outbox: dict[tuple[str, int], OutboxEntry] = {
@@ -165,7 +170,8 @@ class Agent:
         running = sum(1 for r in self.records.values() if r.status is LocalStatus.RUNNING)
         self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
                                running=running, log_dir=self.config.log_dir, log_layout=self.config.log_layout,
-                               identity=self.config.identity, cluster=self.cluster, instance=self.config.instance))
+                               identity=self.config.identity, cluster=self.cluster, instance=self.config.instance,
+                               generation=self.generation if self._keeps_generations else None))
 
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)
@@ -182,9 +188,11 @@ class Agent:
             self._check_cluster(msg, out)
             if msg.token is None:
                 self._move(SessionEvent.WELCOME_PLAIN)
+                self._store_generation(msg, out)
                 self._resume(ev.now, out)
             else:
                 self._move(SessionEvent.WELCOME_RESYNC)
+                self._store_generation(msg, out)
                 self._query = _Query(token=msg.token, pages=msg.query_pages)
         elif isinstance(msg, M.ResyncQuery):
             self._on_query_page(msg, ev.now, out)
@@ -205,6 +213,18 @@ class Agent:
             raise RemoteProtocolError(f"unexpected {msg.TYPE} message from the controller")
         # Counted only once handled: a message refused above changes nothing, not even this.
         self.seen_seq = max(self.seen_seq, getattr(msg, "seq", 0))
+
+    @property
+    def _keeps_generations(self) -> bool:
+        """Join generations belong to an identity: without one the controller could not check them."""
+        return self.generation is not None and self.config.identity is not None
+
+    def _store_generation(self, msg: M.Welcome, out: list[E.Command]) -> None:
+        """The Welcome's join generation, durable before anything this agent sends from now on:
+        the controller takes any message on this connection as proof of it (model.names)."""
+        if self._keeps_generations and msg.generation is not None and msg.generation != self.generation:
+            out.append(E.StoreGeneration(generation=msg.generation))
+            self.generation = msg.generation
 
     def _check_cluster(self, msg: M.Welcome, out: list[E.Command]) -> None:
         """Never mix two controller histories: job ids restart with a new one.

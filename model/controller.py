@@ -65,6 +65,8 @@ class AgentSession:
     version: int = M.PROTOCOL_VERSION  # the protocol version of the current connection (its Join's)
     identity: str | None = None  # the identity the current connection's Join claimed (None: an older agent)
     instance: str | None = None  # the agent process of the current connection (its Join's; None: an older agent)
+    generation: int | None = None  # the join generation the current connection's Welcome carries (None: none)
+    shown_generation: int = 0  # the newest one the agent has shown it stored by sending after its Welcome
     latest_conn: int = 0  # the newest connection that joined as this agent: a Join on an older one is stale
     # (conn, agent's (count, digest), ours) of the last heartbeat disagreement a
     # round was armed for.  The same disagreement again on the same connection
@@ -262,6 +264,8 @@ class Controller:
         session = self.sessions.get(join.agent)
         info = self.state.agents.get(join.agent)
         refusal = names.name_refusal(self, join, session, info)
+        if refusal is None and (stale := names.generation_refusal(join, session, info)) is not None:
+            refusal = stale, True
         if refusal is not None:
             # Nothing changes: no fact, the holder's connection and jobs untouched.
             reason, permanent = refusal
@@ -287,8 +291,14 @@ class Controller:
             self._apply(out, F.AgentRegistered(agent=join.agent, slots=join.slots, identity=identity))
         self._conns[ev.conn] = join.agent
         session.conn, session.seq, session.last_heard, session.lost = ev.conn, 0, _silence_clock(ev), False
+        if session.identity != join.identity:
+            session.shown_generation = 0  # another holder's (or none): generations are per identity
         session.version, session.identity, session.latest_conn = join.version, join.identity, ev.conn
-        session.instance = join.instance
+        session.instance, session.generation = join.instance, None
+        if join.generation is not None and join.identity is not None:
+            issued = names.next_generation(join, session, self.state.agents[join.agent])
+            self._apply(out, issued)
+            session.generation = issued.generation
         placed = self.placed_on(join.agent)
         # Req 1: a round whenever we place non-terminal jobs here, whatever kind of
         # join this is; also when the agent runs jobs we do not place here, and while
@@ -298,7 +308,8 @@ class Controller:
             self._arm_round(out, session, ev.token, placed, ev.now, welcome=True)
         else:
             self._send(out, session, lambda seq: M.Welcome(seq=seq, version=session.version, token=None,
-                                                                      cluster=self.state.cluster))
+                                                                      cluster=self.state.cluster,
+                                                                      generation=session.generation))
         self._note_agent(out, join.agent)
 
     def _refuse_join(self, out: _Out, conn: int, reason: str, *, permanent: bool) -> None:
@@ -313,7 +324,7 @@ class Controller:
         chunks = M.pages(sorted(placed.items(), key=lambda p: (len(p[0]), p[0])), self.config.page_size)
         if welcome:
             self._send(out, session, lambda seq: M.Welcome(seq=seq, version=session.version, token=token, cluster=self.state.cluster,
-                                                           query_pages=len(chunks)))
+                                                           query_pages=len(chunks), generation=session.generation))
         for i, chunk in enumerate(chunks):
             self._send(out, session, lambda seq, i=i, chunk=chunk: M.ResyncQuery(
                 seq=seq, token=token, page=i, pages=len(chunks), jobs=tuple(chunk)))
@@ -386,6 +397,9 @@ class Controller:
                 raise RemoteProtocolError(f"unexpected {msg.TYPE} message from a joined agent")
         except RemoteProtocolError as exc:
             self._refuse(out, ev.conn, str(exc))
+        else:
+            if session.generation is not None:  # sent after it stored its Welcome's generation
+                session.shown_generation = max(session.shown_generation, session.generation)
 
     def _on_finished(self, session: AgentSession, msg: M.Finished, out: _Out) -> None:
         entry = M.ReportEntry(job=msg.job, attempt=msg.attempt, status=M.EntryStatus.FINISHED,

@@ -556,7 +556,17 @@ class StoreCluster:
     previous: str | None  # the history whose records were just let go, if any
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreGeneration:
+    """Agent: the join generation the controller's Welcome gave, durable before anything is sent after it."""
+
+    generation: int
+
+    def __post_init__(self) -> None:
+        check_int("generation", self.generation, minimum=1)
+
+
 Command = Union[
     Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess, StoreRecord,
-    DeleteRecord, OutboxPut, OutboxDelete, StoreCluster,
+    DeleteRecord, OutboxPut, OutboxDelete, StoreCluster, StoreGeneration,
 ]

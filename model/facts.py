@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Union
 
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
-from .messages import check_identity
+from .messages import MAX_GENERATION, check_identity
 
 
 def _job_attempt(fact: Any) -> None:
@@ -236,6 +236,28 @@ class AgentRegistered:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JoinGenerationIssued:
+    """The controller accepted a join of the agent holding this name and gave it a new join generation.
+
+    ``confirmed`` is the newest generation the holder has shown it stored (it
+    presented it in a Join, or sent anything after the Welcome that carried it):
+    a later Join presenting an older one comes from an older copy of its state
+    directory (model.names.generation_refusal).
+    """
+
+    KIND: ClassVar[str] = "join_generation_issued"
+    VERSION: ClassVar[int] = 1
+    agent: str
+    generation: int
+    confirmed: int
+
+    def __post_init__(self) -> None:
+        check_str("agent", self.agent)
+        check_int("generation", self.generation, minimum=1, maximum=MAX_GENERATION)
+        check_int("confirmed", self.confirmed, minimum=0, maximum=self.generation - 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AgentForgotten:
     """The operator declared the agent gone (``reckon forget``): its name is free again.
 
@@ -321,7 +343,7 @@ Fact = Union[
     JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
     AgentDrained, AgentResumed,
     JobHeld, JobReleased, JobRestarted,
-    IdMarkRaised,
+    IdMarkRaised, JoinGenerationIssued,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -330,7 +352,7 @@ FACT_TYPES: dict[str, type] = {
         JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
         AgentDrained, AgentResumed,
         JobHeld, JobReleased, JobRestarted,
-        IdMarkRaised,
+        IdMarkRaised, JoinGenerationIssued,
     )
 }
 

@@ -51,6 +51,7 @@ PROTOCOL_VERSION = 4
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
 OUTPUT_SINCE = 4  # the first version whose agents serve output reads
 NOT_LEADER_SINCE = 4  # the first version whose agents are told where the leader is
+MAX_GENERATION = 1 << 62  # join generations (Join/Welcome.generation): one per accepted join, never near this
 UIDS_SINCE = 3  # the first version whose agents are sent (and send) submission uids
 BATCHED_FRAMES_SINCE = 2  # the first version whose peers accept a CBOR array of messages in one frame
 MAX_PAGE_ENTRIES = 50_000  # hard cap per message; the configured page size is smaller
@@ -185,9 +186,13 @@ class Join:
     # under the same name (model.names).
     cluster: str | None = None  # the controller history (welcome's cluster) it has joined, version 4; None: none yet, or older
     instance: str | None = None  # random per agent process start, version 4: tells a copy of a state directory from a reconnect
+    # An older copy of the agent's state directory presents an older one (model.names).
+    generation: int | None = None  # the last join generation it stored (welcome's), version 4; 0: none yet; None: older
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent, max_len=100)
+        if self.generation is not None:
+            check_int("generation", self.generation, minimum=0, maximum=MAX_GENERATION)
         if self.identity is not None:
             check_identity("identity", self.identity)
         if self.cluster is not None:
@@ -298,10 +303,14 @@ class Welcome:
     token: bytes | None  # set when a resync round is armed: the query follows
     query_pages: int = 0
     cluster: str | None = None  # the identity of the controller's history (its fact log)
+    # The agent stores it before it sends anything else, and presents it in its next Join.
+    generation: int | None = None  # this join's generation, version 4, to a join that had one; None: not given
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
         check_int("version", self.version, minimum=1)
+        if self.generation is not None:
+            check_int("generation", self.generation, minimum=1, maximum=MAX_GENERATION)
         if self.cluster is not None:
             check_str("cluster", self.cluster, max_len=64)
         if self.token is not None:
@@ -510,7 +519,8 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
 _OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
-_OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None}
+_OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None}
+_OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None}
 
 

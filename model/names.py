@@ -21,12 +21,28 @@ retryable, both lifted when the gate opens:
   agent's first join, and a newcomer under its name (a clone with a fresh
   state directory) would otherwise take the name and be given the jobs the
   returning agent ran, to run them again.
+
+Join generations (version 4) tell the holder from an older copy of its own
+state directory (restored from a backup, or a VM cloned before the holder
+joined again): each accepted join of an identity gets the next generation
+(``JoinGenerationIssued``, durable before the Welcome that carries it), the
+agent stores it before it sends anything else and presents it in its next
+Join.  A Join presenting a generation older than the newest one the holder has
+*shown* it stored is a stale copy, refused for good (``generation_refusal``).
+Shown, not issued: an agent that crashed after the controller committed G+1
+but before it stored G+1 presents G and is the real agent.  The holder shows
+G by presenting it in a Join (durable, in the next JoinGenerationIssued), or
+by sending anything on the connection whose Welcome carried G (kept in the
+session: a controller restart forgets it, and the check then lags one
+generation behind).  Not caught: a copy made since the holder's last join
+(it presents the newest generation), whichever of the two joins first.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import facts as F
 from . import messages as M
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,3 +85,33 @@ def name_refusal(ctrl: "Controller", join: M.Join, session: "AgentSession | None
         return (f"{held}, which has not rejoined since the controller started; the name is handed "
                 f"over only if it is still away when the start grace ends"), False
     return None
+
+
+def generation_refusal(join: M.Join, session: "AgentSession | None", info: "AgentInfo | None") -> str | None:
+    """Why ``join`` (its identity holding the name) comes from an older copy of the holder's state
+    directory (a permanent refusal); or None.  Agents without generations (older ones) are not checked."""
+    if join.generation is None or join.identity is None or info is None or info.identity != join.identity:
+        return None
+    floor = shown_generation(session, info)
+    if join.generation >= floor:
+        return None
+    return (f"agent name {join.agent}: this agent's state directory is an older copy of its own (it presents "
+            f"join generation {join.generation}; the agent has since stored {floor}): a restored backup or a "
+            f"cloned machine, which would run the agent's jobs again; start it with an empty --state-dir and its "
+            f"own --name (or, if it is the agent's only copy, restored on purpose, free the name with "
+            f"`reckon forget {join.agent}` first: its jobs are requeued)")
+
+
+def shown_generation(session: "AgentSession | None", info: "AgentInfo") -> int:
+    """The newest join generation the name's holder has shown it stored."""
+    shown = session.shown_generation if session is not None and session.identity == info.identity else 0
+    return max(info.confirmed, shown)
+
+
+def next_generation(join: M.Join, session: "AgentSession | None", info: "AgentInfo") -> F.JoinGenerationIssued:
+    """The fact of an accepted join's generation (``join.generation`` not None, its identity the holder's).
+    Above whatever the agent presents too: a restored controller state may be behind the agent."""
+    assert join.generation is not None
+    confirmed = max(shown_generation(session, info), join.generation)
+    return F.JoinGenerationIssued(agent=join.agent, generation=max(info.generation, confirmed) + 1,
+                                  confirmed=confirmed)

@@ -27,6 +27,8 @@ class AgentInfo:
     slots: int
     registered: bool = False  # an AgentRegistered fact named it (not only a job placement)
     identity: str | None = None  # the durable identity that holds this name (None: none claimed it)
+    generation: int = 0  # the holder's last join generation (JoinGenerationIssued; 0: none yet)
+    confirmed: int = 0  # the newest generation the holder has shown it stored (model.names)
     drained: bool = False  # the operator drained it (AgentDrained): no new dispatches until AgentResumed
     used: int = 0  # slots of the RUNNING jobs placed here, kept by apply
     running: set[str] = field(default_factory=set)  # ids of RUNNING jobs placed here
@@ -295,8 +297,21 @@ def _registered(state: ControllerState, fact: F.AgentRegistered) -> Changes:
             and existing.identity == fact.identity):
         raise LocalProtocolError(f"agent {fact.agent} is already registered with {fact.slots} slots")
     info = state.agent(fact.agent)
+    if info.identity != fact.identity:  # a new holder: its join generations start afresh
+        info.generation = info.confirmed = 0
     info.slots, info.registered, info.identity = fact.slots, True, fact.identity
     return Changes(agents=(fact.agent,))
+
+
+def _join_generation(state: ControllerState, fact: F.JoinGenerationIssued) -> Changes:
+    info = state.agents.get(fact.agent)
+    if info is None or not info.registered:
+        raise LocalProtocolError(f"unknown agent {fact.agent!r}")
+    if fact.generation <= info.generation or fact.confirmed < info.confirmed:
+        raise LocalProtocolError(f"agent {fact.agent}'s join generation is already {info.generation} "
+                                 f"(confirmed {info.confirmed}), not below {fact.generation} ({fact.confirmed})")
+    info.generation, info.confirmed = fact.generation, fact.confirmed
+    return Changes()
 
 
 def _forgotten(state: ControllerState, fact: F.AgentForgotten) -> Changes:
@@ -361,6 +376,7 @@ _APPLY: dict[type, Any] = {
     F.JobReleased: _released,
     F.JobRestarted: _restarted,
     F.IdMarkRaised: _id_mark_raised,
+    F.JoinGenerationIssued: _join_generation,
 }
 
 
@@ -375,12 +391,13 @@ def replay(facts: list[F.Fact], state: ControllerState | None = None) -> Control
 def snapshot(state: ControllerState) -> dict[str, Any]:
     """A plain map of the whole state, for fast restart."""
     return {
-        "v": 3,  # v1: agents were [name, slots, registered], without the identity; v2: agents without drained, jobs had 14 fields, no id_mark
+        "v": 4,  # v1: agents were [name, slots, registered], without the identity; v2: agents without drained, jobs had 14 fields, no id_mark; v3: agents without join generations
         "next_job": state.next_job,
         "id_mark": state.id_mark,
         "cluster": state.cluster,
         "facts_applied": state.facts_applied,
-        "agents": [[a.name, a.slots, a.registered, a.identity, a.drained] for a in state.agents.values()],
+        "agents": [[a.name, a.slots, a.registered, a.identity, a.drained, a.generation, a.confirmed]
+                   for a in state.agents.values()],
         "jobs": [
             [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.ran_on, j.submitted_at, j.started_at,
              j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues, j.uid,
@@ -392,7 +409,7 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
 
 def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running) are recomputed."""
-    if data.get("v") not in (1, 2, 3):
+    if data.get("v") not in (1, 2, 3, 4):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
                             cluster=data.get("cluster"), id_mark=data.get("id_mark", 0))
@@ -400,8 +417,9 @@ def restore(data: dict[str, Any]) -> ControllerState:
         name, slots, registered = row[:3]
         identity = row[3] if data["v"] >= 2 else None
         drained = bool(row[4]) if data["v"] >= 3 else False
+        generation, confirmed = (row[5], row[6]) if data["v"] >= 4 else (0, 0)
         state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered, identity=identity,
-                                       drained=drained)
+                                       drained=drained, generation=generation, confirmed=confirmed)
     for row in data["jobs"]:
         # 13 fields before job uids; the 14th is the uid.
         (jid, spec, st, attempt, agent, ran_on, submitted, started, finished, code, sig, cancel, requeues) = row[:13]

@@ -39,6 +39,7 @@ from model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 from daemon.agent.controllers import ControllerUrls
 from daemon import runtime, wire
 from daemon.store.agent import AgentStore
+from daemon.store.machine import MACHINE_ID_FILES, check_moved_from, read_machine_id
 from daemon.refusals import RefusalLog
 from daemon.store.filemodes import OUTPUT_MODE, private_dir
 from daemon.store.statelock import hold_state_dir
@@ -53,7 +54,7 @@ from daemon.ops.metrics_http import serve_metrics
 
 log = logging.getLogger("reckon.agent")
 
-_DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreCluster)
+_DURABLE = (E.StoreRecord, E.DeleteRecord, E.OutboxPut, E.OutboxDelete, E.StoreCluster, E.StoreGeneration)
 DEFER_WRITES_FOR = 0.05  # seconds a write with no effect may wait for company
 TICK_AT_LEAST_EVERY = 1.0  # seconds: a busy core still ticks (heartbeats, retries) this often
 MAX_DEFERRED = 5_000
@@ -86,10 +87,16 @@ class AgentOptions:
     keep_output: float | None = None  # days to keep finished attempts' output (None: forever, as before)
     model: dict = field(default_factory=dict)  # extra AgentConfig fields (page_size, retry_max, ...)
     metrics: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None: off
+    # Where this machine's id is read (the first usable file): the state directory must belong to it
+    # (daemon/store/machine.py).  Tests and the simulation give hosts machines of their own this way.
+    machine_id_files: tuple[Path, ...] = MACHINE_ID_FILES
+    moved_from: str | None = None  # --moved-from: the directory's recorded machine, gone for good
 
     def __post_init__(self) -> None:
         if not self.ping_interval > 0 or not self.pong_timeout > 0:
             raise ValueError("ping_interval and pong_timeout must be positive")
+        if self.moved_from is not None:
+            check_moved_from(self.moved_from)
 
 
 def _handshake_failure(exc: HandshakeError) -> str:
@@ -536,9 +543,14 @@ async def _run(options: AgentOptions, task_status) -> None:
         log.warning("%s", warning)
     store = await AgentStore.open(options.state_dir)
     try:
-        identity = await store.claim_identity(options.name)  # WrongStateDir: another agent's directory
+        # CopiedStateDir: another machine's directory; WrongStateDir: another agent's.
+        machine = await store.claim_machine(read_machine_id(options.machine_id_files), options.moved_from)
+        if (line := machine.log_line(options.state_dir)) is not None:
+            getattr(log, line[0])("%s", line[1])
+        identity = await store.claim_identity(options.name)
         records, outbox = await store.load()
         cluster = await store.load_cluster()
+        join_generation = await store.load_generation()  # 0: none yet
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
         runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
                   if options.executor in ("null", "hold")
@@ -547,7 +559,7 @@ async def _run(options: AgentOptions, task_status) -> None:
             config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
                                  instance=secrets.token_hex(16),  # this process: model/names.py
                                  log_dir=str(options.state_dir / "jobs"), **options.model)
-            agent = Agent(config, records, outbox, cluster)
+            agent = Agent(config, records, outbox, cluster, join_generation)
             running = [r.key for r in records if r.status is LocalStatus.RUNNING]
             del records, outbox
             runtime.settle()

@@ -18,6 +18,7 @@ from daemon.controller.listen import CannotListen
 from daemon.controller.tls import TLSConfigError, check_tls_files
 from daemon.store.interface import SteppedDown
 from daemon.store.sqlite_thread import StoreError
+from daemon.store.machine import CopiedStateDir, read_machine_id
 from daemon.store.statelock import StateDirBusy, WrongStateDir
 
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
@@ -59,6 +60,8 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
+    except CopiedStateDir as exc:  # the operator must decide (another machine's directory): exit status 2
+        raise UsageError(str(exc)) from None
     except (StateDirBusy, WrongStateDir, CannotListen, StoreError) as exc:
         raise ClientError(str(exc)) from None
     except SteppedDown as exc:
@@ -70,6 +73,8 @@ def run_daemon_command(args: argparse.Namespace) -> int:
             raise
         while isinstance(known, BaseExceptionGroup):
             known = known.exceptions[0]
+        if isinstance(known, CopiedStateDir):
+            raise UsageError(str(known)) from None
         raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
 
 
@@ -143,6 +148,9 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     controller = resolve_controller(args.controller)
     parse_controller_urls(controller)  # UsageError (exit 2) before anything starts
     ping_timeout = agent_ping_timeout(args.ping_timeout, controller)
+    machine_files = {} if args.machine_id_file is None else {"machine_id_files": (args.machine_id_file,)}
+    if args.machine_id_file is not None and (found := read_machine_id((args.machine_id_file,))).value is None:
+        raise UsageError(f"--machine-id-file: {found.source}")  # named on purpose: no silent fallback
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
         controller=controller, token=resolve_token(args.token_file),
@@ -152,7 +160,7 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
         output_mode=args.output_mode, ca=Path(ca) if (ca := resolve_ca(args.ca)) else None,
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
-        metrics=args.metrics,
+        metrics=args.metrics, moved_from=args.moved_from, **machine_files,
     )
 
     async def run() -> None:

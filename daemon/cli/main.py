@@ -95,6 +95,15 @@ def _agent_name(value: str) -> str:
     return value
 
 
+def _moved_from(value: str) -> str:
+    from daemon.store.machine import check_moved_from  # light: no trio
+
+    try:
+        return check_moved_from(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _positive(value: str) -> float:
     number = float(value)
     if not number > 0:
@@ -330,6 +339,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "never before the controller has acknowledged their outcome (default: never)")
     p.add_argument("--output-mode", type=_file_mode, default=0o600, metavar="MODE",
                    help="file mode of job output files, octal (default 0600: the agent's user only)")
+    p.add_argument("--machine-id-file", type=path, default=None, metavar="FILE",
+                   help="this machine's id, which the state directory must belong to (default: /etc/machine-id, "
+                        "else /var/lib/dbus/machine-id; with neither the check is off, with a warning)")
+    p.add_argument("--moved-from", type=_moved_from, default=None, metavar="MACHINE_ID",
+                   help="the state directory was moved here from machine MACHINE_ID, which is gone for good: "
+                        "record this machine instead (must name the recorded machine; its jobs are reported lost)")
     _daemon_files(p)
 
     p = sub.add_parser("submit", parents=[client], help="submit a job (or a file of jobs, or an array); prints the ids",

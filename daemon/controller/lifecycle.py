@@ -63,6 +63,7 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
     F.AgentResumed: lambda f: f"agent {f.agent} resumed: it takes new jobs again",
     F.JobIdsReserved: None,  # the server explains it as a warning
     F.IdMarkRaised: None,  # bookkeeping: a block of job ids reserved (model/startup.py)
+    F.JoinGenerationIssued: None,  # bookkeeping at each join (model/names.py); the join has its own line
     F.JobHeld: lambda f: f"job {f.job} held: not dispatched until released",
     F.JobReleased: lambda f: f"job {f.job} released",
     F.JobRestarted: lambda f: f"job {f.job} requeued by the user: it runs again as attempt {f.attempt}",

@@ -12,6 +12,8 @@ restarted agent sees them in the order its model had them.
 The ``meta`` table also holds the agent's identity (``claim_identity``): a
 random id made on the first start and the name it was made under.  A state
 directory belongs to that agent; starting it under another name is refused.
+It also holds the machine the directory belongs to (``claim_machine``,
+daemon/store/machine.py): a copy started on another machine is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from model.agent import LocalJob, LocalStatus
 from model.jobs import JobSpec
 from model.messages import Finished
 
+from daemon.store.machine import MachineClaim, MachineId, decide
 from daemon.store.statelock import WrongStateDir
 from daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
@@ -61,6 +64,8 @@ _SCHEMA = (
     """CREATE TABLE meta (
         key TEXT PRIMARY KEY,      -- 'cluster': the controller history the records belong to;
                                    -- 'identity', 'name': who this agent is (claim_identity)
+                                   -- 'machine': the machine the directory belongs to (claim_machine)
+                                   -- 'generation': the last join generation (StoreGeneration)
         value TEXT NOT NULL)""",
 )
 
@@ -91,7 +96,7 @@ _DELETE_OUTBOX = RowStatement("DELETE FROM outbox WHERE (job, attempt) IN (VALUE
 _PUT_META = RowStatement("INSERT INTO meta (key, value) VALUES ", "(?, ?)",
                          " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
-StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete | E.StoreCluster
+StoreCommand = E.StoreRecord | E.DeleteRecord | E.OutboxPut | E.OutboxDelete | E.StoreCluster | E.StoreGeneration
 
 
 class AgentStore:
@@ -113,6 +118,14 @@ class AgentStore:
         """The controller history this agent's records belong to (None: never joined)."""
         return await self.db.run(_load_cluster)
 
+    async def load_generation(self) -> int:
+        """The last join generation a controller's Welcome gave this agent (0: none yet)."""
+        value = await self.db.run(_load_meta, "generation")
+        try:
+            return 0 if value is None else int(value)
+        except ValueError:
+            raise StoreError(f"{self.db.path}: meta 'generation' is not a number: {value!r}") from None
+
     async def claim_identity(self, name: str) -> str:
         """This agent's durable identity, made (with ``name``) on the first start.
 
@@ -121,6 +134,15 @@ class AgentStore:
         start (the records and the identity belong to the first name).
         """
         return await self.db.run(_claim_identity, name, secrets.token_hex(16), self.db.path)
+
+    async def claim_machine(self, machine: MachineId, moved_from: str | None = None) -> MachineClaim:
+        """Check (and record, when new, upgraded or moved) the machine this directory belongs to.
+
+        Call it before ``claim_identity``.  ``CopiedStateDir`` if it belongs to
+        another machine (or ``moved_from`` is not the recorded one): nothing is
+        written then.
+        """
+        return await self.db.run(_claim_machine, machine, moved_from, self.db.path)
 
     async def apply(self, commands: Sequence[StoreCommand]) -> None:
         """Make the commands durable in one transaction (all or none) before returning."""
@@ -159,6 +181,8 @@ def _op(command: Any) -> tuple[RowStatement, tuple]:
         return _DELETE_OUTBOX, (command.job, command.attempt)
     if isinstance(command, E.StoreCluster):
         return _PUT_META, ("cluster", command.cluster)
+    if isinstance(command, E.StoreGeneration):
+        return _PUT_META, ("generation", str(command.generation))
     raise TypeError(f"the agent store does not apply {type(command).__name__}")
 
 
@@ -182,6 +206,23 @@ def _claim_identity(conn: sqlite3.Connection, name: str, fresh: str, path: Path)
         raise WrongStateDir(f"{path.parent} belongs to agent {rows.get('name')!r}, not {name!r}: start it as "
                             f"--name {rows.get('name')}, or give {name!r} a state directory of its own")
     return rows["identity"]
+
+
+def _claim_machine(conn: sqlite3.Connection, machine: MachineId, moved_from: str | None,
+                   path: Path) -> MachineClaim:
+    with transaction(conn):
+        rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('identity', 'machine')").fetchall())
+        claim = decide(state_dir=path.parent, recorded=rows.get("machine"), has_identity="identity" in rows,
+                       machine=machine, moved_from=moved_from)  # CopiedStateDir: the transaction writes nothing
+        if claim.record is not None:
+            _PUT_META.run(conn, [("machine", claim.record)])
+    return claim
+
+
+def _load_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    with transaction(conn, write=False):
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
 
 
 def _load_cluster(conn: sqlite3.Connection) -> str | None:

@@ -225,6 +225,14 @@ class HeldAgentStore(AgentStore):
         with clock_held():
             return await super().claim_identity(name)
 
+    async def load_generation(self):
+        with clock_held():
+            return await super().load_generation()
+
+    async def claim_machine(self, machine, moved_from=None):
+        with clock_held():
+            return await super().claim_machine(machine, moved_from)
+
     async def apply(self, commands) -> None:
         with clock_held():
             await super().apply(commands)

@@ -44,6 +44,7 @@ SAMPLES = [
     F.JobReleased(job="1"),
     F.JobRestarted(job="1", attempt=3),
     F.IdMarkRaised(upto=1000),
+    F.JoinGenerationIssued(agent="a1", generation=3, confirmed=2),
 ]
 
 

@@ -11,6 +11,7 @@ and starting it again recovers from whatever its state directory holds.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import random
 import shutil
@@ -25,6 +26,7 @@ from daemon.agent.daemon import AgentOptions, run_agent
 from daemon.controller.core import ControllerDaemon
 from daemon.controller.server import ControllerOptions
 from daemon.store.facts import FactStore
+from daemon.store.machine import CopiedStateDir
 from model import events as E
 from model import facts as F
 from model.controller import Controller, ControllerConfig
@@ -170,6 +172,8 @@ class SimAgent:
     deaths: list[str] = field(default_factory=list)
     pong_timeout: float = 10.0  # the agent's keepalive: a controller silent this long is given up on
     identity: str | None = None  # the identity its state directory gave it (known once started)
+    machine_file: Path | None = None  # its machine's /etc/machine-id (Cluster.machine); None: the real one
+    refusals: list[str] = field(default_factory=list)  # why it refused to start (CopiedStateDir), each time
 
     @property
     def up(self) -> bool:
@@ -179,7 +183,8 @@ class SimAgent:
         return AgentOptions(name=self.name, slots=slots, state_dir=self.state_dir,
                             controller=f"ws://{self.host}.sim", token=TOKEN, executor="null",
                             reconnect_initial=0.1, reconnect_max=1.0, kill_grace=1.0, pong_timeout=self.pong_timeout,
-                            model=dict(AGENT_MODEL))
+                            model=dict(AGENT_MODEL),
+                            **({} if self.machine_file is None else {"machine_id_files": (self.machine_file,)}))
 
     async def start(self, nursery: trio.Nursery, slots: int) -> None:
         self.stopped = trio.Event()
@@ -190,6 +195,10 @@ class SimAgent:
         try:
             with self.scope:
                 await run_agent(self.options(slots), task_status=_Capture(self, task_status))
+        except CopiedStateDir as exc:  # refused to start, as the CLI would exit: not a death
+            self.refusals.append(str(exc))
+            log.info("agent %s refused to start: %s", self.host, exc)
+            task_status.started()
         except Exception as exc:
             if not self.scope.cancel_called:  # else a simulated crash: see SimController._run
                 self.deaths.append(describe_death(f"agent {self.host}", exc))
@@ -252,10 +261,19 @@ class Cluster:
         self.world = World(nursery, self.agent_wall, launch_time=launch_time)
         self.controller = SimController(root / "controller", self.net, self.controller_wall, self.secrets,
                                         lost_after, heartbeat_timeout)
-        self.agents = {h: SimAgent(host=h, name=h, state_dir=root / h, pong_timeout=pong_timeout) for h in hosts}
+        self.agents = {h: SimAgent(host=h, name=h, state_dir=root / h, pong_timeout=pong_timeout,
+                                   machine_file=self.machine(h)) for h in hosts}
         self.duplicates: dict[str, SimAgent] = {}
         self.backups: list[Path] = []
         self.submissions: dict[int, str] = {}  # submission -> the job id its submit returned
+
+    def machine(self, host: str) -> Path:
+        """Host ``host``'s machine-id file: each host is a machine of its own (made on first use)."""
+        path = self.root / "machines" / host
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(hashlib.sha256(host.encode()).hexdigest()[:32] + "\n")
+        return path
 
     async def start(self) -> None:
         await self.controller.start(self.nursery)
@@ -331,11 +349,14 @@ class Cluster:
         await trio.sleep(down)
         await agent.start(self.nursery, self.slots)
 
-    async def start_duplicate(self, host: str, *, copy_state: bool = False) -> None:
+    async def start_duplicate(self, host: str, *, copy_state: bool = False, same_machine: bool = False) -> None:
         """A second agent daemon with ``host``'s name and a state directory of its own (a cloned VM);
-        with ``copy_state`` that directory starts as a copy of the host's (cloned with the VM)."""
+        with ``copy_state`` that directory starts as a copy of the host's (copied to another machine, or
+        cloned with the VM).  The duplicate is a machine of its own, or with ``same_machine`` one with
+        the host's machine id (a VM clone that kept /etc/machine-id)."""
         dup = self.duplicates.setdefault(host, SimAgent(host=f"{host}-dup", name=host,
                                                         state_dir=self.root / f"{host}-dup"))
+        dup.machine_file = self.machine(host if same_machine else dup.host)
         if copy_state and not dup.state_dir.exists():
             shutil.copytree(self.agents[host].state_dir, dup.state_dir,
                             ignore=shutil.ignore_patterns("*-shm"))

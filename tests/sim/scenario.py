@@ -105,6 +105,9 @@ class Duplicate:
     # True: its state directory starts as a copy of the host's (a VM cloned after the agent had run:
     # the same identity); False: a fresh one (another identity)
     copy_state: bool = False
+    # True: the duplicate's machine has the host's machine id (a VM clone that kept /etc/machine-id);
+    # False: a machine of its own (a copied directory, or a clone given a new id)
+    same_machine: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,8 @@ RULES = {
     "duplicate_name": Duplicate,
     "clock_step": ClockStep,
     "online_backup": HotBackup,  # a later rollback may restore a copy taken while the controller ran
-    "cloned_agent_state": Duplicate,  # a duplicate started on a copy of its host's state directory
+    "cloned_agent_state": Duplicate,  # a duplicate on another machine, started on a copy of its host's state directory
+    "cloned_vm_same_machine": Duplicate,  # ... on a VM clone that kept the host's machine id
     "cancel_during_launch": None,  # not a step: launches take LAUNCH_TIME, and a cancel may land inside one
     "reset_in_handshake": None,  # not a step: resets and crashes also break connections in their handshake
     "sends_fail_after_reset": None,  # not a step: a reset may be an RST (later sends fail), not only a FIN
@@ -153,15 +157,16 @@ class Scenario:
 # ---- running one ---------------------------------------------------------------------------------
 
 
-def run(scenario: Scenario, stats: dict[str, int] | None = None) -> list[str]:
+def run(scenario: Scenario, stats: dict[str, int] | None = None, refusals: list[str] | None = None) -> list[str]:
     """The violations this scenario finds (none: every checked invariant held).  Deterministic:
-    trio's scheduler (made deterministic by Hypothesis' trio plugin) is seeded from ``scenario.seed``."""
+    trio's scheduler (made deterministic by Hypothesis' trio plugin) is seeded from ``scenario.seed``.
+    ``refusals`` gets each agent's refusal to start (a copied state directory), in order."""
     with tempfile.TemporaryDirectory(prefix="reckon-sim-") as root, deterministic_PRNG(scenario.seed):
         return trio.run(_main, scenario, Path(root), {} if stats is None else stats,
-                        clock=trio.testing.MockClock(autojump_threshold=0))
+                        [] if refusals is None else refusals, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
-async def _main(scenario: Scenario, root: Path, stats: dict[str, int]) -> list[str]:
+async def _main(scenario: Scenario, root: Path, stats: dict[str, int], refusals: list[str]) -> list[str]:
     with trio.fail_after(RUN_GUARD):
         async with trio.open_nursery() as nursery:
             cluster = Cluster(root, nursery, seed=scenario.seed, hosts=scenario.hosts, slots=SLOTS,
@@ -177,6 +182,8 @@ async def _main(scenario: Scenario, root: Path, stats: dict[str, int]) -> list[s
                     return await _drive(cluster, scenario)
                 finally:
                     stats.update(_stats(cluster))
+                    refusals.extend(r for a in [*cluster.agents.values(), *cluster.duplicates.values()]
+                                    for r in a.refusals)
                     with trio.CancelScope(shield=True):
                         await cluster.stop()
                     nursery.cancel_scope.cancel()
@@ -224,7 +231,8 @@ def _stats(cluster: Cluster) -> dict[str, int]:
     """What a run did, for Hypothesis' statistics (is the search reaching anything?)."""
     procs = cluster.world.processes.values()
     return {"submissions": len(cluster.submissions), "processes": len(procs),
-            "killed": sum(p.killed for p in procs), "fake seconds": int(trio.current_time())}
+            "killed": sum(p.killed for p in procs), "fake seconds": int(trio.current_time()),
+            "refused starts": sum(len(a.refusals) for a in cluster.duplicates.values())}
 
 
 def _jobs(cluster: Cluster) -> dict:
@@ -273,7 +281,7 @@ async def _do(cluster: Cluster, faults: trio.Nursery, step: Step, *, spare_launc
     elif isinstance(step, AgentRestart):
         await cluster.restart_agent(step.host, step.down)
     elif isinstance(step, Duplicate):
-        await cluster.start_duplicate(step.host, copy_state=step.copy_state)
+        await cluster.start_duplicate(step.host, copy_state=step.copy_state, same_machine=step.same_machine)
         faults.start_soon(_later, step.seconds, _stop_duplicate, cluster, step.host)
     elif isinstance(step, ClockStep):
         wall = cluster.controller_wall if step.machine == "controller" else cluster.agent_wall

@@ -32,6 +32,9 @@ def step(rules: frozenset[str]) -> st.SearchStrategy[S.Step]:
         "online_backup": st.just(S.HotBackup()),
         "cloned_agent_state": st.builds(S.Duplicate, host=hosts, seconds=st.floats(1.0, 30.0).map(lambda s: round(s, 1)),
                                         copy_state=st.just(True)),
+        "cloned_vm_same_machine": st.builds(S.Duplicate, host=hosts,
+                                            seconds=st.floats(1.0, 30.0).map(lambda s: round(s, 1)),
+                                            copy_state=st.just(True), same_machine=st.just(True)),
     }
     unknown = rules - set(S.RULES)
     if unknown:

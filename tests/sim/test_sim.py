@@ -56,10 +56,11 @@ from strategies import scenarios
 # 3 (rollback) and the handshake reset found here are fixed, and each directed test
 # below is that fix's regression test, as is the online backup's (found by the review of #9).  Open:
 KNOWN_OPEN: dict[str, str] = {
-    "cloned_agent_state": "two agents with one identity (a state directory copied with a VM): while the "
-                          "holder is connected the copy is refused for now (fixed, directed test below), but "
-                          "when the holder is away the copy joins as a restart of it, and its report calls the "
-                          "holder's running jobs lost: they may run again",
+    "cloned_vm_same_machine": "a VM clone that kept the machine id, started on its copy of the agent's state "
+                              "directory while the original is away, joins as a restart of it and calls the "
+                              "original's running jobs lost: they run again (a copy on another machine is refused "
+                              "at start: cloned_agent_state is on; a copy older than the original's last join is "
+                              "refused by its join generation; directed tests below)",
 }
 ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
 # Not a rule: the property test runs with lost_after off (its requeues may rightly run a job twice,
@@ -264,12 +265,13 @@ def test_found_after_restoring_an_online_backup_nothing_runs_twice() -> None:
 
 def test_found_a_clone_with_a_copy_of_the_agents_state_directory_does_not_run_jobs_twice() -> None:
     """Found by the review of issue #9: bug 1's scenario, with the clone's state directory a copy of a1's
-    (a VM image made after the agent had run there), so both agents have one identity.  A join of the
-    same identity superseded the connected one (a reconnect), so the two kicked each other off at every
-    reconnect, each join's round found the other's jobs unrecognized, and jobs ran again and again (265
-    runs in 20 s).  Now each agent process sends an instance of its own in its join, and another
-    process of a connected identity is refused for now (model/names.py)."""
-    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Duplicate("a1", 20.0, copy_state=True), Wait(25.0))
+    (a VM image made after the agent had run there, keeping a1's machine id), so both agents have one
+    identity.  A join of the same identity superseded the connected one (a reconnect), so the two kicked
+    each other off at every reconnect, each join's round found the other's jobs unrecognized, and jobs ran
+    again and again (265 runs in 20 s).  Now each agent process sends an instance of its own in its join,
+    and another process of a connected identity is refused for now (model/names.py)."""
+    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0),
+             Duplicate("a1", 20.0, copy_state=True, same_machine=True), Wait(25.0))
     holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
           bug_id="INV-SIM-RUN-AT-MOST-ONCE")
 
@@ -283,3 +285,40 @@ def test_found_a_ping_that_arrives_while_the_controller_closes_a_silent_agents_c
     without that containment and reported the controller dead.  It now serves them the production way,
     and this test fails if the containment goes."""
     holds(S.run(Scenario(seed=0, steps=(Submit(0.0, 0), Wait(0.0), S.Delay("a1", 11.0), Wait(10.0)))))
+# The original is away (partitioned: the controller drops it after its heartbeat timeout) while a copy
+# of its state directory starts; the original's two jobs run on.
+_COPY_WHILE_AWAY = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Partition("a1", 60.0), Wait(15.0))
+
+
+def test_a_copy_of_the_agents_state_directory_on_another_machine_is_refused_while_the_original_is_away() -> None:
+    """The open case of issue #9 that the instance check cannot see: a1 is away, so a copy of its state
+    directory (the same identity) joined as a restart of a1, found none of a1's processes on its machine,
+    reported both jobs lost, and they ran again on the copy while a1 still ran them.  The directory records
+    its machine, and the copy, started on another machine, refuses to start (daemon/store/machine.py)."""
+    steps = (*_COPY_WHILE_AWAY, Duplicate("a1", 30.0, copy_state=True), Wait(50.0))
+    refusals: list[str] = []
+    holds(S.run(Scenario(seed=11, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE),
+                refusals=refusals), bug_id="INV-SIM-RUN-AT-MOST-ONCE")
+    assert len(refusals) == 1 and "it is a copy of another agent's state directory" in refusals[0], refusals
+
+
+@pytest.mark.xfail(strict=True, raises=BugReproduced, reason="open: a VM clone that keeps the machine id is "
+                   "the same machine; the copy joins as a restart of the away original (KNOWN_OPEN)")
+def test_open_a_vm_clone_that_kept_the_machine_id_runs_the_away_originals_jobs_again() -> None:
+    steps = (*_COPY_WHILE_AWAY, Duplicate("a1", 30.0, copy_state=True, same_machine=True), Wait(50.0))
+    holds(S.run(Scenario(seed=11, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
+          bug_id="INV-SIM-RUN-AT-MOST-ONCE")
+
+
+def test_an_older_copy_of_the_agents_state_directory_on_its_own_machine_is_refused() -> None:
+    """A copy older than the agent's last join (a VM cloned, or a backup taken, before a1 joined again)
+    keeps a1's machine id, so the machine check passes.  The copy is taken while a1 runs (its start is
+    refused for now: a1 is connected); a1 restarts and joins again (join generation 2, shown by its
+    report); a1 goes away; the copy starts and presents generation 1: refused for good as an older copy
+    (model.names.generation_refusal).  Before join generations it joined as a restart of a1 and reported
+    a1's running jobs lost: both ran again."""
+    steps = (Submit(300.0, 0), Submit(300.0, 0), Wait(3.0), Duplicate("a1", 1.0, copy_state=True, same_machine=True),
+             Wait(2.0), AgentRestart("a1", 1.0), Wait(5.0), *_COPY_WHILE_AWAY[3:],
+             Duplicate("a1", 30.0, copy_state=True, same_machine=True), Wait(50.0))
+    holds(S.run(Scenario(seed=12, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
+          bug_id="INV-SIM-RUN-AT-MOST-ONCE")

@@ -65,3 +65,23 @@ def test_bite_bug4_a_round_deadline_does_not_count_as_hearing_from_the_agent(mon
     monkeypatch.setitem(Controller._HANDLERS, E.RoundDeadlineExpired, silence_from_the_join)
     with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
         T.test_bug4_lost_after_counts_from_the_round_deadline_not_from_the_join()
+
+
+def test_bite_a_state_directory_is_not_checked_against_its_machine(monkeypatch):
+    """Before the machine check: a copy of a1's state directory on another machine starts while a1 is away."""
+    from daemon.store import agent as agent_store
+    from daemon.store.machine import MachineId, decide
+
+    def as_if_no_machine_id(**kwargs):
+        return decide(**{**kwargs, "machine": MachineId(value=None, source="(the bite: no check)")})
+
+    monkeypatch.setattr(agent_store, "decide", as_if_no_machine_id)
+    with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
+        T.test_a_copy_of_the_agents_state_directory_on_another_machine_is_refused_while_the_original_is_away()
+
+
+def test_bite_join_generations_are_not_checked(monkeypatch):
+    """Before join generations: an older copy of a1's state directory on a1's machine joins while a1 is away."""
+    monkeypatch.setattr(names, "generation_refusal", lambda join, session, info: None)
+    with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
+        T.test_an_older_copy_of_the_agents_state_directory_on_its_own_machine_is_refused()
