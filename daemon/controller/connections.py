@@ -29,6 +29,7 @@ from daemon.controller.work import _Work
 log = logging.getLogger("reckon.controller")
 
 OUTGOING_QUEUE = 100_000  # messages buffered per connection before it counts as stuck
+SILENCE_RECHECK = 1.0  # seconds: the last part of the silence wait, started afresh (see _next_frame)
 
 
 @dataclass(slots=True)
@@ -141,12 +142,11 @@ class AgentConnections:
 
     async def _reader(self, conn: _Conn) -> None:
         while not conn.closing:
-            with trio.move_on_after(self.options.heartbeat_timeout) as idle:
-                try:
-                    data = await conn.ws.get_message()
-                except WSClosed:
-                    return
-            if idle.cancelled_caught:
+            try:
+                data = await self._next_frame(conn)
+            except WSClosed:
+                return
+            if data is None:
                 log.warning("agent %s silent for %.0fs: disconnecting", conn.agent, self.options.heartbeat_timeout)
                 return
             now = time.time()
@@ -168,6 +168,21 @@ class AgentConnections:
                     conn.version = join.version
                     conn.join, conn.joined_at = join, trio.current_time()
                 await self.submit(_Work(event=event))
+
+    async def _next_frame(self, conn: _Conn) -> bytes | str | None:
+        """The agent's next frame, or None when it sent nothing for ``heartbeat_timeout``.
+
+        The last part of the wait starts afresh: a controller that was frozen (SIGSTOP, a
+        paused VM) wakes with its deadline long past and the agents' heartbeats already
+        in its socket buffers, and trio cancels the wait before the connection's reader
+        task hands them over: every agent would be called silent.  Found by ``reckon chaos``.
+        """
+        timeout = self.options.heartbeat_timeout
+        recheck = min(SILENCE_RECHECK, timeout / 4)
+        for wait in (timeout - recheck, recheck):
+            with trio.move_on_after(wait):
+                return await conn.ws.get_message()
+        return None
 
     def _events(self, conn: _Conn, messages: list[M.Message], now: float) -> list[Any]:
         """The model events of one frame's messages; ``RemoteProtocolError`` (and no change) if any is out of place."""
