@@ -6,6 +6,7 @@ import pytest
 
 from model import events as E
 from model import messages as M
+from model import startup
 from model.controller import Controller
 from model.errors import LocalProtocolError
 from model.scheduler import DispatchHold
@@ -155,3 +156,21 @@ def test_an_id_mark_and_a_start_check_their_fact_positions():
         E.IdMark(cluster="c1", upto=1, facts=-1)
     with pytest.raises(ValueError, match="facts must be an integer"):
         E.ControllerStarted(now=1.0, grace=0.0, facts=1.5)
+
+
+def test_a_mark_that_says_a_restored_copys_hold_lasts_holds_for_the_whole_grace_again():
+    """A start on a restored copy raised the mark and grew the log, then stopped before its grace
+    ended: its own log no longer looks older, but the mark file's ``hold`` says the hold was not over."""
+    h, _ = _world()
+    h.crash_controller()
+    state = h.controller.state
+    mark = E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=40, hold=True)
+    cmds = h.controller_handle(E.ControllerStarted(now=h.now, grace=15.0, id_mark=mark, facts=40))
+    assert [n.reason for n in notes_of(cmds) if isinstance(n, DispatchHold)] == [
+        "for 15s (the state is older than its id mark)"]
+    assert startup.holding_restored(h.controller)
+    assert [c.message for c in cmds if isinstance(c, E.Warn)] == [
+        "the previous start held dispatch for a restored copy of the controller state and stopped before its "
+        "rejoin grace ended: dispatch is held for the whole rejoin grace again"]
+    with pytest.raises(ValueError, match="hold must be a bool"):
+        E.IdMark(cluster="c1", upto=1, hold=1)  # type: ignore[arg-type]
