@@ -135,13 +135,15 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
                 f"{state.cluster}: this state directory mixes two histories; if the database is the state to "
                 f"run, remove the id mark file (ids it issued after this copy was taken may then be issued again)")
         mark = None  # a new history: the mark of an older one in this directory does not concern it
+    lost_mark = mark is None and state.id_mark > 0 and mark_file
     if mark is None:
         floor = state.id_mark
-        if state.id_mark > 0 and mark_file:
+        if lost_mark:
             out.commands.append(E.Warn(message=(
                 f"no id mark file, although the controller state recorded one (up to {state.id_mark}): the file "
                 f"was lost, or the state was copied without it; ids issued after this copy of the state was "
-                f"taken may be issued again; job ids continue from {floor + 1}")))
+                f"taken may be issued again; job ids continue from {floor + 1}; dispatch is held for the whole "
+                f"rejoin grace")))
     else:
         floor = max(mark.upto, state.id_mark)
         if mark.upto > state.id_mark:
@@ -152,7 +154,8 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
             out.commands.append(E.Warn(message=(
                 f"the id mark file ({mark.upto}) is behind the controller state ({state.id_mark}): restored "
                 f"from an older copy? it is raised again at the next submission")))
-    restored = mark is not None and mark.upto > state.id_mark
+    # A lost file may be a copy restored onto a new disk (the controller's machine replaced): as older.
+    restored = lost_mark or (mark is not None and mark.upto > state.id_mark)
     if mark is not None and not restored and facts is not None and mark.facts > facts:
         # The same ids but a shorter log: a copy taken while the controller ran (an online backup),
         # within the block of ids the mark covers.  Only the facts' position tells it from the file.
