@@ -305,12 +305,17 @@ class IdMark:
     # they caused (0: not recorded, a file from before).  A log that ends before it is an older
     # copy, even one taken while the controller ran (an online backup) with the same ``upto``.
     facts: int = 0
+    # A start recognised a restored copy and its whole-grace hold had not ended when this was
+    # written: a start after it holds for the whole grace again (its own log no longer looks older).
+    hold: bool = False
 
     def __post_init__(self) -> None:
         if self.cluster is not None:
             check_str("cluster", self.cluster, max_len=64)
         check_int("upto", self.upto, minimum=0)
         check_int("facts", self.facts, minimum=0)
+        if not isinstance(self.hold, bool):
+            raise ValueError("hold must be a bool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

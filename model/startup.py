@@ -55,6 +55,7 @@ class StartGate:
     known: bool  # the recovered state knew some agent; if not, only the grace ends the gate
     deadline: float  # on the silence clock (events' mono, else now)
     grace: float
+    restored: bool = False  # the state is older than its id mark: the daemon records it there (``holding_restored``)
 
 
 def _clock(ev: Any) -> float:
@@ -77,11 +78,21 @@ def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any)
         # A state known to be a restored copy may predate some agent's first join: that agent is not
         # among the known ones, so their rejoining proves nothing; only the grace ends the hold.
         ctrl.start_gate = StartGate(waiting=known, known=bool(known) and not restored,
-                                    deadline=_clock(ev) + ev.grace, grace=ev.grace)
+                                    deadline=_clock(ev) + ev.grace, grace=ev.grace, restored=restored)
         until = (f"for {ev.grace:g}s (the state is older than its id mark)" if restored else
                  f"until {len(known)} known agent(s) have rejoined, or for {ev.grace:g}s")
         out.commands.append(E.Notify(note=DispatchHold(held=True, reason=until)))
         out.commands.append(E.StartGraceTimer(deadline=ctrl.start_gate.deadline))
+
+
+def holding_restored(ctrl: "Controller") -> bool:
+    """Whether dispatch is held for the whole grace after a start on a restored copy.  The daemon
+    records it in the id mark file (``IdMark.hold``): that start committed facts and raised the
+    mark, so a restart before the grace ended would no longer see an older copy, and would open
+    as soon as the agents the copy knows are back (a job that ran since on another one would run
+    again)."""
+    gate = ctrl.start_gate
+    return gate is not None and gate.restored
 
 
 def on_grace_ended(ctrl: "Controller", ev: E.StartGraceEnded, out: Any) -> None:
@@ -124,13 +135,15 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
                 f"{state.cluster}: this state directory mixes two histories; if the database is the state to "
                 f"run, remove the id mark file (ids it issued after this copy was taken may then be issued again)")
         mark = None  # a new history: the mark of an older one in this directory does not concern it
+    lost_mark = mark is None and state.id_mark > 0 and mark_file
     if mark is None:
         floor = state.id_mark
-        if state.id_mark > 0 and mark_file:
+        if lost_mark:
             out.commands.append(E.Warn(message=(
                 f"no id mark file, although the controller state recorded one (up to {state.id_mark}): the file "
                 f"was lost, or the state was copied without it; ids issued after this copy of the state was "
-                f"taken may be issued again; job ids continue from {floor + 1}")))
+                f"taken may be issued again; job ids continue from {floor + 1}; dispatch is held for the whole "
+                f"rejoin grace")))
     else:
         floor = max(mark.upto, state.id_mark)
         if mark.upto > state.id_mark:
@@ -141,7 +154,8 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
             out.commands.append(E.Warn(message=(
                 f"the id mark file ({mark.upto}) is behind the controller state ({state.id_mark}): restored "
                 f"from an older copy? it is raised again at the next submission")))
-    restored = mark is not None and mark.upto > state.id_mark
+    # A lost file may be a copy restored onto a new disk (the controller's machine replaced): as older.
+    restored = lost_mark or (mark is not None and mark.upto > state.id_mark)
     if mark is not None and not restored and facts is not None and mark.facts > facts:
         # The same ids but a shorter log: a copy taken while the controller ran (an online backup),
         # within the block of ids the mark covers.  Only the facts' position tells it from the file.
@@ -150,6 +164,11 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
             f"controller state is older than its id mark: its log ends at fact {facts}, but the controller "
             f"had recorded facts up to {mark.facts} (an online backup restored?); dispatch is held for "
             f"the whole rejoin grace")))
+    if mark is not None and not restored and mark.hold:
+        restored = True  # the start before this one held for a restored copy, and stopped before its grace ended
+        out.commands.append(E.Warn(message=(
+            "the previous start held dispatch for a restored copy of the controller state and stopped before its "
+            "rejoin grace ended: dispatch is held for the whole rejoin grace again")))
     if floor >= state.next_job:
         ctrl._apply(out, F.JobIdsReserved(upto=floor))
     return restored

@@ -65,6 +65,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         self.metrics = ControllerMetrics(self)
         self.before_release: Callable[[], None] = lambda: None  # raises if this controller may not (ha.py)
         self.grace_timer = startup.GraceTimer()
+        self.mark_hold = False  # the id mark file says a restored copy's whole-grace hold lasts (startup.commit)
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
@@ -113,6 +114,8 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                 committing = time.perf_counter()
                 await startup.commit(self, facts)
                 self.metrics.committed(facts, time.perf_counter() - committing)
+            elif self.mark_hold:
+                startup.end_mark_hold(self)
             lifecycle.after_commit(self, facts, commands)
             self.before_release()
             for cmd in commands:

@@ -12,6 +12,7 @@ import trio
 from model import events as E
 from model.errors import LocalProtocolError
 from model.facts import Fact, IdMarkRaised
+from model.startup import holding_restored
 
 from daemon.store.idmark import BadIdMark, read_id_mark, write_id_mark
 from daemon.store.statelock import WrongStateDir
@@ -62,16 +63,30 @@ async def commit(daemon: "ControllerDaemon", facts: list[Fact]) -> None:
         await daemon.store.append(facts)  # PostgreSQL: restored whole, its own mark is the only one
         return
     state_dir, state = daemon.options.state_dir, daemon.model.state  # the batch is decided: its mark is in
+    hold = holding_restored(daemon.model)  # a restored copy's whole-grace hold survives a restart
     if any(isinstance(f, IdMarkRaised) for f in facts):
         # The id mark first: no id above the file's mark is ever committed, so a restored
         # older controller.db still learns the mark at its next start.  Inline: once per block.
-        write_id_mark(state_dir, E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq))
-    mark = functools.partial(_mark_position, state_dir, state.cluster, state.id_mark)
+        write_id_mark(state_dir, E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq,
+                                          hold=hold))
+    mark = functools.partial(_mark_position, state_dir, state.cluster, state.id_mark, hold)
     await daemon.store.append(facts, then=mark)
+    daemon.mark_hold = hold
 
 
-def _mark_position(state_dir: Path, cluster: str | None, upto: int, last_seq: int) -> None:
-    write_id_mark(state_dir, E.IdMark(cluster=cluster, upto=upto, facts=last_seq))
+def end_mark_hold(daemon: "ControllerDaemon") -> None:
+    """After a batch with no facts: if the file still says a restored copy's hold lasts and it has
+    ended, say so (once per restore; a batch with facts does it in ``commit``).  Inline: no write
+    is in flight on the database thread between the core loop's batches."""
+    if daemon.mark_hold and not holding_restored(daemon.model):
+        state = daemon.model.state
+        write_id_mark(daemon.options.state_dir,
+                      E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq))
+        daemon.mark_hold = False
+
+
+def _mark_position(state_dir: Path, cluster: str | None, upto: int, hold: bool, last_seq: int) -> None:
+    write_id_mark(state_dir, E.IdMark(cluster=cluster, upto=upto, facts=last_seq, hold=hold))
 
 
 class GraceTimer:

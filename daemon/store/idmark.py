@@ -12,6 +12,10 @@ rewritten after each batch's commit and durable before anything the batch
 caused is released, so a copy of ``controller.db`` taken while the controller ran (an
 online backup) ends before it and is recognised as older at the next start.
 A file from before has no ``facts`` (read as 0: no comparison).
+
+While a start on a restored copy holds dispatch for the whole grace it also
+says ``hold``: that start raised the mark and grew the log, so a restart
+before the grace ended would otherwise not see the copy any more.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ def read_id_mark(state_dir: Path) -> IdMark | None:
         return None
     try:
         data = json.loads(text)
-        return IdMark(cluster=data["cluster"], upto=data["upto"], facts=data.get("facts", 0))  # validated there
+        return IdMark(cluster=data["cluster"], upto=data["upto"], facts=data.get("facts", 0),
+                      hold=data.get("hold", False))  # validated there
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BadIdMark(f"{path} is unreadable ({exc}); it should hold "
                         f'{{"cluster": ..., "upto": ..., "facts": ...}}: restore it, or remove it to start '
@@ -49,7 +54,10 @@ def write_id_mark(state_dir: Path, mark: IdMark) -> None:
     """Replace the mark durably: after this returns, a crash leaves the new mark (or, before, the old one)."""
     path = state_dir / ID_MARK_FILE
     tmp = path.with_name(ID_MARK_FILE + ".tmp")
-    data = json.dumps({"cluster": mark.cluster, "upto": mark.upto, "facts": mark.facts}).encode() + b"\n"
+    fields = {"cluster": mark.cluster, "upto": mark.upto, "facts": mark.facts}
+    if mark.hold:
+        fields["hold"] = True  # only while a restored copy's whole-grace hold lasts
+    data = json.dumps(fields).encode() + b"\n"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, data)

@@ -146,3 +146,31 @@ async def test_a_plain_restart_is_not_taken_for_a_restored_copy(tmp_path, autoju
         async with controller(state) as rig:
             assert json.loads((state / ID_MARK_FILE).read_text())["facts"] == rig.daemon.store.last_seq
     assert _warnings(caplog, "older than its id mark") == []
+
+
+async def test_a_restart_during_a_restored_copys_hold_holds_for_the_whole_grace_again(tmp_path, autojump_clock, caplog):
+    """The first start on a restored copy raises the mark and grows the log, so the copy no longer
+    looks older: a restart before its whole-grace hold ended (an operator raising --rejoin-grace, a
+    crash) would hold only until the agents the copy knows are back, and a job that ran on another
+    agent since the copy was taken would run again (tests/sim: the regression tests named
+    ..._restart_during_the_hold_...).  The file says ``hold`` while it lasts, and no more after."""
+    state, backup = tmp_path / "controller", tmp_path / "backup"
+    async with controller(state) as rig:
+        await rig.submit()
+        _copy_db(state, backup)
+        await rig.submit()
+    _copy_db(backup, state)
+    async with controller(state) as rig:
+        assert rig.daemon.model.start_gate is not None and rig.daemon.model.start_gate.restored
+        assert json.loads((state / ID_MARK_FILE).read_text()).get("hold") is True
+    with caplog.at_level(logging.WARNING, logger="reckon.controller"):
+        caplog.clear()
+        async with controller(state) as rig:
+            gate = rig.daemon.model.start_gate
+            assert gate is not None and gate.restored and not gate.known
+            assert _warnings(caplog, "the previous start held dispatch for a restored copy") != []
+            await trio.sleep(gate.grace + 5)  # the grace ends: a batch with no facts clears the file's hold
+            assert rig.daemon.model.start_gate is None
+            assert "hold" not in json.loads((state / ID_MARK_FILE).read_text())
+    async with controller(state) as rig:
+        assert rig.daemon.model.start_gate is None or not rig.daemon.model.start_gate.restored

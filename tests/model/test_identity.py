@@ -293,8 +293,9 @@ def _restarted_with_pending_job(w: World) -> None:
     w.handle(E.SubmitJob(spec=spec(), now=1.0))
     w.handle(E.ConnectionClosed(conn=1, now=2.0))
     w.controller = Controller.from_log([F.decode(F.encode(f)) for f in w.log])
-    w.handle(E.ControllerStarted(now=10.0, grace=15.0))
-    assert w.controller.start_gate is not None
+    state = w.controller.state  # the id mark file as the controller left it
+    w.handle(E.ControllerStarted(now=10.0, grace=15.0, id_mark=E.IdMark(cluster=state.cluster, upto=state.id_mark)))
+    assert w.controller.start_gate is not None and not w.controller.start_gate.restored
 
 
 def test_a_name_is_not_handed_over_while_its_holder_may_still_rejoin_after_a_start() -> None:

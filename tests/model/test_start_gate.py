@@ -6,6 +6,7 @@ import pytest
 
 from model import events as E
 from model import messages as M
+from model import startup
 from model.controller import Controller
 from model.errors import LocalProtocolError
 from model.scheduler import DispatchHold
@@ -16,7 +17,9 @@ from harness import Harness, notes_of, sends_of
 def _restarted(h: Harness, grace: float = 15.0) -> list[E.Command]:
     """The controller crashes and recovers from its log, then starts (as the daemon does)."""
     h.crash_controller()
-    return h.controller_handle(E.ControllerStarted(now=h.now, grace=grace))
+    state = h.controller.state  # the id mark file as the controller left it (no file: see test_job_ids)
+    mark = E.IdMark(cluster=state.cluster, upto=state.id_mark) if state.id_mark else None
+    return h.controller_handle(E.ControllerStarted(now=h.now, grace=grace, id_mark=mark))
 
 
 def _held(cmds: list[E.Command]) -> list[bool]:
@@ -155,3 +158,35 @@ def test_an_id_mark_and_a_start_check_their_fact_positions():
         E.IdMark(cluster="c1", upto=1, facts=-1)
     with pytest.raises(ValueError, match="facts must be an integer"):
         E.ControllerStarted(now=1.0, grace=0.0, facts=1.5)
+
+
+def test_a_mark_that_says_a_restored_copys_hold_lasts_holds_for_the_whole_grace_again():
+    """A start on a restored copy raised the mark and grew the log, then stopped before its grace
+    ended: its own log no longer looks older, but the mark file's ``hold`` says the hold was not over."""
+    h, _ = _world()
+    h.crash_controller()
+    state = h.controller.state
+    mark = E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=40, hold=True)
+    cmds = h.controller_handle(E.ControllerStarted(now=h.now, grace=15.0, id_mark=mark, facts=40))
+    assert [n.reason for n in notes_of(cmds) if isinstance(n, DispatchHold)] == [
+        "for 15s (the state is older than its id mark)"]
+    assert startup.holding_restored(h.controller)
+    assert [c.message for c in cmds if isinstance(c, E.Warn)] == [
+        "the previous start held dispatch for a restored copy of the controller state and stopped before its "
+        "rejoin grace ended: dispatch is held for the whole rejoin grace again"]
+    with pytest.raises(ValueError, match="hold must be a bool"):
+        E.IdMark(cluster="c1", upto=1, hold=1)  # type: ignore[arg-type]
+
+
+def test_a_state_whose_id_mark_file_is_lost_holds_for_the_whole_grace():
+    """No id mark file although the state recorded one: the file was lost, or controller.db* was restored
+    onto a new directory (the controller's disk replaced).  That copy may be older than what the agents
+    ran, as a restored one is, so it holds for the whole grace (before, it held only until the agents it
+    knew were back: tests/sim ..._restored_onto_a_directory_without_its_id_mark_...)."""
+    h, _ = _world()
+    h.crash_controller()
+    cmds = h.controller_handle(E.ControllerStarted(now=h.now, grace=15.0, id_mark=None))
+    assert [n.reason for n in notes_of(cmds) if isinstance(n, DispatchHold)] == [
+        "for 15s (the state is older than its id mark)"]
+    [warning] = [c.message for c in cmds if isinstance(c, E.Warn)]
+    assert warning.startswith("no id mark file") and warning.endswith("dispatch is held for the whole rejoin grace")

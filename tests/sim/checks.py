@@ -45,7 +45,6 @@ class Checker:
         runs: dict[int, list[Process]] = {}
         for proc in self.world.processes.values():
             runs.setdefault(proc.submission, []).append(proc)
-        started = {(p.job, p.attempt) for p in self.world.processes.values()}
         for fact in facts:
             if isinstance(fact, F.JobRequeued):
                 self.requeued.setdefault((fact.job, fact.attempt), fact.reason)

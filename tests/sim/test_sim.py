@@ -322,3 +322,59 @@ def test_an_older_copy_of_the_agents_state_directory_on_its_own_machine_is_refus
              Duplicate("a1", 30.0, copy_state=True, same_machine=True), Wait(50.0))
     holds(S.run(Scenario(seed=12, steps=steps, hosts=("a1",), reset_in_handshake=RESETS_IN_HANDSHAKE)),
           bug_id="INV-SIM-RUN-AT-MOST-ONCE")
+
+
+# A restart of the controller 0.5 s into the whole-grace hold of a restored copy (a1, which ran job 1
+# after the copy was taken, is still away; a2, which the copy knows, comes back).
+_RESTART_DURING_THE_HOLD = (Wait(0.5), ControllerRestart(down=0.0, backup=False), Wait(40.0))
+
+
+def test_found_a_restart_during_the_hold_after_restoring_an_online_backup_nothing_runs_twice() -> None:
+    """Found by the review of issue #9 (session 7): the first start on the restored copy raised the id
+    mark and grew the log, so at a restart before its grace ended the copy no longer looked older; the
+    hold ended as soon as a2 was back, a2 called job 1 unrecognized, and it ran again on a2 although it
+    had run on a1.  The id mark file now says ``hold`` while that hold lasts (``IdMark.hold``)."""
+    steps = (Partition("a1", 8.0), Wait(2.0), Partition("a2", 20.0), Submit(0.0, 0), S.HotBackup(),
+             Wait(30.0), Partition("a1", 10.0), ControllerRollback(down=1.0), *_RESTART_DURING_THE_HOLD)
+    holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1", "a2"), launch_time=0.5,
+                         reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)))
+
+
+def test_found_a_restart_during_the_hold_after_restoring_an_offline_backup_nothing_runs_twice() -> None:
+    """The same with a copy taken while the controller was stopped (recognised by the mark's ids)."""
+    steps = (Partition("a1", 8.0), Wait(2.0), Partition("a2", 20.0), Submit(0.0, 0),
+             ControllerRestart(down=0.0, backup=True), Wait(30.0), Partition("a1", 10.0),
+             ControllerRollback(down=1.0), *_RESTART_DURING_THE_HOLD)
+    holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1", "a2"), launch_time=0.5,
+                         reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)))
+
+
+def test_found_an_online_backup_restored_onto_a_directory_without_its_id_mark_nothing_runs_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the review of issue #9 (session 7): the controller's disk is replaced and controller.db*
+    of an online backup is restored onto an empty state directory (no id mark file).  The start warned
+    that the file was missing but held only until a2 (the agent the copy knew) was back: a2 called
+    job 1 unrecognized and it ran again, although it had run on a1 after the copy.  A state whose id
+    mark file is lost now holds for the whole grace, as one older than its mark does."""
+    import shutil
+
+    import trio
+
+    from cluster import Cluster
+
+    async def restart_controller(self: Cluster, *, backup: bool, rollback: bool, down: float,
+                                 whole: bool = False) -> None:
+        await self.controller.crash()
+        await trio.sleep(down)
+        if rollback and self.backups:  # a new disk: the backup's controller.db* alone
+            shutil.rmtree(self.controller.state_dir)
+            self.controller.state_dir.mkdir()
+            for path in self.backups[0].glob("controller.db*"):
+                shutil.copy2(path, self.controller.state_dir / path.name)
+        await self.controller.start(self.nursery)
+
+    monkeypatch.setattr(Cluster, "restart_controller", restart_controller)
+    steps = (Partition("a1", 8.0), Wait(2.0), Partition("a2", 20.0), Submit(0.0, 0), S.HotBackup(),
+             Wait(30.0), Partition("a1", 10.0), ControllerRollback(down=1.0), Wait(40.0))
+    holds(S.run(Scenario(seed=3, steps=steps, hosts=("a1", "a2"), launch_time=0.5,
+                         reset_in_handshake=RESETS_IN_HANDSHAKE, sends_fail_after_reset=False)))
