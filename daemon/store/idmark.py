@@ -26,6 +26,8 @@ from pathlib import Path
 
 from model.events import IdMark
 
+from daemon.store.sqlite_thread import StoreError
+
 ID_MARK_FILE = "id-mark"
 
 
@@ -51,7 +53,19 @@ def read_id_mark(state_dir: Path) -> IdMark | None:
 
 
 def write_id_mark(state_dir: Path, mark: IdMark) -> None:
-    """Replace the mark durably: after this returns, a crash leaves the new mark (or, before, the old one)."""
+    """Replace the mark durably: after this returns, a crash leaves the new mark (or, before, the old one).
+
+    A failure (a full disk, a read-only or wrong directory) is a ``StoreError`` with one line: the
+    controller stops rather than release what it could not record (the CLI prints the line)."""
+    try:
+        _write_id_mark(state_dir, mark)
+    except OSError as exc:
+        raise StoreError(f"{state_dir / ID_MARK_FILE}: cannot write the id mark file: {exc.strerror or exc} "
+                         f"(a full disk?); the controller stops rather than release what it cannot "
+                         f"record: free space and start it again") from exc
+
+
+def _write_id_mark(state_dir: Path, mark: IdMark) -> None:
     path = state_dir / ID_MARK_FILE
     tmp = path.with_name(ID_MARK_FILE + ".tmp")
     fields = {"cluster": mark.cluster, "upto": mark.upto, "facts": mark.facts}

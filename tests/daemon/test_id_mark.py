@@ -174,3 +174,17 @@ async def test_a_restart_during_a_restored_copys_hold_holds_for_the_whole_grace_
             assert "hold" not in json.loads((state / ID_MARK_FILE).read_text())
     async with controller(state) as rig:
         assert rig.daemon.model.start_gate is None or not rig.daemon.model.start_gate.restored
+
+
+def test_an_id_mark_that_cannot_be_written_is_one_named_error(tmp_path):
+    """A full disk (here: the temporary file's name taken by a directory) stops the controller with one
+    line the CLI prints, not a traceback; the old mark stays."""
+    from daemon.store.idmark import read_id_mark, write_id_mark
+    from daemon.store.sqlite_thread import StoreError
+    from model.events import IdMark
+
+    write_id_mark(tmp_path, IdMark(cluster="c1", upto=1000, facts=3))
+    (tmp_path / (ID_MARK_FILE + ".tmp")).mkdir()
+    with pytest.raises(StoreError, match=r"id-mark: cannot write the id mark file: Is a directory \(a full disk\?\)"):
+        write_id_mark(tmp_path, IdMark(cluster="c1", upto=1000, facts=4))
+    assert read_id_mark(tmp_path) == IdMark(cluster="c1", upto=1000, facts=3)
