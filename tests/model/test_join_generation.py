@@ -52,6 +52,14 @@ def close(w: World, conn: int) -> None:
     w.handle(E.ConnectionClosed(conn=conn, now=60.0))
 
 
+def session(w: World, conn: int, generation: int | None) -> None:
+    """One whole connection of the holder: it joins presenting ``generation``, shows it stored the
+    one its welcome carried (a heartbeat), and goes away."""
+    join(w, conn, generation)
+    heartbeat(w, conn)
+    close(w, conn)
+
+
 def generations(w: World) -> list[tuple[int, int]]:
     return [(f.generation, f.confirmed) for f in w.log if isinstance(f, F.JoinGenerationIssued)]
 
@@ -93,9 +101,7 @@ def test_a_copy_older_than_what_the_agent_has_shown_is_refused_for_good_and_chan
 def test_an_agent_that_crashed_before_storing_its_generation_is_the_real_one() -> None:
     """The controller committed generation 2, the agent died before it stored it (it sent nothing)."""
     w = World()
-    join(w, 1, 0)
-    heartbeat(w, 1)
-    close(w, 1)
+    session(w, 1, 0)
     join(w, 2, 1)  # generation 2 committed and sent...
     close(w, 2)  # ... and the agent crashed before storing it: it shows nothing on this connection
     assert welcome(join(w, 3, 1), 3).generation == 3  # presents 1 again: accepted
@@ -104,12 +110,8 @@ def test_an_agent_that_crashed_before_storing_its_generation_is_the_real_one() -
 def test_after_a_controller_restart_the_stored_confirmation_still_refuses_an_older_copy() -> None:
     """What the holder showed on a connection is volatile; what it presented in a Join is in the log."""
     w = World()
-    join(w, 1, 0)
-    heartbeat(w, 1)
-    close(w, 1)
-    join(w, 2, 1)
-    heartbeat(w, 2)
-    close(w, 2)
+    session(w, 1, 0)
+    session(w, 2, 1)
     join(w, 3, 2)  # confirmed 2 in the log
     close(w, 3)
     restarted = World()
@@ -121,12 +123,8 @@ def test_after_a_controller_restart_the_stored_confirmation_still_refuses_an_old
 
 def test_older_agents_and_other_identities_are_not_checked() -> None:
     w = World()
-    join(w, 1, 0)
-    heartbeat(w, 1)
-    close(w, 1)
-    join(w, 2, 1)
-    heartbeat(w, 2)
-    close(w, 2)
+    session(w, 1, 0)
+    session(w, 2, 1)
     # An agent without generations (an older release): no check, no generation.
     assert welcome(join(w, 3, None), 3).generation is None
     close(w, 3)
@@ -145,9 +143,7 @@ def test_a_controller_state_behind_the_agent_issues_above_what_the_agent_present
 
 def test_the_generations_survive_replay_and_snapshot() -> None:
     w = World()
-    join(w, 1, 0)
-    heartbeat(w, 1)
-    close(w, 1)
+    session(w, 1, 0)
     join(w, 2, 1)
     state = replay(w.log)
     assert (state.agents["node1"].generation, state.agents["node1"].confirmed) == (2, 1)
