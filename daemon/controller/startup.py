@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import time
-from pathlib import Path
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -62,15 +61,14 @@ async def commit(daemon: "ControllerDaemon", facts: list[Fact]) -> None:
     if daemon.options.store is not None:
         await daemon.store.append(facts)  # PostgreSQL: restored whole, its own mark is the only one
         return
-    state_dir, state = daemon.options.state_dir, daemon.model.state  # the batch is decided: its mark is in
+    state_dir = daemon.options.state_dir
     hold = holding_restored(daemon.model)  # a restored copy's whole-grace hold survives a restart
+    mark = _mark(daemon, hold)  # the batch is decided: its mark (if raised) is in the state
     if any(isinstance(f, IdMarkRaised) for f in facts):
         # The id mark first: no id above the file's mark is ever committed, so a restored
         # older controller.db still learns the mark at its next start.  Inline: once per block.
-        write_id_mark(state_dir, E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq,
-                                          hold=hold))
-    mark = functools.partial(_mark_position, state_dir, state.cluster, state.id_mark, hold)
-    await daemon.store.append(facts, then=mark)
+        write_id_mark(state_dir, mark)
+    await daemon.store.append(facts, then=lambda last_seq: write_id_mark(state_dir, replace(mark, facts=last_seq)))
     daemon.mark_hold = hold
 
 
@@ -79,14 +77,14 @@ def end_mark_hold(daemon: "ControllerDaemon") -> None:
     ended, say so (once per restore; a batch with facts does it in ``commit``).  Inline: no write
     is in flight on the database thread between the core loop's batches."""
     if daemon.mark_hold and not holding_restored(daemon.model):
-        state = daemon.model.state
-        write_id_mark(daemon.options.state_dir,
-                      E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq))
+        write_id_mark(daemon.options.state_dir, _mark(daemon, hold=False))
         daemon.mark_hold = False
 
 
-def _mark_position(state_dir: Path, cluster: str | None, upto: int, hold: bool, last_seq: int) -> None:
-    write_id_mark(state_dir, E.IdMark(cluster=cluster, upto=upto, facts=last_seq, hold=hold))
+def _mark(daemon: "ControllerDaemon", hold: bool) -> E.IdMark:
+    """What the id mark file says now: the state's mark, the log's position, the hold."""
+    state = daemon.model.state
+    return E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq, hold=hold)
 
 
 class GraceTimer:

@@ -116,7 +116,7 @@ class AgentStore:
 
     async def load_cluster(self) -> str | None:
         """The controller history this agent's records belong to (None: never joined)."""
-        return await self.db.run(_load_cluster)
+        return await self.db.run(_load_meta, "cluster")
 
     async def load_generation(self) -> int:
         """The last join generation a controller's Welcome gave this agent (0: none yet)."""
@@ -222,12 +222,6 @@ def _claim_machine(conn: sqlite3.Connection, machine: MachineId, moved_from: str
 def _load_meta(conn: sqlite3.Connection, key: str) -> str | None:
     with transaction(conn, write=False):
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else row[0]
-
-
-def _load_cluster(conn: sqlite3.Connection) -> str | None:
-    with transaction(conn, write=False):
-        row = conn.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
     return None if row is None else row[0]
 
 
