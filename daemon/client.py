@@ -15,11 +15,11 @@ import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import ConnectionRejected, HandshakeError
 
-from daemon import wire
-from daemon.cli.client import (DEFAULT_CONTROLLER, EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader,
+from reckon.daemon import wire
+from reckon.daemon.cli.client import (DEFAULT_CONTROLLER, EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader,
                                UsageError, auth_headers, client_ssl_context, closed, parse_controller_urls, refused,
                                reply_of, request_bytes, resolve_controller, resolve_token, unreachable)
-from daemon.wsconnect import TLSFailure, open_websocket
+from reckon.daemon.wsconnect import TLSFailure, open_websocket
 
 __all__ = ["DEFAULT_CONTROLLER", "Client", "ClientError", "auth_headers", "call", "resolve_controller",
            "resolve_token"]

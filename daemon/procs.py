@@ -31,7 +31,7 @@ class LocalCluster:
 
     def _spawn(self, key: str, argv: list[str]) -> subprocess.Popen:
         with open(self.log_path(key), "ab") as logf:
-            proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", *argv], stdout=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-m", "reckon.daemon.cli", *argv], stdout=subprocess.PIPE,
                                     stderr=logf, start_new_session=True)
         self.procs[key] = proc
         return proc

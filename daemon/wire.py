@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
-from model.errors import RemoteProtocolError
+from reckon.model.errors import RemoteProtocolError
 
 if TYPE_CHECKING:
-    from model import messages as M
+    from reckon.model import messages as M
 
 MAX_AGENT_MESSAGE = 16 * 1024 * 1024  # a report page of MAX_PAGE_ENTRIES fits well under this
 MAX_CLIENT_MESSAGE = 256 * 1024 * 1024  # `reckon jobs --json` of a million jobs
@@ -58,21 +58,21 @@ def _loads(data: bytes | str, *, limit: int) -> Any:
 
 
 def encode(msg: M.Message) -> bytes:
-    from model import messages as M
+    from reckon.model import messages as M
 
     return cbor2.dumps(M.to_wire(msg))
 
 
 def decode(data: bytes | str, *, to: str) -> M.Message:
     """A frame that must hold exactly one protocol message."""
-    from model import messages as M
+    from reckon.model import messages as M
 
     return M.from_wire(loads(data, limit=MAX_AGENT_MESSAGE), to=to)
 
 
 def decode_frame(data: bytes | str, *, to: str) -> list[M.Message]:
     """Every protocol message of one frame, in order; ``RemoteProtocolError`` for any bad one."""
-    from model import messages as M
+    from reckon.model import messages as M
 
     value = _loads(data, limit=MAX_AGENT_MESSAGE)
     if isinstance(value, dict):
@@ -92,7 +92,7 @@ def frames(encoded: list[bytes], *, version: int) -> list[bytes]:
     message stays a plain map; several become a CBOR array, whose encoding is
     a header followed by the items' own encodings, so nothing is encoded twice.
     """
-    from model import messages as M
+    from reckon.model import messages as M
 
     if version < M.BATCHED_FRAMES_SINCE:
         return encoded

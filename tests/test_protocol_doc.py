@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.tools import protocol_doc as docs
-from model.jobs import JOB_TRANSITIONS, JobState, JobTransition
+from reckon.daemon.tools import protocol_doc as docs
+from reckon.model.jobs import JOB_TRANSITIONS, JobState, JobTransition
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
 HINT = "docs/protocol.md is stale: run `python -m daemon.tools.protocol_doc --write docs/protocol.md`"

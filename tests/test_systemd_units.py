@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from daemon.cli.main import main
+from reckon.daemon.cli.main import main
 
 CONTRIB = Path(__file__).resolve().parents[1] / "contrib" / "systemd"
 

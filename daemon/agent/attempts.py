@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from daemon.agent import launcher as _launcher
+from reckon.daemon.agent import launcher as _launcher
 
 __all__ = ["ExitStatus", "JobLost", "Outcome", "RunnerError", "LaunchError", "AlreadyLaunched", "check_key", "Key"]
 

@@ -31,26 +31,26 @@ import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import ConnectionRejected, HandshakeError, WebSocketConnection, open_websocket_url
 
-from model import events as E
-from model import messages as M
-from model.agent import Agent, AgentConfig, LocalStatus
-from model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig, LocalStatus
+from reckon.model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 
-from daemon.agent.controllers import ControllerUrls
-from daemon import runtime, wire
-from daemon.store.agent import AgentStore
-from daemon.store.machine import MACHINE_ID_FILES, check_moved_from, read_machine_id
-from daemon.refusals import RefusalLog
-from daemon.store.filemodes import OUTPUT_MODE, private_dir
-from daemon.store.statelock import hold_state_dir
-from daemon.agent.output import OutputFiles, held_keys
-from daemon.cli.client import client_ssl_context
-from daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
-from daemon.agent.attempts import ExitStatus, JobLost, RunnerError
-from daemon.agent.null_runner import HoldRunner, NullRunner
-from daemon.agent.runner import JobRunner
-from daemon.agent import lifecycle
-from daemon.ops.metrics_http import serve_metrics
+from reckon.daemon.agent.controllers import ControllerUrls
+from reckon.daemon import runtime, wire
+from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.store.machine import MACHINE_ID_FILES, check_moved_from, read_machine_id
+from reckon.daemon.refusals import RefusalLog
+from reckon.daemon.store.filemodes import OUTPUT_MODE, private_dir
+from reckon.daemon.store.statelock import hold_state_dir
+from reckon.daemon.agent.output import OutputFiles, held_keys
+from reckon.daemon.cli.client import client_ssl_context
+from reckon.daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
+from reckon.daemon.agent.attempts import ExitStatus, JobLost, RunnerError
+from reckon.daemon.agent.null_runner import HoldRunner, NullRunner
+from reckon.daemon.agent.runner import JobRunner
+from reckon.daemon.agent import lifecycle
+from reckon.daemon.ops.metrics_http import serve_metrics
 
 log = logging.getLogger("reckon.agent")
 

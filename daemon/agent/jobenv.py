@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from model.jobs import JobSpec
+from reckon.model.jobs import JobSpec
 
 BASE_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
 BASE_PREFIXES = ("LC_",)

@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from model import events as E
-from model.records import LocalStatus
+from reckon.model import events as E
+from reckon.model.records import LocalStatus
 
-from daemon.controller.lifecycle import outcome_text
+from reckon.daemon.controller.lifecycle import outcome_text
 
 log = logging.getLogger("reckon.lifecycle")
 

@@ -11,10 +11,10 @@ from typing import Literal, Sequence
 
 import trio
 
-from model import messages as M
-from model.jobs import JobSpec
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
 
-from daemon.agent.attempts import AlreadyLaunched, ExitStatus, Key, Outcome, check_key
+from reckon.daemon.agent.attempts import AlreadyLaunched, ExitStatus, Key, Outcome, check_key
 
 __all__ = ["NullRunner", "HoldRunner"]
 

@@ -26,11 +26,11 @@ from typing import Any, Callable, Iterable
 
 import trio
 
-from model import messages as M
-from model.jobs import JobSpec
-from model.output import OutputOnDisk, OutputStatus, OutputStream, expired_output, output_path
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
+from reckon.model.output import OutputOnDisk, OutputStatus, OutputStream, expired_output, output_path
 
-from daemon.agent.attempts import check_key
+from reckon.daemon.agent.attempts import check_key
 
 log = logging.getLogger("reckon.agent")
 

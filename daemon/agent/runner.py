@@ -69,19 +69,19 @@ from typing import Literal, Sequence
 
 import trio
 
-from model import messages as M
-from model.jobs import JobSpec
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
 
-from daemon.agent.output import custom_outputs, note_custom_outputs
+from reckon.daemon.agent.output import custom_outputs, note_custom_outputs
 
-from daemon.agent import launcher as _launcher
-from daemon.agent.attempts import (
+from reckon.daemon.agent import launcher as _launcher
+from reckon.daemon.agent.attempts import (
     AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, _pidinfo_current, _proc_alive, _read_json,
     _status_from, check_key,
 )
-from daemon.agent.jobenv import base_environment, job_environment
-from daemon.agent.supervision import Supervision, _Running, _Waiter
-from daemon.store.filemodes import OUTPUT_MODE, private_dir
+from reckon.daemon.agent.jobenv import base_environment, job_environment
+from reckon.daemon.agent.supervision import Supervision, _Running, _Waiter
+from reckon.daemon.store.filemodes import OUTPUT_MODE, private_dir
 
 __all__ = ["JobRunner"]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import trio
 
-from daemon.agent import launcher as _launcher
-from daemon.agent.attempts import Key, JobLost, Outcome, RunnerError, _pidinfo_current, _proc_alive, _status_from
+from reckon.daemon.agent import launcher as _launcher
+from reckon.daemon.agent.attempts import Key, JobLost, Outcome, RunnerError, _pidinfo_current, _proc_alive, _status_from
 
 ADOPT_POLL_INTERVAL = 0.25  # seconds, only where pidfd_open is unavailable
 PID_FILE_WAIT = 2.0  # seconds a supervisor may take to write its pid record (launcher death mid-launch only)
@@ -49,11 +49,9 @@ class Supervision:
 
     def _launcher_command(self) -> list[str]:
         # -I -S: no site, no PYTHON* variables, no cwd on sys.path (the
-        # launcher imports nothing outside the standard library).  The path
-        # is given explicitly so this works whatever the agent's cwd is.
-        root = str(Path(_launcher.__file__).resolve().parents[2])
-        return [sys.executable, "-I", "-S", "-c",
-                f"import sys; sys.path.insert(0, {root!r}); from daemon.agent.launcher import main; main()"]
+        # launcher imports nothing outside the standard library, so it runs
+        # as a script by its path, whatever the agent's cwd or install).
+        return [sys.executable, "-I", "-S", str(Path(_launcher.__file__).resolve())]
 
     async def _launcher_task(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         started = False

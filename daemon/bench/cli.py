@@ -26,8 +26,8 @@ from typing import Any
 
 import trio
 
-from daemon.client import Client
-from daemon.procs import LocalCluster
+from reckon.daemon.client import Client
+from reckon.daemon.procs import LocalCluster
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 READ_CALLS = 20  # `show` and `jobs` calls per run (at most N)
@@ -37,12 +37,12 @@ HANG_GUARD = 600.0  # seconds: no wait of a run lasts longer
 def reckon_argv() -> list[str]:
     """The installed console script (what a user runs), else ``python -m daemon.cli``."""
     script = Path(sys.executable).parent / "reckon"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "daemon.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "reckon.daemon.cli"]
 
 
 def bulk_mode() -> str:
     """``--array`` if `reckon submit` has it (the jobs branch), else ``--file``."""
-    from daemon.cli.main import build_parser
+    from reckon.daemon.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return "--array" if "--array" in sub.choices["submit"]._option_string_actions else "--file"
@@ -150,7 +150,7 @@ def run_cli_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any]
     import shutil
     import tempfile
 
-    from daemon.bench.run import summary
+    from reckon.daemon.bench.run import summary
 
     mode = bulk_mode()
     runs: list[dict[str, float]] = []

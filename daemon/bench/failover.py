@@ -35,9 +35,9 @@ from typing import Any
 
 import trio
 
-from daemon.bench.pgserver import PgServer
-from daemon.client import Client, ClientError
-from daemon.procs import LocalCluster
+from reckon.daemon.bench.pgserver import PgServer
+from reckon.daemon.client import Client, ClientError
+from reckon.daemon.procs import LocalCluster
 
 VARIANTS = ("kill", "freeze")
 POLL = 0.01  # seconds between two probes of b (each a fresh connection: a standby's answer is final)
@@ -78,7 +78,7 @@ def _log_of(dsn: str) -> list[tuple[int, int, Any]]:
     import cbor2
     import psycopg
 
-    from model import facts as F
+    from reckon.model import facts as F
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute("SELECT seq, epoch, data FROM fact ORDER BY seq").fetchall()
@@ -89,7 +89,7 @@ async def failover_run(server: PgServer, args: argparse.Namespace, variant: str,
                        cluster: LocalCluster) -> dict[str, float]:
     """One run on a fresh database; its figures (seconds from the signal).  The caller stops
     ``cluster``'s processes (outside trio: whatever interrupted the run)."""
-    from model import facts as F
+    from reckon.model import facts as F
 
     dsn = await trio.to_thread.run_sync(server.new_database)
     base = cluster.base
@@ -178,7 +178,7 @@ async def _step_down(cluster: LocalCluster) -> float:
 
 def run_failover_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any], list[str]]:
     """Every variant's figures summarised (min / median / max), and the human summary's lines."""
-    from daemon.bench.run import _fmt, summary
+    from reckon.daemon.bench.run import _fmt, summary
 
     out: dict[str, Any] = {"lease_s": args.lease, "slots": args.slots}
     lines: list[str] = []

@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from model import events as E
-from model import messages as M
-from model.controller import Controller
-from model.facts import JobSubmitted
-from model.jobs import JobSpec
-from model.state import snapshot
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.controller import Controller
+from reckon.model.facts import JobSubmitted
+from reckon.model.jobs import JobSpec
+from reckon.model.state import snapshot
 
-from daemon.controller.server import ControllerOptions
-from daemon.store.facts import FactStore
+from reckon.daemon.controller.server import ControllerOptions
+from reckon.daemon.store.facts import FactStore
 
 BATCH_JOBS = 2_500
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import trio
 
-from model.jobs import JobSpec
+from reckon.model.jobs import JobSpec
 
-from daemon.agent.runner import JobRunner
+from reckon.daemon.agent.runner import JobRunner
 
 
 def _cpu() -> float:

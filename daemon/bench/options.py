@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.main import _positive, path
+from reckon.daemon.cli.main import _positive, path
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -24,8 +24,8 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from daemon.client import Client, ClientError
-from daemon.procs import LocalCluster
+from reckon.daemon.client import Client, ClientError
+from reckon.daemon.procs import LocalCluster
 
 HANG_GUARD = 1800.0  # seconds: no single run may take longer than this
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
@@ -232,7 +232,7 @@ async def _restart_run(args: argparse.Namespace, facts: int, prepared: Path) -> 
 def _prepare_history(facts: int, where: Path) -> dict[str, Any]:
     """Write `facts` facts of realistic history with the production store and
     snapshot policy: jobs submitted, dispatched, started and finished."""
-    from daemon.bench.history import write_history
+    from reckon.daemon.bench.history import write_history
 
     return trio.run(write_history, where, facts)
 
@@ -282,7 +282,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.bench == "throughput":
         from contextlib import nullcontext
 
-        from daemon.bench.pgserver import PgServer
+        from reckon.daemon.bench.pgserver import PgServer
 
         cpu: dict[str, list[float]] = {}
         with PgServer(durable=True) if args.store == "postgres" else nullcontext() as pg:
@@ -295,7 +295,7 @@ def run_bench(args: argparse.Namespace) -> int:
         for key, c in cpu_per_job.items():
             lines.append(f"CPU per job, {key}: {_fmt(c, 'ms', scale=1e3, digits=3)}")
     elif args.bench == "launch":
-        from daemon.bench.launch import launch_run
+        from reckon.daemon.bench.launch import launch_run
 
         cpu_values: list[float] = []
 
@@ -318,7 +318,7 @@ def run_bench(args: argparse.Namespace) -> int:
             out["rounds"].append({"jobs": n, "seconds": s, "per_job_seconds": per_job})
             lines.append(f"resync, {n} jobs: {_fmt(s, 's', digits=3)}; per job {per_job['median'] * 1e6:.1f} us")
         if args.plot is not None:
-            from daemon.bench.plot import line_plot
+            from reckon.daemon.bench.plot import line_plot
 
             args.plot.write_text(line_plot(
                 [(r["jobs"], r["seconds"]["median"]) for r in out["rounds"]],
@@ -326,7 +326,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 ylabel="seconds"))
             lines.append(f"plot written to {args.plot}")
     elif args.bench == "resync-stages":
-        from daemon.bench.stages import STAGES, run_round
+        from reckon.daemon.bench.stages import STAGES, run_round
 
         out["rounds"] = []
         for n in args.jobs:
@@ -355,13 +355,13 @@ def run_bench(args: argparse.Namespace) -> int:
             lines.append(f"restart with {n} facts ({info['jobs']} jobs, {info['facts_after_snapshot']} facts "
                          f"after the last snapshot): {_fmt(s, 's')}")
     elif args.bench == "cli":
-        from daemon.bench.cli import run_cli_bench
+        from reckon.daemon.bench.cli import run_cli_bench
 
         figures, cli_lines = run_cli_bench(args, quiet)
         out.update(figures)
         lines += cli_lines
     elif args.bench == "failover":
-        from daemon.bench.failover import run_failover_bench
+        from reckon.daemon.bench.failover import run_failover_bench
 
         figures, failover_lines = run_failover_bench(args, quiet)
         out.update(figures)

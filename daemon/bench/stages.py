@@ -19,16 +19,16 @@ from typing import Any
 
 import cbor2
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import Agent, AgentConfig
-from model.controller import Controller, ControllerConfig
-from model.jobs import JobSpec
-from model.records import LocalJob, LocalStatus
-from model.state import ControllerState, apply
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.jobs import JobSpec
+from reckon.model.records import LocalJob, LocalStatus
+from reckon.model.state import ControllerState, apply
 
-from daemon import runtime, wire
+from reckon.daemon import runtime, wire
 
 STAGES = (
     "controller builds the query", "query encoded", "query decoded", "agent answers",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import trio
 
-from daemon.chaos.run import ChaosConfig, ChaosInterrupted, ChaosRun, dumps, kill_job_processes, print_report, report
-from daemon.chaos.schedule import make_plan
+from reckon.daemon.chaos.run import ChaosConfig, ChaosInterrupted, ChaosRun, dumps, kill_job_processes, print_report, report
+from reckon.daemon.chaos.schedule import make_plan
 
 
 def run_chaos(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.main import path
+from reckon.daemon.cli.main import path
 
 
 def _positive(value: str) -> float:

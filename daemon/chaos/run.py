@@ -23,12 +23,12 @@ from typing import Any
 
 import trio
 
-from daemon.client import Client, ClientError
-from daemon.cli.demo import _count_finish_facts
-from daemon.procs import LocalCluster
-from daemon.chaos.proxy import CuttableProxy
-from daemon.chaos.schedule import CONTROLLER, ChaosJob, Fault, FaultKind, Plan
-from daemon.chaos.truth import TERMINAL, Verdict, job_command, judge, read_truth
+from reckon.daemon.client import Client, ClientError
+from reckon.daemon.cli.demo import _count_finish_facts
+from reckon.daemon.procs import LocalCluster
+from reckon.daemon.chaos.proxy import CuttableProxy
+from reckon.daemon.chaos.schedule import CONTROLLER, ChaosJob, Fault, FaultKind, Plan
+from reckon.daemon.chaos.truth import TERMINAL, Verdict, job_command, judge, read_truth
 
 CONTROLLER_ARGS = ("--heartbeat-timeout", "3", "--round-timeout", "10")  # lost_after stays off
 AGENT_ARGS = ("--reconnect-max", "0.5", "--heartbeat-interval", "0.5", "--retry-max", "2", "--kill-grace", "2")

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.chaos.schedule import ChaosJob
+from reckon.daemon.chaos.schedule import ChaosJob
 
 FINISH_SLACK = 1.0  # seconds: the largest gap accepted between a job's own end and the recorded finish
 START_SLACK = 2.0  # seconds: ... between the recorded start and the job's own start (fork + exec of sh, date)

@@ -1,5 +1,5 @@
 import sys
 
-from daemon.cli.main import main
+from reckon.daemon.cli.main import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ import argparse
 import re
 from typing import Any, TextIO
 
-from daemon.cli.client import UsageError
+from reckon.daemon.cli.client import UsageError
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -46,7 +46,7 @@ def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def check_array(text: str) -> None:
-    from model.arrays import parse_array
+    from reckon.model.arrays import parse_array
 
     try:
         parse_array(text)

@@ -17,8 +17,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from daemon import wire
-from daemon.cli import websocket as ws
+from reckon.daemon import wire
+from reckon.daemon.cli import websocket as ws
 
 DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
 DEFAULT_TIMEOUT = 10.0  # seconds: connecting (TCP and handshake), and then each request

@@ -11,15 +11,15 @@ from typing import Any
 
 import trio
 
-from daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
+from reckon.daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
                                refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
-from daemon.cli.logfile import reopen_on_hangup, setup_logging
-from daemon.controller.listen import CannotListen
-from daemon.controller.tls import TLSConfigError, check_tls_files
-from daemon.store.interface import SteppedDown
-from daemon.store.sqlite_thread import StoreError
-from daemon.store.machine import CopiedStateDir, read_machine_id
-from daemon.store.statelock import StateDirBusy, WrongStateDir
+from reckon.daemon.cli.logfile import reopen_on_hangup, setup_logging
+from reckon.daemon.controller.listen import CannotListen
+from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
+from reckon.daemon.store.interface import SteppedDown
+from reckon.daemon.store.sqlite_thread import StoreError
+from reckon.daemon.store.machine import CopiedStateDir, read_machine_id
+from reckon.daemon.store.statelock import StateDirBusy, WrongStateDir
 
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
 PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
@@ -48,15 +48,15 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         if args.command == "dev":
             return trio.run(_dev_command, args)
         if args.command == "demo":
-            from daemon.cli.demo import run_demo
+            from reckon.daemon.cli.demo import run_demo
 
             return run_demo(args)
         if args.command == "bench":
-            from daemon.bench.run import run_bench
+            from reckon.daemon.bench.run import run_bench
 
             return run_bench(args)
         if args.command == "chaos":
-            from daemon.chaos.main import run_chaos
+            from reckon.daemon.chaos.main import run_chaos
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
@@ -97,10 +97,10 @@ async def _until_signalled(run: Any, log_file: Any = None) -> None:
 
 
 async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
-    from daemon.controller.server import ControllerOptions, serve_controller
-    from model.controller import ControllerConfig
+    from reckon.daemon.controller.server import ControllerOptions, serve_controller
+    from reckon.model.controller import ControllerConfig
 
-    from daemon.store.interface import check_store_url
+    from reckon.daemon.store.interface import check_store_url
 
     token = resolve_token(args.token_file)
     if args.store is None and args.state_dir is None:
@@ -143,7 +143,7 @@ def agent_ping_timeout(given: float | None, controller: str) -> float:
 
 
 async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
-    from daemon.agent.daemon import AgentOptions, run_agent
+    from reckon.daemon.agent.daemon import AgentOptions, run_agent
 
     controller = resolve_controller(args.controller)
     parse_controller_urls(controller)  # UsageError (exit 2) before anything starts
@@ -173,7 +173,7 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
 
 
 async def _dev_command(args: argparse.Namespace) -> int:
-    from daemon.cli.dev import run_dev
+    from reckon.daemon.cli.dev import run_dev
 
     await _until_signalled(partial(run_dev, args))
     return 0

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import trio
 
-from daemon.client import Client, ClientError
-from daemon.procs import LocalCluster
+from reckon.daemon.client import Client, ClientError
+from reckon.daemon.procs import LocalCluster
 
 AGENT_ARGS = ("--kill-grace", "2")
 FINISH_TOLERANCE = 1.0  # seconds between the job's own last timestamp and the recorded finish
@@ -142,9 +142,9 @@ async def _scenario(cluster: LocalCluster, jobs: list[DemoJob], truth_dir: Path,
 
 
 async def _count_finish_facts(state_dir: Path) -> dict[str, int]:
-    from model.facts import JobFinished
+    from reckon.model.facts import JobFinished
 
-    from daemon.store.facts import FactStore
+    from reckon.daemon.store.facts import FactStore
 
     store = await FactStore.open(state_dir)
     try:

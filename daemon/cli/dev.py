@@ -24,10 +24,10 @@ from pathlib import Path
 
 import trio
 
-from daemon.agent.daemon import AgentOptions, run_agent
-from daemon.client import resolve_token
-from daemon.controller.server import ControllerOptions, serve_controller
-from daemon.agent.runner import JobRunner
+from reckon.daemon.agent.daemon import AgentOptions, run_agent
+from reckon.daemon.client import resolve_token
+from reckon.daemon.controller.server import ControllerOptions, serve_controller
+from reckon.daemon.agent.runner import JobRunner
 
 log = logging.getLogger("reckon.dev")
 

@@ -14,9 +14,9 @@ import json
 import sys
 import time
 
-from daemon import wire
-from daemon.cli import batch
-from daemon.cli.client import (SyncClient, UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
+from reckon.daemon import wire
+from reckon.daemon.cli import batch
+from reckon.daemon.cli.client import (SyncClient, UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
                                resolve_controller, resolve_token)
 
 
@@ -29,7 +29,7 @@ def run_client_command(args: argparse.Namespace) -> int:
     if args.command == "submit":
         return _submit(args, url, token, tls)
     if args.command == "logs":
-        from daemon.cli.logs import run_logs
+        from reckon.daemon.cli.logs import run_logs
 
         return run_logs(args, url, token, tls)
     with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
@@ -124,7 +124,7 @@ def submit_cwd(cwd: str | None) -> str:
 
 def job_spec(argv: list[str], args: argparse.Namespace, cwd: str) -> dict:
     """A job spec, checked here (the model's own checks) before it is sent."""
-    from model.jobs import JobSpec
+    from reckon.model.jobs import JobSpec
 
     try:
         spec = JobSpec(name=args.name or argv[0].rstrip("/").rpartition("/")[2] or argv[0], command=tuple(argv),

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from daemon.ops.logformat import make_formatter, quiet_libraries
+from reckon.daemon.ops.logformat import make_formatter, quiet_libraries
 
 LOG_FILE_MODE = 0o600
 

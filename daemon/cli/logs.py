@@ -19,7 +19,7 @@ import argparse
 import sys
 import time
 
-from daemon.cli.client import ClientError, SyncClient
+from reckon.daemon.cli.client import ClientError, SyncClient
 
 FOLLOW_POLL = 0.5  # seconds between reads while a followed attempt writes nothing new
 

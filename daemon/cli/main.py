@@ -48,7 +48,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, nargs=0, help="print reckon's version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from model.messages import PROTOCOL_VERSION
+        from reckon.model.messages import PROTOCOL_VERSION
 
         print(f"reckon {_version()} (protocol version {PROTOCOL_VERSION})")
         parser.exit()
@@ -96,7 +96,7 @@ def _agent_name(value: str) -> str:
 
 
 def _moved_from(value: str) -> str:
-    from daemon.store.machine import check_moved_from  # light: no trio
+    from reckon.daemon.store.machine import check_moved_from  # light: no trio
 
     try:
         return check_moved_from(value)
@@ -136,7 +136,7 @@ _count.toml_type = "integer"  # type: ignore[attr-defined]
 
 
 def _keep_output(value: str) -> float | None:
-    from model.output import parse_keep_output
+    from reckon.model.output import parse_keep_output
 
     try:
         return parse_keep_output(value)
@@ -145,7 +145,7 @@ def _keep_output(value: str) -> float | None:
 
 
 def _file_mode(value: str) -> int:
-    from daemon.store.filemodes import parse_mode
+    from reckon.daemon.store.filemodes import parse_mode
 
     try:
         return parse_mode(value)
@@ -461,8 +461,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = config_sub.add_parser("check", help="validate a TOML config file; exit status 2 names the bad key")
     p.add_argument("file", type=path, help="the TOML file ([controller] and/or [agent] tables)")
 
-    from daemon.bench.options import add_parser as add_bench_parser
-    from daemon.chaos.options import add_parser as add_chaos_parser
+    from reckon.daemon.bench.options import add_parser as add_bench_parser
+    from reckon.daemon.chaos.options import add_parser as add_chaos_parser
 
     add_bench_parser(sub, verbose)
     add_chaos_parser(sub, verbose)
@@ -487,7 +487,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         pre.add_argument("--config", type=path)
         known, _ = pre.parse_known_args(argv)
         if known.config is not None:
-            from daemon.cli import config as daemon_config
+            from reckon.daemon.cli import config as daemon_config
 
             try:
                 daemon_config.apply_config(daemon_parsers(parser)[command], known.config, command)
@@ -498,7 +498,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from daemon.cli import config as daemon_config
+    from reckon.daemon.cli import config as daemon_config
 
     try:
         found = daemon_config.check(args.file, daemon_parsers(build_parser()))
@@ -514,15 +514,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "config":
         return _config_check(args)
-    from daemon.cli.client import ClientError, UsageError
+    from reckon.daemon.cli.client import ClientError, UsageError
 
     try:
         if args.command in CLIENT_COMMANDS:
-            from daemon.cli.jobs import run_client_command
+            from reckon.daemon.cli.jobs import run_client_command
 
             status = run_client_command(args)
         else:
-            from daemon.cli.daemons import run_daemon_command
+            from reckon.daemon.cli.daemons import run_daemon_command
 
             status = run_daemon_command(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below

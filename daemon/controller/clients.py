@@ -14,14 +14,14 @@ import time
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import WebSocketConnection
 
-from model import events as E
-from model.errors import ProtocolError
-from model.facts import JobCancelConfirmed, JobRequeued, JobSubmitted
-from model.jobs import JobSpec, JobState
+from reckon.model import events as E
+from reckon.model.errors import ProtocolError
+from reckon.model.facts import JobCancelConfirmed, JobRequeued, JobSubmitted
+from reckon.model.jobs import JobSpec, JobState
 
-from daemon import wire
-from daemon.controller import job_ops, operator
-from daemon.controller.logs import output_paths_of
+from reckon.daemon import wire
+from reckon.daemon.controller import job_ops, operator
+from reckon.daemon.controller.logs import output_paths_of
 
 log = logging.getLogger("reckon.controller")
 

@@ -19,12 +19,12 @@ import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import WebSocketConnection, WebSocketRequest
 
-from model import events as E
-from model import messages as M
-from model.errors import RemoteProtocolError
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.errors import RemoteProtocolError
 
-from daemon import wire
-from daemon.controller.work import _Work
+from reckon.daemon import wire
+from reckon.daemon.controller.work import _Work
 
 log = logging.getLogger("reckon.controller")
 

@@ -16,26 +16,26 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from model import events as E
-from model.controller import Controller
-from model.errors import LocalProtocolError, RemoteProtocolError
-from model import messages as M
-from model.facts import Fact
-from model.state import snapshot
-from model.scheduler import Scheduler
+from reckon.model import events as E
+from reckon.model.controller import Controller
+from reckon.model.errors import LocalProtocolError, RemoteProtocolError
+from reckon.model import messages as M
+from reckon.model.facts import Fact
+from reckon.model.state import snapshot
+from reckon.model.scheduler import Scheduler
 
-from daemon.controller import lifecycle, startup
-from daemon.controller.clients import ClientRequests
-from daemon.controller.connections import AgentConnections, _Conn
-from daemon.controller.effects import CommandEffects
-from daemon.controller.logs import OutputRelay
-from daemon.controller.metrics import ControllerMetrics
-from daemon.controller.work import _Work
-from daemon.refusals import RefusalLog
-from daemon.store.facts import FactStore
+from reckon.daemon.controller import lifecycle, startup
+from reckon.daemon.controller.clients import ClientRequests
+from reckon.daemon.controller.connections import AgentConnections, _Conn
+from reckon.daemon.controller.effects import CommandEffects
+from reckon.daemon.controller.logs import OutputRelay
+from reckon.daemon.controller.metrics import ControllerMetrics
+from reckon.daemon.controller.work import _Work
+from reckon.daemon.refusals import RefusalLog
+from reckon.daemon.store.facts import FactStore
 
 if TYPE_CHECKING:
-    from daemon.controller.server import ControllerOptions
+    from reckon.daemon.controller.server import ControllerOptions
 
 log = logging.getLogger("reckon.controller")
 

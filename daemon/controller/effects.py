@@ -11,14 +11,14 @@ import time
 
 import trio
 
-from model import events as E
-from model import messages as M
-from model.scheduler import DispatchHold
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.scheduler import DispatchHold
 
-from daemon import wire
-from daemon.controller import lifecycle
-from daemon.controller.connections import _Conn
-from daemon.controller.work import _Work
+from reckon.daemon import wire
+from reckon.daemon.controller import lifecycle
+from reckon.daemon.controller.connections import _Conn
+from reckon.daemon.controller.work import _Work
 
 log = logging.getLogger("reckon.controller")
 

@@ -28,25 +28,25 @@ import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import WebSocketRequest
 
-from model import messages as M
-from model.controller import Controller
-from model.errors import ProtocolError
-from model.facts import ClusterCreated
-from model.state import ControllerState, apply, replay, restore
+from reckon.model import messages as M
+from reckon.model.controller import Controller
+from reckon.model.errors import ProtocolError
+from reckon.model.facts import ClusterCreated
+from reckon.model.state import ControllerState, apply, replay, restore
 
-from daemon import runtime, wire
-from daemon.controller.ha_database import RETRY_CAP, StandbyDatabase
-from daemon.controller.ha_metrics import HaMetrics
-from daemon.controller.leadership import Leadership
-from daemon.controller.listen import listening
-from daemon.controller.core import REFUSAL_REMINDER, ControllerDaemon
-from daemon.controller.server import ContainedServer, ControllerOptions
-from daemon.controller.tls import CLEARTEXT_WARNING, is_loopback_host, with_tls
-from daemon.ops.metrics_http import serve_metrics
-from daemon.refusals import RefusalLog
-from daemon.store.interface import SteppedDown
-from daemon.store.pglisten import FactListener
-from daemon.store.postgres import DatabaseFailed, PgFactStore
+from reckon.daemon import runtime, wire
+from reckon.daemon.controller.ha_database import RETRY_CAP, StandbyDatabase
+from reckon.daemon.controller.ha_metrics import HaMetrics
+from reckon.daemon.controller.leadership import Leadership
+from reckon.daemon.controller.listen import listening
+from reckon.daemon.controller.core import REFUSAL_REMINDER, ControllerDaemon
+from reckon.daemon.controller.server import ContainedServer, ControllerOptions
+from reckon.daemon.controller.tls import CLEARTEXT_WARNING, is_loopback_host, with_tls
+from reckon.daemon.ops.metrics_http import serve_metrics
+from reckon.daemon.refusals import RefusalLog
+from reckon.daemon.store.interface import SteppedDown
+from reckon.daemon.store.pglisten import FactListener
+from reckon.daemon.store.postgres import DatabaseFailed, PgFactStore
 
 log = logging.getLogger("reckon.controller")
 

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from daemon.store.postgres import DatabaseFailed, DatabaseLost
-from daemon.store.sqlite_thread import StoreError
+from reckon.daemon.store.postgres import DatabaseFailed, DatabaseLost
+from reckon.daemon.store.sqlite_thread import StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from daemon.controller.ha_metrics import HaMetrics
-    from daemon.store.postgres import PgFactStore
+    from reckon.daemon.controller.ha_metrics import HaMetrics
+    from reckon.daemon.store.postgres import PgFactStore
 
 log = logging.getLogger("reckon.controller")
 

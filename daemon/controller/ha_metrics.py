@@ -29,8 +29,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:  # pragma: no cover
-    from daemon.controller.ha import Front, _Follower
-    from daemon.store.postgres import PgFactStore
+    from reckon.daemon.controller.ha import Front, _Follower
+    from reckon.daemon.store.postgres import PgFactStore
 
 REFRESH_TIMEOUT = 2.0  # seconds a scrape waits for the log's head before showing the last one read
 ROLES = ("leader", "standby")
@@ -66,7 +66,7 @@ class HaMetrics(Collector):
         """Before a scrape: the log's head, for a standby's lag (a leader's own is always current)."""
         if self.front.daemon is not None:
             return
-        from daemon.store.postgres import _positions
+        from reckon.daemon.store.postgres import _positions
 
         with trio.move_on_after(REFRESH_TIMEOUT):
             try:

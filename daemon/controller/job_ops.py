@@ -10,12 +10,12 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from model import events as E
-from model.arrays import parse_array
-from model.jobs import JobSpec
+from reckon.model import events as E
+from reckon.model.arrays import parse_array
+from reckon.model.jobs import JobSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.core import ControllerDaemon
 
 # op -> the model event of a request naming one job
 _JOB_EVENTS = {"hold": E.HoldJob, "release": E.ReleaseJob, "requeue": E.RequeueJob}

@@ -17,10 +17,10 @@ import math
 
 import trio
 
-from model import leadership as L
+from reckon.model import leadership as L
 
-from daemon.store.interface import SteppedDown
-from daemon.store.postgres import Deposed, PgFactStore
+from reckon.daemon.store.interface import SteppedDown
+from reckon.daemon.store.postgres import Deposed, PgFactStore
 
 MARGIN = L.MARGIN  # of the lease: room for clock-rate differences (model/leadership.py)
 

@@ -15,9 +15,9 @@ import signal as _signal
 import time
 from typing import Any, Callable
 
-from model import facts as F
-from model.events import Notify
-from model.scheduler import AgentNote
+from reckon.model import facts as F
+from reckon.model.events import Notify
+from reckon.model.scheduler import AgentNote
 
 log = logging.getLogger("reckon.lifecycle")
 

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from model import messages as M
-from model.errors import LocalProtocolError
-from model.output import (
+from reckon.model import messages as M
+from reckon.model.errors import LocalProtocolError
+from reckon.model.output import (
     DEFAULT_OUTPUT_CHUNK, MAX_OUTPUT_CHUNK, TRANSIENT_REFUSALS, NoOutput, OutputAt, OutputStatus, OutputStream,
     locate, output_path,
 )
 
-from daemon import wire
+from reckon.daemon import wire
 
 if TYPE_CHECKING:
-    from daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.core import ControllerDaemon
 
 log = logging.getLogger("reckon.controller")
 

@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from model import facts as F
-from model.jobs import JobState
-from model.nodes import NODE_STATES
+from reckon.model import facts as F
+from reckon.model.jobs import JobState
+from reckon.model.nodes import NODE_STATES
 
 if TYPE_CHECKING:
-    from daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.core import ControllerDaemon
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _SIZES = (1, 10, 100, 1_000, 10_000, 100_000)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from model import events as E
-from model.history import job_history
-from model.nodes import pending_reason
+from reckon.model import events as E
+from reckon.model.history import job_history
+from reckon.model.nodes import pending_reason
 
 if TYPE_CHECKING:
-    from daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.core import ControllerDaemon
 
 
 def job_with_reason(daemon: "ControllerDaemon", job_id: str) -> dict:

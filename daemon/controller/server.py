@@ -22,18 +22,18 @@ from pathlib import Path
 import trio
 from trio_websocket import WebSocketServer
 
-from model.controller import Controller, ControllerConfig
-from model.facts import ClusterCreated
-from model.state import apply
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.facts import ClusterCreated
+from reckon.model.state import apply
 
-from daemon import runtime, wire
-from daemon.controller.core import ControllerDaemon
-from daemon.ops.metrics_http import serve_metrics
-from daemon.store.facts import FactStore
-from daemon.refusals import RefusalLog
-from daemon.controller.listen import listening
-from daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, tls_handshake, with_tls
-from daemon.store.statelock import hold_state_dir
+from reckon.daemon import runtime, wire
+from reckon.daemon.controller.core import ControllerDaemon
+from reckon.daemon.ops.metrics_http import serve_metrics
+from reckon.daemon.store.facts import FactStore
+from reckon.daemon.refusals import RefusalLog
+from reckon.daemon.controller.listen import listening
+from reckon.daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, tls_handshake, with_tls
+from reckon.daemon.store.statelock import hold_state_dir
 
 log = logging.getLogger("reckon.controller")
 
@@ -88,7 +88,7 @@ async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_
     t0 = time.perf_counter()
     check_tls_files(options.tls_cert, options.tls_key)  # a bad pair fails now, before recovery
     if options.store is not None:
-        from daemon.controller.ha import serve_ha
+        from reckon.daemon.controller.ha import serve_ha
 
         await serve_ha(options, task_status=task_status)
         return

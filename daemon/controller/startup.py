@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from model import events as E
-from model.errors import LocalProtocolError
-from model.facts import Fact, IdMarkRaised
-from model.startup import holding_restored
+from reckon.model import events as E
+from reckon.model.errors import LocalProtocolError
+from reckon.model.facts import Fact, IdMarkRaised
+from reckon.model.startup import holding_restored
 
-from daemon.store.idmark import BadIdMark, read_id_mark, write_id_mark
-from daemon.store.statelock import WrongStateDir
+from reckon.daemon.store.idmark import BadIdMark, read_id_mark, write_id_mark
+from reckon.daemon.store.statelock import WrongStateDir
 
 if TYPE_CHECKING:  # pragma: no cover
-    from daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.core import ControllerDaemon
 
 
 async def start_model(daemon: "ControllerDaemon") -> list[E.Command]:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import trio
 
-from daemon.refusals import RefusalLog
-from daemon.wsconnect import is_loopback_host  # noqa: F401 - server.py imports it from here
+from reckon.daemon.refusals import RefusalLog
+from reckon.daemon.wsconnect import is_loopback_host  # noqa: F401 - server.py imports it from here
 
 HANDSHAKE_TIMEOUT = 10.0  # seconds a new connection may take over its TLS handshake
 CLEARTEXT_WARNING = ("serving plain ws:// on {host}: the token and every job cross the network unencrypted "

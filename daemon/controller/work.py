@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import trio
 
-from model import events as E
+from reckon.model import events as E
 
 
 @dataclass(slots=True)

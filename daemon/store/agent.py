@@ -27,14 +27,14 @@ from typing import Any, Sequence
 
 import cbor2
 
-from model import events as E
-from model.agent import LocalJob, LocalStatus
-from model.jobs import JobSpec
-from model.messages import Finished
+from reckon.model import events as E
+from reckon.model.agent import LocalJob, LocalStatus
+from reckon.model.jobs import JobSpec
+from reckon.model.messages import Finished
 
-from daemon.store.machine import MachineClaim, MachineId, decide
-from daemon.store.statelock import WrongStateDir
-from daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
+from reckon.daemon.store.machine import MachineClaim, MachineId, decide
+from reckon.daemon.store.statelock import WrongStateDir
+from reckon.daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 3  # 2: local_job.uid and outbox.uid (the submission a dispatch was for); 3: timed_out
 _SCHEMA = (

@@ -23,10 +23,10 @@ from typing import Any, Callable, Sequence
 
 import cbor2
 
-from model import facts as F
+from reckon.model import facts as F
 
-from daemon import runtime
-from daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
+from reckon.daemon import runtime
+from reckon.daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 1
 _SCHEMA = (

@@ -24,9 +24,9 @@ import json
 import os
 from pathlib import Path
 
-from model.events import IdMark
+from reckon.model.events import IdMark
 
-from daemon.store.sqlite_thread import StoreError
+from reckon.daemon.store.sqlite_thread import StoreError
 
 ID_MARK_FILE = "id-mark"
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from model import facts as F
+from reckon.model import facts as F
 
 
 @runtime_checkable
@@ -77,7 +77,7 @@ def check_store_url(store: str | None) -> None:
 
 
 async def open_sqlite_store(state_dir: Path) -> ControllerStore:
-    from daemon.store.facts import FactStore
+    from reckon.daemon.store.facts import FactStore
 
     return await FactStore.open(state_dir)
 

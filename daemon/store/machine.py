@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from daemon.store.statelock import WrongStateDir
+from reckon.daemon.store.statelock import WrongStateDir
 
 # Where systemd (and, on older systems, D-Bus) keep the machine's id; the first usable one counts.
 MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))

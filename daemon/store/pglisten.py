@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from daemon.store.postgres import NOTIFY_CHANNEL, redacted
+from reckon.daemon.store.postgres import NOTIFY_CHANNEL, redacted
 
 log = logging.getLogger("reckon.controller")
 

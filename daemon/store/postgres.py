@@ -35,11 +35,11 @@ from typing import Any, Sequence
 import cbor2
 import trio
 
-from model import facts as F
+from reckon.model import facts as F
 
-from daemon import runtime
-from daemon.store.facts import _decode_facts
-from daemon.store.sqlite_thread import SqliteThread, StoreError
+from reckon.daemon import runtime
+from reckon.daemon.store.facts import _decode_facts
+from reckon.daemon.store.sqlite_thread import SqliteThread, StoreError
 
 SCHEMA_VERSION = 1
 LOCK_KEY = 0x7265636B  # "reck": the first half of every advisory lock key this store takes

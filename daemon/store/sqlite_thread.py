@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 import outcome
 import trio
 
-from daemon.store.filemodes import private_dir, private_file
+from reckon.daemon.store.filemodes import private_dir, private_file
 
 T = TypeVar("T")
 

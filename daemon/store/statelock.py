@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from daemon.store.filemodes import FILE_MODE, private_dir
+from reckon.daemon.store.filemodes import FILE_MODE, private_dir
 
 
 class StateDirBusy(Exception):

@@ -24,11 +24,11 @@ import tokenize
 from dataclasses import MISSING, fields
 from typing import Callable, Mapping
 
-from model import messages as M
-from model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
-from model.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
-from model.output_paths import PATTERN_ESCAPES
-from model.resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
+from reckon.model import messages as M
+from reckon.model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
+from reckon.model.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
+from reckon.model.output_paths import PATTERN_ESCAPES
+from reckon.model.resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
 
 BEGIN = "<!-- BEGIN GENERATED: {name} -->"
 END = "<!-- END GENERATED -->"

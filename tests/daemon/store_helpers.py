@@ -6,8 +6,8 @@ import functools
 
 import trio
 
-from model import facts as F
-from model.jobs import JobSpec
+from reckon.model import facts as F
+from reckon.model.jobs import JobSpec
 
 
 def hang_guard(fn):

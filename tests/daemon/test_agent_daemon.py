@@ -14,13 +14,13 @@ from __future__ import annotations
 import cbor2
 import trio
 
-from daemon.agent import daemon as agent_daemon
-from daemon.agent.daemon import AgentOptions, run_agent
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import SessionState
-from model.jobs import JobState
+from reckon.daemon.agent import daemon as agent_daemon
+from reckon.daemon.agent.daemon import AgentOptions, run_agent
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import SessionState
+from reckon.model.jobs import JobState
 from trio_harness import (
     SPEC, TOKEN, FakeNet, HeldAgentStore, ManualRunner, TrioWall, agent_disk, controller, patch_controller, until,
 )
@@ -374,7 +374,7 @@ async def test_an_agent_with_more_records_than_its_event_queue_starts(tmp_path, 
     """Adoption used to put one event per record into the core's queue before the
     core ran: with more records than the queue holds (100,000) the agent never
     started.  The queue is made small here; the path is the same."""
-    from model.agent import LocalJob, LocalStatus
+    from reckon.model.agent import LocalJob, LocalStatus
 
     monkeypatch.setattr(agent_daemon, "EVENT_QUEUE", 5)
     state = tmp_path / "agent"

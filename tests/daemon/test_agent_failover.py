@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import trio
 
-from daemon.agent.controllers import ControllerUrls
-from model import messages as M
-from model.agent import SessionState
+from reckon.daemon.agent.controllers import ControllerUrls
+from reckon.model import messages as M
+from reckon.model.agent import SessionState
 from test_agent_daemon import GUARD, install, options, start_agent
 from trio_harness import FakeNet, until
 
@@ -86,7 +86,7 @@ async def test_a_silent_leader_is_left_for_the_next_url_without_a_close_handshak
 
 
 def test_the_ping_timeout_defaults_shorter_with_several_controller_urls():
-    from daemon.cli.daemons import HA_PING_TIMEOUT, PING_TIMEOUT, agent_ping_timeout
+    from reckon.daemon.cli.daemons import HA_PING_TIMEOUT, PING_TIMEOUT, agent_ping_timeout
 
     assert agent_ping_timeout(None, A) == PING_TIMEOUT == 10.0
     assert agent_ping_timeout(None, f"{A},{B}") == HA_PING_TIMEOUT == 3.0

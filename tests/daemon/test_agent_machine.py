@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.agent.daemon import AgentOptions, run_agent
-from daemon.store.agent import AgentStore
-from daemon.store.machine import (CopiedStateDir, MachineId, MachineOutcome, check_moved_from, decide,
+from reckon.daemon.agent.daemon import AgentOptions, run_agent
+from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.store.machine import (CopiedStateDir, MachineId, MachineOutcome, check_moved_from, decide,
                                   read_machine_id)
-from model import events as E
+from reckon.model import events as E
 from store_helpers import hang_guard
 from test_agentstore import records
 from test_agent_daemon import install, options, start_agent
@@ -272,7 +272,7 @@ def test_agent_options_refuse_a_bad_moved_from(tmp_path):
 
 @hang_guard
 async def test_the_join_generation_is_durable_and_a_corrupt_one_is_a_store_error(tmp_path):
-    from daemon.store.sqlite_thread import StoreError
+    from reckon.daemon.store.sqlite_thread import StoreError
 
     async with await AgentStore.open(tmp_path) as store:
         assert await store.load_generation() == 0  # none yet (a new directory, or one from before)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.agent.launcher import read_records
-from daemon.agent.output import EXPIRED, OutputFiles
-from daemon.agent.runner import JobRunner
-from model import messages as M
-from model.jobs import JobSpec
-from model.output import OutputStatus, OutputStream
+from reckon.daemon.agent.launcher import read_records
+from reckon.daemon.agent.output import EXPIRED, OutputFiles
+from reckon.daemon.agent.runner import JobRunner
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
+from reckon.model.output import OutputStatus, OutputStream
 
 HANG = 30  # seconds: a generous guard, never reached by a passing test
 DAY = 86_400.0

@@ -13,12 +13,12 @@ import pytest
 import trio
 import trio.testing
 
-from daemon.store.agent import AgentStore
-from daemon.store.sqlite_thread import StoreError
-from model import events as E
-from model import messages as M
-from model.agent import Agent, AgentConfig, LocalJob, LocalStatus
-from model.jobs import JobSpec
+from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.store.sqlite_thread import StoreError
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus
+from reckon.model.jobs import JobSpec
 from store_helpers import hang_guard
 
 
@@ -314,7 +314,7 @@ async def test_cancel_while_writing_completes_and_cancel_while_queued_drops(tmp_
 
 @hang_guard
 async def test_identity_is_made_once_and_bound_to_the_first_name(tmp_path):
-    from daemon.store.statelock import WrongStateDir
+    from reckon.daemon.store.statelock import WrongStateDir
 
     async with await AgentStore.open(tmp_path) as store:
         # A directory from before identities (records, no identity yet) gets one on its next start.

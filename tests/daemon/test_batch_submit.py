@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import trio
 
-from model import facts as F
+from reckon.model import facts as F
 from trio_harness import SPEC, controller
 
 GUARD = 1_000  # fake seconds; a passing test is far below it

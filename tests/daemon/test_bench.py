@@ -13,13 +13,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from daemon.bench.plot import line_plot
+from reckon.daemon.bench.plot import line_plot
 
 pytestmark = pytest.mark.e2e
 
 
 def bench(*args: str, timeout: float = 180) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "daemon.cli", "bench", *args, "--runs", "1", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "reckon.daemon.cli", "bench", *args, "--runs", "1", "--json"],
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)

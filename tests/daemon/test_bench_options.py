@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.cli.main import build_parser
+from reckon.daemon.cli.main import build_parser
 
 
 def parse(*argv: str):

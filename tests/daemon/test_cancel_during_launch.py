@@ -14,10 +14,10 @@ import time as _time
 
 import trio
 
-from daemon.agent import daemon as agent_daemon
-from daemon.agent.attempts import ExitStatus
-from model import events as E
-from model.jobs import JobSpec, JobState
+from reckon.daemon.agent import daemon as agent_daemon
+from reckon.daemon.agent.attempts import ExitStatus
+from reckon.model import events as E
+from reckon.model.jobs import JobSpec, JobState
 from test_agent_daemon import GUARD, install, options, start_agent
 from trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
 

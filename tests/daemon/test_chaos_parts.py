@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.chaos.proxy import CuttableProxy
-from daemon.chaos.schedule import CONTROLLER, ChaosJob, Fault, FaultKind, make_plan
-from daemon.chaos.truth import Execution, Truth, job_command, judge, read_truth
+from reckon.daemon.chaos.proxy import CuttableProxy
+from reckon.daemon.chaos.schedule import CONTROLLER, ChaosJob, Fault, FaultKind, make_plan
+from reckon.daemon.chaos.truth import Execution, Truth, job_command, judge, read_truth
 
 AGENTS = ["agent-1", "agent-2", "agent-3"]
 

@@ -18,7 +18,7 @@ import threading
 import cbor2
 import pytest
 
-from daemon.cli.client import ClientError, SyncClient
+from reckon.daemon.cli.client import ClientError, SyncClient
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 

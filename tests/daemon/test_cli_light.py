@@ -7,15 +7,15 @@ import json
 import subprocess
 import sys
 
-from daemon.cli.main import AGENT_NAME, MAX_SLOTS, build_parser
-from model.jobs import MAX_SLOTS as MODEL_MAX_SLOTS
+from reckon.daemon.cli.main import AGENT_NAME, MAX_SLOTS, build_parser
+from reckon.model.jobs import MAX_SLOTS as MODEL_MAX_SLOTS
 
-HEAVY = ("trio", "trio_websocket", "wsproto", "h11", "model.controller", "model.messages", "daemon.controller",
-         "daemon.agent", "daemon.client", "daemon.store")
+HEAVY = ("trio", "trio_websocket", "wsproto", "h11", "reckon.model.controller", "reckon.model.messages", "reckon.daemon.controller",
+         "reckon.daemon.agent", "reckon.daemon.client", "reckon.daemon.store")
 
 PROBE = """
 import json, sys
-from daemon.cli.main import main
+from reckon.daemon.cli.main import main
 status = main(["submit", "--controller", "ws://127.0.0.1:1", "--timeout", "5", "--", "true"])
 print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
 """
@@ -47,8 +47,8 @@ def test_every_option_has_help():
 
 def test_the_cli_limits_match_the_model():
     assert MAX_SLOTS == MODEL_MAX_SLOTS
-    from daemon.cli.main import MAX_PAGE_ENTRIES
-    from model.messages import MAX_PAGE_ENTRIES as MODEL_MAX_PAGE
+    from reckon.daemon.cli.main import MAX_PAGE_ENTRIES
+    from reckon.model.messages import MAX_PAGE_ENTRIES as MODEL_MAX_PAGE
 
     assert MAX_PAGE_ENTRIES == MODEL_MAX_PAGE
     assert AGENT_NAME.fullmatch("node-1.example_com") and not AGENT_NAME.fullmatch("-x")
@@ -58,7 +58,7 @@ def test_the_cli_limits_match_the_model():
 def test_nodes_since_shows_the_date_for_a_state_older_than_today():
     import time
 
-    from daemon.cli.jobs import _since
+    from reckon.daemon.cli.jobs import _since
 
     now = time.mktime((2026, 11, 30, 12, 0, 0, 0, 0, -1))
     assert _since(now - 3600, now) == "11:00:00"

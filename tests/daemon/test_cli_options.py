@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from daemon.cli import daemons
-from daemon.cli.main import build_parser, main, parse
+from reckon.daemon.cli import daemons
+from reckon.daemon.cli.main import build_parser, main, parse
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str = "reckon"):

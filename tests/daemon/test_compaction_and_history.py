@@ -7,11 +7,11 @@ import os
 
 import trio
 
-from daemon.store.facts import FactStore
-from model import facts as F
-from model.history import job_history
-from model.jobs import JobSpec
-from model.state import replay, snapshot
+from reckon.daemon.store.facts import FactStore
+from reckon.model import facts as F
+from reckon.model.history import job_history
+from reckon.model.jobs import JobSpec
+from reckon.model.state import replay, snapshot
 
 
 def _many_jobs(n: int) -> list[F.Fact]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli import config as daemon_config
-from daemon.cli.main import daemon_parsers, parse, build_parser, main
+from reckon.daemon.cli import config as daemon_config
+from reckon.daemon.cli.main import daemon_parsers, parse, build_parser, main
 
 GOOD = """
     [controller]

@@ -14,8 +14,8 @@ import trio_websocket
 from trio_websocket import open_websocket_url
 from wsproto.utilities import LocalProtocolError
 
-from daemon.client import call
-from daemon.controller.server import ControllerOptions, serve_controller
+from reckon.daemon.client import call
+from reckon.daemon.controller.server import ControllerOptions, serve_controller
 
 
 async def test_a_failing_connection_does_not_stop_the_controller(tmp_path, monkeypatch):

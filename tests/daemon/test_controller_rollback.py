@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.agent import daemon as agent_daemon
-from daemon.agent.attempts import AlreadyLaunched, ExitStatus, check_key
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.jobs import JobState
-from model.startup import ID_BLOCK
+from reckon.daemon.agent import daemon as agent_daemon
+from reckon.daemon.agent.attempts import AlreadyLaunched, ExitStatus, check_key
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.jobs import JobState
+from reckon.model.startup import ID_BLOCK
 from test_agent_daemon import install, options, start_agent
 from trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
 

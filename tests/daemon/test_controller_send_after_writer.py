@@ -15,8 +15,8 @@ import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket._impl import CloseReason
 
-from model import messages as M
-from model.jobs import JobState
+from reckon.model import messages as M
+from reckon.model.jobs import JobState
 from trio_harness import controller
 
 GUARD = 1_000  # fake seconds

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.agent.controllers import ControllerUrls, parse_controller_urls
-from daemon.cli.client import ClientError, LeaderSearch, NotLeader, UsageError
-from daemon.client import Client
+from reckon.daemon.agent.controllers import ControllerUrls, parse_controller_urls
+from reckon.daemon.cli.client import ClientError, LeaderSearch, NotLeader, UsageError
+from reckon.daemon.client import Client
 
 
 def test_a_list_is_parsed_and_bad_ones_are_refused_clearly():

@@ -20,12 +20,12 @@ import pytest
 import trio
 import trio.testing
 
-from daemon.store.facts import FactStore
-from daemon.store.postgres import PgFactStore, redacted
-from daemon.store.sqlite_thread import SqliteThread, StoreError
-from model import facts as F
-from model.jobs import JobSpec
-from model.state import ControllerState, replay, restore, snapshot
+from reckon.daemon.store.facts import FactStore
+from reckon.daemon.store.postgres import PgFactStore, redacted
+from reckon.daemon.store.sqlite_thread import SqliteThread, StoreError
+from reckon.model import facts as F
+from reckon.model.jobs import JobSpec
+from reckon.model.state import ControllerState, replay, restore, snapshot
 from store_helpers import hang_guard, submits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -466,10 +466,10 @@ async def test_cancel_at_any_point_returned_iff_durable(backend, checkpoints):
 CHILD = """
 import sys, threading, trio
 from pathlib import Path
-from daemon.store.facts import FactStore
-from daemon.store.postgres import PgFactStore, redacted
-from model import facts as F
-from model.jobs import JobSpec
+from reckon.daemon.store.facts import FactStore
+from reckon.daemon.store.postgres import PgFactStore, redacted
+from reckon.model import facts as F
+from reckon.model.jobs import JobSpec
 
 def halt(*_):
     print("halted", flush=True)

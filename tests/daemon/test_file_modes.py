@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.store.agent import AgentStore
-from daemon.store.facts import FactStore
-from daemon.store.statelock import hold_state_dir
-from model import facts as F
+from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.store.facts import FactStore
+from reckon.daemon.store.statelock import hold_state_dir
+from reckon.model import facts as F
 
 HANG = 30
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import trio
 
-from model import messages as M
+from reckon.model import messages as M
 from trio_harness import controller
 
 GUARD = 1_000  # fake seconds

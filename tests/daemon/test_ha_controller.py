@@ -14,13 +14,13 @@ import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import open_websocket_url
 
-from daemon import wire
-from daemon.cli.client import SyncClient
-from daemon.client import Client
-from daemon.controller.server import ControllerOptions, serve_controller
-from daemon.store.interface import SteppedDown
-from model import messages as M
-from model.jobs import JobSpec
+from reckon.daemon import wire
+from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.client import Client
+from reckon.daemon.controller.server import ControllerOptions, serve_controller
+from reckon.daemon.store.interface import SteppedDown
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
 from store_helpers import hang_guard
 
 LEASE = 1.0
@@ -145,7 +145,7 @@ async def test_a_leader_whose_lease_is_taken_steps_down_and_commits_nothing(pg_d
 async def test_a_leader_that_cannot_renew_stops_releasing_before_its_lease_ends(pg_dsn, tmp_path, caplog):
     """Its renewals hang (a database that stopped answering): before the lease could pass to
     another controller, it stops releasing effects and steps down, on its own clock."""
-    from daemon.store.postgres import PgFactStore
+    from reckon.daemon.store.postgres import PgFactStore
 
     async def renew_never_returns(self):
         await trio.sleep_forever()

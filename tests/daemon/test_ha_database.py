@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from daemon.controller.ha_database import StandbyDatabase
-from daemon.store.postgres import DatabaseFailed, DatabaseLost
-from daemon.store.sqlite_thread import StoreError
+from reckon.daemon.controller.ha_database import StandbyDatabase
+from reckon.daemon.store.postgres import DatabaseFailed, DatabaseLost
+from reckon.daemon.store.sqlite_thread import StoreError
 
 
 class FakeDb:

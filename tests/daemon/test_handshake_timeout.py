@@ -15,9 +15,9 @@ import dataclasses
 import trio
 import trio_websocket
 
-from daemon.agent import daemon as agent_daemon
-from daemon.agent.daemon import run_agent
-from daemon.client import Client, ClientError
+from reckon.daemon.agent import daemon as agent_daemon
+from reckon.daemon.agent.daemon import run_agent
+from reckon.daemon.client import Client, ClientError
 from test_agent_daemon import install, options
 from trio_harness import FakeNet
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.controller.server import ControllerOptions, serve_controller
-from daemon.store.idmark import ID_MARK_FILE
-from daemon.store.statelock import WrongStateDir
-from model.startup import ID_BLOCK
+from reckon.daemon.controller.server import ControllerOptions, serve_controller
+from reckon.daemon.store.idmark import ID_MARK_FILE
+from reckon.daemon.store.statelock import WrongStateDir
+from reckon.model.startup import ID_BLOCK
 from trio_harness import controller
 
 
@@ -179,9 +179,9 @@ async def test_a_restart_during_a_restored_copys_hold_holds_for_the_whole_grace_
 def test_an_id_mark_that_cannot_be_written_is_one_named_error(tmp_path):
     """A full disk (here: the temporary file's name taken by a directory) stops the controller with one
     line the CLI prints, not a traceback; the old mark stays."""
-    from daemon.store.idmark import read_id_mark, write_id_mark
-    from daemon.store.sqlite_thread import StoreError
-    from model.events import IdMark
+    from reckon.daemon.store.idmark import read_id_mark, write_id_mark
+    from reckon.daemon.store.sqlite_thread import StoreError
+    from reckon.model.events import IdMark
 
     write_id_mark(tmp_path, IdMark(cluster="c1", upto=1000, facts=3))
     (tmp_path / (ID_MARK_FILE + ".tmp")).mkdir()

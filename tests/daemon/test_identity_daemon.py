@@ -17,12 +17,12 @@ import logging
 import pytest
 import trio
 
-from daemon.agent.daemon import REFUSAL_RETRY_FIRST, run_agent
-from daemon.store.statelock import WrongStateDir
-from model.jobs import JobState
+from reckon.daemon.agent.daemon import REFUSAL_RETRY_FIRST, run_agent
+from reckon.daemon.store.statelock import WrongStateDir
+from reckon.model.jobs import JobState
 from test_agent_daemon import install, options, start_agent
-from model import facts as F
-from model import messages as M
+from reckon.model import facts as F
+from reckon.model import messages as M
 from trio_harness import SPEC, FakeNet, ManualRunner, TestFactStore, controller, until
 
 GUARD = 3_000  # fake seconds

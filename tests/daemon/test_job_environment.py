@@ -8,9 +8,9 @@ import stat
 import pytest
 import trio
 
-from daemon.agent.jobenv import BASE_NAMES, base_environment, job_environment
-from daemon.agent.runner import JobRunner
-from daemon.store.filemodes import parse_mode
+from reckon.daemon.agent.jobenv import BASE_NAMES, base_environment, job_environment
+from reckon.daemon.agent.runner import JobRunner
+from reckon.daemon.store.filemodes import parse_mode
 
 from tests.daemon.test_runner import HANG, Exits, reaper, sh, spec  # noqa: F401 - reaper is a fixture
 

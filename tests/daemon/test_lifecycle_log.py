@@ -6,13 +6,13 @@ import io
 import json
 import logging
 
-from daemon.agent import lifecycle as agent_lifecycle
-from daemon.controller import lifecycle
-from daemon.ops.logformat import setup_logging
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.jobs import JobSpec
+from reckon.daemon.agent import lifecycle as agent_lifecycle
+from reckon.daemon.controller import lifecycle
+from reckon.daemon.ops.logformat import setup_logging
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
 
 
 def _lines(caplog) -> list[str]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import trio
 
-from daemon import wire
-from model import messages as M
-from model.output import OutputStatus, OutputStream
+from reckon.daemon import wire
+from reckon.model import messages as M
+from reckon.model.output import OutputStatus, OutputStream
 from trio_harness import SPEC, controller
 
 GUARD = 1_000  # fake seconds

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.store.postgres import Deposed, PgFactStore
+from reckon.daemon.store.postgres import Deposed, PgFactStore
 from store_helpers import hang_guard, submits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ async def test_a_dead_leaders_session_hands_over_at_once_despite_its_lease(pg_ds
 
 CHILD = """
 import sys, trio
-from daemon.store.postgres import PgFactStore
+from reckon.daemon.store.postgres import PgFactStore
 
 async def main(dsn):
     store = await PgFactStore.open(dsn, holder="ws://child:7420", lease=60)
@@ -138,7 +138,7 @@ async def test_sigkill_of_the_leader_process_is_noticed_through_the_advisory_loc
 
 @hang_guard
 async def test_a_standby_follows_the_tail_and_a_snapshot_that_pruned_past_it(pg_dsn):
-    from model.state import replay, snapshot
+    from reckon.model.state import replay, snapshot
 
     async with await PgFactStore.open(pg_dsn, holder="ws://a:7420") as a, \
             await PgFactStore.open(pg_dsn, holder="ws://b:7420") as b:

@@ -1,4 +1,4 @@
-"""daemon.agent.runner / daemon.agent.launcher with real processes.
+"""reckon.daemon.agent.runner / daemon.agent.launcher with real processes.
 
 Every test runs under a hang guard (``trio.fail_after``) and waits on
 conditions, never on fixed sleeps.  The autouse ``reaper`` fixture SIGKILLs
@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.agent.launcher import append_record, read_records
-from daemon.agent.attempts import AlreadyLaunched, ExitStatus, JobLost, LaunchError, check_key
-from daemon.agent.null_runner import NullRunner
-from daemon.agent.runner import JobRunner
-from model import messages as M
-from model.jobs import JobSpec
+from reckon.daemon.agent.launcher import append_record, read_records
+from reckon.daemon.agent.attempts import AlreadyLaunched, ExitStatus, JobLost, LaunchError, check_key
+from reckon.daemon.agent.null_runner import NullRunner
+from reckon.daemon.agent.runner import JobRunner
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
 
 HANG = 30  # seconds: a generous guard, never reached by a passing test
 ROOT = Path(__file__).resolve().parents[2]
@@ -425,8 +425,8 @@ CRASHING_AGENT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     import trio
-    from daemon.agent.runner import JobRunner
-    from model.jobs import JobSpec
+    from reckon.daemon.agent.runner import JobRunner
+    from reckon.model.jobs import JobSpec
 
     async def main(state, jobs):
         async with JobRunner(Path(state)) as runner:
@@ -558,7 +558,7 @@ async def test_attempts_left_in_the_directory_layout_by_an_upgrade_are_still_run
     ``jobs/<job>.<attempt>/``.  After an upgrade their attempts are adopted,
     read, signalled, watched to their end and forgotten; none is lost and none
     is launched again."""
-    from daemon.agent import launcher
+    from reckon.daemon.agent import launcher
 
     jobs = tmp_path / "state" / "jobs"
     done = jobs / "old.1"
@@ -656,7 +656,7 @@ async def test_the_runner_outlives_its_launcher(tmp_path):
 STALLED_LAUNCH = """
 import json, os, sys, time
 sys.path.insert(0, {root!r})
-import daemon.agent.launcher as L
+import reckon.daemon.agent.launcher as L
 req = json.loads(sys.stdin.readline())
 pid = os.fork()
 if pid == 0:
@@ -744,7 +744,7 @@ async def test_an_attempt_adopt_calls_lost_is_never_run_by_a_late_supervisor(tmp
     late_supervisor = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from daemon.agent.launcher import boot_id, supervise
+        from reckon.daemon.agent.launcher import boot_id, supervise
         sys.exit(supervise({request!r}, time.time(), boot_id()))
     """)
     import subprocess

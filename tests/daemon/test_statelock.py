@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from daemon.store.statelock import StateDirBusy, hold_state_dir
+from reckon.daemon.store.statelock import StateDirBusy, hold_state_dir
 
 
 def test_second_holder_is_refused_with_the_pid(tmp_path):
@@ -19,7 +19,7 @@ def test_second_holder_is_refused_with_the_pid(tmp_path):
 
 def test_lock_dies_with_a_killed_process(tmp_path):
     code = ("import sys, time; sys.path.insert(0, %r); from pathlib import Path;"
-            "from daemon.store.statelock import hold_state_dir\n"
+            "from reckon.daemon.store.statelock import hold_state_dir\n"
             "with hold_state_dir(Path(%r), 'agent'):\n    print('held', flush=True); time.sleep(60)") % (
         os.getcwd(), str(tmp_path))
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)

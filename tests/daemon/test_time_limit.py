@@ -8,11 +8,11 @@ import signal
 
 import trio
 
-from daemon.agent.attempts import ExitStatus
-from daemon.agent.runner import JobRunner
-from daemon.store.agent import AgentStore
-from model import events as E
-from model.records import LocalJob, LocalStatus
+from reckon.daemon.agent.attempts import ExitStatus
+from reckon.daemon.agent.runner import JobRunner
+from reckon.daemon.store.agent import AgentStore
+from reckon.model import events as E
+from reckon.model.records import LocalJob, LocalStatus
 
 from test_agentstore import _SCHEMA_V1, raw, report
 from test_runner import HANG, Exits, reaper, run_records, sh  # noqa: F401 - reaper: the autouse fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import trustme
 
-from daemon.cli.client import UsageError, client_ssl_context
-from daemon.controller.tls import TLSConfigError, check_tls_files
-from daemon.wsconnect import cleartext_token_warning, is_loopback_host
+from reckon.daemon.cli.client import UsageError, client_ssl_context
+from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
+from reckon.daemon.wsconnect import cleartext_token_warning, is_loopback_host
 
 
 @pytest.mark.parametrize("url,token,warned", [

@@ -42,19 +42,19 @@ from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import ConnectionRejected
 from trio_websocket import WebSocketConnection, wrap_client_stream, wrap_server_stream
 
-from daemon import wire
-from daemon.store.agent import AgentStore
-from daemon.controller import clients, connections, core, effects, server
-from daemon.controller.core import ControllerDaemon
-from daemon.controller.server import ControllerOptions
-from daemon.store.facts import FactStore
-from daemon.agent.attempts import ExitStatus, check_key
-from daemon.agent.null_runner import NullRunner
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.controller import Controller, ControllerConfig
-from model.jobs import JobSpec
+from reckon.daemon import wire
+from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.controller import clients, connections, core, effects, server
+from reckon.daemon.controller.core import ControllerDaemon
+from reckon.daemon.controller.server import ControllerOptions
+from reckon.daemon.store.facts import FactStore
+from reckon.daemon.agent.attempts import ExitStatus, check_key
+from reckon.daemon.agent.null_runner import NullRunner
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.jobs import JobSpec
 
 TOKEN = "test-token"
 SPEC = JobSpec(name="t", command=("true",))

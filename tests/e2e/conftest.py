@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import pytest
 
-from daemon.agent.launcher import read_records
+from reckon.daemon.agent.launcher import read_records
 
 HANG = 30.0  # seconds: the default guard of one wait, never reached by a passing test
 TEST_GUARD = 150  # seconds: a whole test (setup, body, teardown), never reached either
@@ -49,7 +49,7 @@ def reckon_argv() -> list[str]:
     script = Path(sys.executable).parent / "reckon"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "daemon.cli"]
+    return [sys.executable, "-m", "reckon.daemon.cli"]
 
 
 def hermetic_env(**extra: str) -> dict[str, str]:
@@ -369,7 +369,7 @@ class Cluster:
         """Many jobs through one connection (`submit_many`, as the demo does): a burst costs no forks."""
         import trio
 
-        from daemon.client import call
+        from reckon.daemon.client import call
 
         async def go() -> list[str]:
             with trio.fail_after(HANG):
@@ -456,7 +456,7 @@ class Cluster:
         assert not self.running("controller"), "stop the controller before reading its log"
         import trio
 
-        from daemon.store.facts import FactStore
+        from reckon.daemon.store.facts import FactStore
 
         async def load() -> list:
             store = await FactStore.open(self.controller_dir)

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from model.facts import JobFinished, JobRequeued
+from reckon.model.facts import JobFinished, JobRequeued
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import signal
 import pytest
 import trio
 
-from daemon.client import Client
+from reckon.daemon.client import Client
 
 from conftest import HANG
 

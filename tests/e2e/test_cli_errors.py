@@ -82,7 +82,7 @@ def test_client_mistakes_end_in_one_line(cluster):
 
 
 def test_version():
-    out = subprocess.run([sys.executable, "-m", "daemon.cli", "--version"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "reckon.daemon.cli", "--version"], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0 and out.stdout.startswith("reckon ") and "protocol version" in out.stdout, out
 
@@ -95,7 +95,7 @@ def test_a_closed_pipe_ends_quietly(cluster):
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RECKON_")}
         env["RECKON_CONTROLLER"] = cluster.url
-        result = subprocess.run([sys.executable, "-m", "daemon.cli", "jobs"], stdout=write_end,
+        result = subprocess.run([sys.executable, "-m", "reckon.daemon.cli", "jobs"], stdout=write_end,
                                 stderr=subprocess.PIPE, text=True, env=env, timeout=30)
     finally:
         os.close(write_end)

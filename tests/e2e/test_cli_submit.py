@@ -33,7 +33,7 @@ def test_submit_file_and_stdin(cluster):
     # Standard input, and --json: the list of ids.
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECKON_")}
     env["RECKON_CONTROLLER"] = cluster.url
-    result = subprocess.run([sys.executable, "-m", "daemon.cli", "submit", "--file", "-"], input="true\ntrue\ntrue\n",
+    result = subprocess.run([sys.executable, "-m", "reckon.daemon.cli", "submit", "--file", "-"], input="true\ntrue\ntrue\n",
                             capture_output=True, text=True, env=env, cwd=cluster.base, timeout=30)
     assert result.returncode == 0 and re.fullmatch(r"(\d+\n){3}", result.stdout), result
     assert cluster.cli_json("submit", "--file", str(jobs_file)).__len__() == 2

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from model.facts import AgentRegistered
+from reckon.model.facts import AgentRegistered
 
 pytestmark = pytest.mark.e2e
 

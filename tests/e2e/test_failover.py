@@ -17,7 +17,7 @@ import signal
 import cbor2
 import pytest
 
-from model import facts as F
+from reckon.model import facts as F
 
 pytestmark = pytest.mark.e2e
 

@@ -56,8 +56,8 @@ def standby_answer(url: str, ca) -> dict:
     import trio
     from trio_websocket import open_websocket_url
 
-    from daemon import wire
-    from daemon.cli.client import auth_headers, client_ssl_context
+    from reckon.daemon import wire
+    from reckon.daemon.cli.client import auth_headers, client_ssl_context
 
     async def ask() -> dict:
         with trio.fail_after(30):

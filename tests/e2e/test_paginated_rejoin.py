@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from model.facts import JobFinished, JobRequeued
+from reckon.model.facts import JobFinished, JobRequeued
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,9 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from daemon import wire
-from model import messages as M
-from model.facts import JobFinished
+from reckon.daemon import wire
+from reckon.model import messages as M
+from reckon.model.facts import JobFinished
 
 pytestmark = pytest.mark.e2e
 

@@ -35,9 +35,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from model import events as E
-from model import messages as M
-from model.jobs import JobState
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.jobs import JobState
 
 from test_stateful import ReckonMachine
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import Agent, AgentConfig, LocalJob, SessionState
-from model.controller import Controller, ControllerConfig
-from model.jobs import JobRecord, JobSpec
-from model.scheduler import Scheduler
-from model.state import replay
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig, LocalJob, SessionState
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.jobs import JobRecord, JobSpec
+from reckon.model.scheduler import Scheduler
+from reckon.model.state import replay
 
 
 def spec(name: str = "job", *, slots: int = 1, command: tuple[str, ...] = ("true",)) -> JobSpec:

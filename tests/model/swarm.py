@@ -39,11 +39,11 @@ import hypothesis.strategies as st
 from hypothesis import target
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, initialize, precondition, rule
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import SessionState
-from model.jobs import JobState
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import SessionState
+from reckon.model.jobs import JobState
 
 from test_stateful import INDEX, ReckonMachine, Wire
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from model import events as E
-from model import messages as M
-from model.controller import Controller, ControllerConfig
-from model.errors import LocalProtocolError
-from model.jobs import JobSpec
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.errors import LocalProtocolError
+from reckon.model.jobs import JobSpec
 
 
 def _controller_with_agents(*slots: int) -> Controller:

@@ -9,13 +9,13 @@ import pytest
 
 from harness import Harness, facts_of, sends_of
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.arrays import ENV_ARRAY_ID, ENV_ARRAY_INDEX, ArrayRange, parse_array
-from model.errors import LocalProtocolError
-from model.jobs import JobSpec, JobState
-from model.state import restore, snapshot
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.arrays import ENV_ARRAY_ID, ENV_ARRAY_INDEX, ArrayRange, parse_array
+from reckon.model.errors import LocalProtocolError
+from reckon.model.jobs import JobSpec, JobState
+from reckon.model.state import restore, snapshot
 
 
 def _spec(**kw) -> JobSpec:
@@ -279,7 +279,7 @@ def test_an_unknown_or_doomed_dependency_is_refused_at_submit_and_changes_nothin
         h.controller.handle(E.SubmitJob(spec=_spec(after=(job,)), now=h.now))
     # apply itself is strict too: a fact naming an unknown dependency never applies.
     with pytest.raises(LocalProtocolError):
-        h.controller._apply(__import__("model.controller", fromlist=["_Out"])._Out(),
+        h.controller._apply(__import__("reckon.model.controller", fromlist=["_Out"])._Out(),
                             F.JobSubmitted(job=h.controller.state.next_job_id(), spec=_spec(after=("98",)),
                                            submitted_at=h.now))
 

@@ -6,12 +6,12 @@ import pytest
 
 from harness import Harness, facts_of
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.controller import Controller, ControllerConfig
-from model.errors import LocalProtocolError
-from model.jobs import JobSpec, JobState
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.errors import LocalProtocolError
+from reckon.model.jobs import JobSpec, JobState
 
 
 def _spec(**kw: object) -> JobSpec:

@@ -22,17 +22,17 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from model import controller as C
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model import state as S
-from model import startup
-from model.agent import Agent
-from model.records import LocalRecords
-from model.controller import AgentSession, Controller
-from model.jobs import JOB_TRANSITIONS, JobState, JobTransition
-from model.scheduler import AgentNote
+from reckon.model import controller as C
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model import state as S
+from reckon.model import startup
+from reckon.model.agent import Agent
+from reckon.model.records import LocalRecords
+from reckon.model.controller import AgentSession, Controller
+from reckon.model.jobs import JOB_TRANSITIONS, JobState, JobTransition
+from reckon.model.scheduler import AgentNote
 
 from test_stateful import ReckonMachine
 
@@ -353,7 +353,7 @@ def test_bite_unknown_running_job_not_killed(monkeypatch):
 
 def test_bite_retries_exceed_the_limit(monkeypatch):
     """Issue #10: an off-by-one in the retry policy runs a failed job once more than --retries allows."""
-    from model import policy
+    from reckon.model import policy
 
     def one_too_many(spec, *, retried, **kw):
         return policy.retry_due(dataclasses.replace(spec, retries=spec.retries + 1), retried=retried, **kw)

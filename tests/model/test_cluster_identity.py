@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import Agent, AgentConfig, LocalJob, LocalStatus
-from model.controller import Controller
-from model.errors import PermanentRefusal
-from model.jobs import JobSpec
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus
+from reckon.model.controller import Controller
+from reckon.model.errors import PermanentRefusal
+from reckon.model.jobs import JobSpec
 
 SPEC = JobSpec(name="x", command=("true",))
 
@@ -63,6 +63,6 @@ def test_the_controller_names_its_history_in_every_welcome_and_replays_it():
                                           token=bytes(16), now=1.0))
     welcome = next(c.message for c in out if isinstance(c, E.Send))
     assert welcome.cluster == "c9"
-    from model.state import apply, replay
+    from reckon.model.state import apply, replay
     with pytest.raises(Exception, match="already is cluster c9"):
         apply(replay(log), F.ClusterCreated(cluster="other"))

@@ -16,11 +16,11 @@ import textwrap
 
 import pytest
 
-from model import controller as C
-from model import agent as A
-from model import resync as RS
-from model import state as S
-from model import startup as ST
+from reckon.model import controller as C
+from reckon.model import agent as A
+from reckon.model import resync as RS
+from reckon.model import state as S
+from reckon.model import startup as ST
 
 import explorer as X
 

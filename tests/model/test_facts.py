@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from harness import Harness, spec
 
-from model import facts as F
-from model.errors import LocalProtocolError
-from model.jobs import JOB_TRANSITIONS, JobSpec, JobState, JobTransition, allowed, finish_transition, next_state
-from model.state import ControllerState, apply, replay, restore, snapshot
+from reckon.model import facts as F
+from reckon.model.errors import LocalProtocolError
+from reckon.model.jobs import JOB_TRANSITIONS, JobSpec, JobState, JobTransition, allowed, finish_transition, next_state
+from reckon.model.state import ControllerState, apply, replay, restore, snapshot
 
 FULL_SPEC = JobSpec(name="build", command=("make", "-j", ""), cwd="/src", env=(("A", "1"), ("B", "")), slots=3)
 

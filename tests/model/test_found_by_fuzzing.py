@@ -10,11 +10,11 @@ not the exact reply, so a later refinement of the protocol does not break them.
 
 from __future__ import annotations
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.controller import Controller, ControllerConfig
-from model.jobs import JobSpec, JobState
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.jobs import JobSpec, JobState
 
 TOKENS = iter(range(1, 1 << 20))
 

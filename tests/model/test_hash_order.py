@@ -10,9 +10,9 @@ it is in job id order now.
 
 from __future__ import annotations
 
-from model import facts as F
-from model.controller import Controller
-from model.state import replay
+from reckon.model import facts as F
+from reckon.model.controller import Controller
+from reckon.model.state import replay
 
 from harness import spec
 

@@ -16,15 +16,15 @@ from __future__ import annotations
 import pytest
 from harness import facts_of, sends_of, spec, token
 
-from model import events as E
-from model import names
-from model import facts as F
-from model import messages as M
-from model.agent import Agent, AgentConfig
-from model.controller import Controller
-from model.errors import LocalProtocolError
-from model.jobs import JobState
-from model.state import replay, restore, snapshot
+from reckon.model import events as E
+from reckon.model import names
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig
+from reckon.model.controller import Controller
+from reckon.model.errors import LocalProtocolError
+from reckon.model.jobs import JobState
+from reckon.model.state import replay, restore, snapshot
 
 FIRST = "1" * 32
 SECOND = "2" * 32

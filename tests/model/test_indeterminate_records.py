@@ -10,10 +10,10 @@ and it never counts as live.
 
 from __future__ import annotations
 
-from model import events as E
-from model import messages as M
-from model.agent import Agent, AgentConfig, LocalJob, LocalStatus
-from model.jobs import JobSpec
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus
+from reckon.model.jobs import JobSpec
 
 SPEC = JobSpec(name="x", command=("true",))
 WINDOW = 300.0

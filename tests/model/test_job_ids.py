@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from model import events as E
-from model import facts as F
-from model import state as S
-from model.controller import Controller
-from model.errors import LocalProtocolError
-from model.startup import ID_BLOCK
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import state as S
+from reckon.model.controller import Controller
+from reckon.model.errors import LocalProtocolError
+from reckon.model.startup import ID_BLOCK
 
 from harness import facts_of, spec
 
@@ -120,7 +120,7 @@ def test_snapshot_keeps_the_mark_and_older_snapshots_restore_without_one():
 def test_an_array_raises_the_mark_over_all_its_ids_before_its_first_job():
     """Found in review: an array's submit never raised the mark, so after a 1500-job array the
     file still said 1000 and a restored older database could issue ids 1001-1501 again."""
-    from model.arrays import parse_array
+    from reckon.model.arrays import parse_array
 
     ctrl, log = _new()
     _submit(ctrl, log)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import pytest
 from harness import facts_of, token
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import Agent, AgentConfig
-from model.controller import Controller
-from model.state import replay, restore, snapshot
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig
+from reckon.model.controller import Controller
+from reckon.model.state import replay, restore, snapshot
 
 from test_identity import FIRST, SECOND, World, refusal
 
@@ -158,7 +158,7 @@ def test_the_fact_refuses_going_back() -> None:
     w = World()
     join(w, 1, 0)
     with pytest.raises(Exception, match="join generation is already 1"):
-        from model.state import apply
+        from reckon.model.state import apply
         apply(w.controller.state, F.JoinGenerationIssued(agent="node1", generation=1, confirmed=0))
     with pytest.raises(ValueError, match="confirmed must be <= 1"):
         F.JoinGenerationIssued(agent="node1", generation=2, confirmed=2)

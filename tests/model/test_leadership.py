@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from model import leadership as L
-from model.errors import LocalProtocolError
+from reckon.model import leadership as L
+from reckon.model.errors import LocalProtocolError
 
 LEASE = 4.0
 

@@ -44,7 +44,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
 )
 
-from model import leadership as L
+from reckon.model import leadership as L
 
 LEASE = 4.0
 CONFIG = L.LeaseConfig(lease=LEASE)

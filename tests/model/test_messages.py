@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from harness import Harness, facts_of, sends_of, spec, token
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
-from model.errors import LocalProtocolError, RemoteProtocolError
-from model.jobs import JobSpec, JobState
-from model.resync import ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
+from reckon.model.errors import LocalProtocolError, RemoteProtocolError
+from reckon.model.jobs import JobSpec, JobState
+from reckon.model.resync import ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
 
 TOK = token(0xABC)
 FULL_SPEC = spec("build", slots=2, command=("make", "-j", ""))

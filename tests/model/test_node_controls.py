@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from harness import Harness, facts_of, sends_of
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.errors import LocalProtocolError
-from model.jobs import JobState
-from model.nodes import pending_reason
-from model.state import restore, snapshot
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.errors import LocalProtocolError
+from reckon.model.jobs import JobState
+from reckon.model.nodes import pending_reason
+from reckon.model.state import restore, snapshot
 
 
 def _drain(h: Harness, name: str = "a1") -> list[E.Command]:
@@ -65,7 +65,7 @@ def test_drain_twice_and_resume_undrained_change_nothing() -> None:
     with pytest.raises(LocalProtocolError, match="unknown agent 'nobody'"):
         h.controller.handle(E.DrainAgent(agent="nobody", now=0.0))
     # apply itself refuses the redundant fact: the log never holds one
-    from model.state import apply
+    from reckon.model.state import apply
     with pytest.raises(LocalProtocolError, match="already drained"):
         apply(h.controller.state, F.AgentDrained(agent="a1"))
     assert h.controller.state.digest() == before
@@ -117,7 +117,7 @@ def test_finish_records_how_the_outcome_arrived() -> None:
 
 
 def test_history_folds_every_attempt_and_why_it_ended() -> None:
-    from model.history import job_history
+    from reckon.model.history import job_history
 
     h = Harness()
     h.join("a1")
@@ -143,8 +143,8 @@ def test_history_folds_every_attempt_and_why_it_ended() -> None:
 
 def test_history_names_timeouts_holds_dependency_cancels_and_user_requeues() -> None:
     """The batch facts of issue #10 each show in a job's history (each branch can fail on its own)."""
-    from model.history import job_history
-    from model.jobs import JobSpec
+    from reckon.model.history import job_history
+    from reckon.model.jobs import JobSpec
 
     spec = JobSpec(name="j", command=("true",))
     facts = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from model import messages as M
-from model.errors import RemoteProtocolError
-from model.jobs import JobRecord, JobSpec, JobState
-from model.output import (
+from reckon.model import messages as M
+from reckon.model.errors import RemoteProtocolError
+from reckon.model.jobs import JobRecord, JobSpec, JobState
+from reckon.model.output import (
     NoOutput, OutputAt, OutputOnDisk, OutputStatus, OutputStream, Refusal, expand_pattern, expired_output, locate,
     output_path, parse_keep_output,
 )

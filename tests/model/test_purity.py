@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import model
-
+from reckon import model
 MODEL_DIR = Path(model.__file__).resolve().parent
 
 # The modules the design names, plus a few more that can only mean I/O, threads or randomness.
@@ -26,6 +25,8 @@ BANNED = frozenset({
 
 
 def _root(name: str) -> str:
+    if name.startswith("reckon."):  # the installed name: reckon.daemon is the shell
+        name = name[len("reckon."):]
     return name.split(".", 1)[0]
 
 
@@ -71,7 +72,7 @@ def test_model_module_imports_nothing_impure(path: Path) -> None:
 
 def test_importing_the_model_loads_no_impure_module() -> None:
     """Transitively too: a fresh interpreter imports every model module and reports what got loaded."""
-    modules = ", ".join(f"model.{p.stem}" for p in _model_files() if p.stem != "__init__")
+    modules = ", ".join(f"reckon.model.{p.stem}" for p in _model_files() if p.stem != "__init__")
     code = (
         "import sys; base = set(sys.modules); "
         f"import {modules}; "
@@ -94,8 +95,8 @@ def test_importing_the_model_loads_no_impure_module() -> None:
     "import socket",
     "import asyncio.events",
     "import daemon",
-    "import daemon.wire",
-    "from daemon.wire import encode",
+    "import reckon.daemon.wire",
+    "from reckon.daemon.wire import encode",
     "from ..daemon import wire",
     "from .. import daemon",
     "def later():\n    import time\n    return time.time()",

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from model import messages as M
-from model.records import LocalJob, LocalRecords, LocalStatus
+from reckon.model import messages as M
+from reckon.model.records import LocalJob, LocalRecords, LocalStatus
 
 
 def running(job: str, attempt: int = 1) -> LocalJob:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from harness import Harness, sends_of, spec, token
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.controller import Controller
-from model.jobs import JobState
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.controller import Controller
+from reckon.model.jobs import JobState
 
 
 def _rejoin_commands(h: Harness, name: str = "a1") -> list[E.Command]:

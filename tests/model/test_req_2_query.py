@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from harness import Harness, sends_of
 
-from model import events as E
-from model import messages as M
-from model.controller import ControllerConfig
-from model.jobs import JobState
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.controller import ControllerConfig
+from reckon.model.jobs import JobState
 
 
 def _query_on_rejoin(h: Harness, name: str) -> list[tuple[str, int]]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from harness import Harness, sends_of, spec, token
 
-from model import events as E
-from model import messages as M
-from model.agent import Agent, AgentConfig, LocalJob, LocalStatus, SessionState
-from model.controller import ControllerConfig
-from model.jobs import JobState
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus, SessionState
+from reckon.model.controller import ControllerConfig
+from reckon.model.jobs import JobState
 
 
 def _report_on_rejoin(h: Harness, name: str = "a1") -> list[M.ReportEntry]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from harness import Harness, facts_of, sends_of, spec
 
-from model import facts as F
-from model import messages as M
-from model.agent import LocalJob, LocalStatus
-from model.controller import Controller
-from model.jobs import JobState
-from model.state import replay
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import LocalJob, LocalStatus
+from reckon.model.controller import Controller
+from reckon.model.jobs import JobState
+from reckon.model.state import replay
 
 
 def _open_round(h: Harness, name: str = "a1") -> bytes:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from harness import Harness, facts_of, notes_of, sends_of
 
-from model import events as E
-from model import messages as M
-from model.controller import ControllerConfig
-from model.jobs import JobState
-from model.scheduler import AgentNote, JobNote
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.controller import ControllerConfig
+from reckon.model.jobs import JobState
+from reckon.model.scheduler import AgentNote, JobNote
 
 
 def _rejoin_until_round_open(h: Harness, name: str = "a1") -> None:

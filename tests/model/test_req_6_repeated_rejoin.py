@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from harness import Harness, facts_of, sends_of
 
-from model import events as E
-from model import messages as M
-from model.controller import ControllerConfig
-from model.jobs import JobState
-from model.resync import RoundState
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.controller import ControllerConfig
+from reckon.model.jobs import JobState
+from reckon.model.resync import RoundState
 
 
 def _paged() -> Harness:

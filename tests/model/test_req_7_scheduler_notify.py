@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from harness import Harness, facts_of, notes_of
 
-from model import events as E
-from model import messages as M
-from model.jobs import JobState
-from model.scheduler import AgentNote, JobNote
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.jobs import JobState
+from reckon.model.scheduler import AgentNote, JobNote
 
 
 def _reconcile(h: Harness) -> tuple[list[str], list[E.Command]]:

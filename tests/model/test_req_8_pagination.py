@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from harness import Harness, facts_of, sends_of, spec
 
-from model import facts as F
-from model import messages as M
-from model.agent import LocalJob, LocalStatus
-from model.controller import ControllerConfig
-from model.jobs import JobState
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import LocalJob, LocalStatus
+from reckon.model.controller import ControllerConfig
+from reckon.model.jobs import JobState
 
 
 def _paged(query: int, report: int, slots: int = 10_000) -> Harness:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 from harness import Harness, facts_of, sends_of, spec
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import Agent, AgentConfig, LocalJob, SessionState
-from model.errors import LocalProtocolError
-from model.jobs import JobState
-from model.state import ControllerState, apply, replay, restore, snapshot
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import Agent, AgentConfig, LocalJob, SessionState
+from reckon.model.errors import LocalProtocolError
+from reckon.model.jobs import JobState
+from reckon.model.state import ControllerState, apply, replay, restore, snapshot
 
 
 def _rolled_back(h: Harness, keep: int) -> None:

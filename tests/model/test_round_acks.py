@@ -10,10 +10,10 @@ which acknowledges them as an Ack would.  Nothing is lost if it never comes.
 
 from __future__ import annotations
 
-from model import events as E
-from model import messages as M
-from model.controller import ControllerConfig
-from model.jobs import JobState
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.controller import ControllerConfig
+from reckon.model.jobs import JobState
 
 from harness import Harness, spec
 
@@ -140,7 +140,7 @@ def test_a_late_copy_of_an_older_rounds_query_is_not_a_new_round():
     remembered); that stale report carried a completion R2's report also carried, and a late
     copy of R1's ResyncDone then acknowledged it before any report reached the controller.
     Every round answered on the connection is remembered: the copy changes nothing."""
-    from model.agent import Agent, AgentConfig
+    from reckon.model.agent import Agent, AgentConfig
 
     agent = Agent(AgentConfig(name="a1", slots=2))
     r1, r2 = (bytes([k]) * 16 for k in (1, 2))

@@ -11,14 +11,14 @@ from dataclasses import replace
 
 from harness import Harness, facts_of, notes_of, sends_of, spec
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.agent import AgentConfig, LocalStatus
-from model.controller import ControllerConfig
-from model.jobs import JobState
-from model.scheduler import AgentNote
-from model.state import replay
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.agent import AgentConfig, LocalStatus
+from reckon.model.controller import ControllerConfig
+from reckon.model.jobs import JobState
+from reckon.model.scheduler import AgentNote
+from reckon.model.state import replay
 
 # ---- seed 000: the completion report dropped after 3 tries --------------------------
 
@@ -471,10 +471,10 @@ def test_seed002_agent_config_window_is_the_extra_report_bound() -> None:
 
 def test_lost_after_covers_agents_known_only_from_the_log():
     """After a controller restart, an agent that never comes back is still declared lost."""
-    from model import events as E
-    from model import facts as F
-    from model.controller import Controller, ControllerConfig
-    from model.jobs import JobSpec, JobState
+    from reckon.model import events as E
+    from reckon.model import facts as F
+    from reckon.model.controller import Controller, ControllerConfig
+    from reckon.model.jobs import JobSpec, JobState
 
     log = [
         F.AgentRegistered(agent="gone", slots=2),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from model import events as E
-from model import messages as M
-from model.controller import Controller, ControllerConfig
-from model.jobs import JobSpec, JobState
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.jobs import JobSpec, JobState
 
 SPEC = JobSpec(name="j", command=("true",), slots=1)
 

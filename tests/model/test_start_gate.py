@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from model import events as E
-from model import messages as M
-from model import startup
-from model.controller import Controller
-from model.errors import LocalProtocolError
-from model.scheduler import DispatchHold
+from reckon.model import events as E
+from reckon.model import messages as M
+from reckon.model import startup
+from reckon.model.controller import Controller
+from reckon.model.errors import LocalProtocolError
+from reckon.model.scheduler import DispatchHold
 
 from harness import Harness, notes_of, sends_of
 

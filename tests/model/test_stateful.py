@@ -41,16 +41,16 @@ from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
 )
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model import state as S
-from model.agent import Agent, AgentConfig, LocalStatus, SessionState
-from model.controller import Controller, ControllerConfig
-from model.errors import LocalProtocolError, RemoteProtocolError
-from model.policy import ready
-from model.jobs import JobSpec, JobState
-from model.scheduler import Scheduler
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model import state as S
+from reckon.model.agent import Agent, AgentConfig, LocalStatus, SessionState
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.errors import LocalProtocolError, RemoteProtocolError
+from reckon.model.policy import ready
+from reckon.model.jobs import JobSpec, JobState
+from reckon.model.scheduler import Scheduler
 
 AGENT_NAMES = ("a1", "a2", "a3")
 # (exit_code, signal) of a process end: success, failures, killed by a signal.

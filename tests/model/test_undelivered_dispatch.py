@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from model import events as E
-from model import facts as F
-from model import messages as M
-from model.controller import Controller
-from model.jobs import JobSpec, JobState
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model import messages as M
+from reckon.model.controller import Controller
+from reckon.model.jobs import JobSpec, JobState
 
 SPEC = JobSpec(name="j", command=("true",), slots=1)
 

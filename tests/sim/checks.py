@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model import facts as F
-from model.jobs import JobRecord, JobState
+from reckon.model import facts as F
+from reckon.model.jobs import JobRecord, JobState
 
 from world import Process, World, submission_of
 

@@ -22,16 +22,16 @@ from typing import Any
 
 import trio
 
-from daemon.agent.daemon import AgentOptions, run_agent
-from daemon.controller.core import ControllerDaemon
-from daemon.controller.server import ControllerOptions
-from daemon.store.facts import FactStore
-from daemon.store.machine import CopiedStateDir
-from model import events as E
-from model import facts as F
-from model.controller import Controller, ControllerConfig
-from model.errors import LocalProtocolError
-from model.state import apply
+from reckon.daemon.agent.daemon import AgentOptions, run_agent
+from reckon.daemon.controller.core import ControllerDaemon
+from reckon.daemon.controller.server import ControllerOptions
+from reckon.daemon.store.facts import FactStore
+from reckon.daemon.store.machine import CopiedStateDir
+from reckon.model import events as E
+from reckon.model import facts as F
+from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.errors import LocalProtocolError
+from reckon.model.state import apply
 
 from net import Network, serve_connection
 from patches import SeededSecrets, SimWall

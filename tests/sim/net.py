@@ -30,8 +30,8 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionTimeout, wrap_client_stream
 
-from daemon import wire
-from daemon.controller.server import ContainedServer
+from reckon.daemon import wire
+from reckon.daemon.controller.server import ContainedServer
 
 
 @dataclass(eq=False)

@@ -24,9 +24,9 @@ from typing import Any, Iterator
 import pytest
 import trio
 
-from daemon.agent import daemon as agent_daemon
-from daemon.controller import clients, connections, core, effects, server
-from daemon.store import sqlite_thread
+from reckon.daemon.agent import daemon as agent_daemon
+from reckon.daemon.controller import clients, connections, core, effects, server
+from reckon.daemon.store import sqlite_thread
 
 
 class SimWall:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 
 import test_sim as T
-from daemon.agent.daemon import AgentDaemon
-from model import controller as controller_model
-from model import events as E
-from model import names
-from model.agent import Agent
-from model.controller import Controller
+from reckon.daemon.agent.daemon import AgentDaemon
+from reckon.model import controller as controller_model
+from reckon.model import events as E
+from reckon.model import names
+from reckon.model.agent import Agent
+from reckon.model.controller import Controller
 
 
 class _NoLaunchTracking(dict):
@@ -69,8 +69,8 @@ def test_bite_bug4_a_round_deadline_does_not_count_as_hearing_from_the_agent(mon
 
 def test_bite_a_state_directory_is_not_checked_against_its_machine(monkeypatch):
     """Before the machine check: a copy of a1's state directory on another machine starts while a1 is away."""
-    from daemon.store import agent as agent_store
-    from daemon.store.machine import MachineId, decide
+    from reckon.daemon.store import agent as agent_store
+    from reckon.daemon.store.machine import MachineId, decide
 
     def as_if_no_machine_id(**kwargs):
         return decide(**{**kwargs, "machine": MachineId(value=None, source="(the bite: no check)")})

@@ -27,9 +27,9 @@ from typing import Any, Literal, Sequence
 
 import trio
 
-from daemon.agent.attempts import AlreadyLaunched, ExitStatus, check_key
-from model import messages as M
-from model.jobs import JobSpec
+from reckon.daemon.agent.attempts import AlreadyLaunched, ExitStatus, check_key
+from reckon.model import messages as M
+from reckon.model.jobs import JobSpec
 
 Key = tuple[str, int]
 
