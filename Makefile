@@ -37,7 +37,7 @@ fuzz: $(STAMP)
 
 # The exhaustive explorer at its deep bound (tests/model/explorer.py DEEP; figures in docs/invariants.md).
 check-deep: $(STAMP)
-	cd tests/model && ../../$(BIN)/python explorer.py --deep
+	$(BIN)/python -m tests.model.explorer --deep
 
 demo: $(STAMP)
 	$(BIN)/reckon demo

@@ -25,3 +25,11 @@ class PermanentRefusal(RemoteProtocolError):
     """The peer is refused for a reason a quick retry will not fix (another
     controller history, say): the daemon hangs up and retries at its slow
     refusal pace, logging the reason once, not at its fast outage pace."""
+
+
+class ModelCorrupted(Exception):
+    """A model raised after it had applied a fact: its state now differs from its log.
+
+    Not a protocol error (no peer or request is to blame, and nothing can be refused):
+    the daemon stops with one line and a supervisor restarts it from its log, which is
+    the truth.  Raised with the exception that broke the handler as its ``__cause__``."""

@@ -83,6 +83,12 @@ class ControllerState:
     def next_job_id(self) -> str:
         return str(self.next_job)
 
+    def validate_state(self) -> None:
+        """Recompute every derived index from the records and compare; ``ModelCorrupted`` names a difference.
+
+        The checkers (the stateful machine, the explorer, the simulation, chaos runs) call it
+        after every ``handle``."""
+
     def digest(self) -> tuple:
         """A value equal for equal states: used to compare replay with live."""
         return (

@@ -44,7 +44,7 @@ import pytest  # noqa: E402
 def postgres():
     """One real PostgreSQL per test session (daemon/bench/pgserver.py); each test asks it for a fresh database.
     Without PostgreSQL binaries this fails, with how to install them: it never skips."""
-    from pgserver import PgServer
+    from tests.pgserver import PgServer
 
     server = PgServer().start()
     try:

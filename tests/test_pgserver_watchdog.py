@@ -15,8 +15,8 @@ GUARD = 60.0  # seconds: generous, never reached by a passing run
 
 CHILD = """
 import sys, time
-sys.path.insert(0, {tests!r})
-from pgserver import PgServer
+sys.path.insert(0, {root!r})
+from tests.pgserver import PgServer
 server = PgServer().start()
 print(server.data, flush=True)
 time.sleep(600)
@@ -39,8 +39,8 @@ def _wait(predicate, what: str) -> None:
 
 
 def test_the_server_stops_when_the_process_that_started_it_is_killed():
-    tests = str(Path(__file__).parent)
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=tests)], stdout=subprocess.PIPE,
+    root = str(Path(__file__).resolve().parents[1])
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(root=root)], stdout=subprocess.PIPE,
                              stdin=subprocess.DEVNULL, start_new_session=True)
     postmaster = None
     data = None

@@ -21,7 +21,7 @@ from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.agent import SessionState
 from reckon.model.jobs import JobState
-from trio_harness import (
+from tests.daemon.trio_harness import (
     SPEC, TOKEN, FakeNet, HeldAgentStore, ManualRunner, TrioWall, agent_disk, controller, patch_controller, until,
 )
 

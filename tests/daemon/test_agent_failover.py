@@ -16,8 +16,8 @@ import trio
 from reckon.daemon.agent.controllers import ControllerUrls
 from reckon.model import messages as M
 from reckon.model.agent import SessionState
-from test_agent_daemon import GUARD, install, options, start_agent
-from trio_harness import FakeNet, until
+from tests.daemon.test_agent_daemon import GUARD, install, options, start_agent
+from tests.daemon.trio_harness import FakeNet, until
 
 A, B = "ws://a.test", "ws://b.test"
 

@@ -25,10 +25,10 @@ from reckon.daemon.store.agent import AgentStore
 from reckon.daemon.store.machine import (CopiedStateDir, MachineId, MachineOutcome, check_moved_from, decide,
                                   read_machine_id)
 from reckon.model import events as E
-from store_helpers import hang_guard
-from test_agentstore import records
-from test_agent_daemon import install, options, start_agent
-from trio_harness import FakeNet
+from tests.daemon.store_helpers import hang_guard
+from tests.daemon.test_agentstore import records
+from tests.daemon.test_agent_daemon import install, options, start_agent
+from tests.daemon.trio_harness import FakeNet
 
 M1 = "1" * 32
 M2 = "2" * 32

@@ -19,7 +19,7 @@ from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus
 from reckon.model.jobs import JobSpec
-from store_helpers import hang_guard
+from tests.daemon.store_helpers import hang_guard
 
 
 SPEC = JobSpec(name="build", command=("make", "-j4", ""), cwd="/src", env=(("CC", "gcc"), ("EMPTY", "")), slots=2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import trio
 
 from reckon.model import facts as F
-from trio_harness import SPEC, controller
+from tests.daemon.trio_harness import SPEC, controller
 
 GUARD = 1_000  # fake seconds; a passing test is far below it
 

@@ -18,8 +18,8 @@ from reckon.daemon.agent import daemon as agent_daemon
 from reckon.daemon.agent.attempts import ExitStatus
 from reckon.model import events as E
 from reckon.model.jobs import JobSpec, JobState
-from test_agent_daemon import GUARD, install, options, start_agent
-from trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
+from tests.daemon.test_agent_daemon import GUARD, install, options, start_agent
+from tests.daemon.trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
 
 SLEEP = JobSpec(name="sleeper", command=("sleep", "4"))
 

@@ -18,7 +18,7 @@ from reckon.model import events as E
 from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.jobs import JobState
-from trio_harness import SPEC, TrioWall, controller, live_tasks, patch_controller
+from tests.daemon.trio_harness import SPEC, TrioWall, controller, live_tasks, patch_controller
 
 GUARD = 1_000  # fake seconds; a passing test is far below it
 

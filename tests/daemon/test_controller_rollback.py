@@ -23,8 +23,8 @@ from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.jobs import JobState
 from reckon.model.startup import ID_BLOCK
-from test_agent_daemon import install, options, start_agent
-from trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
+from tests.daemon.test_agent_daemon import install, options, start_agent
+from tests.daemon.trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
 
 GUARD = 1_000  # fake seconds
 

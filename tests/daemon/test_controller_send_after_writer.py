@@ -17,7 +17,7 @@ from trio_websocket._impl import CloseReason
 
 from reckon.model import messages as M
 from reckon.model.jobs import JobState
-from trio_harness import controller
+from tests.daemon.trio_harness import controller
 
 GUARD = 1_000  # fake seconds
 

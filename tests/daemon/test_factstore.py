@@ -26,7 +26,7 @@ from reckon.daemon.store.sqlite_thread import SqliteThread, StoreError
 from reckon.model import facts as F
 from reckon.model.jobs import JobSpec
 from reckon.model.state import ControllerState, replay, restore, snapshot
-from store_helpers import hang_guard, submits
+from tests.daemon.store_helpers import hang_guard, submits
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import trio
 
 from reckon.model import messages as M
-from trio_harness import controller
+from tests.daemon.trio_harness import controller
 
 GUARD = 1_000  # fake seconds
 

@@ -21,7 +21,7 @@ from reckon.daemon.controller.server import ControllerOptions, serve_controller
 from reckon.daemon.store.interface import SteppedDown
 from reckon.model import messages as M
 from reckon.model.jobs import JobSpec
-from store_helpers import hang_guard
+from tests.daemon.store_helpers import hang_guard
 
 LEASE = 1.0
 

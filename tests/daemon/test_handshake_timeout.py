@@ -18,8 +18,8 @@ import trio_websocket
 from reckon.daemon.agent import daemon as agent_daemon
 from reckon.daemon.agent.daemon import run_agent
 from reckon.daemon.client import Client, ClientError
-from test_agent_daemon import install, options
-from trio_harness import FakeNet
+from tests.daemon.test_agent_daemon import install, options
+from tests.daemon.trio_harness import FakeNet
 
 GUARD = 1_000  # fake seconds
 

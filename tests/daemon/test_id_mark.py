@@ -17,7 +17,7 @@ from reckon.daemon.controller.server import ControllerOptions, serve_controller
 from reckon.daemon.store.idmark import ID_MARK_FILE
 from reckon.daemon.store.statelock import WrongStateDir
 from reckon.model.startup import ID_BLOCK
-from trio_harness import controller
+from tests.daemon.trio_harness import controller
 
 
 def _copy_db(src: Path, dst: Path) -> None:

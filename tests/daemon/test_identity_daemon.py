@@ -20,10 +20,10 @@ import trio
 from reckon.daemon.agent.daemon import REFUSAL_RETRY_FIRST, run_agent
 from reckon.daemon.store.statelock import WrongStateDir
 from reckon.model.jobs import JobState
-from test_agent_daemon import install, options, start_agent
+from tests.daemon.test_agent_daemon import install, options, start_agent
 from reckon.model import facts as F
 from reckon.model import messages as M
-from trio_harness import SPEC, FakeNet, ManualRunner, TestFactStore, controller, until
+from tests.daemon.trio_harness import SPEC, FakeNet, ManualRunner, TestFactStore, controller, until
 
 GUARD = 3_000  # fake seconds
 WINDOW = 590.0  # fake seconds watched: under the controller's reminder interval (600 s)

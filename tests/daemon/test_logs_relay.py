@@ -13,7 +13,7 @@ import trio
 from reckon.daemon import wire
 from reckon.model import messages as M
 from reckon.model.output import OutputStatus, OutputStream
-from trio_harness import SPEC, controller
+from tests.daemon.trio_harness import SPEC, controller
 
 GUARD = 1_000  # fake seconds
 

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from reckon.daemon.store.postgres import Deposed, PgFactStore
-from store_helpers import hang_guard, submits
+from tests.daemon.store_helpers import hang_guard, submits
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from reckon.daemon.controller.server import ControllerOptions, serve_controller
 from reckon.daemon.store.pglisten import FactListener
 from reckon.daemon.store.postgres import PgFactStore
 from reckon.model import facts as F
-from store_helpers import hang_guard, submits
+from tests.daemon.store_helpers import hang_guard, submits
 
 HUGE_LEASE = 1000.0  # seconds: the standby's poll is a fifth of it, far beyond the hang guard
 

@@ -14,8 +14,8 @@ from reckon.daemon.store.agent import AgentStore
 from reckon.model import events as E
 from reckon.model.records import LocalJob, LocalStatus
 
-from test_agentstore import _SCHEMA_V1, raw, report
-from test_runner import HANG, Exits, reaper, run_records, sh  # noqa: F401 - reaper: the autouse fixture
+from tests.daemon.test_agentstore import _SCHEMA_V1, raw, report
+from tests.daemon.test_runner import HANG, Exits, reaper, run_records, sh  # noqa: F401 - reaper: the autouse fixture
 
 
 def _limited(script: str, limit: float = 0.5):

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from conftest import wait_for
+from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ import trio
 
 from reckon.daemon.client import Client
 
-from conftest import HANG
+from tests.e2e.conftest import HANG
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_ha_tls_metrics import metrics_port, scrape
+from tests.e2e.test_ha_tls_metrics import metrics_port, scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def own_postgres():
     """A PostgreSQL server for this test alone: it is stopped under the controllers."""
-    from pgserver import PgServer
+    from tests.pgserver import PgServer
 
     server = PgServer().start()
     try:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HANG, hermetic_env, reckon_argv
+from tests.e2e.conftest import HANG, hermetic_env, reckon_argv
 
 pytestmark = pytest.mark.e2e
 

@@ -39,7 +39,7 @@ from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.jobs import JobState
 
-from test_stateful import ReckonMachine
+from tests.model.test_stateful import ReckonMachine
 
 TOKEN_LEN = 16
 

@@ -6,6 +6,5 @@ import os
 def pytest_configure(config):
     mid = os.environ.get("RECKON_MUTANT")
     if mid:
-        import mutants
-
+        import tests.model.mutants as mutants
         mutants.apply(mutants.ALL[mid])

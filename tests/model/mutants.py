@@ -5,7 +5,7 @@ Each ``Mutant`` is a one-line source mutation of a real function of ``model/``
 installed in place, handler tables included).  ``ISSUE_CLASSES`` are the
 classes issue #13 names; ``INVENTED`` were written down (this file was
 committed) before any of them was run against any check, so that no check was
-tuned to them.  ``python mutants.py LAYER [ID...]`` runs one layer against the
+tuned to them.  ``python -m tests.model.mutants LAYER [ID...]`` (from the checkout's root) runs one layer against the
 mutants and prints, per mutant, what caught it (or ``survived``):
 
 - ``unit``: the model's hand-written tests (tests/model without the random
@@ -27,6 +27,9 @@ import sys
 import textwrap
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[2]  # the checkout: mutants run as tests.model.mutants
 
 
 @dataclass(frozen=True)
@@ -161,23 +164,22 @@ def run_layer(layer: str, m: Mutant) -> str | None:
         here = os.path.dirname(os.path.abspath(__file__))
         ignores = [f"--ignore={os.path.join(here, f)}" for f in UNIT_IGNORES]
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
-                               "mutant_plugin", here, *ignores], capture_output=True, text=True,
+                               "tests.model.mutant_plugin", here, *ignores], capture_output=True, text=True,
                               cwd=os.path.dirname(os.path.dirname(here)),
-                              env={**os.environ, "RECKON_MUTANT": m.id,
-                                   "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")})
+                              env={**os.environ, "RECKON_MUTANT": m.id})
         if proc.returncode == 0:
             return None
         failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED") or line.startswith("ERROR")]
         return failed[0].split(" - ")[0].split("::")[-1] if failed else f"rc {proc.returncode}"
     apply(m)
     if layer == "machine":
-        from test_stateful import ReckonMachine
+        from tests.model.test_stateful import ReckonMachine
         return run_machine(ReckonMachine)
     if layer == "swarm":
-        from swarm import SwarmMachine
+        from tests.model.swarm import SwarmMachine
         return run_machine(SwarmMachine)
     if layer == "explorer":
-        import explorer as X
+        import tests.model.explorer as X
         results = X.run_scenarios(X.SCENARIOS)
         v = results[-1][1].violation
         return f"{v.invariant} ({results[-1][0].name})" if v else None
@@ -193,8 +195,8 @@ def main() -> None:  # pragma: no cover - a measuring tool
             found = run_layer(layer, ALL[mid])
             print(f"{mid}\t{layer}\t{found or 'survived'}", flush=True)
             return
-        proc = subprocess.run([sys.executable, __file__, layer, mid], capture_output=True, text=True,
-                              env={**os.environ, "RECKON_MUTANT_CHILD": "1"})
+        proc = subprocess.run([sys.executable, "-m", "tests.model.mutants", layer, mid], capture_output=True,
+                              text=True, cwd=_ROOT, env={**os.environ, "RECKON_MUTANT_CHILD": "1"})
         line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"{mid}\t{layer}\terror: {proc.stderr[-300:]}"
         print(f"{line}\t{time.monotonic() - started:.0f}s", flush=True)
 

@@ -45,7 +45,7 @@ from reckon.model import messages as M
 from reckon.model.agent import SessionState
 from reckon.model.jobs import JobState
 
-from test_stateful import INDEX, ReckonMachine, Wire
+from tests.model.test_stateful import INDEX, ReckonMachine, Wire
 
 # Fault kinds an example may enable (each with probability 1/2, drawn at its start).
 SWARM = (

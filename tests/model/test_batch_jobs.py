@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness import Harness, facts_of, sends_of
+from tests.model.harness import Harness, facts_of, sends_of
 
 from reckon.model import events as E
 from reckon.model import facts as F

@@ -34,7 +34,7 @@ from reckon.model.controller import AgentSession, Controller
 from reckon.model.jobs import JOB_TRANSITIONS, JobState, JobTransition
 from reckon.model.scheduler import AgentNote
 
-from test_stateful import ReckonMachine
+from tests.model.test_stateful import ReckonMachine
 
 BITE_SETTINGS = settings(
     settings.get_profile("ci"),

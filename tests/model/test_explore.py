@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 
-import explorer as X
-
-
+import tests.model.explorer as X
 def test_explore_ci_bound(record_property):
     # The fuzz profile (`make fuzz`) explores the deep bound instead.
     scenarios = X.DEEP if os.environ.get("RECKON_HYPOTHESIS_PROFILE") == "fuzz" else X.SCENARIOS

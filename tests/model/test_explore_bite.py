@@ -22,9 +22,7 @@ from reckon.model import resync as RS
 from reckon.model import state as S
 from reckon.model import startup as ST
 
-import explorer as X
-
-
+import tests.model.explorer as X
 def mutate(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, old: str, new: str) -> None:
     """Replace ``old`` (exactly once) by ``new`` in the source of ``owner.name`` and install the result."""
     original = inspect.getattr_static(owner, name)

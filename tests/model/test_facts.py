@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from harness import Harness, spec
+from tests.model.harness import Harness, spec
 
 from reckon.model import facts as F
 from reckon.model.errors import LocalProtocolError

@@ -14,7 +14,7 @@ from reckon.model import facts as F
 from reckon.model.controller import Controller
 from reckon.model.state import replay
 
-from harness import spec
+from tests.model.harness import spec
 
 
 def _controller_with_jobs_on_a1(n: int) -> Controller:

@@ -14,7 +14,7 @@ Invariant: INV-NAME-HANDOVER (docs/invariants.md).
 from __future__ import annotations
 
 import pytest
-from harness import facts_of, sends_of, spec, token
+from tests.model.harness import facts_of, sends_of, spec, token
 
 from reckon.model import events as E
 from reckon.model import names
@@ -269,7 +269,7 @@ def test_the_name_handover_invariant_bites(monkeypatch) -> None:
     """INV-NAME-HANDOVER notices a name passing to another identity with jobs placed (bug 1 re-injected)."""
     from types import SimpleNamespace
 
-    from test_stateful import ReckonMachine
+    from tests.model.test_stateful import ReckonMachine
 
     def check(log: list[F.Fact]) -> None:
         ReckonMachine.inv_name_handover(SimpleNamespace(log=log))

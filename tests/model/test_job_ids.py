@@ -11,7 +11,7 @@ from reckon.model.controller import Controller
 from reckon.model.errors import LocalProtocolError
 from reckon.model.startup import ID_BLOCK
 
-from harness import facts_of, spec
+from tests.model.harness import facts_of, spec
 
 CLUSTER = "c1"
 

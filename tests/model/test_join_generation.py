@@ -16,7 +16,7 @@ Invariant: INV-NAME-HANDOVER (docs/invariants.md: a stale copy never takes the h
 from __future__ import annotations
 
 import pytest
-from harness import facts_of, token
+from tests.model.harness import facts_of, token
 
 from reckon.model import events as E
 from reckon.model import facts as F
@@ -25,7 +25,7 @@ from reckon.model.agent import Agent, AgentConfig
 from reckon.model.controller import Controller
 from reckon.model.state import replay, restore, snapshot
 
-from test_identity import FIRST, SECOND, World, refusal
+from tests.model.test_identity import FIRST, SECOND, World, refusal
 
 STALE = "this agent's state directory is an older copy of its own"
 

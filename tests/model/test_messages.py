@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from harness import Harness, facts_of, sends_of, spec, token
+from tests.model.harness import Harness, facts_of, sends_of, spec, token
 
 from reckon.model import events as E
 from reckon.model import facts as F

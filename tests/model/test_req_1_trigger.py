@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from harness import Harness, sends_of, spec, token
+from tests.model.harness import Harness, sends_of, spec, token
 
 from reckon.model import events as E
 from reckon.model import facts as F

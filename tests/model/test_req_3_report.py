@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import Harness, sends_of, spec, token
+from tests.model.harness import Harness, sends_of, spec, token
 
 from reckon.model import events as E
 from reckon.model import messages as M

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from harness import Harness, facts_of, sends_of, spec
+from tests.model.harness import Harness, facts_of, sends_of, spec
 
 from reckon.model import facts as F
 from reckon.model import messages as M

@@ -11,7 +11,7 @@ round cannot repair arms at most one round.  INV-OUTCOME-OWNER.
 from __future__ import annotations
 
 import pytest
-from harness import Harness, facts_of, sends_of, spec
+from tests.model.harness import Harness, facts_of, sends_of, spec
 
 from reckon.model import events as E
 from reckon.model import facts as F

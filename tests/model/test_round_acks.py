@@ -15,7 +15,7 @@ from reckon.model import messages as M
 from reckon.model.controller import ControllerConfig
 from reckon.model.jobs import JobState
 
-from harness import Harness, spec
+from tests.model.harness import Harness, spec
 
 
 def _finished_while_away(h: Harness, count: int) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness import Harness, facts_of, notes_of, sends_of, spec
+from tests.model.harness import Harness, facts_of, notes_of, sends_of, spec
 
 from reckon.model import events as E
 from reckon.model import facts as F

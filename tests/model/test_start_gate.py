@@ -11,7 +11,7 @@ from reckon.model.controller import Controller
 from reckon.model.errors import LocalProtocolError
 from reckon.model.scheduler import DispatchHold
 
-from harness import Harness, notes_of, sends_of
+from tests.model.harness import Harness, notes_of, sends_of
 
 
 def _restarted(h: Harness, grace: float = 15.0) -> list[E.Command]:

@@ -13,7 +13,7 @@ import os
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from swarm import SwarmMachine
+from tests.model.swarm import SwarmMachine
 
 
 def test_swarm_machine():

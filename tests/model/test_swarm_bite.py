@@ -20,8 +20,8 @@ from pathlib import Path
 _CHILD = """
 import sys
 import pytest
-import mutants
-from swarm import SwarmMachine
+import tests.model.mutants as mutants
+from tests.model.swarm import SwarmMachine
 patch = pytest.MonkeyPatch()
 mutants.apply(mutants.ALL[sys.argv[1]], setattr_=patch.setattr, setitem=patch.setitem)
 print("FOUND", mutants.run_machine(SwarmMachine, examples=int(sys.argv[2])))

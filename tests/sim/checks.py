@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from reckon.model import facts as F
 from reckon.model.jobs import JobRecord, JobState
 
-from world import Process, World, submission_of
+from tests.sim.world import Process, World, submission_of
 
 OPERATOR_FORGOT = "agent forgotten by the operator"  # model.controller's requeue reason for `reckon forget`
 

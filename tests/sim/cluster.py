@@ -33,9 +33,9 @@ from reckon.model.controller import Controller, ControllerConfig
 from reckon.model.errors import LocalProtocolError
 from reckon.model.state import apply
 
-from net import Network, serve_connection
-from patches import SeededSecrets, SimWall
-from world import World, job_spec
+from tests.sim.net import Network, serve_connection
+from tests.sim.patches import SeededSecrets, SimWall
+from tests.sim.world import World, job_spec
 
 log = logging.getLogger("reckon.sim")
 

@@ -1,4 +1,4 @@
-"""Replay one simulation scenario with the daemons' logs: ``python tests/sim/replay.py 'Scenario(...)'``.
+"""Replay one simulation scenario with the daemons' logs: ``python -m tests.sim.replay 'Scenario(...)'``.
 
 The argument is the falsifying example Hypothesis printed (the ``scenario=`` value).
 ``-q`` hides the logs; the violations found are printed either way (exit status 1 if any).
@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import scenario as S  # noqa: E402
+from tests.sim import scenario as S
 
 
 def main(argv: list[str]) -> int:

@@ -18,9 +18,9 @@ import trio
 import trio.testing
 from hypothesis.internal.entropy import deterministic_PRNG  # seeds trio's scheduler, as under @given
 
-from checks import Checker
-from cluster import HEARTBEAT_TIMEOUT, Cluster
-from patches import installed
+from tests.sim.checks import Checker
+from tests.sim.cluster import HEARTBEAT_TIMEOUT, Cluster
+from tests.sim.patches import installed
 
 HOSTS = ("a1", "a2")
 SLOTS = 2

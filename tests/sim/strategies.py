@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-import scenario as S
-
+import tests.sim.scenario as S
 hosts = st.sampled_from(S.HOSTS)
 short = st.floats(min_value=0.0, max_value=15.0, allow_nan=False).map(lambda s: round(s, 2))
 # Jobs that end at once, short ones, and ones that outlive most scenarios (so cancels and orphans show).

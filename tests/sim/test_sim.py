@@ -13,7 +13,7 @@ Replaying a failure.  Hypothesis prints the falsifying example as a
 ``Scenario(seed=..., steps=(...), ...)`` value: the whole scenario, already
 shrunk.  Replay it, with the daemons' logs, by
 
-    .venv/bin/python tests/sim/replay.py 'Scenario(seed=..., steps=(...))'
+    .venv/bin/python -m tests.sim.replay 'Scenario(seed=..., steps=(...))'
 
 or pin it as a test: ``assert scenario.run(Scenario(...)) == []``.  A run is
 deterministic for a given scenario, in any process: ``scenario.run`` seeds
@@ -44,12 +44,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-import scenario as S
-from scenario import (
+import tests.sim.scenario as S
+from tests.sim.scenario import (
     AgentRestart, Cancel, ControllerRestart, ControllerRollback, Duplicate, Partition, Reset, Scenario,
     StallRoundAnswer, Submit, Wait,
 )
-from strategies import scenarios
+from tests.sim.strategies import scenarios
 
 # Fault rules switched off in the property test while the bug each finds is open
 # (rule -> the bug).  Issue #9's bugs 1 (duplicate_name), 2 (cancel_during_launch),
@@ -125,8 +125,8 @@ def test_crashes_and_restarts_keep_the_promise() -> None:
 
 def test_the_checks_see_a_run_twice() -> None:
     """Bite: the run-twice check is not vacuous (a world where one submission ran twice)."""
-    from checks import Checker
-    from world import Process
+    from tests.sim.checks import Checker
+    from tests.sim.world import Process
 
     class FakeWorld:
         processes = {("a1", "1", 1): Process(host="a1", job="1", attempt=1, submission=1, started_at=0, started_fake=0),
@@ -360,7 +360,7 @@ def test_found_an_online_backup_restored_onto_a_directory_without_its_id_mark_no
 
     import trio
 
-    from cluster import Cluster
+    from tests.sim.cluster import Cluster
 
     async def restart_controller(self: Cluster, *, backup: bool, rollback: bool, down: float,
                                  whole: bool = False) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-import test_sim as T
+from tests.sim import test_sim as T
 from reckon.daemon.agent.daemon import AgentDaemon
 from reckon.model import controller as controller_model
 from reckon.model import events as E
