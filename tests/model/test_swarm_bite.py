@@ -32,11 +32,9 @@ def assert_swarm_finds(mutant_id: str, *inv_ids: str, examples: int = 300) -> No
     """In a fresh interpreter (PYTHONHASHSEED=0): a derandomized sample still depends on what ran
     before it in the process (a make test worker's history made N6 slip through), so each bite
     runs where nothing did."""
-    here = Path(__file__).resolve().parent
-    proc = subprocess.run([sys.executable, "-c", _CHILD, mutant_id, str(examples)], cwd=here, text=True,
-                          capture_output=True, timeout=900,
-                          env={**os.environ, "PYTHONHASHSEED": "0",
-                               "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])})
+    root = Path(__file__).resolve().parents[2]  # the checkout: the child imports tests.model
+    proc = subprocess.run([sys.executable, "-c", _CHILD, mutant_id, str(examples)], cwd=root, text=True,
+                          capture_output=True, timeout=900, env={**os.environ, "PYTHONHASHSEED": "0"})
     found_lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("FOUND ")]
     assert found_lines, f"the child failed: {proc.stderr[-2000:]}"
     found = found_lines[-1].removeprefix("FOUND ")
