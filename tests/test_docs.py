@@ -4,8 +4,10 @@ operator's guide's TLS recipe makes a CA and a certificate that a TLS client ver
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import ssl
+import tomllib
 import subprocess
 from pathlib import Path
 
@@ -134,3 +136,57 @@ def test_the_tls_recipe_makes_a_certificate_that_a_client_trusting_its_ca_verifi
         handshake(server, client, "controller.example")
     with pytest.raises(ssl.SSLCertVerificationError):  # a client that does not trust the CA
         handshake(server, ssl.create_default_context(), "localhost")
+
+
+# Shell words in the docs' examples that stand for a value the reader's machine supplies.
+_SHELL_VALUES = {'"$(hostname)"': "node1", '"$(nproc)"': "8"}
+
+
+def documented_commands(path: Path) -> list[list[str]]:
+    """Every `reckon ...` command line in a doc's sh/bash blocks, as argv after `reckon`."""
+    commands = []
+    for block in re.findall(r"^```(?:sh|bash)\n(.*?)^```", path.read_text(), re.M | re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #", 1)[0]
+            for word, value in _SHELL_VALUES.items():
+                line = line.replace(word, value)
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            part: list[str] = []
+            for token in [*lexer, ";"]:
+                if token not in ("|", "||", "&&", ";", "&"):
+                    part.append(token)
+                    continue
+                words = part[:next((i for i, w in enumerate(part) if w in ("<", ">", ">>")), len(part))]
+                while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):  # VAR=value before the command
+                    words.pop(0)
+                if words and Path(words[0]).name == "reckon":
+                    commands.append(words[1:])
+                part = []
+    return commands
+
+
+def test_every_reckon_command_the_docs_show_parses():
+    from reckon.daemon.cli.main import build_parser
+
+    shown = {path.name: documented_commands(path) for path in (ROOT / "README.md", OPERATING)}
+    assert len(shown["README.md"]) >= 15 and len(shown["operating.md"]) >= 8, shown
+    refused = []
+    for name, commands in shown.items():
+        for argv in commands:
+            try:
+                build_parser().parse_args(argv)
+            except SystemExit:
+                refused.append(f"{name}: reckon {shlex.join(argv)}")
+    assert not refused
+
+
+def test_the_guides_config_file_is_the_example_shipped_with_the_units_and_it_checks(tmp_path, capsys):
+    from reckon.daemon.cli.main import main
+
+    (shown,) = re.findall(r"^```toml\n(.*?)^```", OPERATING.read_text(), re.M | re.S)
+    example = ROOT / "contrib" / "systemd" / "reckon.toml.example"
+    assert tomllib.loads(shown) == tomllib.loads(example.read_text())
+    (tmp_path / "reckon.toml").write_text(shown)
+    assert main(["config", "check", str(tmp_path / "reckon.toml")]) == 0
+    assert "OK: [controller]" in capsys.readouterr().out
