@@ -35,7 +35,7 @@ from .policy import ready
 from .scheduler import DispatchHold
 from .session import AgentSession
 from .state import ControllerState, replay, restore
-from .transaction import ControllerConfig, StartGate, Transaction, Volatile, placed_on
+from .transaction import ControllerConfig, Transaction, Volatile, VolatileAccess, placed_on
 
 __all__ = ["AgentSession", "Controller", "ControllerConfig", "HANDLERS", "POST_HANDLE"]
 
@@ -76,21 +76,13 @@ def notify_scheduler(tx: Transaction, ev: E.ControllerEvent) -> None:
 POST_HANDLE: tuple[Handler, ...] = (reports.reserve_reported_ids, notify_scheduler, startup.check_gate)
 
 
-class Controller:
+class Controller(VolatileAccess):
     def __init__(self, config: ControllerConfig | None = None, state: ControllerState | None = None) -> None:
         self.config = config or ControllerConfig()
         self.state = state or ControllerState()
         self.volatile = Volatile()
 
-    # ---- the volatile view, for the daemon, views and tests ----------------------------
-
-    @property
-    def sessions(self) -> dict[str, AgentSession]:
-        return self.volatile.sessions
-
-    @property
-    def _conns(self) -> dict[int, str]:  # live connection -> agent name
-        return self.volatile.conns
+    # ---- the volatile view (sessions, conns, start_gate: VolatileAccess), for the daemon, views, tests ----
 
     @property
     def applied_rounds(self) -> list[bytes]:  # tokens whose reports were applied (each at most once)
@@ -99,10 +91,6 @@ class Controller:
     @property
     def started(self) -> bool:  # ControllerStarted was handled (once per start; replay never sets it)
         return self.volatile.started
-
-    @property
-    def start_gate(self) -> StartGate | None:  # dispatch held after a start: model.startup
-        return self.volatile.start_gate
 
     # ---- construction -----------------------------------------------------
 
@@ -145,6 +133,26 @@ class Controller:
                     f"fact(s) not yet in the log ({type(exc).__name__}: {' '.join(str(exc).split())})") from exc
             raise
         return tx.result()
+
+    def validate_state(self) -> None:
+        """The state's own check (``ControllerState.validate_state``), then the volatile view's:
+        each session's fields agree with its state, and the connection index with the sessions.
+        ``ModelCorrupted`` names the first difference."""
+        self.state.validate_state()
+        for name, session in self.sessions.items():
+            wrong = session.consistency()
+            if wrong is None and session.name != name:
+                wrong = f"session {session.name} filed under {name}"
+            if wrong is None and session.conn is not None and self.conns.get(session.conn) != name:
+                wrong = f"agent {name}'s connection {session.conn} is indexed as {self.conns.get(session.conn)}"
+            if wrong is None and session.round is not None and (session.round.agent != name or not session.round.open):
+                wrong = f"agent {name}'s round is {session.round.state.value}, for {session.round.agent}"
+            if wrong is not None:
+                raise ModelCorrupted(f"controller sessions: {wrong}")
+        for conn, name in self.conns.items():
+            session = self.sessions.get(name)
+            if session is None or session.conn != conn:
+                raise ModelCorrupted(f"controller sessions: connection {conn} indexed for {name}, which is not on it")
 
     # ---- views ---------------------------------------------------------------------
 

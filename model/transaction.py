@@ -98,7 +98,30 @@ def placed_on(state: ControllerState, agent: str) -> dict[str, int]:
     return {j: state.jobs[j].attempt for j in sorted(info.running, key=lambda j: (len(j), j))}
 
 
-class Transaction:
+class VolatileAccess:
+    """Reads of a holder's ``volatile`` view: the Controller's and each Transaction's are the same one."""
+
+    __slots__ = ()
+    volatile: Volatile
+
+    @property
+    def sessions(self) -> dict[str, AgentSession]:
+        return self.volatile.sessions
+
+    @property
+    def conns(self) -> dict[int, str]:  # live connection -> agent name
+        return self.volatile.conns
+
+    @property
+    def start_gate(self) -> StartGate | None:  # dispatch held after a start: model.startup
+        return self.volatile.start_gate
+
+    @start_gate.setter
+    def start_gate(self, gate: StartGate | None) -> None:
+        self.volatile.start_gate = gate
+
+
+class Transaction(VolatileAccess):
     """One ``handle`` call's reads, changes and output (see the module docstring)."""
 
     __slots__ = ("state", "config", "volatile", "facts", "commands", "changed_jobs", "changed_agents",
@@ -120,22 +143,6 @@ class Transaction:
         self.reserve_upto = 0
 
     # ---- reads ------------------------------------------------------------------
-
-    @property
-    def sessions(self) -> dict[str, AgentSession]:
-        return self.volatile.sessions
-
-    @property
-    def conns(self) -> dict[int, str]:
-        return self.volatile.conns
-
-    @property
-    def start_gate(self) -> StartGate | None:
-        return self.volatile.start_gate
-
-    @start_gate.setter
-    def start_gate(self, gate: StartGate | None) -> None:
-        self.volatile.start_gate = gate
 
     @property
     def applied(self) -> bool:

@@ -14,7 +14,7 @@ import pytest
 
 from reckon.model import controller as C
 from reckon.model.controller import ControllerConfig
-from reckon.model.errors import LocalProtocolError
+from reckon.model.errors import LocalProtocolError, ModelCorrupted
 from reckon.model.jobs import JobState
 from reckon.model.nodes import NodeState
 from reckon.model.resync import ResyncRound
@@ -152,3 +152,32 @@ def test_no_node_or_session_state_is_compared_as_a_string() -> None:
 def test_node_states_keep_the_names_the_cli_shows() -> None:
     assert [s.value for s in NodeState] == ["LOST", "DISCONNECTED", "RECONCILING", "DRAINING", "DRAINED", "IDLE",
                                             "MIXED", "BUSY"]
+
+
+# ---- Controller.validate_state: the volatile view agrees with itself -------------------------------
+
+
+def _joined() -> Harness:
+    h = Harness()
+    h.join("a1")
+    h.controller.validate_state()  # a real run: nothing to report
+    return h
+
+
+def test_validate_state_sees_a_session_whose_fields_contradict_its_state() -> None:
+    h = _joined()
+    h.controller.sessions["a1"].conn = None
+    with pytest.raises(ModelCorrupted, match="a1: connected with connection None"):
+        h.controller.validate_state()
+
+
+def test_validate_state_sees_a_connection_index_that_disagrees_with_the_sessions() -> None:
+    h = _joined()
+    conn = h.controller.sessions["a1"].conn
+    h.controller.conns[conn + 100] = "a1"
+    with pytest.raises(ModelCorrupted, match=f"connection {conn + 100} indexed for a1"):
+        h.controller.validate_state()
+    del h.controller.conns[conn + 100]
+    del h.controller.conns[conn]
+    with pytest.raises(ModelCorrupted, match=f"connection {conn} is indexed as None"):
+        h.controller.validate_state()

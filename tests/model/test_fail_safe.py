@@ -36,7 +36,7 @@ def test_a_first_join_at_the_largest_generation_is_refused_for_good_before_any_f
     error = refusal(join(w, 1, M.MAX_GENERATION), 1)
     assert error.permanent and SPENT in error.reason
     assert w.log == [] and w.controller.state.digest() == ControllerState().digest()
-    assert "node1" not in w.controller.sessions and w.controller._conns == {}
+    assert "node1" not in w.controller.sessions and w.controller.conns == {}
     assert welcome(join(w, 2, 0), 2).generation == 1  # the controller runs on
 
 
