@@ -9,8 +9,6 @@ and the submits and leave half a batch behind.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import events as E
 from . import facts as F
 from . import startup
@@ -18,13 +16,11 @@ from .admission import unrunnable_reason
 from .errors import LocalProtocolError
 from .jobs import JobSpec
 from .policy import dependency_refusal
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .controller import Controller, _Out
-    from .state import ControllerState
+from .state import ControllerState
+from .transaction import Transaction
 
 
-def entry_refusal(state: "ControllerState", spec: JobSpec, queue_anyway: bool) -> str | None:
+def entry_refusal(state: ControllerState, spec: JobSpec, queue_anyway: bool) -> str | None:
     """Why one entry of a batch cannot be submitted now; None if it can.
 
     Everything the apply of its ``JobSubmitted`` would refuse is refused here
@@ -36,12 +32,12 @@ def entry_refusal(state: "ControllerState", spec: JobSpec, queue_anyway: bool) -
     return dependency_refusal(state, spec)
 
 
-def on_submit_batch(controller: "Controller", ev: E.SubmitBatch, out: "_Out") -> None:
-    state = controller.state
+def on_submit_batch(tx: Transaction, ev: E.SubmitBatch) -> None:
+    state = tx.state
     for number, spec in enumerate(ev.specs, start=1):
         refusal = entry_refusal(state, spec, ev.queue_anyway)
         if refusal is not None:
             raise LocalProtocolError(f"nothing submitted: entry {number} of {len(ev.specs)}: {refusal}")
-    startup.mark_for_submit(controller, out, count=len(ev.specs))  # every entry's id, before any
+    startup.mark_for_submit(tx, count=len(ev.specs))  # every entry's id, before any
     for spec, uid in zip(ev.specs, ev.uids):
-        controller._apply(out, F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid))
+        tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid))

@@ -46,11 +46,12 @@ from . import facts as F
 from . import messages as M
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .controller import AgentSession, Controller
+    from .session import AgentSession
     from .state import AgentInfo
+    from .transaction import ControllerView
 
 
-def name_refusal(ctrl: "Controller", join: M.Join, session: "AgentSession | None",
+def name_refusal(ctrl: "ControllerView", join: M.Join, session: "AgentSession | None",
                  info: "AgentInfo | None") -> tuple[str, bool] | None:
     """Why ``join`` may not have its name, and whether that is permanent; or None."""
     if join.identity is None:
@@ -108,10 +109,35 @@ def shown_generation(session: "AgentSession | None", info: "AgentInfo") -> int:
     return max(info.confirmed, shown)
 
 
-def next_generation(join: M.Join, session: "AgentSession | None", info: "AgentInfo") -> F.JoinGenerationIssued:
-    """The fact of an accepted join's generation (``join.generation`` not None, its identity the holder's).
-    Above whatever the agent presents too: a restored controller state may be behind the agent."""
-    assert join.generation is not None
-    confirmed = max(shown_generation(session, info), join.generation)
-    return F.JoinGenerationIssued(agent=join.agent, generation=max(info.generation, confirmed) + 1,
-                                  confirmed=confirmed)
+def issued_generation(join: M.Join, session: "AgentSession | None",
+                      info: "AgentInfo | None") -> tuple[int, int] | None:
+    """(generation, confirmed) of the ``JoinGenerationIssued`` an accepted ``join`` gets, or None
+    (an agent without generations).  Read from the state before the join's first fact: a new
+    holder's generations start afresh, and so does what its session has shown.  Above whatever
+    the agent presents too: a restored controller state may be behind the agent."""
+    if join.generation is None or join.identity is None:
+        return None
+    holder = info is not None and info.identity == join.identity
+    generation, confirmed = (info.generation, info.confirmed) if holder and info is not None else (0, 0)
+    shown = session.shown_generation if session is not None and session.identity == join.identity else 0
+    confirmed = max(confirmed, shown, join.generation)
+    return max(generation, confirmed) + 1, confirmed
+
+
+def generation_spent(join: M.Join, session: "AgentSession | None", info: "AgentInfo | None") -> str | None:
+    """Why ``join`` cannot be given a next generation (the last one the wire carries is spent): a
+    permanent refusal; or None."""
+    issued = issued_generation(join, session, info)
+    if issued is None or issued[0] <= M.MAX_GENERATION:
+        return None
+    return (f"agent name {join.agent}: join generation {issued[0] - 1} is the last the protocol allows, there is "
+            f"no next one to give this agent; start it with an empty --state-dir and its own --name")
+
+
+def next_generation(join: M.Join, session: "AgentSession | None",
+                    info: "AgentInfo | None") -> F.JoinGenerationIssued | None:
+    """The fact of an accepted join's generation (``generation_spent`` said it has one), or None."""
+    issued = issued_generation(join, session, info)
+    if issued is None:
+        return None
+    return F.JoinGenerationIssued(agent=join.agent, generation=issued[0], confirmed=issued[1])

@@ -9,62 +9,61 @@ the daemon tells the operator so.  The views below are read-only: what
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import enum
 
 from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
 from .jobs import JobState
-
-if TYPE_CHECKING:  # the controller imports this module
-    from .controller import Controller
-
-# Node states, as ``reckon nodes`` shows them (most urgent first).
-NODE_STATES = (
-    "LOST",  # disconnected longer than --lost-after: its jobs were requeued
-    "DISCONNECTED",  # not connected; its jobs stay placed until it rejoins (or is forgotten or lost)
-    "RECONCILING",  # connected, a resync round is open: nothing is dispatched there
-    "DRAINING",  # drained by the operator, jobs still running there
-    "DRAINED",  # drained by the operator, nothing running: safe to take down
-    "IDLE",  # connected, no slot in use
-    "MIXED",  # connected, some slots in use, some free
-    "BUSY",  # connected, every slot in use
-)
+from .transaction import ControllerView, Transaction
 
 
-def on_drain(ctl: "Controller", ev: E.DrainAgent, out: Any) -> None:
-    info = ctl.state.agents.get(ev.agent)
+class NodeState(enum.Enum):
+    """A node's state as ``reckon nodes`` shows it (most urgent first)."""
+
+    LOST = "LOST"  # disconnected longer than --lost-after: its jobs were requeued
+    DISCONNECTED = "DISCONNECTED"  # not connected; its jobs stay placed until it rejoins (or is forgotten or lost)
+    RECONCILING = "RECONCILING"  # connected, a resync round is open: nothing is dispatched there
+    DRAINING = "DRAINING"  # drained by the operator, jobs still running there
+    DRAINED = "DRAINED"  # drained by the operator, nothing running: safe to take down
+    IDLE = "IDLE"  # connected, no slot in use
+    MIXED = "MIXED"  # connected, some slots in use, some free
+    BUSY = "BUSY"  # connected, every slot in use
+
+
+def on_drain(tx: Transaction, ev: E.DrainAgent) -> None:
+    info = tx.state.agents.get(ev.agent)
     if info is None:
         raise LocalProtocolError(f"unknown agent {ev.agent!r}")
     if not info.drained:  # draining a drained agent again: nothing to record
-        ctl._apply(out, F.AgentDrained(agent=ev.agent))
+        tx.apply(F.AgentDrained(agent=ev.agent))
 
 
-def on_resume(ctl: "Controller", ev: E.ResumeAgent, out: Any) -> None:
-    info = ctl.state.agents.get(ev.agent)
+def on_resume(tx: Transaction, ev: E.ResumeAgent) -> None:
+    info = tx.state.agents.get(ev.agent)
     if info is None:
         raise LocalProtocolError(f"unknown agent {ev.agent!r}")
     if info.drained:  # resuming an agent that takes jobs already: nothing to record
-        ctl._apply(out, F.AgentResumed(agent=ev.agent))
+        tx.apply(F.AgentResumed(agent=ev.agent))
 
 
-def node_state(ctl: "Controller", name: str) -> str:
-    """One of NODE_STATES."""
+def node_state(ctl: ControllerView, name: str) -> NodeState:
+    """The node's state, from its session's state (model.session) and its slots."""
     session = ctl.sessions.get(name)
     info = ctl.state.agents.get(name)
     if session is None or not session.connected:
-        return "LOST" if session is not None and session.lost else "DISCONNECTED"
+        return NodeState.LOST if session is not None and session.lost else NodeState.DISCONNECTED
     if session.reconciling:
-        return "RECONCILING"
+        return NodeState.RECONCILING
     used, slots = (info.used, info.slots) if info is not None else (0, 0)
     if info is not None and info.drained:
-        return "DRAINING" if used > 0 else "DRAINED"
+        return NodeState.DRAINING if used > 0 else NodeState.DRAINED
     if used <= 0:
-        return "IDLE"
-    return "BUSY" if used >= slots else "MIXED"
+        return NodeState.IDLE
+    return NodeState.BUSY if used >= slots else NodeState.MIXED
 
 
-def pending_reason(ctl: "Controller", job_id: str) -> str | None:
+def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
     """Why a PENDING job is not running yet, in the operator's words; None for a job not PENDING.
 
     The start gate (model/startup.py) holds every dispatch, so it outranks

@@ -25,67 +25,48 @@ Both guard against a restored older copy of the controller's state (README,
   are all RUNNING (one may have been requeued and run elsewhere since).  The
   gate is volatile: replay never opens it, only ``ControllerStarted`` does.
 
-The functions here are the controller's handlers for these events; they take
-the ``Controller`` and its per-call output (``controller._Out``) and change
-state only through ``Controller._apply``.
+The functions here are the controller's handlers for these events and its
+post-handle hook ``check_gate``; they take the call's ``Transaction``
+(model.transaction) and change state only through ``tx.apply``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
 from .jobs import JobState
 from .scheduler import DispatchHold
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .controller import Controller
+from .transaction import ControllerView, StartGate, Transaction, silence_clock
 
 ID_BLOCK = 1000  # job ids reserved per raise of the id mark (one durable file write per block)
 
 
-@dataclass(slots=True)
-class StartGate:
-    """Volatile: dispatch is held after a start (see the module docstring)."""
-
-    waiting: set[str]  # agents the recovered state knows that have not rejoined and answered their round yet
-    known: bool  # the recovered state knew some agent; if not, only the grace ends the gate
-    deadline: float  # on the silence clock (events' mono, else now)
-    grace: float
-    restored: bool = False  # the state is older than its id mark: the daemon records it there (``holding_restored``)
-
-
-def _clock(ev: Any) -> float:
-    mono = getattr(ev, "mono", None)
-    return mono if mono is not None else ev.now
-
-
-def on_controller_started(ctrl: "Controller", ev: E.ControllerStarted, out: Any) -> None:
-    if ctrl.started:
+def on_controller_started(tx: Transaction, ev: E.ControllerStarted) -> None:
+    if tx.volatile.started:
         raise LocalProtocolError("the controller has already started")
-    restored = _continue_ids(ctrl, ev.id_mark, out, mark_file=ev.mark_file, facts=ev.facts)  # may refuse
-    mark_for_submit(ctrl, out)  # the next block now, so submits rarely wait for the file
-    ctrl.started = True
-    pending = any(j.state is JobState.PENDING for j in ctrl.state.jobs.values())
+    restored = _continue_ids(tx, ev.id_mark, mark_file=ev.mark_file, facts=ev.facts)  # may refuse
+    mark_for_submit(tx)  # the next block now, so submits rarely wait for the file
+    tx.volatile.started = True
+    pending = any(j.state is JobState.PENDING for j in tx.state.jobs.values())
     # After a restore, a job the copy calls RUNNING may since have been requeued and run on an agent
     # the copy does not know: its placement's "unrecognized" must not send it out again at once.
-    unfinished = restored and any(not j.terminal for j in ctrl.state.jobs.values())
+    unfinished = restored and any(not j.terminal for j in tx.state.jobs.values())
     if ev.grace > 0 and (pending or unfinished):
-        known = set(ctrl.state.agents)
+        known = set(tx.state.agents)
         # A state known to be a restored copy may predate some agent's first join: that agent is not
         # among the known ones, so their rejoining proves nothing; only the grace ends the hold.
-        ctrl.start_gate = StartGate(waiting=known, known=bool(known) and not restored,
-                                    deadline=_clock(ev) + ev.grace, grace=ev.grace, restored=restored)
+        tx.start_gate = StartGate(waiting=known, known=bool(known) and not restored,
+                                  deadline=silence_clock(ev) + ev.grace, grace=ev.grace, restored=restored)
         until = (f"for {ev.grace:g}s (the state is older than its id mark)" if restored else
                  f"until {len(known)} known agent(s) have rejoined, or for {ev.grace:g}s")
-        out.commands.append(E.Notify(note=DispatchHold(held=True, reason=until)))
-        out.commands.append(E.StartGraceTimer(deadline=ctrl.start_gate.deadline))
+        tx.emit(E.Notify(note=DispatchHold(held=True, reason=until)))
+        tx.emit(E.StartGraceTimer(deadline=tx.start_gate.deadline))
 
 
-def holding_restored(ctrl: "Controller") -> bool:
+def holding_restored(ctrl: ControllerView) -> bool:
     """Whether dispatch is held for the whole grace after a start on a restored copy.  The daemon
     records it in the id mark file (``IdMark.hold``): that start committed facts and raised the
     mark, so a restart before the grace ended would no longer see an older copy, and would open
@@ -95,31 +76,32 @@ def holding_restored(ctrl: "Controller") -> bool:
     return gate is not None and gate.restored
 
 
-def on_grace_ended(ctrl: "Controller", ev: E.StartGraceEnded, out: Any) -> None:
+def on_grace_ended(tx: Transaction, ev: E.StartGraceEnded) -> None:
     pass  # the time check runs after every event: check_gate
 
 
-def check_gate(ctrl: "Controller", ev: Any, out: Any) -> None:
-    """After each event while the gate is closed: has it ended?"""
-    gate = ctrl.start_gate
-    assert gate is not None
-    if isinstance(ev, (E.StartGraceEnded, E.Tick)) and _clock(ev) >= gate.deadline:
-        _open(ctrl, out, f"the rejoin grace of {gate.grace:g}s is over")
+def check_gate(tx: Transaction, ev: Any) -> None:
+    """Post-handle hook: after each event while the gate is closed, has it ended?"""
+    gate = tx.start_gate
+    if gate is None:
+        return
+    if isinstance(ev, (E.StartGraceEnded, E.Tick)) and silence_clock(ev) >= gate.deadline:
+        _open(tx, f"the rejoin grace of {gate.grace:g}s is over")
         return
     for name in list(gate.waiting):
-        session = ctrl.sessions.get(name)
-        if name not in ctrl.state.agents or (session is not None and session.connected and not session.reconciling):
+        session = tx.sessions.get(name)
+        if name not in tx.state.agents or (session is not None and session.connected and not session.reconciling):
             gate.waiting.discard(name)  # rejoined and reconciled (or forgotten): it holds nothing unknown now
     if gate.known and not gate.waiting:
-        _open(ctrl, out, "every known agent has rejoined")
+        _open(tx, "every known agent has rejoined")
 
 
-def _open(ctrl: "Controller", out: Any, reason: str) -> None:
-    ctrl.start_gate = None
-    out.commands.append(E.Notify(note=DispatchHold(held=False, reason=reason)))
+def _open(tx: Transaction, reason: str) -> None:
+    tx.start_gate = None
+    tx.emit(E.Notify(note=DispatchHold(held=False, reason=reason)))
 
 
-def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_file: bool = True,
+def _continue_ids(tx: Transaction, mark: E.IdMark | None, *, mark_file: bool = True,
                   facts: int | None = None) -> bool:
     """Continue job ids above every id that may have been issued before this start.
 
@@ -127,7 +109,7 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
     log ends before the facts the mark says were recorded (``facts``: where the recovered log
     ends).  That is a restored copy, or a crash in the instant between writing the mark file
     and committing."""
-    state = ctrl.state
+    state = tx.state
     if mark is not None and mark.cluster != state.cluster:
         if state.next_job > 1 or state.id_mark > 0:
             raise LocalProtocolError(
@@ -139,7 +121,7 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
     if mark is None:
         floor = state.id_mark
         if lost_mark:
-            out.commands.append(E.Warn(message=(
+            tx.emit(E.Warn(message=(
                 f"no id mark file, although the controller state recorded one (up to {state.id_mark}): the file "
                 f"was lost, or the state was copied without it; ids issued after this copy of the state was "
                 f"taken may be issued again; job ids continue from {floor + 1}; dispatch is held for the whole "
@@ -147,11 +129,11 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
     else:
         floor = max(mark.upto, state.id_mark)
         if mark.upto > state.id_mark:
-            out.commands.append(E.Warn(message=(
+            tx.emit(E.Warn(message=(
                 f"controller state is older than its id mark: restored from a backup? "
                 f"job ids continue from {max(floor + 1, state.next_job)}")))
         elif mark.upto < state.id_mark:
-            out.commands.append(E.Warn(message=(
+            tx.emit(E.Warn(message=(
                 f"the id mark file ({mark.upto}) is behind the controller state ({state.id_mark}): restored "
                 f"from an older copy? it is raised again at the next submission")))
     # A lost file may be a copy restored onto a new disk (the controller's machine replaced): as older.
@@ -160,24 +142,24 @@ def _continue_ids(ctrl: "Controller", mark: E.IdMark | None, out: Any, *, mark_f
         # The same ids but a shorter log: a copy taken while the controller ran (an online backup),
         # within the block of ids the mark covers.  Only the facts' position tells it from the file.
         restored = True
-        out.commands.append(E.Warn(message=(
+        tx.emit(E.Warn(message=(
             f"controller state is older than its id mark: its log ends at fact {facts}, but the controller "
             f"had recorded facts up to {mark.facts} (an online backup restored?); dispatch is held for "
             f"the whole rejoin grace")))
     if mark is not None and not restored and mark.hold:
         restored = True  # the start before this one held for a restored copy, and stopped before its grace ended
-        out.commands.append(E.Warn(message=(
+        tx.emit(E.Warn(message=(
             "the previous start held dispatch for a restored copy of the controller state and stopped before its "
             "rejoin grace ended: dispatch is held for the whole rejoin grace again")))
     if floor >= state.next_job:
-        ctrl._apply(out, F.JobIdsReserved(upto=floor))
+        tx.apply(F.JobIdsReserved(upto=floor))
     return restored
 
 
-def mark_for_submit(ctrl: "Controller", out: Any, count: int = 1) -> None:
+def mark_for_submit(tx: Transaction, count: int = 1) -> None:
     """Before submitting ``count`` jobs: raise the id mark if the last of their ids is above it
     (the daemon writes the file first)."""
-    state = ctrl.state
+    state = tx.state
     last = state.next_job + count - 1
     if last > state.id_mark:
-        ctrl._apply(out, F.IdMarkRaised(upto=last + ID_BLOCK - 1))
+        tx.apply(F.IdMarkRaised(upto=last + ID_BLOCK - 1))

@@ -17,11 +17,12 @@ from typing import Any, Callable
 
 from reckon.model import facts as F
 from reckon.model.events import Notify
+from reckon.model.nodes import NodeState
 from reckon.model.scheduler import AgentNote
 
 log = logging.getLogger("reckon.lifecycle")
 
-_CONNECTED_STATES = frozenset({"RECONCILING", "DRAINING", "DRAINED", "IDLE", "MIXED", "BUSY"})
+_CONNECTED_STATES = frozenset(NodeState) - {NodeState.DISCONNECTED, NodeState.LOST}
 
 
 def signal_name(number: int) -> str:
@@ -100,9 +101,9 @@ class NodeTracker:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self.states: dict[str, tuple[str, float]] = {}  # agent -> (state, wall time it entered it)
+        self.states: dict[str, tuple[NodeState, float]] = {}  # agent -> (state, wall time it entered it)
 
-    def observe(self, name: str, state: str | None, *, slots: int = 0, at: float | None = None) -> None:
+    def observe(self, name: str, state: NodeState | None, *, slots: int = 0, at: float | None = None) -> None:
         """``state`` None: the agent is gone from the table (forgotten).  ``at``: when it entered it, if known."""
         previous = self.states.get(name, (None, 0.0))[0]
         if state == previous:
@@ -114,9 +115,9 @@ class NodeTracker:
         was_connected = previous in _CONNECTED_STATES
         if state in _CONNECTED_STATES and not was_connected:
             log.info("agent %s joined (%d slot(s))", name, slots)
-        elif state == "DISCONNECTED" and was_connected:
+        elif state is NodeState.DISCONNECTED and was_connected:
             log.info("agent %s disconnected", name)
-        elif state == "LOST":
+        elif state is NodeState.LOST:
             log.info("agent %s lost: silent too long, its jobs were requeued", name)
 
     def since(self, name: str) -> float | None:

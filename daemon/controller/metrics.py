@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from reckon.model import facts as F
 from reckon.model.jobs import JobState
-from reckon.model.nodes import NODE_STATES
+from reckon.model.nodes import NodeState
 
 if TYPE_CHECKING:
     from reckon.daemon.controller.core import ControllerDaemon
@@ -42,11 +42,11 @@ class _StateCollector(Collector):
             jobs.add_metric([state], n)
         yield jobs
         agents = GaugeMetricFamily("reckon_agents", "Known agents by node state", labels=["state"])
-        nodes = dict.fromkeys(NODE_STATES, 0)
+        nodes = dict.fromkeys(NodeState, 0)
         for name in model.state.agents:
             nodes[model.node_state(name)] += 1
         for state, n in nodes.items():
-            agents.add_metric([state], n)
+            agents.add_metric([state.value], n)
         yield agents
         store = self.daemon.store
         yield GaugeMetricFamily("reckon_fact_log_last_seq", "Sequence number of the newest fact", value=store.last_seq)

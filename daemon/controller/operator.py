@@ -32,7 +32,7 @@ def node_objects(daemon: "ControllerDaemon") -> list[dict]:
         # A state no notification has shown yet is the one the agent had when this controller started.
         tracker.observe(name, state, slots=info.slots,
                         at=daemon.started_at if tracker.since(name) is None else None)
-        out.append({"name": name, "state": state, "slots": info.slots, "used": info.used,
+        out.append({"name": name, "state": state.value, "slots": info.slots, "used": info.used,
                     "drained": info.drained, "since": tracker.since(name)})
     return out
 

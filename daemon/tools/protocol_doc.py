@@ -1,7 +1,7 @@
 """Render the protocol reference from the model itself, so docs/protocol.md cannot drift.
 
-The state machines come from ``JOB_TRANSITIONS``, ``ROUND_TRANSITIONS`` and
-``SESSION_TRANSITIONS`` plus the comment on each enum member; the message
+The state machines come from ``JOB_TRANSITIONS``, ``ROUND_TRANSITIONS``,
+``AGENT_SESSION_TRANSITIONS`` and ``SESSION_TRANSITIONS`` plus the comment on each enum member; the message
 reference comes from the message dataclasses (their fields, defaults, field
 comments and docstrings).  Rendering is a pure function of the model's code;
 the only thing it reads is the model's own source text (``inspect``), for the
@@ -29,6 +29,7 @@ from reckon.model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionE
 from reckon.model.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
 from reckon.model.output_paths import PATTERN_ESCAPES
 from reckon.model.resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
+from reckon.model.session import AGENT_SESSION_TRANSITIONS, AgentSession, AgentSessionEvent, AgentSessionState
 
 BEGIN = "<!-- BEGIN GENERATED: {name} -->"
 END = "<!-- END GENERATED -->"
@@ -107,16 +108,20 @@ def render_machine(title: str, table: Mapping[tuple[enum.Enum, enum.Enum], enum.
 
 
 def render_state_tables() -> str:
-    """The job, resync round and agent session machines, straight from their tables."""
+    """The job, resync round and both sides' agent session machines, straight from their tables."""
     job_initial = JobRecord.__dataclass_fields__["state"].default
     round_initial = ResyncRound.__dataclass_fields__["state"].default
+    link_initial = AgentSession.__dataclass_fields__["state"].default
     session_initial = Agent(AgentConfig(name="doc", slots=0)).session
     return "\n".join([
         render_machine("Job", JOB_TRANSITIONS, JobState, JobTransition, job_initial, TERMINAL_STATES,
                        table_name="model.jobs.JOB_TRANSITIONS", event_word="transition"),
         render_machine("Resync round (controller side)", ROUND_TRANSITIONS, RoundState, RoundEvent, round_initial,
                        ROUND_END_STATES, table_name="model.resync.ROUND_TRANSITIONS"),
-        render_machine("Agent session", SESSION_TRANSITIONS, SessionState, SessionEvent, session_initial,
+        render_machine("Agent session (controller side)", AGENT_SESSION_TRANSITIONS, AgentSessionState,
+                       AgentSessionEvent, link_initial, frozenset(),
+                       table_name="model.session.AGENT_SESSION_TRANSITIONS"),
+        render_machine("Agent session (agent side)", SESSION_TRANSITIONS, SessionState, SessionEvent, session_initial,
                        frozenset(), table_name="model.agent.SESSION_TRANSITIONS"),
     ]).rstrip("\n") + "\n"
 

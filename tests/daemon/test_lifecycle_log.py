@@ -13,6 +13,7 @@ from reckon.model import events as E
 from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.jobs import JobSpec
+from reckon.model.nodes import NodeState
 
 
 def _lines(caplog) -> list[str]:
@@ -52,15 +53,15 @@ def test_node_tracker_logs_each_change_of_connection_once_and_keeps_since(caplog
     caplog.set_level(logging.INFO, logger="reckon.lifecycle")
     now = [100.0]
     tracker = lifecycle.NodeTracker(clock=lambda: now[0])
-    tracker.observe("a1", "RECONCILING", slots=4)
+    tracker.observe("a1", NodeState.RECONCILING, slots=4)
     now[0] = 101.0
-    tracker.observe("a1", "IDLE", slots=4)
-    tracker.observe("a1", "IDLE", slots=4)  # no change: nothing
+    tracker.observe("a1", NodeState.IDLE, slots=4)
+    tracker.observe("a1", NodeState.IDLE, slots=4)  # no change: nothing
     now[0] = 102.0
-    tracker.observe("a1", "MIXED", slots=4)  # busy-ness is not a lifecycle event
-    tracker.observe("a1", "DISCONNECTED")
+    tracker.observe("a1", NodeState.MIXED, slots=4)  # busy-ness is not a lifecycle event
+    tracker.observe("a1", NodeState.DISCONNECTED)
     now[0] = 110.0
-    tracker.observe("a1", "LOST")
+    tracker.observe("a1", NodeState.LOST)
     assert tracker.since("a1") == 110.0
     tracker.observe("a1", None)  # forgotten
     assert tracker.since("a1") is None

@@ -412,7 +412,7 @@ class ControllerRig:
         await self.daemon.call(call=lambda: None)
 
     def node(self, name: str) -> str:
-        return self.daemon.model.node_state(name)
+        return self.daemon.model.node_state(name).value
 
     def job(self, job_id: str):
         return self.daemon.model.state.jobs[job_id]

@@ -296,7 +296,7 @@ def canonical(m: ExploredMachine) -> Any:
     """The state of model + world, with counters' values renamed: equal states get equal forms."""
     live_conns = {s.conn for s in m.sides.values() if s.conn is not None}
     live_conns |= {w.conn for w in m.wire}
-    live_conns |= set(m.controller._conns)
+    live_conns |= set(m.controller.conns)
     for sess in m.controller.sessions.values():
         live_conns |= {c for c in (sess.conn, sess.latest_conn) if c}
     conns = {c: k for k, c in enumerate(sorted(live_conns))}
@@ -306,7 +306,7 @@ def canonical(m: ExploredMachine) -> Any:
     parts = {
         "scheduler": scheduler.view(),
         "durable": m.controller.state.digest(),
-        "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller._conns.items()},
+        "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller.conns.items()},
                        m.controller.start_gate),
         "links": {c: (m.conn_agent.get(c), m.ctrl_open.get(c), m.ctrl_joined.get(c), m.agent_open.get(c),
                       c in getattr(m, "lossy", ())) for c in live_conns},

@@ -75,27 +75,39 @@ def apply(m: Mutant, setattr_=setattr, setitem=None) -> None:
         setattr_(holder, m.name, staticmethod(mutant))
     else:
         setattr_(holder, m.name, mutant)
-    for table_name in ("_HANDLERS", "_APPLY"):  # handlers dispatch through tables built at import
-        table = getattr(holder, table_name, None)
+    patch_tables(func, getattr(mutant, "__func__", mutant), holder, setattr_, setitem)
+
+
+def patch_tables(func, mutant, holder, setattr_=setattr, setitem=None) -> None:
+    """Point every dispatch table that names ``func`` at ``mutant``: the holder's own
+    (``_HANDLERS``, ``_APPLY``), the controller's ``HANDLERS`` and its ``POST_HANDLE`` hooks,
+    all built at import."""
+    import reckon.model.controller as controller
+
+    setitem = setitem or (lambda d, k, v: d.__setitem__(k, v))
+    tables = [getattr(holder, name, None) for name in ("_HANDLERS", "_APPLY")] + [controller.HANDLERS]
+    for table in tables:
         if isinstance(table, dict):
             for key, handler in list(table.items()):
                 if handler is func:
-                    setitem(table, key, getattr(mutant, "__func__", mutant))
+                    setitem(table, key, mutant)
+    if func in controller.POST_HANDLE:
+        setattr_(controller, "POST_HANDLE", tuple(mutant if h is func else h for h in controller.POST_HANDLE))
 
 
 ISSUE_CLASSES = (
-    Mutant("I1", "round-token check removed: a stale round's page reaches the open one", "reckon.model.controller",
-           "Controller", "_on_report_page", "if rnd is None or rnd.token != page.token:", "if rnd is None:"),
-    Mutant("I2", "dispatch gate removed: a RECONCILING agent gets new work", "reckon.model.controller", "Controller",
-           "_on_dispatch", "and session.connected and not session.reconciling", "and session.connected"),
-    Mutant("I3", "a round deadline never resolves the round", "reckon.model.controller", "Controller", "_on_deadline",
-           "        self._end_round(out, session, expire=True)\n", "        return\n"),
+    Mutant("I1", "round-token check removed: a stale round's page reaches the open one", "reckon.model.reports",
+           None, "on_report_page", "if rnd is None or rnd.token != page.token:", "if rnd is None:"),
+    Mutant("I2", "dispatch gate removed: a RECONCILING agent gets new work", "reckon.model.job_ops", None,
+           "on_dispatch", "and session.connected and not session.reconciling", "and session.connected"),
+    Mutant("I3", "a round deadline never resolves the round", "reckon.model.connections", None, "on_deadline",
+           "    end_round(tx, session, expire=True)\n", "    return\n"),
     Mutant("I4", "agent stale-token check removed: any ResyncDone acknowledges", "reckon.model.agent", "Agent", "_on_done",
            "if msg.token != self._answered:", "if False:"),
-    Mutant("I5", "an extra adopted although another agent holds it", "reckon.model.controller", "Controller", "_reconcile",
+    Mutant("I5", "an extra adopted although another agent holds it", "reckon.model.reports", None, "reconcile",
            "adoptable = job.state is JobState.PENDING and job.attempt == entry.attempt",
            "adoptable = job.attempt == entry.attempt"),
-    Mutant("I6", "heartbeat digest compare only compares counts", "reckon.model.controller", "Controller", "_on_heartbeat",
+    Mutant("I6", "heartbeat digest compare only compares counts", "reckon.model.reports", None, "on_heartbeat",
            "if theirs == ours:", "if theirs[0] == ours[0]:"),
 )
 
@@ -113,20 +125,20 @@ INVENTED = (
     Mutant("N5", "agent: heartbeats never say what was seen (never comparable)", "reckon.model.agent", "Agent", "_on_tick",
            "seen_seq=self.seen_seq))", "seen_seq=0))"),
     Mutant("N6", "controller: the kill of a cancel requested while away is not repeated after the round",
-           "reckon.model.controller", "Controller", "_apply_report", "            if job.cancel_requested:\n",
-           "            if False:\n"),
+           "reckon.model.reports", None, "apply_report", "        if job.cancel_requested:\n",
+           "        if False:\n"),
     Mutant("N7", "state: a requeue keeps the old attempt's start time", "reckon.model.state", None, "_requeued",
            "job.started_at = None", "pass"),
     Mutant("N8", "records: an unacknowledged outcome expires", "reckon.model.records", "LocalJob", "expirable",
            "(self.status is LocalStatus.FINISHED and self.acked)", "(self.status is LocalStatus.FINISHED)"),
-    Mutant("N9", "controller: a connected agent is declared lost", "reckon.model.controller", "Controller", "_on_tick",
+    Mutant("N9", "controller: a connected agent is declared lost", "reckon.model.connections", None, "on_tick",
            "if session.connected or session.lost or", "if session.lost or"),
     Mutant("N10", "agent: a late copy of the answered round's query is answered again", "reckon.model.agent", "Agent",
            "_on_query_page", "if msg.token in self._answered_before:", "if False:"),
-    Mutant("N11", "controller: a refusal of an old attempt requeues the current one", "reckon.model.controller",
-           "Controller", "_on_dispatch_refused", "or job.attempt != msg.attempt ", ""),
-    Mutant("N12", "controller: a heartbeat is compared before the agent saw all we sent", "reckon.model.controller",
-           "Controller", "_on_heartbeat", "msg.seen_seq != session.seq or ", ""),
+    Mutant("N11", "controller: a refusal of an old attempt requeues the current one", "reckon.model.reports",
+           None, "on_dispatch_refused", "or job.attempt != msg.attempt ", ""),
+    Mutant("N12", "controller: a heartbeat is compared before the agent saw all we sent", "reckon.model.reports",
+           None, "on_heartbeat", "msg.seen_seq != session.seq or ", ""),
     Mutant("N13", "agent: an acknowledged outcome is not marked acknowledged", "reckon.model.agent", "Agent",
            "_acknowledge", "self._store(out, replace(record, acked=True))", "pass"),
 )

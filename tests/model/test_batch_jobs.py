@@ -16,6 +16,7 @@ from reckon.model.arrays import ENV_ARRAY_ID, ENV_ARRAY_INDEX, ArrayRange, parse
 from reckon.model.errors import LocalProtocolError
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.state import restore, snapshot
+from reckon.model.transaction import Transaction
 
 
 def _spec(**kw) -> JobSpec:
@@ -279,9 +280,8 @@ def test_an_unknown_or_doomed_dependency_is_refused_at_submit_and_changes_nothin
         h.controller.handle(E.SubmitJob(spec=_spec(after=(job,)), now=h.now))
     # apply itself is strict too: a fact naming an unknown dependency never applies.
     with pytest.raises(LocalProtocolError):
-        h.controller._apply(__import__("reckon.model.controller", fromlist=["_Out"])._Out(),
-                            F.JobSubmitted(job=h.controller.state.next_job_id(), spec=_spec(after=("98",)),
-                                           submitted_at=h.now))
+        Transaction(h.controller.state, h.controller.volatile, h.controller.config).apply(
+            F.JobSubmitted(job=h.controller.state.next_job_id(), spec=_spec(after=("98",)), submitted_at=h.now))
 
 
 # ---- hold, release, requeue ------------------------------------------------------------------

@@ -16,13 +16,19 @@ import textwrap
 
 import pytest
 
-from reckon.model import controller as C
 from reckon.model import agent as A
+from reckon.model import connections as CN
+from reckon.model import job_ops as J
+from reckon.model import reports as R
 from reckon.model import resync as RS
 from reckon.model import state as S
 from reckon.model import startup as ST
+from reckon.model.transaction import Transaction
 
 import tests.model.explorer as X
+import tests.model.mutants as mutants
+
+
 def mutate(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, old: str, new: str) -> None:
     """Replace ``old`` (exactly once) by ``new`` in the source of ``owner.name`` and install the result."""
     original = inspect.getattr_static(owner, name)
@@ -49,11 +55,7 @@ def mutate_function(monkeypatch: pytest.MonkeyPatch, module, name: str, old: str
     exec(compile(textwrap.dedent(source.replace(old, new)), f"<mutant of {name}>", "exec"),  # noqa: S102
          func.__globals__, namespace)
     monkeypatch.setattr(module, name, namespace[name])
-    table = getattr(module, "_APPLY", None)
-    if isinstance(table, dict):
-        for kind, fn in list(table.items()):
-            if fn is func:
-                monkeypatch.setitem(table, kind, namespace[name])
+    mutants.patch_tables(func, namespace[name], module, monkeypatch.setattr, monkeypatch.setitem)
 
 
 def assert_explorer_finds(*inv_ids: str, scenario: str) -> X.Violation:
@@ -73,7 +75,7 @@ def assert_explorer_finds(*inv_ids: str, scenario: str) -> X.Violation:
 
 def test_explore_bite_round_token_check_removed(monkeypatch):
     """A page of a stale round is applied to the open one."""
-    mutate(monkeypatch, C.Controller, "_on_report_page", "if rnd is None or rnd.token != page.token:",
+    mutate_function(monkeypatch, R, "on_report_page", "if rnd is None or rnd.token != page.token:",
            "if rnd is None:")
     mutate(monkeypatch, RS.ResyncRound, "add_page", "if page.token != self.token:", "if False:")  # its backstop
     assert_explorer_finds("INV-STALE-IGNORED", "INV-REPORT-COMPLETE", "INV-REPORT-APPLIED-ONCE",
@@ -82,15 +84,14 @@ def test_explore_bite_round_token_check_removed(monkeypatch):
 
 def test_explore_bite_dispatch_gate_removed(monkeypatch):
     """A RECONCILING agent gets new work."""
-    mutate(monkeypatch, C.Controller, "_on_dispatch", "and session.connected and not session.reconciling",
+    mutate_function(monkeypatch, J, "on_dispatch", "and session.connected and not session.reconciling",
            "and session.connected")
     assert_explorer_finds("INV-DISPATCH-GATED", scenario="rejoining")
 
 
 def test_explore_bite_deadline_never_resolves(monkeypatch):
     """A round deadline that never resolves the round."""
-    mutate(monkeypatch, C.Controller, "_on_deadline", "        self._end_round(out, session, expire=True)\n",
-           "        return\n")
+    mutate_function(monkeypatch, CN, "on_deadline", "    end_round(tx, session, expire=True)\n", "    return\n")
     assert_explorer_finds("INV-ROUND-ENDS", "INV-LIVENESS-QUIET", scenario="rejoining")
 
 
@@ -101,7 +102,7 @@ def test_explore_bite_deadline_never_resolves(monkeypatch):
 
 def test_explore_bite_adopts_job_held_elsewhere(monkeypatch):
     """An extra is adopted although another agent's record holds it."""
-    mutate(monkeypatch, C.Controller, "_reconcile",
+    mutate_function(monkeypatch, R, "reconcile",
            "adoptable = job.state is JobState.PENDING and job.attempt == entry.attempt",
            "adoptable = job.attempt == entry.attempt")
     assert_explorer_finds("INV-SINGLE-OWNER", "INV-SLOTS-ACCOUNTED", "LocalProtocolError", "INV-FACTS-NO-DUPLICATE",
@@ -113,19 +114,18 @@ def test_explore_bite_heartbeat_compares_counts_only(monkeypatch):
     placed job whose supervisor was lost) are never repaired.  Reachable only with a live
     connection reordered (docs/checking.md: equivalent on a connection that loses and reorders
     nothing), so the scenario judges tampered connections too."""
-    mutate(monkeypatch, C.Controller, "_on_heartbeat", "if theirs == ours:", "if theirs[0] == ours[0]:")
+    mutate_function(monkeypatch, R, "on_heartbeat", "if theirs == ours:", "if theirs[0] == ours[0]:")
     assert_explorer_finds("INV-LIVENESS-AGREE", scenario="equal-counts")
 
 
 def test_explore_bite_requeue_ignores_cancel(monkeypatch):
     """An unrecognized attempt with a cancel pending is requeued instead of confirmed: dispatched again."""
-    mutate(monkeypatch, C.Controller, "_reconcile", """            if here and queried:
-                if job.cancel_requested:
-                    self._apply(out, F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
-                else:
-                    self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="unrecognized by agent"))""",
-           """            if here and queried:
-                self._apply(out, F.JobRequeued(job=job.id, attempt=job.attempt, reason="unrecognized by agent"))""")
+    # Every lost attempt takes the one path (Transaction.attempt_lost), so the bug is injected there.
+    mutate(monkeypatch, Transaction, "attempt_lost", """        if job.cancel_requested:
+            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+        else:
+            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason))""",
+           """        self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason))""")
     assert_explorer_finds("INV-CANCELLED-NOT-DISPATCHED", scenario="two-rounds")
 
 
@@ -135,7 +135,7 @@ def test_explore_bite_requeue_ignores_cancel(monkeypatch):
 def test_explore_bite_refusal_of_old_attempt_requeues_current(monkeypatch):
     """mutants.N11: a late copy of a DispatchRefused of attempt 1 requeues attempt 2, which the agent
     runs (an id issued again after a restore without the id mark file): INV-REQUEUE-NOT-RUNNING."""
-    mutate(monkeypatch, C.Controller, "_on_dispatch_refused", "or job.attempt != msg.attempt ", "")
+    mutate_function(monkeypatch, R, "on_dispatch_refused", "or job.attempt != msg.attempt ", "")
     assert_explorer_finds("INV-REQUEUE-NOT-RUNNING", scenario="reused-id")
 
 
@@ -159,13 +159,13 @@ def test_explore_bite_exit_not_in_durable_outbox(monkeypatch):
 
 def test_explore_bite_orphan_never_killed(monkeypatch):
     """An attempt that is current nowhere is left running."""
-    mutate(monkeypatch, C.Controller, "_kill_orphan", "        if session.connected:", "        if False:")
+    mutate_function(monkeypatch, R, "kill_orphan", "    if session.connected:", "    if False:")
     assert_explorer_finds("INV-LIVENESS-AGREE", "INV-LIVENESS-QUIET", scenario="dispatching")
 
 
 def test_explore_bite_close_keeps_session(monkeypatch):
     """A closed connection is not dropped: its round stays open, the agent stays 'connected'."""
-    mutate(monkeypatch, C.Controller, "_on_closed", "        self._drop_connection(out, ev.conn)", "        pass")
+    mutate_function(monkeypatch, CN, "on_closed", "    drop_connection(tx, ev.conn)", "    pass")
     assert_explorer_finds("INV-ROUND-ENDS", "INV-SCHEDULER-VIEW", "INV-DISPATCH-GATED", "INV-LIVENESS-QUIET",
                           scenario="rolled-back")
 
@@ -173,5 +173,4 @@ def test_explore_bite_close_keeps_session(monkeypatch):
 def test_explore_bite_start_gate_opens_at_once(monkeypatch):
     """Issue #9 gap 2: after a restart the start gate lets dispatch through before the known agents rejoined."""
     mutate_function(monkeypatch, ST, "check_gate", "    if gate.known and not gate.waiting:\n", "    if True:\n")
-    monkeypatch.setattr(C.startup, "check_gate", ST.check_gate)
     assert_explorer_finds("INV-START-HOLD", scenario="rolled-back")

@@ -25,6 +25,7 @@ from reckon.model.controller import Controller
 from reckon.model.errors import LocalProtocolError
 from reckon.model.jobs import JobState
 from reckon.model.state import replay, restore, snapshot
+from reckon.model.nodes import NodeState
 
 FIRST = "1" * 32
 SECOND = "2" * 32
@@ -85,7 +86,7 @@ def test_another_identity_is_refused_while_the_holder_is_connected() -> None:
     session = w.controller.sessions["node1"]
     assert (session.conn, session.identity) == (1, FIRST)
     assert all(w.controller.state.jobs[j].agent == "node1" and w.controller.state.jobs[j].attempt == 1 for j in jobs)
-    assert w.controller.node_state("node1") == "BUSY"
+    assert w.controller.node_state("node1") == NodeState.BUSY
     # The refused connection is not the agent's: what arrives on it counts for nothing.
     later = w.handle(E.MessageFromAgent(conn=2, message=M.Heartbeat(running=0, digest=0, seen_seq=0), now=9.0))
     assert later == [] and w.controller.sessions["node1"].conn == 1

@@ -16,6 +16,7 @@ from reckon.model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionE
 from reckon.model.errors import LocalProtocolError, RemoteProtocolError
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.resync import ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
+from reckon.model.nodes import NodeState
 
 TOK = token(0xABC)
 FULL_SPEC = spec("build", slots=2, command=("make", "-j", ""))
@@ -321,7 +322,7 @@ def test_page_when_no_round_is_open_gets_a_nonfatal_error() -> None:
     before = h.controller.state.digest()
     commands = h.send_to_controller("a1", REPORT)
     assert [(type(m), m.fatal) for m in sends_of(commands)] == [(M.Error, False)]
-    assert h.controller.state.digest() == before and h.controller.node_state("a1") == "MIXED"
+    assert h.controller.state.digest() == before and h.controller.node_state("a1") == NodeState.MIXED
 
 
 def test_report_entry_for_an_unknown_job_invents_nothing() -> None:

@@ -10,7 +10,7 @@ from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.errors import LocalProtocolError
 from reckon.model.jobs import JobState
-from reckon.model.nodes import pending_reason
+from reckon.model.nodes import NodeState, pending_reason
 from reckon.model.state import restore, snapshot
 
 
@@ -27,7 +27,7 @@ def test_drained_agent_gets_no_new_dispatch_and_its_running_jobs_finish() -> Non
     h.join("a1")
     running = h.run_jobs(1)[0]
     assert facts_of(_drain(h)) == [F.AgentDrained(agent="a1")]
-    assert h.controller.node_state("a1") == "DRAINING"
+    assert h.controller.node_state("a1") == NodeState.DRAINING
     waiting = h.submit(1)[0]
     assert h.scheduler.place() == []  # the scheduler does not propose it
     assert sends_of(h.dispatch(waiting, "a1"), M.Dispatch) == []  # and the controller refuses anyway
@@ -36,7 +36,7 @@ def test_drained_agent_gets_no_new_dispatch_and_its_running_jobs_finish() -> Non
     h.exit("a1", running)  # the running job finishes and is recorded
     h.pump()
     assert h.job(running).state is JobState.COMPLETED
-    assert h.controller.node_state("a1") == "DRAINED"
+    assert h.controller.node_state("a1") == NodeState.DRAINED
     h.assert_views_agree()
     assert facts_of(_resume(h)) == [F.AgentResumed(agent="a1")]
     assert h.schedule() == [(waiting, "a1")]
@@ -74,11 +74,11 @@ def test_drain_twice_and_resume_undrained_change_nothing() -> None:
 def test_node_states_idle_mixed_busy() -> None:
     h = Harness(slots=2)
     h.join("a1")
-    assert h.controller.node_state("a1") == "IDLE"
+    assert h.controller.node_state("a1") == NodeState.IDLE
     h.run_jobs(1)
-    assert h.controller.node_state("a1") == "MIXED"
+    assert h.controller.node_state("a1") == NodeState.MIXED
     h.run_jobs(1)
-    assert h.controller.node_state("a1") == "BUSY"
+    assert h.controller.node_state("a1") == NodeState.BUSY
 
 
 def test_pending_reasons() -> None:

@@ -10,6 +10,7 @@ from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.controller import Controller
 from reckon.model.jobs import JobState
+from reckon.model.nodes import NodeState
 
 
 def _rejoin_commands(h: Harness, name: str = "a1") -> list[E.Command]:
@@ -29,7 +30,7 @@ def test_req_1_1_join_with_nonterminal_jobs_arms_round() -> None:
     assert len(welcome) == 1 and welcome[0].token is not None and welcome[0].query_pages == 1
     queries = sends_of(commands, M.ResyncQuery)
     assert [q.token for q in queries] == [welcome[0].token]
-    assert h.controller.node_state("a1") == "RECONCILING"
+    assert h.controller.node_state("a1") == NodeState.RECONCILING
     assert h.timers["a1"][0] == welcome[0].token
 
 
@@ -55,7 +56,7 @@ def test_req_1_2_join_without_nonterminal_jobs_arms_no_round() -> None:
     assert len(welcome) == 1 and welcome[0].token is None and welcome[0].query_pages == 0
     assert sends_of(commands, M.ResyncQuery) == []
     assert not any(isinstance(c, E.StartRoundTimer) for c in commands)
-    assert h.controller.node_state("a1") == "IDLE"
+    assert h.controller.node_state("a1") == NodeState.IDLE
 
 
 def test_req_1_2_only_terminal_jobs_on_agent_arms_no_round() -> None:
@@ -83,7 +84,7 @@ def test_req_1_2_jobs_on_another_agent_arm_no_round() -> None:
     commands = _rejoin_commands(h, "a2")
 
     assert sends_of(commands, M.Welcome)[0].token is None
-    assert h.controller.node_state("a2") == "IDLE"
+    assert h.controller.node_state("a2") == NodeState.IDLE
 
 
 def _queried(commands: list[E.Command]) -> list[tuple[str, int]]:

@@ -8,6 +8,7 @@ from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.controller import ControllerConfig
 from reckon.model.jobs import JobState
+from reckon.model.nodes import NodeState
 
 
 def _query_on_rejoin(h: Harness, name: str) -> list[tuple[str, int]]:
@@ -133,5 +134,5 @@ def test_req_2_1_anti_entropy_compares_only_at_a_quiet_moment() -> None:
     assert h.send_to_controller("a1", agreeing) == []  # same set: nothing to do
     commands = h.send_to_controller("a1", quiet)
     assert len(sends_of(commands, M.ResyncQuery)) == 1
-    assert h.controller.node_state("a1") == "RECONCILING"
+    assert h.controller.node_state("a1") == NodeState.RECONCILING
     assert h.send_to_controller("a1", quiet) == []  # a round is open already

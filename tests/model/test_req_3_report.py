@@ -9,6 +9,7 @@ from reckon.model import messages as M
 from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus, SessionState
 from reckon.model.controller import ControllerConfig
 from reckon.model.jobs import JobState
+from reckon.model.nodes import NodeState
 
 
 def _report_on_rejoin(h: Harness, name: str = "a1") -> list[M.ReportEntry]:
@@ -98,7 +99,7 @@ def test_req_3_2_controller_refuses_report_that_omits_a_queried_job() -> None:
     assert len(errors) == 1 and errors[0].fatal and "no entry for queried job" in errors[0].reason
     assert any(isinstance(c, E.Close) for c in commands)
     assert h.controller.state.digest() == before and len(h.log) == log_len
-    assert h.controller.node_state("a1") == "DISCONNECTED"
+    assert h.controller.node_state("a1") == NodeState.DISCONNECTED
 
 
 def test_req_3_3_indeterminate_process_is_reported_unrecognized() -> None:
@@ -140,7 +141,7 @@ def test_req_3_3_process_lost_while_operating_reaches_the_controller() -> None:
         h.pump()
     assert h.job(job).state is JobState.PENDING
     assert h.job(job).attempt == 2 and h.job(job).exit_code is None
-    assert h.controller.node_state("a1") == "IDLE"
+    assert h.controller.node_state("a1") == NodeState.IDLE
 
 
 def test_req_3_4_report_outcome_equals_the_completion_report() -> None:
@@ -275,7 +276,7 @@ def test_req_3_8_heartbeat_armed_round_also_holds_work_back() -> None:
     h.now = 5.0
     h.tick("a1")
     h.deliver_to_controller("a1")  # heartbeat disagrees: a round is armed, the query is in flight
-    assert h.controller.node_state("a1") == "RECONCILING"
+    assert h.controller.node_state("a1") == NodeState.RECONCILING
     # Deliver nothing yet; the agent is still operating and may report.
     h.exit("a1", ids[1], exit_code=0)
     assert isinstance(h.agents["a1"].sent[-1], M.Finished)
@@ -286,4 +287,4 @@ def test_req_3_8_heartbeat_armed_round_also_holds_work_back() -> None:
     h.pump()
     assert h.job(ids[0]).state is JobState.PENDING
     assert h.job(ids[1]).state is JobState.COMPLETED
-    assert h.controller.node_state("a1") == "IDLE"
+    assert h.controller.node_state("a1") == NodeState.IDLE

@@ -10,6 +10,7 @@ from reckon.model.agent import LocalJob, LocalStatus
 from reckon.model.controller import Controller
 from reckon.model.jobs import JobState
 from reckon.model.state import replay
+from reckon.model.nodes import NodeState
 
 
 def _open_round(h: Harness, name: str = "a1") -> bytes:
@@ -261,7 +262,7 @@ def test_req_4_7_unqueried_extras_follow_the_same_precedence_rules() -> None:
     assert ("999", 1) in [(m.job, m.attempt) for m in sends_of(commands, M.Kill)]
     assert h.job(elsewhere).state is JobState.RUNNING and h.job(elsewhere).agent == "a2"
     assert "999" not in h.controller.state.jobs
-    assert h.controller.node_state("a1") == "MIXED"  # the round resolved
+    assert h.controller.node_state("a1") == NodeState.MIXED  # the round resolved
 
 
 def test_req_4_8_unqueried_running_extra_is_assigned_to_the_reporter() -> None:

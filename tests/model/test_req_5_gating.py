@@ -9,6 +9,7 @@ from reckon.model import messages as M
 from reckon.model.controller import ControllerConfig
 from reckon.model.jobs import JobState
 from reckon.model.scheduler import AgentNote, JobNote
+from reckon.model.nodes import NodeState
 
 
 def _rejoin_until_round_open(h: Harness, name: str = "a1") -> None:
@@ -45,12 +46,12 @@ def test_req_5_1_partial_report_keeps_the_agent_gated() -> None:
     h.deliver_to_controller("a1", 2)
     waiting = h.submit(1)[0]
 
-    assert h.controller.node_state("a1") == "RECONCILING"
+    assert h.controller.node_state("a1") == NodeState.RECONCILING
     assert h.scheduler.place() == []
     assert sends_of(h.dispatch(waiting, "a1"), M.Dispatch) == []
 
     h.deliver_to_controller("a1", 1)
-    assert h.controller.node_state("a1") == "MIXED"
+    assert h.controller.node_state("a1") == NodeState.MIXED
     assert h.schedule() == [(waiting, "a1")]
 
 
@@ -123,7 +124,7 @@ def test_req_5_3_round_deadline_resolves_the_round() -> None:
 
     # Reattempted on the next rejoin, with a fresh token; this time it completes.
     h.join("a1")
-    assert h.controller.node_state("a1") == "MIXED"
+    assert h.controller.node_state("a1") == NodeState.MIXED
     assert h.rounds_ended[-1][1] != old_token
     assert h.job(job).state is JobState.RUNNING
     h.assert_views_agree()
@@ -142,7 +143,7 @@ def test_req_5_3_deadline_of_a_finished_round_is_ignored() -> None:
     commands = h.controller_handle(E.RoundDeadlineExpired(agent="a1", token=tok, now=99.0))
 
     assert commands == []
-    assert h.controller.node_state("a1") == "MIXED" and h.controller.state.digest() == before
+    assert h.controller.node_state("a1") == NodeState.MIXED and h.controller.state.digest() == before
 
 
 def test_req_5_4_dispatch_to_disconnected_agent_fails_at_once() -> None:

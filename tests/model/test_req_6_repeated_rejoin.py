@@ -9,6 +9,7 @@ from reckon.model import messages as M
 from reckon.model.controller import ControllerConfig
 from reckon.model.jobs import JobState
 from reckon.model.resync import RoundState
+from reckon.model.nodes import NodeState
 
 
 def _paged() -> Harness:
@@ -133,7 +134,7 @@ def test_req_6_2_whole_report_resent_after_it_was_applied_changes_nothing() -> N
 
     assert h.controller.state.digest() == before and len(h.log) == log_len
     assert h.controller.applied_rounds == applied
-    assert h.controller.node_state("a1") == "MIXED"
+    assert h.controller.node_state("a1") == NodeState.MIXED
 
 
 def test_req_6_3_report_for_a_discarded_round_is_discarded() -> None:

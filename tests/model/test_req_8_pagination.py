@@ -10,6 +10,7 @@ from reckon.model import messages as M
 from reckon.model.agent import LocalJob, LocalStatus
 from reckon.model.controller import ControllerConfig
 from reckon.model.jobs import JobState
+from reckon.model.nodes import NodeState
 
 
 def _paged(query: int, report: int, slots: int = 10_000) -> Harness:
@@ -54,7 +55,7 @@ def test_req_8_1_reconciliation_completes_whatever_the_job_count(count: int) -> 
             assert rec.terminal and rec.exit_code == int(job) % 3 and rec.finished_at == float(job)
         else:
             assert rec.state is JobState.RUNNING
-    assert h.controller.node_state("a1") in ("MIXED", "BUSY", "IDLE")
+    assert h.controller.node_state("a1") in (NodeState.MIXED, NodeState.BUSY, NodeState.IDLE)
     h.assert_views_agree()
     h.assert_replay_agrees()
 

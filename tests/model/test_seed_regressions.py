@@ -19,6 +19,7 @@ from reckon.model.controller import ControllerConfig
 from reckon.model.jobs import JobState
 from reckon.model.scheduler import AgentNote
 from reckon.model.state import replay
+from reckon.model.nodes import NodeState
 
 # ---- seed 000: the completion report dropped after 3 tries --------------------------
 
@@ -228,7 +229,7 @@ def test_seed002_reconciling_cleared_for_every_way_a_round_ends() -> None:
         h.disconnect("a1")
         h.connect("a1")
         h.deliver_to_controller("a1", 1)
-        assert h.controller.node_state("a1") == "RECONCILING"
+        assert h.controller.node_state("a1") == NodeState.RECONCILING
         if ending == "deadline":
             commands = h.expire_round("a1")
         elif ending == "disconnect":
@@ -311,7 +312,7 @@ def test_seed002_lost_agent_requeue_releases_the_allocation() -> None:
     h.disconnect("a1")
     h.now = 61.0
     h.tick_controller()
-    assert h.controller.node_state("a1") == "LOST"
+    assert h.controller.node_state("a1") == NodeState.LOST
     assert h.job(job).state is JobState.PENDING and h.controller.state.agents["a1"].used == 0
     h.assert_replay_agrees()
     h.assert_views_agree()
@@ -489,4 +490,4 @@ def test_lost_after_covers_agents_known_only_from_the_log():
     job = controller.state.jobs["1"]
     assert job.state is JobState.PENDING and job.attempt == 2
     assert any(isinstance(c, E.Append) for c in commands)
-    assert controller.node_state("gone") == "LOST"
+    assert controller.node_state("gone") == NodeState.LOST

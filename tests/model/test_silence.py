@@ -6,6 +6,7 @@ from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.controller import Controller, ControllerConfig
 from reckon.model.jobs import JobSpec, JobState
+from reckon.model.nodes import NodeState
 
 SPEC = JobSpec(name="j", command=("true",), slots=1)
 
@@ -40,13 +41,13 @@ def test_lost_after_counts_from_a_round_deadline_not_from_the_join():
     cmds = join(ctrl, 2, now=1.0)  # places two jobs here: a round is armed
     timer = next(c for c in cmds if isinstance(c, E.StartRoundTimer))
     ctrl.handle(E.RoundDeadlineExpired(agent="a", token=timer.token, now=31.0))
-    assert ctrl.node_state("a") == "DISCONNECTED"
+    assert ctrl.node_state("a") == NodeState.DISCONNECTED
     ctrl.handle(E.Tick(now=31.0))
     ctrl.handle(E.Tick(now=40.5))
     assert [j.state for j in jobs] == [JobState.RUNNING, JobState.RUNNING]
-    assert ctrl.node_state("a") == "DISCONNECTED"
+    assert ctrl.node_state("a") == NodeState.DISCONNECTED
     ctrl.handle(E.Tick(now=41.5))  # now it has been silent for lost_after since the drop
-    assert ctrl.node_state("a") == "LOST"
+    assert ctrl.node_state("a") == NodeState.LOST
     assert [(j.state, j.attempt) for j in jobs] == [(JobState.PENDING, 2), (JobState.PENDING, 2)]
 
 
@@ -57,10 +58,10 @@ def test_silence_is_measured_on_the_monotonic_clock():
     jobs = two_running_jobs(ctrl)
     ctrl.handle(E.ConnectionClosed(conn=1, now=1000.0, mono=5.0))
     ctrl.handle(E.Tick(now=1000.0 + 3600.0, mono=6.0))  # the wall clock jumped, time did not pass
-    assert ctrl.node_state("a") == "DISCONNECTED"
+    assert ctrl.node_state("a") == NodeState.DISCONNECTED
     assert [j.state for j in jobs] == [JobState.RUNNING, JobState.RUNNING]
     ctrl.handle(E.Tick(now=1000.0 + 3600.0, mono=15.5))
-    assert ctrl.node_state("a") == "LOST"
+    assert ctrl.node_state("a") == NodeState.LOST
 
 
 def test_a_bad_monotonic_reading_is_refused():

@@ -13,10 +13,10 @@ import pytest
 from tests.sim import test_sim as T
 from reckon.daemon.agent.daemon import AgentDaemon
 from reckon.model import controller as controller_model
+from reckon.model import reports as reports_model
 from reckon.model import events as E
 from reckon.model import names
 from reckon.model.agent import Agent
-from reckon.model.controller import Controller
 
 
 class _NoLaunchTracking(dict):
@@ -46,23 +46,23 @@ def test_bite_bug2_a_kill_during_the_launch_is_dropped(monkeypatch):
 
 
 def test_bite_bug3_reports_are_matched_by_job_and_attempt_alone(monkeypatch):
-    monkeypatch.setattr(controller_model, "_same_submission", lambda ours, theirs: True)
+    monkeypatch.setattr(reports_model, "same_submission", lambda ours, theirs: True)
     monkeypatch.setattr(Agent, "_other_submission", staticmethod(lambda held, msg: None))
     with pytest.raises(T.BugReproduced, match="INV-TRUE-OUTCOME"):
         T.test_bug3_after_a_rollback_no_job_gets_another_submissions_outcome()
 
 
 def test_bite_bug4_a_round_deadline_does_not_count_as_hearing_from_the_agent(monkeypatch):
-    on_deadline = Controller._HANDLERS[E.RoundDeadlineExpired]
+    on_deadline = controller_model.HANDLERS[E.RoundDeadlineExpired]
 
-    def silence_from_the_join(self, ev, out) -> None:
-        session = self.sessions.get(ev.agent)
+    def silence_from_the_join(tx, ev) -> None:
+        session = tx.sessions.get(ev.agent)
         before = session.last_heard if session is not None else None
-        on_deadline(self, ev, out)
+        on_deadline(tx, ev)
         if session is not None:
             session.last_heard = before
 
-    monkeypatch.setitem(Controller._HANDLERS, E.RoundDeadlineExpired, silence_from_the_join)
+    monkeypatch.setitem(controller_model.HANDLERS, E.RoundDeadlineExpired, silence_from_the_join)
     with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
         T.test_bug4_lost_after_counts_from_the_round_deadline_not_from_the_join()
 

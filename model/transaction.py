@@ -1,0 +1,225 @@
+"""What a controller handler works through: one ``Transaction`` per ``handle`` call.
+
+Handlers (model.connections, model.reports, model.job_ops, model.batches,
+model.nodes, model.startup) never see the ``Controller``: they read the state
+and the volatile view of the agents through the transaction, and change the
+model only through it:
+
+- ``apply(fact)``: apply a fact now (the seam replay also runs), queue it for
+  the one leading ``Append``, note what it changed for the scheduler, and
+  cancel the jobs whose dependency it doomed;
+- ``send(session, make)``: a message to a joined agent, numbered on its connection;
+- ``emit(command)``: any other command (close, timers, warnings, notifications);
+- ``note_job`` / ``note_agent``: the scheduler must hear of a job or agent again.
+
+The transaction also knows whether a fact was applied in this call: after one,
+any exception means the state differs from what the log will hold
+(``Controller.handle`` turns it into ``ModelCorrupted``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from . import events as E
+from . import facts as F
+from . import messages as M
+from .jobs import JobRecord, JobState
+from .policy import doomed_dependants, ready
+from .scheduler import AgentNote, JobNote
+from .session import AgentSession
+from .state import ControllerState, apply
+
+_MAX_ID_DIGITS = 18  # a reported id longer than this can never collide with one we issue
+
+
+def silence_clock(ev: object) -> float:
+    """The time silence (and the start grace) is measured on: monotonic when the daemon gives it,
+    so a wall-clock step never makes an agent look silent (or heard from)."""
+    mono = getattr(ev, "mono", None)
+    return mono if mono is not None else ev.now  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerConfig:
+    page_size: int = 1000  # jobs per resync query page
+    round_timeout: float = 30.0  # seconds a round may stay open
+    lost_after: float | None = None  # seconds of silence before a disconnected agent's jobs are requeued
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
+            raise ValueError(f"page_size must be in 1..{M.MAX_PAGE_ENTRIES}")
+        if not self.round_timeout > 0:
+            raise ValueError("round_timeout must be positive")
+        if self.lost_after is not None and not self.lost_after > 0:
+            raise ValueError("lost_after must be positive or None")
+
+
+@dataclass(slots=True)
+class StartGate:
+    """Volatile: dispatch is held after a start (model.startup's docstring)."""
+
+    waiting: set[str]  # agents the recovered state knows that have not rejoined and answered their round yet
+    known: bool  # the recovered state knew some agent; if not, only the grace ends the gate
+    deadline: float  # on the silence clock (events' mono, else now)
+    grace: float
+    restored: bool = False  # the state is older than its id mark: the daemon records it there (``holding_restored``)
+
+
+@dataclass(slots=True)
+class Volatile:
+    """What the controller knows that is not in its log: rebuilt as agents rejoin, lost at a restart."""
+
+    sessions: dict[str, AgentSession] = field(default_factory=dict)
+    conns: dict[int, str] = field(default_factory=dict)  # live connection -> agent name
+    applied_rounds: list[bytes] = field(default_factory=list)  # tokens whose reports were applied (each once)
+    started: bool = False  # ControllerStarted was handled (once per start; replay never sets it)
+    start_gate: StartGate | None = None  # dispatch held after a start: model.startup
+
+
+class ControllerView(Protocol):
+    """What the read-only views (model.nodes, model.startup.holding_restored) read: a
+    ``Controller`` or a ``Transaction``."""
+
+    @property
+    def state(self) -> ControllerState: ...
+    @property
+    def sessions(self) -> dict[str, AgentSession]: ...
+    @property
+    def start_gate(self) -> StartGate | None: ...
+
+
+def placed_on(state: ControllerState, agent: str) -> dict[str, int]:
+    """job -> attempt of every non-terminal job placed on ``agent``, in job id order (not the set's hash order)."""
+    info = state.agents.get(agent)
+    if info is None:
+        return {}
+    return {j: state.jobs[j].attempt for j in sorted(info.running, key=lambda j: (len(j), j))}
+
+
+class VolatileAccess:
+    """Reads of a holder's ``volatile`` view: the Controller's and each Transaction's are the same one."""
+
+    __slots__ = ()
+    volatile: Volatile
+
+    @property
+    def sessions(self) -> dict[str, AgentSession]:
+        return self.volatile.sessions
+
+    @property
+    def conns(self) -> dict[int, str]:  # live connection -> agent name
+        return self.volatile.conns
+
+    @property
+    def start_gate(self) -> StartGate | None:  # dispatch held after a start: model.startup
+        return self.volatile.start_gate
+
+    @start_gate.setter
+    def start_gate(self, gate: StartGate | None) -> None:
+        self.volatile.start_gate = gate
+
+
+class Transaction(VolatileAccess):
+    """One ``handle`` call's reads, changes and output (see the module docstring)."""
+
+    __slots__ = ("state", "config", "volatile", "facts", "commands", "changed_jobs", "changed_agents",
+                 "reserve_upto")
+
+    def __init__(self, state: ControllerState, volatile: Volatile, config: ControllerConfig) -> None:
+        self.state = state
+        self.config = config
+        self.volatile = volatile
+        self.facts: list[F.Fact] = []
+        self.commands: list[E.Command] = []
+        # Changed jobs and agents not yet noted to the scheduler.  Noted once per
+        # handle with their final values: a round applying 100k facts to one agent
+        # sends one agent note, not 100k.
+        self.changed_jobs: dict[str, JobRecord] = {}
+        self.changed_agents: dict[str, None] = {}
+        # The highest job id agents reported that the history never issued: one
+        # JobIdsReserved for all of them after the handler (a post-handle hook), not one per entry.
+        self.reserve_upto = 0
+
+    # ---- reads ------------------------------------------------------------------
+
+    @property
+    def applied(self) -> bool:
+        """Whether a fact was applied in this call (the state has moved past the log's end)."""
+        return bool(self.facts)
+
+    def placed_on(self, agent: str) -> dict[str, int]:
+        return placed_on(self.state, agent)
+
+    # ---- changes ----------------------------------------------------------------
+
+    def apply(self, fact: F.Fact) -> None:
+        """Apply a fact now, queue it for durability, and note what it changed for the scheduler.
+
+        A job that ended FAILED or CANCELLED dooms the PENDING jobs waiting on it: each is
+        cancelled here, with the reason, and its own dependants follow as that fact is applied."""
+        changes = apply(self.state, fact)
+        self.facts.append(fact)
+        for job_id in changes.jobs:
+            self.note_job(self.state.jobs[job_id])
+            if self.state.dependants.get(job_id):
+                for dependant, reason in doomed_dependants(self.state, self.state.jobs[job_id]):
+                    if self.state.jobs[dependant].state is JobState.PENDING:  # an earlier one may have got it
+                        self.apply(F.JobCancelled(job=dependant, reason=reason))
+        for name in changes.agents:
+            self.note_agent(name)
+
+    def send(self, session: AgentSession, make: Callable[[int], M.Message]) -> None:
+        """Send to a joined agent: ``make`` gets the message's number on the current connection."""
+        assert session.conn is not None
+        session.seq += 1
+        self.commands.append(E.Send(conn=session.conn, message=make(session.seq)))
+
+    def emit(self, command: E.Command) -> None:
+        self.commands.append(command)
+
+    def note_job(self, job: JobRecord) -> None:
+        self.changed_jobs[job.id] = job
+
+    def note_agent(self, name: str) -> None:
+        self.changed_agents[name] = None
+
+    def reserve_ids(self, job_id: str) -> None:
+        """Note ``job_id`` (if decimal, like ours) for the one JobIdsReserved after the handler."""
+        if job_id.isascii() and job_id.isdecimal() and len(job_id) <= _MAX_ID_DIGITS:
+            self.reserve_upto = max(self.reserve_upto, int(job_id))
+
+    def flush_notes(self) -> None:
+        """Hand every pending change to the scheduler's notification path, with current values."""
+        for job in self.changed_jobs.values():
+            self.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
+                                                       slots=job.spec.slots, agent=job.agent,
+                                                       ready=ready(self.state, job), array=job.spec.array_id,
+                                                       array_max=job.spec.array_max)))
+        for name in self.changed_agents:
+            info = self.state.agents.get(name)
+            session = self.sessions.get(name)
+            self.commands.append(E.Notify(note=AgentNote(
+                agent=name,
+                slots=info.slots if info else 0,
+                used=info.used if info else 0,
+                connected=bool(session and session.connected),
+                reconciling=bool(session and session.reconciling),
+                drained=bool(info and info.drained),
+            )))
+        self.changed_jobs.clear()
+        self.changed_agents.clear()
+
+    def attempt_lost(self, job: JobRecord, reason: str) -> None:
+        """The current attempt of a RUNNING job ran nowhere or will never report: a cancel
+        asked for meanwhile is confirmed (the job ends CANCELLED), else the job is requeued."""
+        if job.cancel_requested:
+            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+        else:
+            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason))
+
+    def result(self) -> list[E.Command]:
+        """The call's commands, its facts gathered into one leading Append."""
+        return ([E.Append(facts=tuple(self.facts))] if self.facts else []) + self.commands
+
