@@ -9,7 +9,6 @@ Real SQLite files under tmp_path.  No fixed sleeps: tests wait on conditions
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
