@@ -260,6 +260,10 @@ class PgFactStore:
         await self.db.run(_write_snapshot, snapshot, upto_seq, self.prune, self._require_epoch())
         self._snapshot_seq = max(self._snapshot_seq, upto_seq)
 
+    async def log_head(self) -> int:
+        """The log's last seq as the database says now (a standby's metrics: how far behind it is)."""
+        return (await self.db.run(_positions))[0]
+
     async def facts_about(self, job: str) -> list[F.Fact]:
         """The facts still in the log that name ``job``, in order (one consistent read, decoded on
         the store's thread).  A standby may read too: it writes nothing."""
