@@ -122,22 +122,6 @@ class PgServer:
         self._run(*self._pg_ctl_stop())
         self.started = False
 
-    def pids(self) -> list[int]:
-        """The server's processes now: the postmaster and its children (backends, writers), for CPU figures."""
-        try:
-            postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return []
-        children = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # gone meanwhile
-            if int(fields[1]) == postmaster:
-                children.append(int(stat.parent.name))
-        return [postmaster, *children]
-
     def dsn(self, dbname: str = "postgres") -> str:
         return f"postgresql://{USER}@/{dbname}?host={self.socket_dir}&port={self.port}"
 
