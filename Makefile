@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install fuzz check-deep clean postgres-bin
+.PHONY: test demo install fuzz check-deep clean postgres-bin bench-failover
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-# The PostgreSQL tests start a private server (daemon/bench/pgserver.py) and need its binaries:
+# The PostgreSQL tests start a private server (tests/pgserver.py) and need its binaries:
 # installed here when missing and we are root; otherwise those tests fail saying how to install them.
 postgres-bin:
 	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1 \
@@ -38,6 +38,11 @@ fuzz: $(STAMP)
 # The exhaustive explorer at its deep bound (tests/model/explorer.py DEEP; figures in docs/invariants.md).
 check-deep: $(STAMP)
 	$(BIN)/python -m tests.model.explorer --deep
+
+# `reckon bench failover` against a private PostgreSQL (fsync on) that tests/pgserver.py starts and
+# stops; an installed reckon takes the server's URL instead (--dsn).  ARGS: more bench options.
+bench-failover: $(STAMP) postgres-bin
+	$(BIN)/python -m tests.pgserver --durable -- $(BIN)/reckon bench failover $(ARGS)
 
 demo: $(STAMP)
 	$(BIN)/reckon demo

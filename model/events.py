@@ -333,7 +333,8 @@ class ControllerStarted:
     id_mark: IdMark | None = None
     mono: float | None = None
     # False: this store keeps no mark file (PostgreSQL: the database is restored whole, so
-    # its own mark is the only one), and no file is no sign of a copy without it.
+    # its log is the one history), no file is no sign of a copy without it, and ids continue
+    # right after the log's last one (a takeover skips none).
     mark_file: bool = True
     # Where the recovered log ends (its last fact's position), to compare with ``id_mark.facts``;
     # None: not known (no comparison).

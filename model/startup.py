@@ -9,7 +9,8 @@ Both guard against a restored older copy of the controller's state (README,
   it commits that fact.  At a start, ids continue above the mark the file and
   the database know, whichever is higher, so no id issued before the start
   (even one issued after a backup of the database was taken) is issued again.
-  Every start therefore skips the rest of the current block.  The file also
+  Every start therefore skips the rest of the current block (not on a
+  store without a mark file, PostgreSQL, whose log is the one history).  The file also
   says how far the log went (``IdMark.facts``): the daemon records it before
   it releases what a batch of facts caused, so a copy taken while the
   controller ran (an online backup, its ids in the current block) is
@@ -119,7 +120,9 @@ def _continue_ids(tx: Transaction, mark: E.IdMark | None, *, mark_file: bool = T
         mark = None  # a new history: the mark of an older one in this directory does not concern it
     lost_mark = mark is None and state.id_mark > 0 and mark_file
     if mark is None:
-        floor = state.id_mark
+        # No mark file at all (PostgreSQL): the log is the one history and holds every id issued
+        # (commit before reply), so ids continue right after its last one and no block is skipped.
+        floor = state.id_mark if mark_file else 0
         if lost_mark:
             tx.emit(E.Warn(message=(
                 f"no id mark file, although the controller state recorded one (up to {state.id_mark}): the file "

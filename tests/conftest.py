@@ -42,7 +42,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def postgres():
-    """One real PostgreSQL per test session (daemon/bench/pgserver.py); each test asks it for a fresh database.
+    """One real PostgreSQL per test session (tests/pgserver.py); each test asks it for a fresh database.
     Without PostgreSQL binaries this fails, with how to install them: it never skips."""
     from tests.pgserver import PgServer
 

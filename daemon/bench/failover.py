@@ -1,7 +1,8 @@
 """`reckon bench failover`: how long a leader's death or freeze keeps the cluster from serving (issue #12).
 
-One private PostgreSQL for the whole bench (daemon/bench/pgserver.py, as
-``nobody`` when run as root), a fresh database per run.  Each run starts two
+The PostgreSQL server is the operator's (``--dsn``: daemon/bench/pgdatabases.py; from a
+checkout ``python -m tests.pgserver --durable -- reckon bench failover`` starts a private one),
+a fresh database on it per run.  Each run starts two
 controllers on it (real processes: ``a`` leads, ``b`` stands by), two agents
 that know both URLs, and jobs running on both agents, each waiting on a gate
 file; one of them then exits 7, the others 0.
@@ -18,7 +19,7 @@ was committed after ``b``'s took over.
 
 Every run checks the log itself too: the gated job has exactly one finish fact,
 with exit code 7.  Every process (controllers, agents, the jobs, PostgreSQL)
-is stopped however the bench ends, Ctrl-C included.
+is stopped however the bench ends, Ctrl-C included, and the databases it made are dropped.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 import trio
 
-from reckon.daemon.bench.pgserver import PgServer
+from reckon.daemon.bench.pgdatabases import BenchDatabases
 from reckon.daemon.client import Client, ClientError
 from reckon.daemon.procs import LocalCluster
 
@@ -85,7 +86,7 @@ def _log_of(dsn: str) -> list[tuple[int, int, Any]]:
     return [(seq, epoch, F.decode(cbor2.loads(bytes(data)))) for seq, epoch, data in rows]
 
 
-async def failover_run(server: PgServer, args: argparse.Namespace, variant: str,
+async def failover_run(server: BenchDatabases, args: argparse.Namespace, variant: str,
                        cluster: LocalCluster) -> dict[str, float]:
     """One run on a fresh database; its figures (seconds from the signal).  The caller stops
     ``cluster``'s processes (outside trio: whatever interrupted the run)."""
@@ -183,7 +184,7 @@ def run_failover_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str,
     out: dict[str, Any] = {"lease_s": args.lease, "slots": args.slots}
     lines: list[str] = []
     variants = VARIANTS if args.variant == "both" else (args.variant,)
-    with PgServer(durable=True) as server:
+    with BenchDatabases(args.dsn) as server:
         for variant in variants:
             runs: list[dict[str, float]] = []
             for i in range(args.runs):

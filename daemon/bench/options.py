@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
+from reckon.daemon.bench.pgdatabases import DSN_ENV, DSN_HELP
 from reckon.daemon.cli.main import _positive, path
 
 
@@ -12,8 +14,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("bench", parents=[common], help="benchmarks: real processes on loopback, figures")
     which = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
 
-    def bench(name: str, help: str) -> argparse.ArgumentParser:
-        q = which.add_parser(name, help=help)
+    def bench(name: str, help: str, epilog: str | None = None) -> argparse.ArgumentParser:
+        q = which.add_parser(name, help=help, epilog=epilog,
+                             description=help[0].upper() + help[1:] + "." if epilog else None)
         q.add_argument("--runs", type=int, default=5, help="repetitions (default 5)")
         q.add_argument("--json", action="store_true", help="print one JSON object of figures")
         q.add_argument("--keep", action="store_true", help="keep the temporary directories")
@@ -27,7 +30,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="process: real `true` jobs; null: agents finish each job at once (default process)")
     q.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
                    help="where the controller keeps its facts: sqlite (--state-dir, the default) or postgres "
-                        "(a private PostgreSQL server the bench starts, fsync on; --store postgresql://...)")
+                        "(a fresh database on the server --dsn names; --store postgresql://...)")
+    q.add_argument("--dsn", metavar="postgresql://...", default=os.environ.get(DSN_ENV),
+                   help="with --store postgres: " + DSN_HELP)
 
     q = bench("launch", "one agent's launch path alone (launcher, supervisors, `true`): jobs/s and CPU per job")
     q.add_argument("--jobs", type=int, default=3000, help="jobs per run (default 3000)")
@@ -54,8 +59,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--executor", choices=("process", "null"), default="process",
                    help="process: real `true` jobs; null: the agent finishes each job at once (default process)")
 
-    q = bench("failover", "controllers on a private PostgreSQL: SIGKILL or SIGSTOP the leader; time until the "
-                          "standby serves and until a completion made meanwhile is recorded")
+    q = bench("failover", "controllers on one PostgreSQL database: SIGKILL or SIGSTOP the leader; time until "
+                          "the standby serves and until a completion made meanwhile is recorded",
+              epilog="The PostgreSQL server is yours (--dsn). From a checkout, `python -m tests.pgserver "
+                     "--durable -- reckon bench failover` (or `make bench-failover`) starts a private one "
+                     "(fsync on) and runs the bench against it.")
+    q.add_argument("--dsn", metavar="postgresql://...", default=os.environ.get(DSN_ENV), help=DSN_HELP)
     q.add_argument("--variant", choices=("kill", "freeze", "both"), default="both",
                    help="kill: SIGKILL the leader; freeze: SIGSTOP it, then SIGCONT it (default both)")
     q.add_argument("--lease", type=_positive, default=5.0, help="the controllers' --lease, seconds (default 5)")

@@ -32,7 +32,7 @@ from reckon.daemon.controller.logs import OutputRelay
 from reckon.daemon.controller.metrics import ControllerMetrics
 from reckon.daemon.controller.work import _Work
 from reckon.daemon.refusals import RefusalLog
-from reckon.daemon.store.facts import FactStore
+from reckon.daemon.store.interface import ControllerStore
 
 if TYPE_CHECKING:
     from reckon.daemon.controller.server import ControllerOptions
@@ -45,7 +45,7 @@ REFUSAL_REMINDER = 600.0  # seconds between log reminders of a peer that keeps b
 class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
     """The controller's model and everything that drives it; see the module docstring."""
 
-    def __init__(self, options: ControllerOptions, store: FactStore, controller: Controller) -> None:
+    def __init__(self, options: ControllerOptions, store: ControllerStore, controller: Controller) -> None:
         self.options = options
         self.store = store
         self.model = controller

@@ -66,11 +66,9 @@ class HaMetrics(Collector):
         """Before a scrape: the log's head, for a standby's lag (a leader's own is always current)."""
         if self.front.daemon is not None:
             return
-        from reckon.daemon.store.postgres import _positions
-
         with trio.move_on_after(REFRESH_TIMEOUT):
             try:
-                self.log_last_seq = (await self.store.db.run(_positions))[0]
+                self.log_last_seq = await self.store.log_head()
             except Exception:  # the database is away: the standby's loop says so in the log
                 self.database_up = False
             else:

@@ -7,9 +7,7 @@ state at scrape time by a collector, so they cost nothing between scrapes.
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -52,13 +50,13 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("reckon_fact_log_last_seq", "Sequence number of the newest fact", value=store.last_seq)
         yield GaugeMetricFamily("reckon_fact_log_since_snapshot", "Facts a restart would replay",
                                 value=store.facts_since_snapshot)
-        if not isinstance(store.db.path, Path):
-            return  # the PostgreSQL store: no file of ours (the database's own size is its operator's)
-        try:
-            size = os.stat(store.db.path).st_size
-        except OSError:
-            size = 0
-        yield GaugeMetricFamily("reckon_fact_log_bytes", "Size of controller.db on disk", value=size)
+        kind = GaugeMetricFamily("reckon_fact_store", "1 for the store this controller keeps its facts in",
+                                 labels=["kind"])
+        kind.add_metric([store.kind], 1)
+        yield kind
+        size = store.disk_bytes()
+        if size is not None:  # (None: PostgreSQL, no file of ours)
+            yield GaugeMetricFamily("reckon_fact_log_bytes", "Size of controller.db on disk", value=size)
 
 
 class ControllerMetrics:

@@ -16,6 +16,7 @@ CBOR work of a load or a snapshot runs there too, off the event loop.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from itertools import count
 from pathlib import Path
@@ -26,6 +27,7 @@ import cbor2
 from reckon.model import facts as F
 
 from reckon.daemon import runtime
+from reckon.daemon.store.interface import StoreKind
 from reckon.daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
 SCHEMA_VERSION = 1
@@ -61,12 +63,23 @@ class FactStore:
         return cls(db, prune=prune, last_seq=last_seq, snapshot_seq=snapshot_seq)
 
     @property
+    def kind(self) -> StoreKind:
+        return "sqlite"
+
+    @property
     def last_seq(self) -> int:
         return self._last_seq
 
     @property
     def where(self) -> str:
         return str(self.db.path)
+
+    def disk_bytes(self) -> int | None:
+        """The size of ``controller.db`` (0 while it cannot be read)."""
+        try:
+            return os.stat(self.db.path).st_size
+        except OSError:
+            return 0
 
     @property
     def facts_since_snapshot(self) -> int:
@@ -187,7 +200,7 @@ def _load(conn: sqlite3.Connection, path: Path) -> tuple[dict[str, Any] | None, 
 
 
 
-def _decode_facts(rows: Any, first: int, path: Path) -> list[F.Fact]:
+def _decode_facts(rows: Any, first: int, path: Path | str) -> list[F.Fact]:
     """Decode in one tight loop; any bad row stops the load, naming its seq."""
     out: list[F.Fact] = []
     add, loads, decode = out.append, cbor2.loads, F.decode

@@ -6,7 +6,8 @@ directory: the embedded default, one controller) and
 leader per epoch, every commit fenced by that epoch).  The cluster's identity
 is the log's first fact (``ClusterCreated``), so it lives wherever the facts do.
 
-The contract both keep (tests/daemon/test_factstore.py runs against both):
+The contract both keep (tests/daemon/test_store_contract.py runs it against both, and checks
+that both classes have every member of ``ControllerStore`` with the same signature):
 
 * ``append(facts)`` writes the whole batch in one transaction and returns only
   once it is durable (group commit); a batch is fully there or not at all, and
@@ -14,18 +15,27 @@ The contract both keep (tests/daemon/test_factstore.py runs against both):
 * ``seq`` numbers facts 1, 2, 3, ... without gaps; a snapshot covers every fact
   up to its ``upto_seq``; ``load()`` is (latest snapshot, the facts after it,
   the last seq), and a gap or an undecodable row is a ``StoreError``.
+* ``facts_about(job)`` is what ``reckon history`` reads: the facts still in
+  the log (a pruning snapshot drops older ones) that name the job, in order.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 from reckon.model import facts as F
+
+StoreKind = Literal["sqlite", "postgresql"]
 
 
 @runtime_checkable
 class ControllerStore(Protocol):
+    """The controller's fact log, as the core loop, the client operations and the metrics use it."""
+
+    @property
+    def kind(self) -> StoreKind:
+        """Which store this is ("sqlite": a file in the state directory; "postgresql": a shared database)."""
+
     @property
     def last_seq(self) -> int:
         """The last fact's seq as this store last saw it."""
@@ -38,17 +48,33 @@ class ControllerStore(Protocol):
     def where(self) -> str:
         """Where the facts live, for messages (no password)."""
 
+    def disk_bytes(self) -> int | None:
+        """Bytes the store's own files take on disk now; None when it keeps none of its own
+        (PostgreSQL: the database's size is its operator's to watch)."""
+
     async def load(self) -> tuple[dict[str, Any] | None, list[F.Fact], int]:
         """(latest snapshot or None, the facts after it in order, the last seq)."""
 
-    async def append(self, facts: Sequence[F.Fact]) -> int:
-        """Append the batch in one transaction, durable on return; the new last seq."""
+    async def append(self, facts: Sequence[F.Fact], then: Callable[[int], None] | None = None) -> int:
+        """Append the batch in one transaction, durable on return; the new last seq.
+
+        ``then(last_seq)`` runs on the store's thread once the batch is durable, before this
+        returns (the controller records the log's position in its id mark file there)."""
 
     async def write_snapshot(self, snapshot: dict[str, Any], upto_seq: int) -> None:
         """Store a snapshot covering facts ``seq <= upto_seq``."""
 
+    async def facts_about(self, job: str) -> list[F.Fact]:
+        """The facts still in the log that name ``job``, in order."""
+
     async def aclose(self) -> None:
         """Close the store (idempotent)."""
+
+    async def __aenter__(self) -> "ControllerStore":
+        """The store itself; ``__aexit__`` closes it."""
+
+    async def __aexit__(self, *exc: object) -> None:
+        """``aclose()``."""
 
 
 def is_postgres_url(store: str | None) -> bool:
@@ -74,12 +100,6 @@ def check_store_url(store: str | None) -> None:
     port = str(info.get("port", "5432"))
     if not all(p.isdigit() for p in port.split(",")):  # libpq checks this only when it connects
         raise ValueError(f"--store names port {port!r}: not a number")
-
-
-async def open_sqlite_store(state_dir: Path) -> ControllerStore:
-    from reckon.daemon.store.facts import FactStore
-
-    return await FactStore.open(state_dir)
 
 
 class SteppedDown(Exception):

@@ -30,7 +30,7 @@ All database work runs on the store's own thread, as in the SQLite store.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import cbor2
 import trio
@@ -39,6 +39,7 @@ from reckon.model import facts as F
 
 from reckon.daemon import runtime
 from reckon.daemon.store.facts import _decode_facts
+from reckon.daemon.store.interface import StoreKind
 from reckon.daemon.store.sqlite_thread import SqliteThread, StoreError
 
 SCHEMA_VERSION = 1
@@ -206,6 +207,10 @@ class PgFactStore:
         return cls(db, prune=prune, holder=holder, lease=lease, last_seq=last_seq, snapshot_seq=snapshot_seq)
 
     @property
+    def kind(self) -> StoreKind:
+        return "postgresql"
+
+    @property
     def last_seq(self) -> int:
         return self._last_seq
 
@@ -216,6 +221,9 @@ class PgFactStore:
     @property
     def where(self) -> str:
         return str(self.db.path)
+
+    def disk_bytes(self) -> int | None:
+        return None  # no file of ours: the database's own size is its operator's to watch
 
     # ---- the fact log ---------------------------------------------------------------
 
@@ -231,14 +239,16 @@ class PgFactStore:
         self._last_seq, self._snapshot_seq = max(self._last_seq, last_seq), max(self._snapshot_seq, snapshot_seq)
         return snapshot, facts, last_seq
 
-    async def append(self, facts: Sequence[F.Fact]) -> int:
+    async def append(self, facts: Sequence[F.Fact], then: Callable[[int], None] | None = None) -> int:
+        """As the SQLite store's: one fenced statement (``Deposed`` if the epoch is over, and then
+        nothing was written); ``then(last_seq)`` runs on the store's thread after the commit."""
         rows = []
         for fact in facts:  # check and encode everything before any write
             if not isinstance(fact, _FACT_TYPES):
                 raise TypeError(f"not a fact: {type(fact).__name__}")
             rows.append(cbor2.dumps(F.encode(fact)))
         if rows:
-            last = await self.db.run(_append, rows, self._require_epoch())
+            last = await self.db.run(_append, rows, self._require_epoch(), then)
             self._last_seq = max(self._last_seq, last)
         return self._last_seq
 
@@ -249,6 +259,15 @@ class PgFactStore:
             raise TypeError("upto_seq must be an int")
         await self.db.run(_write_snapshot, snapshot, upto_seq, self.prune, self._require_epoch())
         self._snapshot_seq = max(self._snapshot_seq, upto_seq)
+
+    async def log_head(self) -> int:
+        """The log's last seq as the database says now (a standby's metrics: how far behind it is)."""
+        return (await self.db.run(_positions))[0]
+
+    async def facts_about(self, job: str) -> list[F.Fact]:
+        """The facts still in the log that name ``job``, in order (one consistent read, decoded on
+        the store's thread).  A standby may read too: it writes nothing."""
+        return await self.db.run(_facts_about, job, self.where)
 
     def _require_epoch(self) -> int:
         if self.epoch is None:
@@ -323,13 +342,25 @@ def _positions(conn: Any) -> tuple[int, int]:
     return int(last), int(snap)
 
 
-def _append(conn: Any, rows: list[bytes], epoch: int) -> int:
+def _append(conn: Any, rows: list[bytes], epoch: int, then: Callable[[int], None] | None) -> int:
     row = conn.execute(_APPEND, {"epoch": epoch, "rows": rows}).fetchone()
     if row is None:  # the fence held nothing back but our own epoch: it is over
         epoch_now, holder, _ = _leader(conn)
         raise Deposed(f"epoch {epoch} is over (epoch {epoch_now} is led by {holder or '?'}): "
                       f"{len(rows)} fact(s) not committed")
-    return int(row[0])
+    last = int(row[0])
+    if then is not None:
+        then(last)
+    return last
+
+
+def _facts_about(conn: Any, job: str, where: str) -> list[F.Fact]:
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        first = int(conn.execute("SELECT coalesce(min(seq), 1) FROM fact").fetchone()[0])
+        cursor = conn.execute("SELECT seq, data FROM fact ORDER BY seq")
+        facts = _decode_facts(((int(s), bytes(d)) for s, d in cursor), first, where)
+    return [f for f in facts if getattr(f, "job", None) == job]
 
 
 def _write_snapshot(conn: Any, snapshot: dict[str, Any], upto_seq: int, prune: bool, epoch: int) -> None:
@@ -367,7 +398,7 @@ def _load(conn: Any, where: str, after_seq: int) -> tuple[dict[str, Any] | None,
                     raise StoreError(f"{where}: the snapshot up to seq {snap_seq} is not a map")
         start = snap_seq if snapshot is not None else max(after_seq, snap_seq)
         cursor = conn.execute("SELECT seq, data FROM fact WHERE seq > %s ORDER BY seq", (start,))
-        facts = _decode_facts(((int(s), bytes(d)) for s, d in cursor), start + 1, where)  # type: ignore[arg-type]  # only shown in messages
+        facts = _decode_facts(((int(s), bytes(d)) for s, d in cursor), start + 1, where)
         last, _ = _positions(conn)
     return snapshot, facts, snap_seq, last
 

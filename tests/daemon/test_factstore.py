@@ -1,6 +1,6 @@
-"""The controller's fact log (daemon/store/facts.py, daemon/store/postgres.py) and its database thread.
+"""The SQLite fact log (daemon/store/facts.py) and its database thread: what is SQLite's own.
 
-The store-contract tests take ``backend`` and run on both stores; the rest are SQLite's own.
+What every store must do is tests/daemon/test_store_contract.py, run on SQLite and PostgreSQL.
 
 Real SQLite files under tmp_path.  No fixed sleeps: tests wait on conditions
 (threading events, a child's output), and every test runs under a hang guard.
@@ -8,9 +8,7 @@ Real SQLite files under tmp_path.  No fixed sleeps: tests wait on conditions
 
 from __future__ import annotations
 
-import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,233 +19,15 @@ import trio
 import trio.testing
 
 from reckon.daemon.store.facts import FactStore
-from reckon.daemon.store.postgres import PgFactStore, redacted
 from reckon.daemon.store.sqlite_thread import SqliteThread, StoreError
-from reckon.model import facts as F
-from reckon.model.jobs import JobSpec
-from reckon.model.state import ControllerState, replay, restore, snapshot
-from tests.daemon.store_helpers import hang_guard, submits
+from reckon.model.state import replay, snapshot
+from tests.daemon.store_helpers import hang_guard, history, raw, submits
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def history(n_jobs: int) -> list[F.Fact]:
-    """A valid fact sequence touching every fact kind (checked by replaying it)."""
-    out: list[F.Fact] = [F.AgentRegistered(agent="a1", slots=1000), F.AgentRegistered(agent="a2", slots=1000)]
-    for j in range(1, n_jobs + 1):
-        job, t, agent = str(j), 100.0 + j, "a1" if j % 2 else "a2"
-        spec = JobSpec(name=f"job-{j}", command=("sh", "-c", f"exit {j % 3}"), env=(("K", str(j)),))
-        out.append(F.JobSubmitted(job=job, spec=spec, submitted_at=t))
-        kind = j % 6
-        if kind == 0:
-            out.append(F.JobCancelled(job=job))
-            continue
-        out.append(F.JobDispatched(job=job, attempt=1, agent=agent))
-        if kind == 1:
-            continue  # left running
-        out.append(F.JobStarted(job=job, attempt=1, started_at=t + 0.25))
-        if kind == 2:
-            out.append(F.JobFinished(job=job, attempt=1, exit_code=0, signal=None, finished_at=t + 1.5))
-        elif kind == 3:
-            out.append(F.JobFinished(job=job, attempt=1, exit_code=None, signal=9, finished_at=t + 2.0,
-                                     started_at=t + 0.25))
-        elif kind == 4:
-            out += [F.JobRequeued(job=job, attempt=1, reason="agent lost"),
-                    F.JobAdopted(job=job, attempt=2, agent=agent, started_at=t + 3.0),
-                    F.JobFinished(job=job, attempt=2, exit_code=3, signal=None, finished_at=t + 4.0)]
-        else:
-            out += [F.JobCancelRequested(job=job), F.JobCancelConfirmed(job=job, attempt=1)]
-    return out
-
-
-async def append_in_batches(store: FactStore, facts: list[F.Fact], size: int) -> None:
-    for i in range(0, len(facts), size):
-        await store.append(facts[i:i + size])
-
-
-def _raw(path: Path, sql: str, params: tuple = ()) -> list[tuple]:
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
-
-
-async def raw(path: Path, sql: str, params: tuple = ()) -> list[tuple]:
-    """Tamper with or inspect a closed database from outside the store."""
-    return await trio.to_thread.run_sync(_raw, path, sql, params)
-
-
 def sqlite_threads_alive() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("reckon-sqlite")]
-
-
-class Backend:
-    """One fact store implementation for the tests every store must pass: open it, tamper with it."""
-
-    def __init__(self, kind: str, tmp_path: Path, dsn: str | None) -> None:
-        self.kind, self.tmp_path, self.dsn = kind, tmp_path, dsn
-        self.name = r"controller\.db" if kind == "sqlite" else re.escape(redacted(dsn))
-
-    async def open(self, *, prune: bool = True):
-        if self.kind == "sqlite":
-            return await FactStore.open(self.tmp_path, prune=prune)
-        store = await PgFactStore.open(self.dsn, prune=prune, holder="test")
-        assert await store.try_lead() is not None  # the last store that led here is closed: gone
-        return store
-
-    async def raw(self, sql: str, params: tuple = ()) -> list[tuple]:
-        if self.kind == "sqlite":
-            return await raw(self.tmp_path / "controller.db", sql, params)
-        return await trio.to_thread.run_sync(_raw_pg, self.dsn, sql.replace("?", "%s"), params)
-
-
-def _raw_pg(dsn: str, sql: str, params: tuple) -> list[tuple]:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        cur = conn.execute(sql, params)
-        return cur.fetchall() if cur.description else []
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request, tmp_path):
-    """Each store-contract test runs on SQLite and on a real PostgreSQL (daemon/bench/pgserver.py)."""
-    dsn = request.getfixturevalue("pg_dsn") if request.param == "postgres" else None
-    return Backend(request.param, tmp_path, dsn)
-
-
-# ---- round trips -----------------------------------------------------------------
-
-
-@hang_guard
-async def test_fresh_store_loads_empty(backend):
-    async with await backend.open() as store:
-        assert await store.load() == (None, [], 0)
-        assert store.last_seq == 0 and store.facts_since_snapshot == 0
-        assert await store.append([]) == 0  # an empty batch writes nothing
-    if backend.kind == "sqlite":
-        assert (backend.tmp_path / "controller.db").exists()
-
-
-@hang_guard
-async def test_append_round_trip_survives_reopen(backend):
-    facts = history(40)
-    replay(facts)  # the fixture is a valid history
-    async with await backend.open() as store:
-        if backend.kind == "sqlite":  # 2 values a row: a batch of 49 facts takes 3 statements
-            await store.db.run(lambda conn: conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 40))
-        assert await store.append(facts[:1]) == 1
-        assert await store.append(facts[1:50]) == 50
-        assert await store.append(facts[50:]) == len(facts)
-        assert store.facts_since_snapshot == len(facts)
-    async with await backend.open() as store:
-        assert store.last_seq == len(facts) and store.facts_since_snapshot == len(facts)
-        snap, loaded, last = await store.load()
-        assert snap is None and loaded == facts and last == len(facts)
-        assert await store.append(submits(41, 3)) == len(facts) + 3  # numbering continues
-    rows = await backend.raw("SELECT seq FROM fact ORDER BY seq")
-    assert [r[0] for r in rows] == list(range(1, len(facts) + 4))
-
-
-@hang_guard
-async def test_concurrent_appends_are_serialized(backend):
-    async with await backend.open() as store:
-        async with trio.open_nursery() as nursery:
-            for t in range(8):
-                nursery.start_soon(store.append, [F.AgentRegistered(agent=f"t{t}", slots=i + 1) for i in range(25)])
-        assert store.last_seq == 200
-        _, loaded, last = await store.load()
-    assert last == 200 and len(loaded) == 200
-    for t in range(8):  # each batch is contiguous and in order: one transaction each
-        seqs = [i for i, f in enumerate(loaded) if f.agent == f"t{t}"]
-        assert seqs == list(range(seqs[0], seqs[0] + 25))
-        assert [loaded[i].slots for i in seqs] == list(range(1, 26))
-
-
-@hang_guard
-async def test_append_rejects_non_facts_and_writes_nothing(backend):
-    async with await backend.open() as store:
-        with pytest.raises(TypeError):
-            await store.append([*submits(1, 2), {"k": "job_cancelled"}])
-        assert store.last_seq == 0
-        assert await store.load() == (None, [], 0)
-
-
-# ---- snapshots and pruning ------------------------------------------------------------
-
-
-@hang_guard
-async def test_snapshot_plus_tail_equals_full_replay(backend):
-    facts = history(120)
-    full = replay(facts)
-    cut = len(facts) // 2
-    async with await backend.open() as store:
-        await append_in_batches(store, facts[:cut], 17)
-        await store.write_snapshot(snapshot(replay(facts[:cut])), cut)
-        assert store.facts_since_snapshot == 0
-        await append_in_batches(store, facts[cut:], 23)
-        assert store.facts_since_snapshot == len(facts) - cut
-    async with await backend.open() as store:
-        assert store.facts_since_snapshot == len(facts) - cut
-        snap, tail, last = await store.load()
-    assert last == len(facts) and tail == facts[cut:]
-    restored = replay(tail, restore(snap))
-    assert restored.digest() == full.digest()
-    assert restored.facts_applied == full.facts_applied
-
-
-@hang_guard
-async def test_snapshot_prunes_covered_facts_and_old_snapshots(backend):
-    facts = history(60)
-    async with await backend.open() as store:
-        await store.append(facts[:100])
-        await store.write_snapshot(snapshot(replay(facts[:80])), 80)
-        await store.append(facts[100:])
-        await store.write_snapshot(snapshot(replay(facts)), len(facts))  # covers everything
-        assert store.facts_since_snapshot == 0
-    assert await backend.raw("SELECT upto_seq FROM snapshot") == [(len(facts),)]
-    assert await backend.raw("SELECT count(*) FROM fact") == [(0,)]
-    async with await backend.open() as store:
-        assert store.last_seq == len(facts)
-        snap, tail, last = await store.load()
-        assert tail == [] and last == len(facts)
-        assert restore(snap).digest() == replay(facts).digest()
-        # Numbering continues after the snapshot even though the fact table is empty.
-        assert await store.append(submits(61, 2)) == len(facts) + 2
-        snap, tail, last = await store.load()
-        assert tail == submits(61, 2) and last == len(facts) + 2
-
-
-@hang_guard
-async def test_prune_off_keeps_history_but_not_old_snapshots(backend):
-    facts = history(30)
-    async with await backend.open(prune=False) as store:
-        await store.append(facts)
-        await store.write_snapshot(snapshot(replay(facts[:10])), 10)
-        await store.write_snapshot(snapshot(replay(facts[:20])), 20)
-        snap, tail, last = await store.load()
-        assert tail == facts[20:] and last == len(facts)
-        assert replay(tail, restore(snap)).digest() == replay(facts).digest()
-    assert await backend.raw("SELECT count(*) FROM fact") == [(len(facts),)]
-    assert await backend.raw("SELECT upto_seq FROM snapshot") == [(20,)]
-
-
-@hang_guard
-async def test_snapshot_out_of_range_is_refused_and_changes_nothing(backend):
-    facts = history(10)
-    async with await backend.open() as store:
-        await store.append(facts)
-        await store.write_snapshot(snapshot(replay(facts[:5])), 5)
-        with pytest.raises(ValueError, match="between"):
-            await store.write_snapshot(snapshot(replay(facts)), len(facts) + 1)  # beyond the log
-        with pytest.raises(ValueError, match="between"):
-            await store.write_snapshot(snapshot(ControllerState()), 4)  # behind the current snapshot
-        with pytest.raises(TypeError):
-            await store.write_snapshot([1, 2], 5)
-        assert store.facts_since_snapshot == len(facts) - 5
-        snap, tail, _ = await store.load()
-        assert tail == facts[5:] and restore(snap).digest() == replay(facts[:5]).digest()
 
 
 # ---- the database's settings and its schema --------------------------------------------
@@ -285,46 +65,6 @@ async def test_foreign_database_is_refused(tmp_path):
     # Refusing it left it as it was: not even switched to WAL.
     assert await raw(tmp_path / "controller.db", "PRAGMA journal_mode") == [("delete",)]
     assert await raw(tmp_path / "controller.db", "PRAGMA user_version") == [(0,)]
-
-
-# ---- corruption is reported, never skipped ---------------------------------------------
-
-
-@pytest.mark.parametrize("blob, why", [
-    (b"\xff\x00garbage", "not CBOR"),
-    (b"\xa2akfnope\x61v\x01", "CBOR, but an unknown fact kind"),
-    (b"\xa3akmjob_cancelledav\x01cjob\x00", "a known kind with a bad field"),
-])
-@hang_guard
-async def test_corrupt_fact_row_names_its_seq(backend, blob, why):
-    async with await backend.open() as store:
-        await store.append(history(3))
-    await backend.raw("UPDATE fact SET data = ? WHERE seq = 4", (blob,))
-    async with await backend.open() as store:
-        with pytest.raises(StoreError, match=rf"{backend.name}: fact seq 4 cannot be decoded"):
-            await store.load()
-
-
-@hang_guard
-async def test_missing_facts_are_reported(backend):
-    async with await backend.open() as store:
-        await store.append(submits(1, 6))
-    await backend.raw("DELETE FROM fact WHERE seq IN (3, 4)")
-    async with await backend.open() as store:
-        with pytest.raises(StoreError, match=r"facts 3\.\.4 are missing"):
-            await store.load()
-
-
-@hang_guard
-async def test_corrupt_snapshot_is_reported(backend):
-    facts = history(5)
-    async with await backend.open() as store:
-        await store.append(facts)
-        await store.write_snapshot(snapshot(replay(facts)), len(facts))
-    await backend.raw("UPDATE snapshot SET data = ?", (b"\xff",))
-    async with await backend.open() as store:
-        with pytest.raises(StoreError, match=f"snapshot up to seq {len(facts)} cannot be decoded"):
-            await store.load()
 
 
 # ---- threads -----------------------------------------------------------------------------
@@ -436,25 +176,6 @@ async def test_cancel_before_the_job_starts_drops_it(tmp_path):
         assert (await store.load())[1] == submits(1, 3)
 
 
-@pytest.mark.parametrize("checkpoints", range(8))
-@hang_guard
-async def test_cancel_at_any_point_returned_iff_durable(backend, checkpoints):
-    """Whenever the cancel lands, the batch is on disk exactly when append returned."""
-    returned: list[int] = []
-    async with await backend.open() as store:
-        async with trio.open_nursery() as nursery:
-            async def appender():
-                returned.append(await store.append(submits(1, 20)))  # no checkpoint after this
-
-            nursery.start_soon(appender)
-            for _ in range(checkpoints):
-                await trio.lowlevel.checkpoint()
-            nursery.cancel_scope.cancel()
-    async with await backend.open() as store:
-        _, loaded, last = await store.load()
-    assert (loaded, last) == ((submits(1, 20), 20) if returned else ([], 0))
-
-
 # ---- crash safety ----------------------------------------------------------------------------
 
 # The child appends batches of JobSubmitted facts forever, printing "ack N" once
@@ -467,7 +188,6 @@ CHILD = """
 import sys, threading, trio
 from pathlib import Path
 from reckon.daemon.store.facts import FactStore
-from reckon.daemon.store.postgres import PgFactStore, redacted
 from reckon.model import facts as F
 from reckon.model.jobs import JobSpec
 

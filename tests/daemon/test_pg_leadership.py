@@ -1,6 +1,6 @@
 """Leadership on the PostgreSQL store (daemon/store/postgres.py): epochs, leases, fencing.
 
-Two store instances on one real PostgreSQL (daemon/bench/pgserver.py), as two
+Two store instances on one real PostgreSQL (tests/pgserver.py), as two
 controllers would hold them.  Lease expiry is made by moving the lease's end
 into the past with SQL, on the database's own clock, never by sleeping.
 """

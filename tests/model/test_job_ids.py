@@ -132,11 +132,13 @@ def test_an_array_raises_the_mark_over_all_its_ids_before_its_first_job():
 
 def test_a_store_without_a_mark_file_starts_without_the_missing_file_warning():
     """PostgreSQL keeps no mark file (its backups are restored whole): every takeover warned
-    "no id mark file, although the controller state recorded one"."""
+    "no id mark file, although the controller state recorded one", and skipped the rest of
+    the block (ids jumped by 1000): the log is the one history there, ids continue after it."""
     ctrl, log = _new()
     _submit(ctrl, log)
     ctrl = Controller.from_log(list(log))
     cmds = ctrl.handle(E.ControllerStarted(now=2.0, grace=0.0, mark_file=False))
-    assert _warnings(cmds) == [] and _submit(ctrl, log) == str(ID_BLOCK + 1)
+    assert _warnings(cmds) == [] and _submit(ctrl, log) == "2"
+    assert not any(isinstance(f, F.JobIdsReserved) for f in facts_of(cmds))
     with pytest.raises(ValueError, match="comes from a mark file"):
         E.ControllerStarted(now=2.0, grace=0.0, mark_file=False, id_mark=E.IdMark(cluster=CLUSTER, upto=1))
