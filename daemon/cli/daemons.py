@@ -19,12 +19,14 @@ from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
 from reckon.daemon.store.interface import SteppedDown
 from reckon.daemon.store.sqlite_thread import StoreError
 from reckon.daemon.store.machine import CopiedStateDir, read_machine_id
-from reckon.daemon.store.statelock import StateDirBusy, WrongStateDir
+from reckon.daemon.store.statelock import StateDirBusy, StateDirUnusable, WrongStateDir
 
-# An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
 PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
 HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
+# An operator's mistake at start: a one-line reason and exit status 1 (a step-down too) ...
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, StateDirUnusable, WrongStateDir, CannotListen, SteppedDown, StoreError)
+# ... or 2 for a directory the operator must change (another machine's; one that cannot be created or written).
+_USAGE_ERRORS = (CopiedStateDir, StateDirUnusable)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -60,7 +62,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
-    except CopiedStateDir as exc:  # the operator must decide (another machine's directory): exit status 2
+    except _USAGE_ERRORS as exc:
         raise UsageError(str(exc)) from None
     except (StateDirBusy, WrongStateDir, CannotListen, StoreError) as exc:
         raise ClientError(str(exc)) from None
@@ -73,7 +75,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
             raise
         while isinstance(known, BaseExceptionGroup):
             known = known.exceptions[0]
-        if isinstance(known, CopiedStateDir):
+        if isinstance(known, _USAGE_ERRORS):
             raise UsageError(str(known)) from None
         raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
 
