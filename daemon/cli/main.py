@@ -477,9 +477,37 @@ def daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.Argume
     return {name: commands[name] for name in DAEMONS}
 
 
+def refuse_non_utf8(argv: list[str]) -> None:
+    """Exit status 2 with one line for a word of the command line that is not UTF-8 text.
+
+    Names, commands, environment values and paths cross the wire as UTF-8 (the
+    protocol's strings), so bytes that are not UTF-8 cannot be passed on
+    faithfully: they are refused, as a ``--file`` that is not UTF-8 is.
+    """
+    command_at = argv.index("--") if "--" in argv else len(argv)
+    for i, word in enumerate(argv):
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raw = word.encode("utf-8", "surrogateescape")  # the bytes as given (how Python decoded them)
+            if i > command_at:
+                what = f"word {i - command_at} of the command"
+            elif word.startswith("--") and "=" in word:
+                what = f"the value of {word.partition('=')[0]}"
+            elif i > 0 and argv[i - 1].startswith("-") and "=" not in argv[i - 1]:
+                what = f"the value of {argv[i - 1]}"
+            else:
+                what = "an argument"
+            offset = len(word[:exc.start].encode("utf-8", "surrogateescape"))
+            print(f"reckon: {what} is not UTF-8 text: {raw!r} (byte {offset}); names, commands and paths "
+                  "go to the controller as UTF-8", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Parse the command line over the defaults a daemon's --config file sets (flags win)."""
     argv = sys.argv[1:] if argv is None else argv
+    refuse_non_utf8(argv)
     command = command_of(argv)
     parser = build_parser(only=command)
     if command in DAEMONS and ("--config" in argv or any(a.startswith("--config=") for a in argv)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import types
 
 import pytest
@@ -70,3 +71,51 @@ def test_client_ca_with_a_ws_controller_is_refused_in_one_line(tmp_path, capsys,
     ca.write_text("not used\n")
     assert main(["jobs", "--controller", "ws://127.0.0.1:1", "--ca", str(ca)]) == 2
     assert "--ca is for a wss:// controller" in capsys.readouterr().err
+
+
+# ---- bytes that are not UTF-8: refused in one line with status 2, as a --file of them is ----
+
+
+def _refused(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+BAD = os.fsdecode(b"caf\xe9")  # Latin-1 bytes, as Python hands them over (surrogate escapes)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["submit", "--name", BAD, "--", "true"], "the value of --name is not UTF-8 text: b'caf\\xe9' (byte 3)"),
+    (["submit", "--env", f"K={BAD}", "--", "true"], "the value of --env is not UTF-8 text: b'K=caf\\xe9' (byte 5)"),
+    (["submit", "--", "grep", "-e", BAD], "word 3 of the command is not UTF-8 text: b'caf\\xe9'"),
+    (["submit", "--cwd", f"/tmp/{BAD}", "--", "true"], "the value of --cwd is not UTF-8 text"),
+    (["show", BAD], "an argument is not UTF-8 text: b'caf\\xe9'"),
+    (["agent", "--name", "a1", "--slots", "1", "--state-dir", f"/tmp/{BAD}"], "the value of --state-dir"),
+])
+def test_an_argument_that_is_not_utf8_is_refused_in_one_line(argv, expected, capsys, agent_start):
+    err = _refused(argv, capsys)  # (an agent would not start: agent_start records it)
+    assert err.startswith(f"reckon: {expected}"), err
+    assert agent_start == []
+
+
+def test_a_current_directory_that_is_not_utf8_is_refused_unless_cwd_is_absolute(tmp_path, monkeypatch, capsys):
+    here = os.fsencode(tmp_path) + b"/caf\xe9"
+    os.mkdir(here)
+    monkeypatch.chdir(here)
+    for argv in (["submit", "--", "true"], ["submit", "--cwd", "relative", "--", "true"]):
+        assert main([*argv, "--controller", "ws://127.0.0.1:1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("reckon: the current directory is not UTF-8 text: ") and "caf\\xe9" in err, err
+    # An absolute --cwd does not need it: the submit goes on (to a controller that is not there: status 1).
+    assert main(["submit", "--cwd", "/tmp", "--controller", "ws://127.0.0.1:1", "--timeout", "2", "--", "true"]) == 1
+    assert "unreachable" in capsys.readouterr().err
+
+
+def test_a_command_file_that_is_not_utf8_is_refused_the_same_way(tmp_path, capsys):
+    commands = tmp_path / "jobs.txt"
+    commands.write_bytes(b"echo caf\xe9\n")
+    assert main(["submit", "--file", str(commands), "--controller", "ws://127.0.0.1:1"]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
