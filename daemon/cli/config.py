@@ -16,7 +16,8 @@ read from the argparse definitions (``option_keys``), so a new option is a
 new key at once and the two cannot drift.  Options given on the command line
 override the file.  Values have the TOML type of the option: a string
 (paths, ``HOST:PORT``, modes such as ``"0640"``), an integer, a number
-(integer or float) for seconds, a boolean for a switch.
+(integer or float), a duration as a number of seconds or a string such as
+``"10m"`` (as on the command line), a boolean for a switch.
 
 ``reckon config check FILE`` validates a file without starting anything;
 every error names the key (``agent.slots``) and says what is wrong with it:
@@ -68,14 +69,17 @@ def option_keys(parser: argparse.ArgumentParser) -> dict[str, _Key]:
     return keys
 
 
-_PYTHON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+# A duration is a number of seconds or a string such as "10m" (daemon/durations.py).
+_PYTHON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+                 "duration": (int, float, str)}
+_TYPE_NAMES = {"integer": "an integer", "duration": 'a duration (a number of seconds, or a string such as "10m")'}
 
 
 def _convert(where: str, key: _Key, value: Any) -> Any:
     # bool is an int in Python; TOML keeps them apart, so do we.
     if isinstance(value, bool) != (key.toml_type == "boolean") or not isinstance(value, _PYTHON_TYPES[key.toml_type]):
-        raise ConfigError(f"{where}: wrong type: expected {'a' if key.toml_type != 'integer' else 'an'} "
-                          f"{key.toml_type}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{where}: wrong type: expected {_TYPE_NAMES.get(key.toml_type, 'a ' + key.toml_type)}, "
+                          f"got {type(value).__name__} {value!r}")
     action = key.action
     if key.toml_type == "boolean":
         return value

@@ -17,6 +17,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from reckon.daemon.durations import duration, duration_or_zero
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -104,34 +106,15 @@ def _moved_from(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return number
-
-
-def _nonnegative(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not 0 <= number < 1e9:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return number
-
-
 def _retry_cap(value: str) -> float:
-    number = _positive(value)
+    number = duration(value)
     if number < 1.0:  # the agent's first retry waits 1 s; the cap cannot be below it
         raise argparse.ArgumentTypeError(f"must be at least 1 (second), got {value}")
     return number
 
 
-_positive.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
-_nonnegative.toml_type = "number"  # type: ignore[attr-defined]
-_whole.toml_type = _page_size.toml_type = "integer"  # type: ignore[attr-defined]
-_retry_cap.toml_type = "number"  # type: ignore[attr-defined]
+_whole.toml_type = _page_size.toml_type = "integer"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
+_retry_cap.toml_type = "duration"  # type: ignore[attr-defined]
 _count.toml_type = "integer"  # type: ignore[attr-defined]
 
 
@@ -272,7 +255,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                     help="wss://: trust this CA (PEM) for the controller's certificate "
                          "(default $RECKON_CA, else the system's trust store)")
     client = _Parser(add_help=False, parents=[controller, token, ca])
-    client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
+    client.add_argument("--timeout", type=duration, default=10.0, metavar="SECONDS",
                         help="give up on a controller that does not connect, or answer a request, "
                              "within this long (default 10)")
 
@@ -293,17 +276,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--advertise", metavar="ws://HOST:PORT",
                    help="with --store: the URL standbys send agents and clients to while this one leads "
                         "(default ws://LISTEN-HOST:PORT)")
-    p.add_argument("--lease", type=_positive, default=5.0, metavar="SECONDS",
+    p.add_argument("--lease", type=duration, default=5.0, metavar="SECONDS",
                    help="with --store: a leader's lease on the database's clock (default 5); a standby takes "
                         "over when it runs out, or at once when the leader's database session ends")
     p.add_argument("--page-size", type=_page_size, default=1000, help="jobs per resync page (default 1000)")
-    p.add_argument("--round-timeout", type=_positive, default=30.0, help="seconds a resync round may take")
-    p.add_argument("--heartbeat-timeout", type=_positive, default=10.0,
+    p.add_argument("--round-timeout", type=duration, default=30.0, help="seconds a resync round may take")
+    p.add_argument("--heartbeat-timeout", type=duration, default=10.0,
                    help="disconnect an agent silent this long (default 10)")
-    p.add_argument("--lost-after", type=_positive, default=None,
-                   help="requeue the jobs of an agent disconnected this long (default: never)")
+    p.add_argument("--lost-after", type=duration, default=None, metavar="DURATION",
+                   help="requeue the jobs of an agent disconnected this long (10m, 1h, or seconds; default: never)")
     p.add_argument("--snapshot-every", type=_whole, default=200_000, help="facts between snapshots")
-    p.add_argument("--rejoin-grace", type=_nonnegative, default=15.0, metavar="SECONDS",
+    p.add_argument("--rejoin-grace", type=duration_or_zero, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
     p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
@@ -319,20 +302,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=("process", "null", "hold"), default="process",
                    help="process: run real jobs; null: finish each job at once; "
                         "hold: finish all jobs on SIGUSR1 (benchmarks)")
-    p.add_argument("--reconnect-max", type=_positive, default=1.0,
+    p.add_argument("--reconnect-max", type=duration, default=1.0,
                    help="reconnect backoff cap in seconds (default 1; raise for large clusters)")
     p.add_argument("--page-size", type=_page_size, default=1000, help="entries per resync report page")
-    p.add_argument("--recent-window", type=_nonnegative, default=300.0,
+    p.add_argument("--recent-window", type=duration_or_zero, default=300.0,
                    help="seconds a finished job is still reported to a rejoin round unasked")
     p.add_argument("--retry-max", type=_retry_cap, default=30.0,
                    help="completion retry backoff cap in seconds, at least 1 (default 30)")
-    p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
+    p.add_argument("--heartbeat-interval", type=duration, default=2.0,
                    help="seconds between heartbeats to the controller (default 2)")
-    p.add_argument("--ping-timeout", type=_positive, default=None, metavar="SECONDS",
+    p.add_argument("--ping-timeout", type=duration, default=None, metavar="SECONDS",
                    help="drop a controller that does not answer a WebSocket ping within this (default 10, "
                         "or 3 with several --controller URLs; a ping every half of it, 5 s at most): how soon "
                         "a frozen leader is left for another")
-    p.add_argument("--kill-grace", type=_nonnegative, default=10.0,
+    p.add_argument("--kill-grace", type=duration_or_zero, default=10.0,
                    help="seconds from SIGTERM to SIGKILL, on cancel and at a job's --time limit (default 10)")
     p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",
                    help="delete the output files (in the state directory) of finished jobs older than DAYS, "

@@ -119,3 +119,58 @@ def test_a_command_file_that_is_not_utf8_is_refused_the_same_way(tmp_path, capsy
     commands.write_bytes(b"echo caf\xe9\n")
     assert main(["submit", "--file", str(commands), "--controller", "ws://127.0.0.1:1"]) == 2
     assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+# ---- one duration parser for every option that takes seconds ----
+
+
+def test_every_option_of_seconds_takes_a_duration_as_submit_time_does():
+    """An option whose help speaks of seconds parses them with daemon/durations.py (``10m`` works)."""
+    import re
+
+    from reckon.daemon.cli.main import _retry_cap
+    from reckon.daemon.durations import duration, duration_or_zero
+
+    timed = []
+    for path, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            text = f"{action.help or ''} {action.metavar or ''}"
+            if re.search(r"\bseconds?\b|SECONDS", text) and "per second" not in text:
+                timed.append((path, action.option_strings[0]))
+                if action.option_strings != ["--time"]:  # submit --time: batch.parse_duration, the same parser
+                    assert action.type in (duration, duration_or_zero, _retry_cap), (path, action.option_strings)
+    assert ("reckon controller", "--lost-after") in timed and ("reckon agent", "--kill-grace") in timed
+    assert len(timed) > 20, timed
+
+
+@pytest.mark.parametrize("argv, dest", [
+    (["controller", "--lost-after", "10m"], "lost_after"),
+    (["controller", "--rejoin-grace", "1m"], "rejoin_grace"),
+    (["agent", "--name", "a", "--slots", "1", "--state-dir", "s", "--kill-grace", "1m"], "kill_grace"),
+    (["jobs", "--timeout", "1m"], "timeout"),
+    (["chaos", "--duration", "1m"], "duration"),
+])
+def test_a_duration_flag_takes_10m_and_seconds(argv, dest):
+    assert getattr(parse(argv), dest) == 60.0 * (10 if "10m" in argv else 1)
+    assert getattr(parse([*argv[:-1], "90"]), dest) == 90.0
+    assert getattr(parse([*argv[:-1], "1h30m"]), dest) == 5400.0
+
+
+@pytest.mark.parametrize("value, message", [("ten", "expected a duration such as 90s, 10m"),
+                                            ("0", "must be positive, got 0"), ("-5s", "expected a duration"),
+                                            ("nan", "expected a duration"), ("inf", "must be under")])
+def test_a_bad_duration_is_one_line_naming_the_flag(value, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse(["controller", f"--lost-after={value}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --lost-after: " in err and message in err, err
+
+
+def test_a_config_file_takes_a_duration_as_a_number_or_a_string(tmp_path):
+    from reckon.daemon.cli import config as daemon_config
+    from reckon.daemon.cli.main import daemon_parsers
+
+    path = tmp_path / "reckon.toml"
+    path.write_text('[controller]\nstate-dir = "/x"\nlost-after = "10m"\nround-timeout = 12.5\n')
+    found = daemon_config.check(path, daemon_parsers(build_parser()))
+    assert (found["controller"]["lost_after"], found["controller"]["round_timeout"]) == (600.0, 12.5)

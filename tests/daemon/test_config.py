@@ -59,7 +59,7 @@ def test_a_good_file_checks_ok(tmp_path, capsys):
     ("[agents]\nslots = 4\n", "agents: unknown table"),
     ("[agent]\nslots = \"four\"\n", "agent.slots: wrong type: expected an integer, got str"),
     ("[agent]\nslots = 4.5\n", "agent.slots: wrong type: expected an integer, got float"),
-    ("[agent]\nkill-grace = true\n", "agent.kill-grace: wrong type: expected a number, got bool"),
+    ("[agent]\nkill-grace = true\n", "agent.kill-grace: wrong type: expected a duration (a number of seconds, or a string such as \"10m\"), got bool"),
     ("[agent]\nverbose = 1\n", "agent.verbose: wrong type: expected a boolean, got int"),
     ("[agent]\nstate-dir = 7\n", "agent.state-dir: wrong type: expected a string, got int"),
     ("[controller]\nlisten = \"nope\"\n", "controller.listen: bad value 'nope': expected HOST:PORT"),
