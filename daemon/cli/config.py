@@ -127,8 +127,27 @@ def check(path: Path, parsers: dict[str, argparse.ArgumentParser]) -> dict[str, 
     for name in data:
         if name not in parsers:
             raise ConfigError(f"{path}: {name}: unknown table (expected {' or '.join(f'[{d}]' for d in parsers)})")
-    return {command: daemon_values(path, data, command, parser) for command, parser in parsers.items()
-            if command in data}
+    found = {command: daemon_values(path, data, command, parser) for command, parser in parsers.items()
+             if command in data}
+    _check_daemon_tables(path, data, found)
+    return found
+
+
+def _check_daemon_tables(path: Path, data: dict[str, Any], found: dict[str, dict[str, Any]]) -> None:
+    """What each daemon checks at its start and a key alone cannot show: a controller URL the agent can
+    dial, and a controller with somewhere to keep its facts (the file is the whole configuration here)."""
+    from reckon.daemon.cli.client import UsageError, parse_controller_urls
+
+    agent = found.get("agent", {})
+    if agent.get("controller") is not None:
+        try:
+            parse_controller_urls(agent["controller"])
+        except UsageError as exc:
+            raise ConfigError(f"{path}: agent.controller: bad value {data['agent']['controller']!r}: {exc}") from None
+    controller = found.get("controller")
+    if controller is not None and controller.get("state_dir") is None and controller.get("store") is None:
+        raise ConfigError(f"{path}: controller: no state-dir (nor store): the controller needs one to keep "
+                          "its facts in")
 
 
 def apply_config(parser: argparse.ArgumentParser, path: Path, command: str) -> None:
