@@ -14,6 +14,7 @@ import trio
 from reckon.daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
                                refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
 from reckon.daemon.cli.logfile import reopen_on_hangup, setup_logging
+from reckon.daemon.ops.logformat import announce
 from reckon.daemon.controller.listen import CannotListen
 from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
 from reckon.daemon.store.interface import SteppedDown
@@ -128,8 +129,9 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             port, _ = await nursery.start(serve_controller, options)
-            print(f"reckon controller listening on {scheme}://{options.host}:{port}"
-                  f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}", flush=True)
+            announce(f"reckon controller listening on {scheme}://{options.host}:{port}"
+                     f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}",
+                     args.log_format, logger="reckon.controller")
 
     await _until_signalled(run, log_file)
     return 0
@@ -168,7 +170,7 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(run_agent, options)
-            print(f"reckon agent {args.name} running ({args.slots} slots)", flush=True)
+            announce(f"reckon agent {args.name} running ({args.slots} slots)", args.log_format, logger="reckon.agent")
 
     await _until_signalled(run, log_file)
     return 0
