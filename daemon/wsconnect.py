@@ -86,10 +86,11 @@ async def tls_failure(url: str, ssl_context: ssl.SSLContext | None, timeout: flo
     raise ConnectionTimeout(f"no TLS handshake from {host}:{port} within {timeout:g}s")
 
 
-async def speaks_tls(url: str, timeout: float) -> bool:
-    """Whether the host of ``url`` completes a TLS handshake: asked after a ws:// attempt failed, to say why."""
+async def speaks_tls(url: str, deadline: float) -> bool:
+    """Whether the host of ``url`` completes a TLS handshake by ``deadline`` (False if not, or not by then):
+    asked after a ws:// attempt failed, to say why."""
     parts = urlsplit(url)
-    with trio.move_on_after(timeout):
+    with trio.move_on_at(deadline):
         try:
             stream = await trio.open_ssl_over_tcp_stream(parts.hostname or "", parts.port or 80,
                                                          ssl_context=probe_context(), https_compatible=True)
@@ -116,8 +117,9 @@ async def open_websocket(url: str, *, connect_timeout: float, opener: Any = open
         if reason is not None:
             raise TLSFailure(reason)
     connected = False
+    deadline = trio.current_time() + connect_timeout + HANDSHAKE_GRACE  # the probe below stays within it too
     try:
-        with trio.CancelScope(deadline=trio.current_time() + connect_timeout + HANDSHAKE_GRACE) as attempt:
+        with trio.CancelScope(deadline=deadline) as attempt:
             async with opener(url, connect_timeout=connect_timeout, **kwargs) as ws:
                 connected = True
                 attempt.deadline = math.inf  # connected: the connection itself is not bounded
@@ -126,6 +128,6 @@ async def open_websocket(url: str, *, connect_timeout: float, opener: Any = open
         raise ConnectionTimeout(f"no WebSocket handshake from {url} within {connect_timeout:g}s")
     except HandshakeError:
         # A TLS controller swallows a plain request (no HTTP answer): the attempt fails or times out.
-        if not connected and urlsplit(url).scheme == "ws" and await speaks_tls(url, connect_timeout):
+        if not connected and urlsplit(url).scheme == "ws" and await speaks_tls(url, deadline):
             raise TLSFailure(plain_to_tls_text(url)) from None
         raise

@@ -335,7 +335,8 @@ class SyncClient:
             raise refused(self.url, exc.status, exc.body) from None
         except (ws.WebSocketClosed, ws.WebSocketProtocolError) as exc:
             conn.abort()
-            if self.scheme == "ws" and speaks_tls(self.host, self.port, max(deadline - time.monotonic(), 1.0)):
+            left = deadline - time.monotonic()  # the probe stays within the connect timeout too
+            if self.scheme == "ws" and left > 0 and speaks_tls(self.host, self.port, left):
                 raise UsageError(plain_to_tls_text(self.url)) from None
             raise unreachable(self.url, f"the WebSocket handshake failed: {exc}") from None
         self._ws = conn
