@@ -113,7 +113,8 @@ def _retry_cap(value: str) -> float:
     return number
 
 
-_whole.toml_type = _page_size.toml_type = "integer"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
+# Each type's TOML type (daemon/cli/config.py).
+_whole.toml_type = _page_size.toml_type = "integer"  # type: ignore[attr-defined]
 _retry_cap.toml_type = "duration"  # type: ignore[attr-defined]
 _count.toml_type = "integer"  # type: ignore[attr-defined]
 
