@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from reckon.daemon.cli.client import UsageError
 
+
 def parse_duration(text: str) -> float:
     """``90s``, ``10m``, ``2h``, ``1h30m``, ``1d``, or a bare number of seconds -> seconds (> 0)."""
     from reckon.daemon.durations import parse_seconds

@@ -38,6 +38,7 @@ SUPERVISOR_WAIT = 10.0  # more seconds for the supervisors to record the ends
 
 async def run_dev(args: argparse.Namespace) -> None:
     token = resolve_token(args.token_file)
+
     def say(text: str) -> None:
         announce(text, args.log_format, logger="reckon.dev")
 
