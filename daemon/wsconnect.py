@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import trio
 from trio_websocket import ConnectionTimeout, HandshakeError, WebSocketConnection, open_websocket_url
 
-from reckon.daemon.cli.client import tls_failure_text
+from reckon.daemon.cli.client import plain_to_tls_text, probe_context, tls_failure_text
 
 HANDSHAKE_GRACE = 1.0  # seconds past connect_timeout before the attempt is cancelled from outside
 
@@ -86,19 +86,48 @@ async def tls_failure(url: str, ssl_context: ssl.SSLContext | None, timeout: flo
     raise ConnectionTimeout(f"no TLS handshake from {host}:{port} within {timeout:g}s")
 
 
+async def speaks_tls(url: str, deadline: float) -> bool:
+    """Whether the host of ``url`` completes a TLS handshake by ``deadline`` (False if not, or not by then):
+    asked after a ws:// attempt failed, to say why."""
+    parts = urlsplit(url)
+    with trio.move_on_at(deadline):
+        try:
+            stream = await trio.open_ssl_over_tcp_stream(parts.hostname or "", parts.port or 80,
+                                                         ssl_context=probe_context(), https_compatible=True)
+        except OSError:
+            return False
+        try:
+            await stream.do_handshake()
+            return True
+        except trio.BrokenResourceError:
+            return False
+        finally:
+            await trio.aclose_forcefully(stream)
+    return False
+
+
 @asynccontextmanager
 async def open_websocket(url: str, *, connect_timeout: float, opener: Any = open_websocket_url,
                          **kwargs: Any) -> AsyncIterator[WebSocketConnection]:
     """``opener`` (``open_websocket_url``), raising ``ConnectionTimeout`` (a ``HandshakeError``)
     when the handshake overruns ``connect_timeout``, and ``TLSFailure`` when a ``wss://``
-    handshake fails for a TLS reason."""
+    handshake fails for a TLS reason or a ``ws://`` one reached a controller that speaks TLS."""
     if urlsplit(url).scheme == "wss":
         reason = await tls_failure(url, kwargs.get("ssl_context"), connect_timeout)
         if reason is not None:
             raise TLSFailure(reason)
-    with trio.CancelScope(deadline=trio.current_time() + connect_timeout + HANDSHAKE_GRACE) as attempt:
-        async with opener(url, connect_timeout=connect_timeout, **kwargs) as ws:
-            attempt.deadline = math.inf  # connected: the connection itself is not bounded
-            yield ws
-            return
-    raise ConnectionTimeout(f"no WebSocket handshake from {url} within {connect_timeout:g}s")
+    connected = False
+    deadline = trio.current_time() + connect_timeout + HANDSHAKE_GRACE  # the probe below stays within it too
+    try:
+        with trio.CancelScope(deadline=deadline) as attempt:
+            async with opener(url, connect_timeout=connect_timeout, **kwargs) as ws:
+                connected = True
+                attempt.deadline = math.inf  # connected: the connection itself is not bounded
+                yield ws
+                return
+        raise ConnectionTimeout(f"no WebSocket handshake from {url} within {connect_timeout:g}s")
+    except HandshakeError:
+        # A TLS controller swallows a plain request (no HTTP answer): the attempt fails or times out.
+        if not connected and urlsplit(url).scheme == "ws" and await speaks_tls(url, deadline):
+            raise TLSFailure(plain_to_tls_text(url)) from None
+        raise

@@ -244,7 +244,8 @@ class JobRecord:
             "id": self.id,
             "name": self.spec.name,
             "state": self.state.value,
-            "agent": self.agent or self.ran_on,
+            # Where it runs, or ran; a PENDING job (a requeued one too) runs nowhere yet.
+            "agent": self.agent or (self.ran_on if self.state is not JobState.PENDING else None),
             "attempt": self.attempt,
             "exit_code": self.exit_code,
             "signal": self.signal,

@@ -15,6 +15,7 @@ from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
 from .jobs import JobState
+from .policy import array_full
 from .transaction import ControllerView, Transaction
 
 
@@ -72,6 +73,18 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
     job = ctl.state.job(job_id)
     if job.state is not JobState.PENDING:
         return None
+    # What keeps the job itself back (model/policy.py ready, array_full) outranks the cluster's state.
+    if job.held:
+        return "held by a user: not dispatched until released (reckon release)"
+    deps = {dep: ctl.state.jobs.get(dep) for dep in job.spec.after}
+    waiting = [dep for dep, other in deps.items() if other is None or other.state is not JobState.COMPLETED]
+    if waiting:
+        shown = ", ".join(f"{dep} ({deps[dep].state.value if deps[dep] else 'unknown'})" for dep in waiting[:3])
+        more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+        return f"waiting for job{'s' if len(waiting) > 1 else ''} {shown}{more} to complete (--after)"
+    if array_full(ctl.state, job):
+        return (f"its array {job.spec.array_id} runs {job.spec.array_max} job(s) at once (%{job.spec.array_max}): "
+                "waiting for one of them to end")
     gate = ctl.start_gate
     if gate is not None:
         return (f"waiting for start grace: nothing is dispatched until every known agent has rejoined "

@@ -7,7 +7,8 @@ import os
 from typing import Any
 
 from reckon.daemon.bench.pgdatabases import DSN_ENV, DSN_HELP
-from reckon.daemon.cli.main import _positive, path
+from reckon.daemon.cli.main import path
+from reckon.daemon.durations import duration
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -46,7 +47,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000, 100000], help="job counts to measure")
 
     q = bench("recovery", "a job finishes while the controller is down; time from its return to the job final")
-    q.add_argument("--outages", type=float, nargs="+", default=[5.0, 20.0, 60.0],
+    q.add_argument("--outages", type=duration, nargs="+", default=[5.0, 20.0, 60.0],
                    help="controller outages to measure, seconds")
 
     q = bench("restart", "controller restart time with N facts of history")
@@ -67,7 +68,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--dsn", metavar="postgresql://...", default=os.environ.get(DSN_ENV), help=DSN_HELP)
     q.add_argument("--variant", choices=("kill", "freeze", "both"), default="both",
                    help="kill: SIGKILL the leader; freeze: SIGSTOP it, then SIGCONT it (default both)")
-    q.add_argument("--lease", type=_positive, default=5.0, help="the controllers' --lease, seconds (default 5)")
+    q.add_argument("--lease", type=duration, default=5.0, help="the controllers' --lease, seconds (default 5)")
     q.add_argument("--slots", type=int, default=2, help="slots per agent, all filled with jobs (default 2)")
 
     q = bench("memory", "controller resident memory per job")

@@ -6,28 +6,19 @@ release and requeue.  Light: no trio, nothing of the controller.
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any, TextIO
 
 from reckon.daemon.cli.client import UsageError
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
 
 def parse_duration(text: str) -> float:
     """``90s``, ``10m``, ``2h``, ``1h30m``, ``1d``, or a bare number of seconds -> seconds (> 0)."""
-    text = text.strip()
+    from reckon.daemon.durations import parse_seconds
+
     try:
-        seconds = float(text)
-    except ValueError:
-        match = _DURATION.match(text)
-        if not text or match is None:
-            raise UsageError(f"bad duration {text!r}: expected e.g. 90s, 10m, 2h, 1h30m") from None
-        d, h, m, s = match.groups()
-        seconds = int(d or 0) * 86400 + int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
-    if not seconds > 0:
-        raise UsageError(f"bad duration {text!r}: must be more than zero")
-    return seconds
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise UsageError(f"bad duration {text.strip()!r}: {exc}") from None
 
 
 def spec_fields(args: argparse.Namespace) -> dict[str, Any]:

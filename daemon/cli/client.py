@@ -95,6 +95,33 @@ def tls_failure_text(exc: BaseException, host: str, port: int) -> str | None:
     return None
 
 
+def plain_to_tls_text(url: str) -> str:
+    """What a ws:// URL whose controller answered TLS means, in one line (both clients and the agent)."""
+    address = urlsplit(url).netloc
+    return (f"the controller at ws://{address} speaks TLS: use wss://{address} "
+            "(and --ca, unless the system trusts its certificate)")
+
+
+def probe_context() -> Any:
+    """A TLS client context that verifies nothing: it only asks whether a peer speaks TLS at all."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether ``host:port`` completes a TLS handshake: asked after a ws:// handshake failed, to say why."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            with probe_context().wrap_socket(sock, server_hostname=host):
+                return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False
+
+
 def auth_headers(token: str | None) -> list[tuple[bytes, bytes]]:
     return [(b"authorization", f"Bearer {token}".encode())] if token else []
 
@@ -308,6 +335,9 @@ class SyncClient:
             raise refused(self.url, exc.status, exc.body) from None
         except (ws.WebSocketClosed, ws.WebSocketProtocolError) as exc:
             conn.abort()
+            left = deadline - time.monotonic()  # the probe stays within the connect timeout too
+            if self.scheme == "ws" and left > 0 and speaks_tls(self.host, self.port, left):
+                raise UsageError(plain_to_tls_text(self.url)) from None
             raise unreachable(self.url, f"the WebSocket handshake failed: {exc}") from None
         self._ws = conn
 

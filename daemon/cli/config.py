@@ -16,7 +16,8 @@ read from the argparse definitions (``option_keys``), so a new option is a
 new key at once and the two cannot drift.  Options given on the command line
 override the file.  Values have the TOML type of the option: a string
 (paths, ``HOST:PORT``, modes such as ``"0640"``), an integer, a number
-(integer or float) for seconds, a boolean for a switch.
+(integer or float), a duration as a number of seconds or a string such as
+``"10m"`` (as on the command line), a boolean for a switch.
 
 ``reckon config check FILE`` validates a file without starting anything;
 every error names the key (``agent.slots``) and says what is wrong with it:
@@ -68,14 +69,17 @@ def option_keys(parser: argparse.ArgumentParser) -> dict[str, _Key]:
     return keys
 
 
-_PYTHON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+# A duration is a number of seconds or a string such as "10m" (daemon/durations.py).
+_PYTHON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+                 "duration": (int, float, str)}
+_TYPE_NAMES = {"integer": "an integer", "duration": 'a duration (a number of seconds, or a string such as "10m")'}
 
 
 def _convert(where: str, key: _Key, value: Any) -> Any:
     # bool is an int in Python; TOML keeps them apart, so do we.
     if isinstance(value, bool) != (key.toml_type == "boolean") or not isinstance(value, _PYTHON_TYPES[key.toml_type]):
-        raise ConfigError(f"{where}: wrong type: expected {'a' if key.toml_type != 'integer' else 'an'} "
-                          f"{key.toml_type}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{where}: wrong type: expected {_TYPE_NAMES.get(key.toml_type, 'a ' + key.toml_type)}, "
+                          f"got {type(value).__name__} {value!r}")
     action = key.action
     if key.toml_type == "boolean":
         return value
@@ -123,8 +127,27 @@ def check(path: Path, parsers: dict[str, argparse.ArgumentParser]) -> dict[str, 
     for name in data:
         if name not in parsers:
             raise ConfigError(f"{path}: {name}: unknown table (expected {' or '.join(f'[{d}]' for d in parsers)})")
-    return {command: daemon_values(path, data, command, parser) for command, parser in parsers.items()
-            if command in data}
+    found = {command: daemon_values(path, data, command, parser) for command, parser in parsers.items()
+             if command in data}
+    _check_daemon_tables(path, data, found)
+    return found
+
+
+def _check_daemon_tables(path: Path, data: dict[str, Any], found: dict[str, dict[str, Any]]) -> None:
+    """What each daemon checks at its start and a key alone cannot show: a controller URL the agent can
+    dial, and a controller with somewhere to keep its facts (the file is the whole configuration here)."""
+    from reckon.daemon.cli.client import UsageError, parse_controller_urls
+
+    agent = found.get("agent", {})
+    if agent.get("controller") is not None:
+        try:
+            parse_controller_urls(agent["controller"])
+        except UsageError as exc:
+            raise ConfigError(f"{path}: agent.controller: bad value {data['agent']['controller']!r}: {exc}") from None
+    controller = found.get("controller")
+    if controller is not None and controller.get("state_dir") is None and controller.get("store") is None:
+        raise ConfigError(f"{path}: controller: no state-dir (nor store): the controller needs one to keep "
+                          "its facts in")
 
 
 def apply_config(parser: argparse.ArgumentParser, path: Path, command: str) -> None:

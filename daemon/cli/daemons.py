@@ -14,17 +14,20 @@ import trio
 from reckon.daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
                                refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
 from reckon.daemon.cli.logfile import reopen_on_hangup, setup_logging
+from reckon.daemon.ops.logformat import announce
 from reckon.daemon.controller.listen import CannotListen
 from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
 from reckon.daemon.store.interface import SteppedDown
 from reckon.daemon.store.sqlite_thread import StoreError
 from reckon.daemon.store.machine import CopiedStateDir, read_machine_id
-from reckon.daemon.store.statelock import StateDirBusy, WrongStateDir
+from reckon.daemon.store.statelock import StateDirBusy, StateDirUnusable, WrongStateDir
 
-# An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
 PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
 HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
+# An operator's mistake at start: a one-line reason and exit status 1 (a step-down too) ...
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, StateDirUnusable, WrongStateDir, CannotListen, SteppedDown, StoreError)
+# ... or 2 for a directory the operator must change (another machine's; one that cannot be created or written).
+_USAGE_ERRORS = (CopiedStateDir, StateDirUnusable)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -60,7 +63,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
 
             return run_chaos(args)
         raise AssertionError(f"not a daemon command: {args.command}")
-    except CopiedStateDir as exc:  # the operator must decide (another machine's directory): exit status 2
+    except _USAGE_ERRORS as exc:
         raise UsageError(str(exc)) from None
     except (StateDirBusy, WrongStateDir, CannotListen, StoreError) as exc:
         raise ClientError(str(exc)) from None
@@ -73,7 +76,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
             raise
         while isinstance(known, BaseExceptionGroup):
             known = known.exceptions[0]
-        if isinstance(known, CopiedStateDir):
+        if isinstance(known, _USAGE_ERRORS):
             raise UsageError(str(known)) from None
         raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
 
@@ -126,8 +129,9 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             port, _ = await nursery.start(serve_controller, options)
-            print(f"reckon controller listening on {scheme}://{options.host}:{port}"
-                  f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}", flush=True)
+            announce(f"reckon controller listening on {scheme}://{options.host}:{port}"
+                     f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}",
+                     args.log_format, logger="reckon.controller")
 
     await _until_signalled(run, log_file)
     return 0
@@ -166,7 +170,7 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(run_agent, options)
-            print(f"reckon agent {args.name} running ({args.slots} slots)", flush=True)
+            announce(f"reckon agent {args.name} running ({args.slots} slots)", args.log_format, logger="reckon.agent")
 
     await _until_signalled(run, log_file)
     return 0

@@ -27,6 +27,7 @@ import trio
 from reckon.daemon.agent.daemon import AgentOptions, run_agent
 from reckon.daemon.client import resolve_token
 from reckon.daemon.controller.server import ControllerOptions, serve_controller
+from reckon.daemon.ops.logformat import announce
 from reckon.daemon.agent.runner import JobRunner
 
 log = logging.getLogger("reckon.dev")
@@ -37,6 +38,10 @@ SUPERVISOR_WAIT = 10.0  # more seconds for the supervisors to record the ends
 
 async def run_dev(args: argparse.Namespace) -> None:
     token = resolve_token(args.token_file)
+
+    def say(text: str) -> None:
+        announce(text, args.log_format, logger="reckon.dev")
+
     temporary = args.state_dir is None
     base = Path(tempfile.mkdtemp(prefix="reckon-dev-")) if temporary else args.state_dir
     agent_dirs = [base / f"agent-{i}" for i in range(1, args.agents + 1)]
@@ -50,20 +55,19 @@ async def run_dev(args: argparse.Namespace) -> None:
                 await nursery.start(run_agent, AgentOptions(
                     name=f"agent-{i}", slots=args.slots, state_dir=state_dir, controller=url,
                     token=token))
-            print(f"reckon dev: controller on {url}, {args.agents} agent(s) x {args.slots} slots, state in {base}")
-            print(f"  export RECKON_CONTROLLER={url}; reckon submit -- echo hello; reckon jobs")
-            print("  Ctrl-C stops everything", flush=True)
+            say(f"reckon dev: controller on {url}, {args.agents} agent(s) x {args.slots} slots, state in {base}")
+            say(f"  export RECKON_CONTROLLER={url}; reckon submit -- echo hello; reckon jobs")
+            say("  Ctrl-C stops everything")
     finally:
         with trio.CancelScope(shield=True):
             if temporary:
                 left = await stop_jobs(agent_dirs)
                 if left:
-                    print(f"reckon dev: {left} job(s) did not stop in time; keeping the state in {base}",
-                          flush=True)
+                    say(f"reckon dev: {left} job(s) did not stop in time; keeping the state in {base}")
                 else:
                     shutil.rmtree(base, ignore_errors=True)
             else:
-                print(f"reckon dev: stopped; jobs still running go on, state in {base}", flush=True)
+                say(f"reckon dev: stopped; jobs still running go on, state in {base}")
 
 
 async def stop_jobs(agent_dirs: list[Path]) -> int:

@@ -119,6 +119,12 @@ def submit_cwd(cwd: str | None) -> str:
         if cwd is not None and os.path.isabs(cwd):
             return os.path.normpath(cwd)
         raise UsageError("the current directory no longer exists: give --cwd DIR (absolute)") from None
+    if cwd is None or not os.path.isabs(cwd):
+        try:
+            here.encode("utf-8")
+        except UnicodeEncodeError:  # as refuse_non_utf8 (main.py) refuses such an argument
+            raise UsageError(f"the current directory is not UTF-8 text: {os.fsencode(here)!r}; names, commands "
+                             "and paths go to the controller as UTF-8: give --cwd DIR (absolute)") from None
     return os.path.normpath(os.path.join(here, cwd)) if cwd is not None else here
 
 

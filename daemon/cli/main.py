@@ -17,6 +17,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from reckon.daemon.durations import duration, duration_or_zero
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -104,34 +106,16 @@ def _moved_from(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return number
-
-
-def _nonnegative(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not 0 <= number < 1e9:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return number
-
-
 def _retry_cap(value: str) -> float:
-    number = _positive(value)
+    number = duration(value)
     if number < 1.0:  # the agent's first retry waits 1 s; the cap cannot be below it
         raise argparse.ArgumentTypeError(f"must be at least 1 (second), got {value}")
     return number
 
 
-_positive.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
-_nonnegative.toml_type = "number"  # type: ignore[attr-defined]
+# Each type's TOML type (daemon/cli/config.py).
 _whole.toml_type = _page_size.toml_type = "integer"  # type: ignore[attr-defined]
-_retry_cap.toml_type = "number"  # type: ignore[attr-defined]
+_retry_cap.toml_type = "duration"  # type: ignore[attr-defined]
 _count.toml_type = "integer"  # type: ignore[attr-defined]
 
 
@@ -272,7 +256,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                     help="wss://: trust this CA (PEM) for the controller's certificate "
                          "(default $RECKON_CA, else the system's trust store)")
     client = _Parser(add_help=False, parents=[controller, token, ca])
-    client.add_argument("--timeout", type=_positive, default=10.0, metavar="SECONDS",
+    client.add_argument("--timeout", type=duration, default=10.0, metavar="SECONDS",
                         help="give up on a controller that does not connect, or answer a request, "
                              "within this long (default 10)")
 
@@ -293,17 +277,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--advertise", metavar="ws://HOST:PORT",
                    help="with --store: the URL standbys send agents and clients to while this one leads "
                         "(default ws://LISTEN-HOST:PORT)")
-    p.add_argument("--lease", type=_positive, default=5.0, metavar="SECONDS",
+    p.add_argument("--lease", type=duration, default=5.0, metavar="SECONDS",
                    help="with --store: a leader's lease on the database's clock (default 5); a standby takes "
                         "over when it runs out, or at once when the leader's database session ends")
     p.add_argument("--page-size", type=_page_size, default=1000, help="jobs per resync page (default 1000)")
-    p.add_argument("--round-timeout", type=_positive, default=30.0, help="seconds a resync round may take")
-    p.add_argument("--heartbeat-timeout", type=_positive, default=10.0,
+    p.add_argument("--round-timeout", type=duration, default=30.0, help="seconds a resync round may take")
+    p.add_argument("--heartbeat-timeout", type=duration, default=10.0,
                    help="disconnect an agent silent this long (default 10)")
-    p.add_argument("--lost-after", type=_positive, default=None,
-                   help="requeue the jobs of an agent disconnected this long (default: never)")
+    p.add_argument("--lost-after", type=duration, default=None, metavar="DURATION",
+                   help="requeue the jobs of an agent disconnected this long (10m, 1h, or seconds; default: never)")
     p.add_argument("--snapshot-every", type=_whole, default=200_000, help="facts between snapshots")
-    p.add_argument("--rejoin-grace", type=_nonnegative, default=15.0, metavar="SECONDS",
+    p.add_argument("--rejoin-grace", type=duration_or_zero, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
     p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
@@ -319,20 +303,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=("process", "null", "hold"), default="process",
                    help="process: run real jobs; null: finish each job at once; "
                         "hold: finish all jobs on SIGUSR1 (benchmarks)")
-    p.add_argument("--reconnect-max", type=_positive, default=1.0,
+    p.add_argument("--reconnect-max", type=duration, default=1.0,
                    help="reconnect backoff cap in seconds (default 1; raise for large clusters)")
     p.add_argument("--page-size", type=_page_size, default=1000, help="entries per resync report page")
-    p.add_argument("--recent-window", type=_nonnegative, default=300.0,
+    p.add_argument("--recent-window", type=duration_or_zero, default=300.0,
                    help="seconds a finished job is still reported to a rejoin round unasked")
     p.add_argument("--retry-max", type=_retry_cap, default=30.0,
                    help="completion retry backoff cap in seconds, at least 1 (default 30)")
-    p.add_argument("--heartbeat-interval", type=_positive, default=2.0,
+    p.add_argument("--heartbeat-interval", type=duration, default=2.0,
                    help="seconds between heartbeats to the controller (default 2)")
-    p.add_argument("--ping-timeout", type=_positive, default=None, metavar="SECONDS",
+    p.add_argument("--ping-timeout", type=duration, default=None, metavar="SECONDS",
                    help="drop a controller that does not answer a WebSocket ping within this (default 10, "
                         "or 3 with several --controller URLs; a ping every half of it, 5 s at most): how soon "
                         "a frozen leader is left for another")
-    p.add_argument("--kill-grace", type=_nonnegative, default=10.0,
+    p.add_argument("--kill-grace", type=duration_or_zero, default=10.0,
                    help="seconds from SIGTERM to SIGKILL, on cancel and at a job's --time limit (default 10)")
     p.add_argument("--keep-output", type=_keep_output, default=None, metavar="DAYS|never",
                    help="delete the output files (in the state directory) of finished jobs older than DAYS, "
@@ -477,9 +461,37 @@ def daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.Argume
     return {name: commands[name] for name in DAEMONS}
 
 
+def refuse_non_utf8(argv: list[str]) -> None:
+    """Exit status 2 with one line for a word of the command line that is not UTF-8 text.
+
+    Names, commands, environment values and paths cross the wire as UTF-8 (the
+    protocol's strings), so bytes that are not UTF-8 cannot be passed on
+    faithfully: they are refused, as a ``--file`` that is not UTF-8 is.
+    """
+    command_at = argv.index("--") if "--" in argv else len(argv)
+    for i, word in enumerate(argv):
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raw = word.encode("utf-8", "surrogateescape")  # the bytes as given (how Python decoded them)
+            if i > command_at:
+                what = f"word {i - command_at} of the command"
+            elif word.startswith("--") and "=" in word:
+                what = f"the value of {word.partition('=')[0]}"
+            elif i > 0 and argv[i - 1].startswith("-") and "=" not in argv[i - 1]:
+                what = f"the value of {argv[i - 1]}"
+            else:
+                what = "an argument"
+            offset = len(word[:exc.start].encode("utf-8", "surrogateescape"))
+            print(f"reckon: {what} is not UTF-8 text: {raw!r} (byte {offset}); names, commands and paths "
+                  "go to the controller as UTF-8", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Parse the command line over the defaults a daemon's --config file sets (flags win)."""
     argv = sys.argv[1:] if argv is None else argv
+    refuse_non_utf8(argv)
     command = command_of(argv)
     parser = build_parser(only=command)
     if command in DAEMONS and ("--config" in argv or any(a.startswith("--config=") for a in argv)):

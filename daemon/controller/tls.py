@@ -76,10 +76,13 @@ async def tls_handshake(stream: trio.abc.Stream, refusals: RefusalLog | None) ->
             return True
         except trio.BrokenResourceError as exc:
             cause = exc.__cause__
-            reason = f"TLS handshake failed: {getattr(cause, 'reason', None) or cause or exc}"
+            code = getattr(cause, "reason", None)
+            reason = f"TLS handshake failed: {code or cause or exc}"
+            # OpenSSL's HTTP_REQUEST: the peer sent a plain HTTP request (a ws:// URL), nothing about the CA.
+            hint = ("the peer sent a plain ws:// request: it must use wss://" if code == "HTTP_REQUEST"
+                    else "does the peer trust this controller's CA?")
             if refusals is not None:
-                refusals.refused(("tls", host, reason), f"refused {host}: {reason} "
-                                                        "(does the peer trust this controller's CA?)")
+                refusals.refused(("tls", host, reason), f"refused {host}: {reason} ({hint})")
     await trio.aclose_forcefully(stream)
     return False
 

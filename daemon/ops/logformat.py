@@ -38,6 +38,15 @@ def make_formatter(log_format: str = "text") -> logging.Formatter:
     return JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
 
 
+def announce(text: str, log_format: str = "text", *, logger: str = "reckon") -> None:
+    """Print a daemon's line for its operator to stdout (``listening on ...``): as it is, or with
+    ``--log-format json`` as a JSON object like every log line, so that every line the daemon writes parses."""
+    if log_format == "json":
+        record = logging.LogRecord(logger, logging.INFO, __file__, 0, text, None, None)
+        text = JsonFormatter().format(record)
+    print(text, flush=True)
+
+
 def quiet_libraries() -> None:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)

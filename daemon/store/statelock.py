@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from contextlib import contextmanager
@@ -19,6 +20,35 @@ class WrongStateDir(Exception):
     """The state directory belongs to an agent of another name (agentstore.claim_identity)."""
 
 
+class StateDirUnusable(Exception):
+    """The state directory cannot be created or written; ``str()`` names the path and what is wrong."""
+
+
+def _why_unusable(state_dir: Path, step: str, exc: OSError) -> str:
+    """What is wrong with ``state_dir``, in the operator's words, from the error of ``step``."""
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        # A file where a directory must be: name the file, which may be a parent of state_dir.
+        for path in (state_dir, *state_dir.parents):
+            if path.exists() and not path.is_dir():
+                return f"{path} is a file, not a directory"
+    reason = (exc.strerror or str(exc)).lower()
+    if exc.filename and Path(exc.filename) != state_dir:
+        reason += f" ({exc.filename})"
+    elif exc.errno == errno.EPERM and state_dir.is_dir() and state_dir.stat().st_uid != os.geteuid():
+        reason += f" (it belongs to uid {state_dir.stat().st_uid}, this process runs as uid {os.geteuid()})"
+    return f"{step}: {reason}"
+
+
+def _missing(state_dir: Path) -> list[Path]:
+    """The directories ``private_dir(state_dir)`` would create, deepest first."""
+    missing = []
+    for path in (state_dir, *state_dir.parents):
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    return missing
+
+
 @contextmanager
 def hold_state_dir(state_dir: Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on ``state_dir/lock`` for the daemon's lifetime.
@@ -26,8 +56,21 @@ def hold_state_dir(state_dir: Path, what: str) -> Iterator[None]:
     The kernel drops the lock when the process dies, even by SIGKILL, so a
     crashed daemon never leaves a stale lock behind.
     """
-    private_dir(state_dir)
-    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+    created = _missing(state_dir)
+    step = "cannot create it"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        step = f"cannot make it the {what}'s own (mode 0700)"
+        private_dir(state_dir)
+        step = "cannot write in it"
+        fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+    except OSError as exc:  # a refused start leaves nothing behind: remove what it created
+        for path in created:
+            try:
+                path.rmdir()
+            except OSError:
+                break
+        raise StateDirUnusable(f"{what} state directory {state_dir}: {_why_unusable(state_dir, step, exc)}") from None
     os.fchmod(fd, FILE_MODE)
     try:
         try:

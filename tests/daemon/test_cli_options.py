@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import types
 
 import pytest
@@ -70,3 +71,106 @@ def test_client_ca_with_a_ws_controller_is_refused_in_one_line(tmp_path, capsys,
     ca.write_text("not used\n")
     assert main(["jobs", "--controller", "ws://127.0.0.1:1", "--ca", str(ca)]) == 2
     assert "--ca is for a wss:// controller" in capsys.readouterr().err
+
+
+# ---- bytes that are not UTF-8: refused in one line with status 2, as a --file of them is ----
+
+
+def _refused(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+BAD = os.fsdecode(b"caf\xe9")  # Latin-1 bytes, as Python hands them over (surrogate escapes)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["submit", "--name", BAD, "--", "true"], "the value of --name is not UTF-8 text: b'caf\\xe9' (byte 3)"),
+    (["submit", "--env", f"K={BAD}", "--", "true"], "the value of --env is not UTF-8 text: b'K=caf\\xe9' (byte 5)"),
+    (["submit", "--", "grep", "-e", BAD], "word 3 of the command is not UTF-8 text: b'caf\\xe9'"),
+    (["submit", "--cwd", f"/tmp/{BAD}", "--", "true"], "the value of --cwd is not UTF-8 text"),
+    (["show", BAD], "an argument is not UTF-8 text: b'caf\\xe9'"),
+    (["agent", "--name", "a1", "--slots", "1", "--state-dir", f"/tmp/{BAD}"], "the value of --state-dir"),
+])
+def test_an_argument_that_is_not_utf8_is_refused_in_one_line(argv, expected, capsys, agent_start):
+    err = _refused(argv, capsys)  # (an agent would not start: agent_start records it)
+    assert err.startswith(f"reckon: {expected}"), err
+    assert agent_start == []
+
+
+def test_a_current_directory_that_is_not_utf8_is_refused_unless_cwd_is_absolute(tmp_path, monkeypatch, capsys):
+    here = os.fsencode(tmp_path) + b"/caf\xe9"
+    os.mkdir(here)
+    monkeypatch.chdir(here)
+    for argv in (["submit", "--", "true"], ["submit", "--cwd", "relative", "--", "true"]):
+        assert main([*argv, "--controller", "ws://127.0.0.1:1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("reckon: the current directory is not UTF-8 text: ") and "caf\\xe9" in err, err
+    # An absolute --cwd does not need it: the submit goes on (to a controller that is not there: status 1).
+    assert main(["submit", "--cwd", "/tmp", "--controller", "ws://127.0.0.1:1", "--timeout", "2", "--", "true"]) == 1
+    assert "unreachable" in capsys.readouterr().err
+
+
+def test_a_command_file_that_is_not_utf8_is_refused_the_same_way(tmp_path, capsys):
+    commands = tmp_path / "jobs.txt"
+    commands.write_bytes(b"echo caf\xe9\n")
+    assert main(["submit", "--file", str(commands), "--controller", "ws://127.0.0.1:1"]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+# ---- one duration parser for every option that takes seconds ----
+
+
+def test_every_option_of_seconds_takes_a_duration_as_submit_time_does():
+    """An option whose help speaks of seconds parses them with daemon/durations.py (``10m`` works)."""
+    import re
+
+    from reckon.daemon.cli.main import _retry_cap
+    from reckon.daemon.durations import duration, duration_or_zero
+
+    timed = []
+    for path, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            text = f"{action.help or ''} {action.metavar or ''}"
+            if re.search(r"\bseconds?\b|SECONDS", text) and "per second" not in text:
+                timed.append((path, action.option_strings[0]))
+                if action.option_strings != ["--time"]:  # submit --time: batch.parse_duration, the same parser
+                    assert action.type in (duration, duration_or_zero, _retry_cap), (path, action.option_strings)
+    assert ("reckon controller", "--lost-after") in timed and ("reckon agent", "--kill-grace") in timed
+    assert len(timed) > 20, timed
+
+
+@pytest.mark.parametrize("argv, dest", [
+    (["controller", "--lost-after", "10m"], "lost_after"),
+    (["controller", "--rejoin-grace", "1m"], "rejoin_grace"),
+    (["agent", "--name", "a", "--slots", "1", "--state-dir", "s", "--kill-grace", "1m"], "kill_grace"),
+    (["jobs", "--timeout", "1m"], "timeout"),
+    (["chaos", "--duration", "1m"], "duration"),
+])
+def test_a_duration_flag_takes_10m_and_seconds(argv, dest):
+    assert getattr(parse(argv), dest) == 60.0 * (10 if "10m" in argv else 1)
+    assert getattr(parse([*argv[:-1], "90"]), dest) == 90.0
+    assert getattr(parse([*argv[:-1], "1h30m"]), dest) == 5400.0
+
+
+@pytest.mark.parametrize("value, message", [("ten", "expected a duration such as 90s, 10m"),
+                                            ("0", "must be positive, got 0"), ("-5s", "expected a duration"),
+                                            ("nan", "expected a duration"), ("inf", "must be under")])
+def test_a_bad_duration_is_one_line_naming_the_flag(value, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse(["controller", f"--lost-after={value}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --lost-after: " in err and message in err, err
+
+
+def test_a_config_file_takes_a_duration_as_a_number_or_a_string(tmp_path):
+    from reckon.daemon.cli import config as daemon_config
+    from reckon.daemon.cli.main import daemon_parsers
+
+    path = tmp_path / "reckon.toml"
+    path.write_text('[controller]\nstate-dir = "/x"\nlost-after = "10m"\nround-timeout = 12.5\n')
+    found = daemon_config.check(path, daemon_parsers(build_parser()))
+    assert (found["controller"]["lost_after"], found["controller"]["round_timeout"]) == (600.0, 12.5)

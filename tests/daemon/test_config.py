@@ -59,7 +59,8 @@ def test_a_good_file_checks_ok(tmp_path, capsys):
     ("[agents]\nslots = 4\n", "agents: unknown table"),
     ("[agent]\nslots = \"four\"\n", "agent.slots: wrong type: expected an integer, got str"),
     ("[agent]\nslots = 4.5\n", "agent.slots: wrong type: expected an integer, got float"),
-    ("[agent]\nkill-grace = true\n", "agent.kill-grace: wrong type: expected a number, got bool"),
+    ("[agent]\nkill-grace = true\n",
+     "agent.kill-grace: wrong type: expected a duration (a number of seconds, or a string such as \"10m\"), got bool"),
     ("[agent]\nverbose = 1\n", "agent.verbose: wrong type: expected a boolean, got int"),
     ("[agent]\nstate-dir = 7\n", "agent.state-dir: wrong type: expected a string, got int"),
     ("[controller]\nlisten = \"nope\"\n", "controller.listen: bad value 'nope': expected HOST:PORT"),
@@ -130,3 +131,24 @@ def test_a_file_that_is_not_utf8_is_one_line(tmp_path, capsys):
     path.write_bytes(b"[agent]\nname = \"\xff\xfe\"\n")
     assert main(["config", "check", str(path)]) == 2
     assert "not UTF-8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[agent]\ncontroller = "https://controller.example:7420"\n',
+     "agent.controller: bad value 'https://controller.example:7420': the controller URL must start with ws:// or "
+     "wss://, got https://"),
+    ('[agent]\ncontroller = "ws://a:7420,controller.example"\n', "agent.controller: bad value"),
+    ('[controller]\nlisten = "0.0.0.0:7420"\n', "controller: no state-dir (nor store): the controller needs one"),
+])
+def test_check_refuses_what_the_daemon_would_refuse_at_its_start(tmp_path, capsys, text, message):
+    path = write(tmp_path, text)
+    assert main(["config", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"reckon: {path}: {message}"), err
+
+
+def test_check_passes_a_controller_on_postgresql_and_agents_with_several_urls(tmp_path, capsys):
+    path = write(tmp_path, '[controller]\nstore = "postgresql://reckon@db/reckon"\n'
+                           '[agent]\ncontroller = "wss://a:7420,wss://b:7420"\n')
+    assert main(["config", "check", str(path)]) == 0, capsys.readouterr().err
+    assert "OK" in capsys.readouterr().out

@@ -144,7 +144,9 @@ def _read_line(proc: subprocess.Popen, timeout: float, log: Path) -> str:
                 proc.wait(timeout=5)
                 raise AssertionError(f"{proc.args} exited {proc.returncode} before starting; log:\n{_tail(log)}")
             buf += chunk
-    return buf.split(b"\n", 1)[0].decode()
+    line = buf.split(b"\n", 1)[0].decode()
+    # With --log-format json the line is a JSON object like every log line: its message is the line.
+    return json.loads(line)["message"] if line.startswith("{") else line
 
 
 def _tail(path: Path, lines: int = 40) -> str:

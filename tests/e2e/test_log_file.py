@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -43,3 +46,32 @@ def test_without_a_log_file_sighup_is_a_clean_stop(cluster):
     cluster.wait_for(lambda: not cluster.running("controller"), what="the controller to stop")
     assert cluster.daemons["controller"].proc.returncode == 0
     assert "SIGHUP: stopping" in cluster.log_text("controller")
+
+
+def test_with_log_format_json_every_line_either_daemon_writes_is_json(tmp_path):
+    """stdout's start-up line too (a plain banner broke log shippers reading the journal)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECKON_")}
+    argv = [sys.executable, "-m", "reckon.daemon.cli"]
+    controller = subprocess.Popen([*argv, "controller", "--listen", "127.0.0.1:0", "--state-dir",
+                                   str(tmp_path / "c"), "--log-format", "json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    procs = [controller]
+    try:
+        first = json.loads(controller.stdout.readline())
+        assert (first["level"], first["logger"]) == ("INFO", "reckon.controller"), first
+        url = first["message"].removeprefix("reckon controller listening on ")
+        assert url.startswith("ws://127.0.0.1:"), first
+        agent = subprocess.Popen([*argv, "agent", "--name", "a1", "--slots", "1", "--state-dir", str(tmp_path / "a"),
+                                  "--controller", url, "--log-format", "json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        procs.append(agent)
+        assert json.loads(agent.stdout.readline())["message"] == "reckon agent a1 running (1 slots)"
+    finally:
+        outputs = []
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            outputs.append(proc.communicate(timeout=30))
+    lines = [line for out, err in outputs for line in (out + err).splitlines()]
+    assert any("stopping" in json.loads(line)["message"] for line in lines), lines
+    for line in lines:
+        assert {"time", "level", "logger", "message"} <= set(json.loads(line)), line

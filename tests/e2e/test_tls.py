@@ -88,3 +88,21 @@ def test_a_controller_with_a_key_that_does_not_match_refuses_to_start_with_exit_
     result = cluster.run("controller", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "c"),
                          "--tls-cert", str(pki["cert"]))
     assert result.returncode == 2 and "--tls-cert and --tls-key go together" in result.stderr
+
+
+def test_plain_ws_to_a_tls_controller_is_named_as_such_by_the_cli_the_agent_and_the_controller(cluster, pki):
+    """Not "the connection ended", "ConnectionTimeout" and "does the peer trust this controller's CA?"."""
+    cluster.use_tls(pki["cert"], pki["key"], pki["ca"])
+    cluster.start_controller()
+    plain = f"ws://127.0.0.1:{cluster.port}"
+    use_wss = f"the controller at {plain} speaks TLS: use wss://127.0.0.1:{cluster.port}"
+    result = cluster.run("nodes", controller=plain)
+    assert result.returncode == 2, result  # the URL is wrong: a usage error
+    assert cluster.one_line_reason(result).startswith(f"reckon: {use_wss}"), result.stderr
+    cluster.start_agent("a1", "--controller", plain, wait_joined=False)
+    cluster.wait_for(lambda: use_wss in cluster.log_text("a1"), what="the agent to say why it cannot join")
+    assert "ConnectionTimeout" not in cluster.log_text("a1")
+    refused = [ln for ln in cluster.log_text("controller").splitlines() if "TLS handshake failed" in ln]
+    assert refused and all("the peer sent a plain ws:// request: it must use wss://" in ln and "CA" not in ln
+                           for ln in refused), refused
+    assert "a1" not in cluster.nodes()

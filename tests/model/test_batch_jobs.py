@@ -338,3 +338,23 @@ def test_snapshot_keeps_the_v4_fields_and_reads_v2_snapshots() -> None:
     assert again.dependants == {held: [dep]}
     old = dict(data, v=2, jobs=[row[:14] for row in data["jobs"]])
     assert restore(old).jobs[held].held is False  # a v2 snapshot had no holds
+
+
+def test_the_job_object_of_a_requeued_pending_job_names_no_agent() -> None:
+    """``reckon show``/``jobs``: a requeued job runs nowhere until dispatched again; a finished job
+    still names the agent it ran on."""
+    h = Harness(["a1", "a2"])
+    h.join("a1")
+    job = _submit(h)
+    _run(h, job)
+    assert h.job(job).to_dict()["agent"] == "a1"
+    _finish(h, job, exit_code=4)
+    assert h.job(job).to_dict()["agent"] == "a1"  # where it ran
+    h.controller_handle(E.RequeueJob(job=job, now=h.now))
+    assert h.job(job).to_dict()["agent"] is None
+    _run(h, job)
+    h.disconnect("a1")
+    h.controller_handle(E.ForgetAgent(agent="a1", now=h.now))  # its attempt lost: requeued
+    record = h.job(job)
+    assert (record.state, record.attempt, record.ran_on) == (JobState.PENDING, 3, "a1")
+    assert record.to_dict()["agent"] is None

@@ -163,3 +163,37 @@ def test_history_names_timeouts_holds_dependency_cancels_and_user_requeues() -> 
     assert one["events"][2]["attempt"] == 2
     two = job_history("2", facts).to_dict()
     assert two["events"] == [{"event": "cancelled", "attempt": None, "reason": "dependency 1 ended FAILED"}]
+
+
+def test_pending_reason_names_a_hold_a_dependency_and_an_array_limit_before_the_slots() -> None:
+    """Each outranks "waiting for the next scheduling pass", which a free agent would say."""
+    from dataclasses import replace
+
+    from reckon.model.arrays import parse_array
+
+    h = Harness(slots=4)
+    h.join("a1")
+    first = h.submit(1)[0]
+    h.schedule()
+    h.start("a1", first)
+    assert h.job(first).state is JobState.RUNNING
+    held = h.submit(1)[0]
+    h.controller_handle(E.HoldJob(job=held, now=h.now))
+    assert pending_reason(h.controller, held) == "held by a user: not dispatched until released (reckon release)"
+    h.controller_handle(E.ReleaseJob(job=held, now=h.now))
+    assert pending_reason(h.controller, held) == "agent a1 has room: waiting for the next scheduling pass"
+    after = h.controller.state.next_job_id()
+    h.controller_handle(E.SubmitJob(spec=replace(h.job(held).spec, name="after", after=(first,)), now=h.now,
+                                    uid=h.uid()))
+    assert pending_reason(h.controller, after) == f"waiting for job {first} (RUNNING) to complete (--after)"
+    array = h.controller.state.next_job_id()
+    h.controller_handle(E.SubmitArray(spec=replace(h.job(held).spec, name="array"), array=parse_array("1-3%1"),
+                                      now=h.now, uids=(h.uid(), h.uid(), h.uid())))
+    members = h.controller.state.arrays[array]
+    h.dispatch(members[0], "a1")
+    h.start("a1", members[0])
+    assert pending_reason(h.controller, members[1]) == (
+        f"its array {array} runs 1 job(s) at once (%1): waiting for one of them to end")
+    h.exit("a1", first)
+    h.pump()
+    assert pending_reason(h.controller, after) == "agent a1 has room: waiting for the next scheduling pass"
