@@ -38,7 +38,7 @@ from reckon.daemon import runtime, wire
 from reckon.daemon.controller.ha_database import RETRY_CAP, StandbyDatabase
 from reckon.daemon.controller.ha_metrics import HaMetrics
 from reckon.daemon.controller.leadership import Leadership
-from reckon.daemon.controller.listen import listening
+from reckon.daemon.listen import listening
 from reckon.daemon.controller.core import REFUSAL_REMINDER, ControllerDaemon
 from reckon.daemon.controller.server import ContainedServer, ControllerOptions
 from reckon.daemon.controller.tls import CLEARTEXT_WARNING, is_loopback_host, with_tls

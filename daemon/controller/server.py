@@ -31,7 +31,7 @@ from reckon.daemon.controller.core import ControllerDaemon
 from reckon.daemon.ops.metrics_http import serve_metrics
 from reckon.daemon.store.facts import FactStore
 from reckon.daemon.refusals import RefusalLog
-from reckon.daemon.controller.listen import listening
+from reckon.daemon.listen import listening
 from reckon.daemon.controller.tls import CLEARTEXT_WARNING, check_tls_files, is_loopback_host, tls_handshake, with_tls
 from reckon.daemon.store.statelock import hold_state_dir
 
