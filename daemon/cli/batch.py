@@ -9,7 +9,7 @@ import argparse
 import re
 from typing import Any, TextIO
 
-from reckon.daemon.cli.client import UsageError
+from reckon.daemon.client_common import UsageError
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 

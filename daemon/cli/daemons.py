@@ -11,10 +11,10 @@ from typing import Any
 
 import trio
 
-from reckon.daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
-                               refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
+from reckon.daemon.client_common import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
+                                         refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
 from reckon.daemon.cli.logfile import reopen_on_hangup, setup_logging
-from reckon.daemon.controller.listen import CannotListen
+from reckon.daemon.listen import CannotListen
 from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
 from reckon.daemon.store.interface import SteppedDown
 from reckon.daemon.store.sqlite_thread import StoreError

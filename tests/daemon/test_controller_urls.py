@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reckon.daemon.agent.controllers import ControllerUrls, parse_controller_urls
-from reckon.daemon.cli.client import ClientError, LeaderSearch, NotLeader, UsageError
+from reckon.daemon.client_common import ClientError, LeaderSearch, NotLeader, UsageError
 from reckon.daemon.client import Client
 
 
