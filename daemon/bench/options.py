@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from reckon.daemon.cli.main import _positive, path
+from reckon.daemon.args import path, positive
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                           "standby serves and until a completion made meanwhile is recorded")
     q.add_argument("--variant", choices=("kill", "freeze", "both"), default="both",
                    help="kill: SIGKILL the leader; freeze: SIGSTOP it, then SIGCONT it (default both)")
-    q.add_argument("--lease", type=_positive, default=5.0, help="the controllers' --lease, seconds (default 5)")
+    q.add_argument("--lease", type=positive, default=5.0, help="the controllers' --lease, seconds (default 5)")
     q.add_argument("--slots", type=int, default=2, help="slots per agent, all filled with jobs (default 2)")
 
     q = bench("memory", "controller resident memory per job")

@@ -5,29 +5,22 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from reckon.daemon.cli.main import path
-
-
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return number
+from reckon.daemon.args import path, positive
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("chaos", parents=[common],
                        help="a chaos run: real daemons, seeded faults, every job checked against its own truth")
     p.add_argument("--seed", type=int, default=None, help="replay this fault schedule and job mix (default: random)")
-    p.add_argument("--duration", type=_positive, default=60.0, help="seconds of submissions and faults (default 60)")
+    p.add_argument("--duration", type=positive, default=60.0, help="seconds of submissions and faults (default 60)")
     p.add_argument("--agents", type=int, default=3, help="agents (default 3)")
     p.add_argument("--slots", type=int, default=4, help="slots per agent (default 4)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--jobs", type=int, default=None, help="jobs in all, spread over the duration")
-    group.add_argument("--rate", type=_positive, default=3.0, help="jobs per second (default 3)")
-    p.add_argument("--fault-every", type=_positive, default=4.0, help="mean seconds between faults (default 4)")
-    p.add_argument("--max-outage", type=_positive, default=6.0, help="longest fault, seconds (default 6)")
-    p.add_argument("--settle-timeout", type=_positive, default=300.0,
+    group.add_argument("--rate", type=positive, default=3.0, help="jobs per second (default 3)")
+    p.add_argument("--fault-every", type=positive, default=4.0, help="mean seconds between faults (default 4)")
+    p.add_argument("--max-outage", type=positive, default=6.0, help="longest fault, seconds (default 6)")
+    p.add_argument("--settle-timeout", type=positive, default=300.0,
                    help="seconds after the last fault for every job to end (default 300)")
     p.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")

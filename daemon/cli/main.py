@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
-if TYPE_CHECKING:
-    from pathlib import Path
+from reckon.daemon.args import path, positive as _positive
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
                    "release", "requeue", "logs")
@@ -55,13 +54,6 @@ class _VersionAction(argparse.Action):
 
 
 # ---- option types -----------------------------------------------------------------------
-
-
-def path(value: str) -> "Path":
-    """A ``pathlib.Path``, imported only when a path option is given (pathlib costs a submit some ms)."""
-    from pathlib import Path
-
-    return Path(value)
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -104,13 +96,6 @@ def _moved_from(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return number
-
-
 def _nonnegative(value: str) -> float:
     try:
         number = float(value)
@@ -128,8 +113,7 @@ def _retry_cap(value: str) -> float:
     return number
 
 
-_positive.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
-_nonnegative.toml_type = "number"  # type: ignore[attr-defined]
+_nonnegative.toml_type = "number"  # type: ignore[attr-defined]  # its TOML type (daemon/cli/config.py)
 _whole.toml_type = _page_size.toml_type = "integer"  # type: ignore[attr-defined]
 _retry_cap.toml_type = "number"  # type: ignore[attr-defined]
 _count.toml_type = "integer"  # type: ignore[attr-defined]
@@ -514,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "config":
         return _config_check(args)
-    from reckon.daemon.cli.client import ClientError, UsageError
+    from reckon.daemon.client_common import ClientError, UsageError
 
     try:
         if args.command in CLIENT_COMMANDS:
