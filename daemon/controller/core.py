@@ -35,7 +35,7 @@ from reckon.daemon.refusals import RefusalLog
 from reckon.daemon.store.facts import FactStore
 
 if TYPE_CHECKING:
-    from reckon.daemon.controller.server import ControllerOptions
+    from reckon.daemon.controller.options import ControllerOptions
 
 log = logging.getLogger("reckon.controller")
 

@@ -15,14 +15,14 @@ from reckon.model.arrays import parse_array
 from reckon.model.jobs import JobSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from reckon.daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.host import DaemonHost
 
 # op -> the model event of a request naming one job
 _JOB_EVENTS = {"hold": E.HoldJob, "release": E.ReleaseJob, "requeue": E.RequeueJob}
 OPS = frozenset({"submit_array", *_JOB_EVENTS})
 
 
-async def run(server: "ControllerDaemon", op: str, request: dict) -> dict[str, Any]:
+async def run(server: "DaemonHost", op: str, request: dict) -> dict[str, Any]:
     if op == "submit_array":
         return await _submit_array(server, request)
     job_id = str(request["job"])
@@ -30,7 +30,7 @@ async def run(server: "ControllerDaemon", op: str, request: dict) -> dict[str, A
     return {"job": await server.call(call=lambda: server.job_object(job_id))}
 
 
-async def _submit_array(server: "ControllerDaemon", request: dict) -> dict[str, Any]:
+async def _submit_array(server: "DaemonHost", request: dict) -> dict[str, Any]:
     """One SubmitArray event: every job of the array in one handle call, so one group commit."""
     spec = JobSpec.from_dict(request["spec"])
     array = parse_array(request["array"])
@@ -42,7 +42,7 @@ async def _submit_array(server: "ControllerDaemon", request: dict) -> dict[str, 
     return {"array": ids[0], "jobs": ids}
 
 
-def cancel_reply(server: "ControllerDaemon", job_id: str) -> dict[str, Any]:
+def cancel_reply(server: "DaemonHost", job_id: str) -> dict[str, Any]:
     """The cancel op's reply: the job, and for an array's id every job of the array."""
     reply: dict[str, Any] = {"job": server.job_object(job_id)}
     members = server.model.state.arrays.get(job_id)
