@@ -24,6 +24,7 @@ from reckon.model.facts import Fact
 from reckon.model.state import snapshot
 from reckon.model.scheduler import Scheduler
 
+from reckon.daemon.commands import facts_of
 from reckon.daemon.controller import lifecycle, startup
 from reckon.daemon.controller.clients import ClientRequests
 from reckon.daemon.controller.connections import AgentConnections, _Conn
@@ -107,7 +108,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                 if isinstance(cmd, E.Notify):
                     self.scheduler.notify(cmd.note)
             commands.extend(self._schedule())
-            facts: list[Fact] = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+            facts: list[Fact] = facts_of(commands)
             if facts:
                 # Commit before effect: nothing below leaves this process until the
                 # facts behind it are durable.  A failed commit kills the daemon.

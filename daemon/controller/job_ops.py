@@ -14,6 +14,8 @@ from reckon.model import events as E
 from reckon.model.arrays import parse_array
 from reckon.model.jobs import JobSpec
 
+from reckon.daemon.commands import submitted_ids
+
 if TYPE_CHECKING:  # pragma: no cover
     from reckon.daemon.controller.host import DaemonHost
 
@@ -38,7 +40,7 @@ async def _submit_array(server: "DaemonHost", request: dict) -> dict[str, Any]:
     queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
     commands = await server.call(event=E.SubmitArray(spec=spec, array=array, now=time.time(), uids=uids,
                                                      queue_anyway=queue_anyway))
-    ids = [f.job for c in commands if isinstance(c, E.Append) for f in c.facts if f.KIND == "job_submitted"]
+    ids = submitted_ids(commands)
     return {"array": ids[0], "jobs": ids}
 
 

@@ -14,6 +14,8 @@ from reckon.model import events as E
 from reckon.model.history import job_history
 from reckon.model.nodes import pending_reason
 
+from reckon.daemon.commands import facts_of
+
 if TYPE_CHECKING:
     from reckon.daemon.controller.host import DaemonHost
 
@@ -50,7 +52,7 @@ async def _drain_or_resume(daemon: "DaemonHost", request: dict, drain: bool) -> 
     agent = str(request["agent"])
     event = (E.DrainAgent if drain else E.ResumeAgent)(agent=agent, now=time.time())
     commands = await daemon.call(event=event)
-    changed = any(isinstance(c, E.Append) and c.facts for c in commands)
+    changed = bool(facts_of(commands))
     node = await daemon.call(call=lambda: next(n for n in node_objects(daemon) if n["name"] == agent))
     return {"agent": agent, "changed": changed, "node": node}
 

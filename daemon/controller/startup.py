@@ -13,6 +13,7 @@ from reckon.model.errors import LocalProtocolError
 from reckon.model.facts import Fact, IdMarkRaised
 from reckon.model.startup import holding_restored
 
+from reckon.daemon.commands import facts_of
 from reckon.daemon.store.idmark import BadIdMark, read_id_mark, write_id_mark
 from reckon.daemon.store.statelock import WrongStateDir
 
@@ -40,7 +41,7 @@ async def start_model(daemon: "DaemonHost") -> list[E.Command]:
     for cmd in commands:
         if isinstance(cmd, E.Notify):
             daemon.scheduler.notify(cmd.note)
-    facts = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+    facts = facts_of(commands)
     if facts:
         await commit(daemon, facts)
     return commands
