@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from reckon.model import events as E
+from reckon.model.errors import LocalProtocolError
 from reckon.model.history import job_history
 from reckon.model.nodes import pending_reason
 
@@ -53,8 +54,17 @@ async def _drain_or_resume(daemon: "DaemonHost", request: dict, drain: bool) -> 
     event = (E.DrainAgent if drain else E.ResumeAgent)(agent=agent, now=time.time())
     commands = await daemon.call(event=event)
     changed = bool(facts_of(commands))
-    node = await daemon.call(call=lambda: next(n for n in node_objects(daemon) if n["name"] == agent))
+    # A second turn of the loop: a `reckon forget` of this agent may have come between the two.
+    node = await daemon.call(call=lambda: node_object(daemon, agent, "drained" if drain else "resumed"))
     return {"agent": agent, "changed": changed, "node": node}
+
+
+def node_object(daemon: "DaemonHost", agent: str, done: str) -> dict:
+    """``agent``'s node, which ``done`` (drained, resumed) a moment ago; it may be forgotten since."""
+    for node in node_objects(daemon):
+        if node["name"] == agent:
+            return node
+    raise LocalProtocolError(f"agent {agent} was {done}, then forgotten before its state could be read")
 
 
 async def _drain(daemon: "DaemonHost", request: dict) -> dict:
