@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 from pathlib import Path
 from functools import partial
 from typing import Any
 
 import trio
+
+from reckon.model.errors import ModelCorrupted
 
 from reckon.daemon.client_common import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
                                          refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
@@ -24,7 +27,7 @@ from reckon.daemon.store.statelock import StateDirBusy, WrongStateDir
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
 PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
 HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError, ModelCorrupted)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -66,6 +69,8 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         raise ClientError(str(exc)) from None
     except SteppedDown as exc:
         raise ClientError(f"controller stepped down: {exc}") from None
+    except ModelCorrupted as exc:
+        raise ClientError(model_corrupted_text(exc)) from None
     except BaseExceptionGroup as group:
         # Raised from inside a daemon's nursery (an agent's state directory refused at start).
         known, rest = group.split(_ONE_LINE_ERRORS)
@@ -75,7 +80,15 @@ def run_daemon_command(args: argparse.Namespace) -> int:
             known = known.exceptions[0]
         if isinstance(known, CopiedStateDir):
             raise UsageError(str(known)) from None
+        if isinstance(known, ModelCorrupted):
+            raise ClientError(model_corrupted_text(known)) from None
         raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
+
+
+def model_corrupted_text(exc: ModelCorrupted) -> str:
+    """The one line a controller stops with when its model broke mid-decision."""
+    return (f"controller stopped: {exc}; nothing of it was committed, and a restart recovers from the "
+            "log (please report this: it is a bug)")
 
 
 async def _until_signalled(run: Any, log_file: Any = None) -> None:
@@ -97,6 +110,7 @@ async def _until_signalled(run: Any, log_file: Any = None) -> None:
 
 
 async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
+    from reckon.daemon.controller.options import VALIDATE_STATE_ENV
     from reckon.daemon.controller.server import ControllerOptions, serve_controller
     from reckon.model.controller import ControllerConfig
 
@@ -120,6 +134,7 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
         rejoin_grace=max(args.rejoin_grace, 0.0), metrics=args.metrics, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        validate_state=os.environ.get(VALIDATE_STATE_ENV, "") == "1",
     )
     scheme = "ws" if options.tls_cert is None else "wss"
 

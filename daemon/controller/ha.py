@@ -24,6 +24,7 @@ import time
 import trio
 
 from reckon.model.controller import Controller
+from reckon.model.errors import ModelCorrupted
 
 from reckon.daemon import runtime
 from reckon.daemon.controller.bootstrap import name_new_history, start_metrics, start_serving
@@ -126,7 +127,7 @@ async def _lead(store: PgFactStore, follower: Follower, front: Front, leadership
     async def core() -> None:
         try:
             await daemon.core_loop()
-        except SteppedDown:
+        except (SteppedDown, ModelCorrupted):  # (ModelCorrupted: before any commit of its batch)
             raise
         except Exception as exc:  # a refused (fenced) or failed commit: nothing of it was released
             raise leadership.commit_failed(exc) from exc

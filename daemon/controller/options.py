@@ -7,6 +7,8 @@ from pathlib import Path
 
 from reckon.model.controller import ControllerConfig
 
+VALIDATE_STATE_ENV = "RECKON_VALIDATE_STATE"  # "1": `reckon controller` runs with validate_state
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerOptions:
