@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+from pathlib import Path
 
 import pytest
 import trio
@@ -224,3 +225,23 @@ def test_the_controller_command_reads_validate_state_from_the_environment(monkey
     with pytest.raises(ClientError):
         daemons.run_daemon_command(parse(["controller", "--state-dir", "/nonexistent-reckon-test"]))
     assert seen == [True, False]
+
+
+async def test_chaos_starts_its_controllers_with_the_state_check(tmp_path):
+    """The real process's environment: `reckon chaos` controllers run with RECKON_VALIDATE_STATE=1, agents not."""
+    from reckon.daemon.chaos.run import ChaosConfig, ChaosRun
+    from reckon.daemon.chaos.schedule import make_plan
+
+    plan = make_plan(seed=1, duration=1, agents=["a1"], jobs=1, fault_every=10, max_outage=1)
+    run = ChaosRun(ChaosConfig(plan=plan, agents=("a1",), slots=1, duration=1, settle_timeout=1, quiet=True),
+                   tmp_path)
+    cluster = run.cluster
+    try:
+        with trio.fail_after(HANG_GUARD):
+            await cluster.start_controller()
+            await cluster.start_agent("a1", 1)
+        environ = {key: Path(f"/proc/{cluster.pid(key)}/environ").read_bytes() for key in ("controller", "a1")}
+    finally:
+        cluster.stop_all()
+    assert b"RECKON_VALIDATE_STATE=1\0" in environ["controller"]
+    assert b"RECKON_VALIDATE_STATE" not in environ["a1"]
