@@ -118,22 +118,31 @@ async def test_a_client_read_that_fails_answers_that_client_only(tmp_path, monke
             nursery.cancel_scope.cancel()
 
 
+async def _stopped(tmp_path, break_it, op: str, options: dict | None = None, **fields) -> BaseException:
+    """Serve, join agent n1, ``break_it()``, then ask ``op``: the controller must stop with
+    ``ModelCorrupted`` (returned) and have committed nothing after the join."""
+    with trio.fail_after(HANG_GUARD):
+        with pytest.raises(BaseExceptionGroup) as stopped:
+            async with trio.open_nursery() as nursery:
+                url = await _serving(nursery, tmp_path, **(options or {}))
+                assert isinstance(await _join(url, "n1"), M.Welcome)
+                before = _committed_facts(tmp_path / "controller")
+                break_it()
+                await call(url, None, op, **fields)
+    corrupted = _leaf(stopped.value.split(ModelCorrupted)[0])
+    assert isinstance(corrupted, ModelCorrupted)
+    assert _committed_facts(tmp_path / "controller") == before  # nothing of the failed batch reached the log
+    return corrupted
+
+
 async def test_a_client_closure_that_applied_a_fact_then_raised_stops_the_controller(tmp_path, monkeypatch):
     def applies_then_breaks(daemon, job_id):
         apply(daemon.model.state, AgentDrained(agent="n1"))
         raise KeyError(job_id)
 
-    with trio.fail_after(HANG_GUARD):
-        with pytest.raises(BaseExceptionGroup) as stopped:
-            async with trio.open_nursery() as nursery:
-                url = await _serving(nursery, tmp_path)
-                assert isinstance(await _join(url, "n1"), M.Welcome)
-                before = _committed_facts(tmp_path / "controller")
-                monkeypatch.setattr(operator, "job_with_reason", applies_then_breaks)
-                await call(url, None, "show", job="1")
-    corrupted = _leaf(stopped.value.split(ModelCorrupted)[0])
+    corrupted = await _stopped(tmp_path, lambda: monkeypatch.setattr(operator, "job_with_reason", applies_then_breaks),
+                               "show", job="1")
     assert str(corrupted) == "a client request raised KeyError('1') after the model applied 1 fact(s)"
-    assert _committed_facts(tmp_path / "controller") == before
 
 
 async def test_a_model_that_raised_after_applying_a_fact_stops_the_controller_committing_nothing(
@@ -146,34 +155,24 @@ async def test_a_model_that_raised_after_applying_a_fact_stops_the_controller_co
             raise ModelCorrupted("DrainAgent: ValueError('broken after its fact') after applying AgentDrained")
         return commands
 
-    with trio.fail_after(HANG_GUARD):
-        with pytest.raises(BaseExceptionGroup) as stopped:
-            async with trio.open_nursery() as nursery:
-                url = await _serving(nursery, tmp_path)
-                assert isinstance(await _join(url, "n1"), M.Welcome)
-                before = _committed_facts(tmp_path / "controller")
-                monkeypatch.setattr(Controller, "handle", handle)
-                await call(url, None, "drain", agent="n1")
-    corrupted = _leaf(stopped.value.split(ModelCorrupted)[0])
-    assert isinstance(corrupted, ModelCorrupted)
-    assert _committed_facts(tmp_path / "controller") == before  # the drain's fact never reached the log
+    corrupted = await _stopped(tmp_path, lambda: monkeypatch.setattr(Controller, "handle", handle),
+                               "drain", agent="n1")
     line = daemons.model_corrupted_text(corrupted)
     assert "\n" not in line and line.startswith("controller stopped: DrainAgent")
 
 
 async def test_a_bare_exception_from_the_model_is_a_model_corrupted_stop_too(tmp_path, monkeypatch):
     """Before the model wraps its own failures: the daemon cannot tell what a raising handler changed."""
-    def handle(self, event):
-        raise ValueError("a bug in a handler")
+    real_handle = Controller.handle
 
-    with trio.fail_after(HANG_GUARD):
-        with pytest.raises(BaseExceptionGroup) as stopped:
-            async with trio.open_nursery() as nursery:
-                url = await _serving(nursery, tmp_path)
-                monkeypatch.setattr(Controller, "handle", handle)
-                await call(url, None, "drain", agent="n1")
-    corrupted = _leaf(stopped.value.split(ModelCorrupted)[0])
-    assert "the model failed on DrainAgent: ValueError('a bug in a handler')" in str(corrupted)
+    def handle(self, event):
+        if isinstance(event, E.DrainAgent):
+            raise ValueError("a bug in a handler")
+        return real_handle(self, event)
+
+    corrupted = await _stopped(tmp_path, lambda: monkeypatch.setattr(Controller, "handle", handle),
+                               "drain", agent="n1")
+    assert str(corrupted) == "the model failed on DrainAgent: ValueError('a bug in a handler')"
 
 
 async def test_validate_state_runs_after_every_handle_and_stops_on_a_failed_check(tmp_path, monkeypatch):
@@ -184,17 +183,12 @@ async def test_validate_state_runs_after_every_handle_and_stops_on_a_failed_chec
         if any(a.drained for a in self.agents.values()):
             raise AssertionError("an index disagrees with the records")
 
+    def joined() -> None:
+        assert len(checked) >= 2  # at the start, and after the join
+
     monkeypatch.setattr(ControllerState, "validate_state", validate_state)
-    with trio.fail_after(HANG_GUARD):
-        with pytest.raises(BaseExceptionGroup) as stopped:
-            async with trio.open_nursery() as nursery:
-                url = await _serving(nursery, tmp_path, validate_state=True)
-                assert checked  # at the start already
-                assert isinstance(await _join(url, "n1"), M.Welcome)
-                assert len(checked) >= 2  # and after the join
-                await call(url, None, "drain", agent="n1")
-    corrupted = _leaf(stopped.value.split(ModelCorrupted)[0])
-    assert "the state check failed after DrainAgent: an index disagrees" in str(corrupted)
+    corrupted = await _stopped(tmp_path, joined, "drain", options={"validate_state": True}, agent="n1")
+    assert str(corrupted) == "the state check failed after DrainAgent: an index disagrees with the records"
 
 
 async def test_without_validate_state_the_check_does_not_run(tmp_path, monkeypatch):
