@@ -1,5 +1,5 @@
 """Several controller URLs: the agent's round (daemon/agent/controllers.py) and the clients' leader
-search (daemon/cli/client.py ``LeaderSearch``, shared by the blocking and the trio client)."""
+search (daemon/client_common.py ``LeaderSearch``, shared by the blocking and the trio client)."""
 
 from __future__ import annotations
 
