@@ -26,10 +26,12 @@ from reckon.daemon.cli import daemons
 from reckon.daemon.client import ClientError, call
 from reckon.daemon.controller import core, operator
 from reckon.daemon.controller.server import ControllerOptions, serve_controller
+from reckon.daemon.store.interface import SteppedDown
 from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.controller import Controller
 from reckon.model.errors import ModelCorrupted
+from reckon.model.jobs import JobSpec
 from reckon.model.facts import AgentDrained
 from reckon.model.state import ControllerState, apply
 
@@ -129,6 +131,7 @@ async def _stopped(tmp_path, break_it, op: str, options: dict | None = None, **f
                 before = _committed_facts(tmp_path / "controller")
                 break_it()
                 await call(url, None, op, **fields)
+                nursery.cancel_scope.cancel()  # (it answered: no stop, and pytest.raises says so)
     corrupted = _leaf(stopped.value.split(ModelCorrupted)[0])
     assert isinstance(corrupted, ModelCorrupted)
     assert _committed_facts(tmp_path / "controller") == before  # nothing of the failed batch reached the log
@@ -239,3 +242,48 @@ async def test_chaos_starts_its_controllers_with_the_state_check(tmp_path):
         cluster.stop_all()
     assert b"RECKON_VALIDATE_STATE=1\0" in environ["controller"]
     assert b"RECKON_VALIDATE_STATE" not in environ["a1"]
+
+
+async def _leading(url: str) -> None:
+    while True:
+        try:
+            await call(url, None, "status")
+            return
+        except ClientError:  # not the leader yet
+            await trio.sleep(0.05)
+
+
+async def _pg_facts(dsn: str) -> int:
+    """On a thread: the controller's own database session must not wait for the event loop."""
+    import psycopg
+
+    def count() -> int:
+        with psycopg.connect(dsn) as db:
+            return db.execute("select count(*) from fact").fetchone()[0]
+
+    return await trio.to_thread.run_sync(count)
+
+
+async def test_on_postgresql_a_model_failure_stops_the_leader_as_model_corrupted(pg_dsn, tmp_path, monkeypatch):
+    """The HA path stops the same way: ModelCorrupted, not a failed commit or a step-down."""
+    real_handle = Controller.handle
+
+    def handle(self, event):
+        commands = real_handle(self, event)
+        if isinstance(event, E.SubmitJob):
+            raise ModelCorrupted("SubmitJob: ValueError('broken after its fact')")
+        return commands
+
+    with trio.fail_after(HANG_GUARD):
+        with pytest.raises(BaseExceptionGroup) as stopped:
+            async with trio.open_nursery() as nursery:
+                url = await _serving(nursery, tmp_path, store=pg_dsn, lease=1.0)
+                await _leading(url)
+                before = await _pg_facts(pg_dsn)
+                monkeypatch.setattr(Controller, "handle", handle)
+                await call(url, None, "submit", spec=JobSpec(name="j", command=("true",)).to_dict())
+                nursery.cancel_scope.cancel()
+    corrupted = _leaf(stopped.value.split(ModelCorrupted)[0])
+    assert str(corrupted) == "SubmitJob: ValueError('broken after its fact')"
+    assert stopped.value.split(SteppedDown)[0] is None  # (a failed commit would step down)
+    assert await _pg_facts(pg_dsn) == before
