@@ -18,7 +18,7 @@ import trio
 
 from reckon.model import events as E
 from reckon.model.controller import Controller
-from reckon.model.errors import LocalProtocolError, ModelCorrupted, RemoteProtocolError
+from reckon.model.errors import LocalProtocolError, ModelCorrupted, ProtocolError, RemoteProtocolError
 from reckon.model import messages as M
 from reckon.model.facts import Fact
 from reckon.model.state import snapshot
@@ -166,10 +166,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                 ]
                 work.commands += self._handle(E.ConnectionClosed(conn=conn, now=time.time(),
                                                                   mono=trio.current_time()))
-        except Exception as exc:
-            if deciding is not None:
-                # The model failed on an event, which is no refusal: what it changed before is unknown.
-                raise ModelCorrupted(f"the model failed on {type(deciding).__name__}: {exc!r}") from exc
+        except Exception as exc:  # from a client's closure (the model's own failures are ModelCorrupted)
             self._unchanged_since(applied, None, exc)
             # A client's read failed and changed nothing: that client gets the error, the rest goes on.
             log.error("a client request failed, the model is unchanged: %r", exc)
@@ -184,7 +181,12 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                                  f"{self.model.state.facts_applied - applied} fact(s)") from exc
 
     def _handle(self, event: Any) -> list[E.Command]:
-        commands = self.model.handle(event)
+        try:
+            commands = self.model.handle(event)
+        except (ProtocolError, ModelCorrupted):
+            raise
+        except Exception as exc:  # no refusal: what the handler changed before it raised is unknown
+            raise ModelCorrupted(f"the model failed on {type(event).__name__}: {exc!r}") from exc
         if self.options.validate_state:
             self.check_state(type(event).__name__)
         return commands
