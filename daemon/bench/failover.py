@@ -35,10 +35,10 @@ from typing import Any
 
 import trio
 
-from reckon.daemon.bench.figures import summary, summary_text
 from reckon.daemon.bench.pgserver import PgServer
 from reckon.daemon.client import Client, ClientError
 from reckon.daemon.procs import LocalCluster
+from reckon.daemon.bench.figures import summary, summary_text
 
 VARIANTS = ("kill", "freeze")
 POLL = 0.01  # seconds between two probes of b (each a fresh connection: a standby's answer is final)

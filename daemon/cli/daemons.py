@@ -27,7 +27,7 @@ from reckon.daemon.store.statelock import StateDirBusy, WrongStateDir
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too).
 PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
 HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError, ModelCorrupted)
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, WrongStateDir, CannotListen, SteppedDown, StoreError)
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -69,8 +69,6 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         raise ClientError(str(exc)) from None
     except SteppedDown as exc:
         raise ClientError(f"controller stepped down: {exc}") from None
-    except ModelCorrupted as exc:
-        raise ClientError(model_corrupted_text(exc)) from None
     except BaseExceptionGroup as group:
         # Raised from inside a daemon's nursery (an agent's state directory refused at start).
         known, rest = group.split(_ONE_LINE_ERRORS)
@@ -80,15 +78,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
             known = known.exceptions[0]
         if isinstance(known, CopiedStateDir):
             raise UsageError(str(known)) from None
-        if isinstance(known, ModelCorrupted):
-            raise ClientError(model_corrupted_text(known)) from None
         raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
-
-
-def model_corrupted_text(exc: ModelCorrupted) -> str:
-    """The one line a controller stops with when its model broke mid-decision."""
-    return (f"controller stopped: {exc}; nothing of it was committed, and a restart recovers from the "
-            "log (please report this: it is a bug)")
 
 
 async def _until_signalled(run: Any, log_file: Any = None) -> None:
@@ -144,8 +134,22 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
             print(f"reckon controller listening on {scheme}://{options.host}:{port}"
                   f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}", flush=True)
 
-    await _until_signalled(run, log_file)
+    try:
+        await _until_signalled(run, log_file)
+    except BaseExceptionGroup as group:
+        corrupted, rest = group.split(ModelCorrupted)
+        if corrupted is None or rest is not None:
+            raise
+        while isinstance(corrupted, BaseExceptionGroup):
+            corrupted = corrupted.exceptions[0]
+        raise ClientError(model_corrupted_text(corrupted)) from None
     return 0
+
+
+def model_corrupted_text(exc: BaseException) -> str:
+    """The one line a controller stops with when its model broke mid-decision (``ModelCorrupted``)."""
+    return (f"controller stopped: {exc}; nothing of it was committed, and a restart recovers from the "
+            "log (please report this: it is a bug)")
 
 
 def agent_ping_timeout(given: float | None, controller: str) -> float:
