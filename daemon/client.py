@@ -1,7 +1,7 @@
 """The trio client of the controller's `/client` endpoint (dev mode, the demo, the benchmarks, chaos).
 
-The command line uses the blocking twin, ``daemon/cli/client.py``, which
-holds the configuration, the error texts and the leader search both share:
+The command line uses the blocking twin, ``daemon/cli/client.py``; both take
+the configuration, the error texts and the leader search from ``daemon/client_common.py``:
 ``url`` may list several controllers (``ws://a:7420,ws://b:7420``, one leads
 on PostgreSQL), and both clients find the leader the same way.
 """
@@ -16,9 +16,10 @@ from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import ConnectionRejected, HandshakeError
 
 from reckon.daemon import wire
-from reckon.daemon.cli.client import (DEFAULT_CONTROLLER, EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader,
-                               UsageError, auth_headers, client_ssl_context, closed, parse_controller_urls, refused,
-                               reply_of, request_bytes, resolve_controller, resolve_token, unreachable)
+from reckon.daemon.client_common import (DEFAULT_CONTROLLER, EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader,
+                                         UsageError, auth_headers, client_ssl_context, closed, parse_controller_urls,
+                                         refused, reply_of, request_bytes, resolve_controller, resolve_token,
+                                         unreachable)
 from reckon.daemon.wsconnect import TLSFailure, open_websocket
 
 __all__ = ["DEFAULT_CONTROLLER", "Client", "ClientError", "auth_headers", "call", "resolve_controller",

@@ -7,6 +7,7 @@ them, whatever happened.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ class LocalCluster:
         self.base = base
         self.procs: dict[str, subprocess.Popen] = {}
         self.port = 0
+        self.controller_env: dict[str, str] = {}  # set in the controllers' environment, on top of ours
 
     @property
     def url(self) -> str:
@@ -30,9 +32,10 @@ class LocalCluster:
         return self.base / f"{key}.log"
 
     def _spawn(self, key: str, argv: list[str]) -> subprocess.Popen:
+        env = {**os.environ, **self.controller_env} if argv[0] == "controller" else None
         with open(self.log_path(key), "ab") as logf:
             proc = subprocess.Popen([sys.executable, "-m", "reckon.daemon.cli", *argv], stdout=subprocess.PIPE,
-                                    stderr=logf, start_new_session=True)
+                                    stderr=logf, start_new_session=True, env=env)
         self.procs[key] = proc
         return proc
 

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import trio
 from trio_websocket import ConnectionTimeout, HandshakeError, WebSocketConnection, open_websocket_url
 
-from reckon.daemon.cli.client import plain_to_tls_text, probe_context, tls_failure_text
+from reckon.daemon.client_common import plain_to_tls_text, probe_context, tls_failure_text
 
 HANDSHAKE_GRACE = 1.0  # seconds past connect_timeout before the attempt is cancelled from outside
 

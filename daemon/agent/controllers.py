@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from reckon.daemon.cli.client import parse_controller_urls  # the clients' parsing: the same checks and words
+from reckon.daemon.client_common import parse_controller_urls  # the clients' parsing: the same checks and words
 
 __all__ = ["ControllerUrls", "parse_controller_urls"]
 

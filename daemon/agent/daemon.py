@@ -44,7 +44,7 @@ from reckon.daemon.refusals import RefusalLog
 from reckon.daemon.store.filemodes import OUTPUT_MODE, private_dir
 from reckon.daemon.store.statelock import hold_state_dir
 from reckon.daemon.agent.output import OutputFiles, held_keys
-from reckon.daemon.cli.client import client_ssl_context
+from reckon.daemon.client_common import client_ssl_context
 from reckon.daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
 from reckon.daemon.agent.attempts import ExitStatus, JobLost, RunnerError
 from reckon.daemon.agent.null_runner import HoldRunner, NullRunner

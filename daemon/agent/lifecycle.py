@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from reckon.model import events as E
 from reckon.model.records import LocalStatus
 
-from reckon.daemon.controller.lifecycle import outcome_text
+from reckon.daemon.ops.outcomes import outcome_text
 
 log = logging.getLogger("reckon.lifecycle")
 

@@ -26,26 +26,20 @@ from typing import Any
 
 import trio
 
+from reckon.daemon.bench.figures import summary
 from reckon.daemon.client import Client
 from reckon.daemon.procs import LocalCluster
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 READ_CALLS = 20  # `show` and `jobs` calls per run (at most N)
 HANG_GUARD = 600.0  # seconds: no wait of a run lasts longer
+BULK_MODE = "--array"  # how the bulk run submits its jobs in one `reckon submit` ("--file": a file of lines)
 
 
 def reckon_argv() -> list[str]:
     """The installed console script (what a user runs), else ``python -m daemon.cli``."""
     script = Path(sys.executable).parent / "reckon"
     return [str(script)] if script.exists() else [sys.executable, "-m", "reckon.daemon.cli"]
-
-
-def bulk_mode() -> str:
-    """``--array`` if `reckon submit` has it (the jobs branch), else ``--file``."""
-    from reckon.daemon.cli.main import build_parser
-
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return "--array" if "--array" in sub.choices["submit"]._option_string_actions else "--file"
 
 
 def _children_cpu() -> float:
@@ -150,9 +144,7 @@ def run_cli_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any]
     import shutil
     import tempfile
 
-    from reckon.daemon.bench.run import summary
-
-    mode = bulk_mode()
+    mode = BULK_MODE
     runs: list[dict[str, float]] = []
     for i in range(args.runs):
         base = Path(tempfile.mkdtemp(prefix="reckon-bench-cli-"))

@@ -39,6 +39,7 @@ import trio
 from reckon.daemon.bench.pgdatabases import BenchDatabases
 from reckon.daemon.client import Client, ClientError
 from reckon.daemon.procs import LocalCluster
+from reckon.daemon.bench.figures import summary, summary_text
 
 VARIANTS = ("kill", "freeze")
 POLL = 0.01  # seconds between two probes of b (each a fresh connection: a standby's answer is final)
@@ -179,8 +180,6 @@ async def _step_down(cluster: LocalCluster) -> float:
 
 def run_failover_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any], list[str]]:
     """Every variant's figures summarised (min / median / max), and the human summary's lines."""
-    from reckon.daemon.bench.run import _fmt, summary
-
     out: dict[str, Any] = {"lease_s": args.lease, "slots": args.slots}
     lines: list[str] = []
     variants = VARIANTS if args.variant == "both" else (args.variant,)
@@ -209,8 +208,8 @@ def run_failover_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str,
             signal_name = "SIGKILL" if variant == "kill" else "SIGSTOP"
             target = 3.0 if variant == "kill" else args.lease + 3.0
             lines.append(f"{signal_name} of the leader (lease {args.lease:g} s), {2 * args.slots} jobs on 2 agents:")
-            lines.append(f"  (a) new leader serving: {_fmt(s['serving_s'], 's')}")
-            lines.append(f"  (b) completion recorded: {_fmt(s['recorded_s'], 's')} (target < {target:g} s: "
+            lines.append(f"  (a) new leader serving: {summary_text(s['serving_s'], 's')}")
+            lines.append(f"  (b) completion recorded: {summary_text(s['recorded_s'], 's')} (target < {target:g} s: "
                          f"{'met' if s['recorded_s']['median'] < target else 'MISSED'})")
             if "tail_facts" in s:
                 lines.append(f"  takeover replayed a tail of median {s['tail_facts']['median']:.0f} facts in "

@@ -17,7 +17,8 @@ from reckon.model.facts import JobSubmitted
 from reckon.model.jobs import JobSpec
 from reckon.model.state import snapshot
 
-from reckon.daemon.controller.server import ControllerOptions
+from reckon.daemon.commands import facts_of
+from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.store.facts import FactStore
 
 BATCH_JOBS = 2_500
@@ -30,18 +31,18 @@ async def write_history(state_dir: Path, facts: int) -> dict[str, Any]:
     store = await FactStore.open(state_dir)
     try:
         join = M.Join(agent="agent-1", slots=BATCH_JOBS, version=M.PROTOCOL_VERSION)
-        pending = _facts(controller.handle(E.AgentJoined(conn=1, join=join, token=bytes(16), now=1.0)))
+        pending = facts_of(controller.handle(E.AgentJoined(conn=1, join=join, token=bytes(16), now=1.0)))
         written, jobs, now = 0, 0, 2.0
         while written + len(pending) < facts:
             batch: list[str] = []
             for _ in range(BATCH_JOBS):
-                pending += _facts(controller.handle(E.SubmitJob(spec=spec, now=now)))
+                pending += facts_of(controller.handle(E.SubmitJob(spec=spec, now=now)))
                 batch.append(controller.state.next_job_id())
             for job in [str(int(j) - 1) for j in batch]:
-                pending += _facts(controller.handle(E.DispatchProposed(job=job, agent="agent-1", now=now)))
+                pending += facts_of(controller.handle(E.DispatchProposed(job=job, agent="agent-1", now=now)))
                 for msg in (M.Started(job=job, attempt=1, started_at=now),
                             M.Finished(job=job, attempt=1, exit_code=0, signal=None, finished_at=now + 0.5)):
-                    pending += _facts(controller.handle(E.MessageFromAgent(conn=1, message=msg, now=now)))
+                    pending += facts_of(controller.handle(E.MessageFromAgent(conn=1, message=msg, now=now)))
             take = pending[: facts - written]
             pending = pending[len(take):]
             await store.append(take)
@@ -53,7 +54,3 @@ async def write_history(state_dir: Path, facts: int) -> dict[str, Any]:
         return {"jobs": jobs, "facts_written": written, "facts_after_snapshot": store.facts_since_snapshot}
     finally:
         await store.aclose()
-
-
-def _facts(commands: list[E.Command]) -> list:
-    return [f for c in commands if isinstance(c, E.Append) for f in c.facts]

@@ -6,8 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from reckon.daemon.args import path
 from reckon.daemon.bench.pgdatabases import DSN_ENV, DSN_HELP
-from reckon.daemon.cli.main import path
 from reckon.daemon.durations import duration
 
 

@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -24,20 +23,12 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
+from reckon.daemon.bench.figures import summary, summary_text
 from reckon.daemon.client import Client, ClientError
 from reckon.daemon.procs import LocalCluster
 
 HANG_GUARD = 1800.0  # seconds: no single run may take longer than this
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": len(values)}
-
-
-def _fmt(s: dict[str, float], unit: str, scale: float = 1.0, digits: int = 2) -> str:
-    return (f"median {s['median'] * scale:.{digits}f} {unit} (min {s['min'] * scale:.{digits}f}, "
-            f"max {s['max'] * scale:.{digits}f}, {s['runs']} runs)")
 
 
 async def _with_cluster(keep: bool, body: Callable[[LocalCluster], Awaitable[Any]]) -> Any:
@@ -303,9 +294,9 @@ def _run_bench(args: argparse.Namespace) -> int:
         out.update(jobs=args.jobs, agents=args.agents, slots=args.slots, executor=args.executor, store=args.store,
                    jobs_per_s=s, cpu_seconds_per_job=cpu_per_job)
         lines.append(f"throughput, {args.executor} executor, {args.agents} agents x {args.slots} slots, "
-                     f"{args.jobs} jobs, {args.store} store: {_fmt(s, 'jobs/s', digits=0)}")
+                     f"{args.jobs} jobs, {args.store} store: {summary_text(s, 'jobs/s', digits=0)}")
         for key, c in cpu_per_job.items():
-            lines.append(f"CPU per job, {key}: {_fmt(c, 'ms', scale=1e3, digits=3)}")
+            lines.append(f"CPU per job, {key}: {summary_text(c, 'ms', scale=1e3, digits=3)}")
     elif args.bench == "launch":
         from reckon.daemon.bench.launch import launch_run
 
@@ -320,15 +311,15 @@ def _run_bench(args: argparse.Namespace) -> int:
         c = summary(cpu_values)
         out.update(jobs=args.jobs, concurrency=args.concurrency, jobs_per_s=s, cpu_seconds_per_job=c)
         lines.append(f"launch path alone, {args.jobs} `true` jobs, {args.concurrency} at a time: "
-                     f"{_fmt(s, 'jobs/s', digits=0)}")
-        lines.append(f"CPU per job (agent, launcher, supervisor, job): {_fmt(c, 'ms', scale=1e3, digits=2)}")
+                     f"{summary_text(s, 'jobs/s', digits=0)}")
+        lines.append(f"CPU per job (agent, launcher, supervisor, job): {summary_text(c, 'ms', scale=1e3, digits=2)}")
     elif args.bench == "resync":
         out["rounds"] = []
         for n in args.jobs:
             s = trio.run(_runs, args.runs, lambda n=n: _resync_run(args, n), f"resync {n}", quiet)
             per_job = {k: (v / n if k != "runs" else v) for k, v in s.items()}
             out["rounds"].append({"jobs": n, "seconds": s, "per_job_seconds": per_job})
-            lines.append(f"resync, {n} jobs: {_fmt(s, 's', digits=3)}; per job {per_job['median'] * 1e6:.1f} us")
+            lines.append(f"resync, {n} jobs: {summary_text(s, 's', digits=3)}; per job {per_job['median'] * 1e6:.1f} us")
         if args.plot is not None:
             from reckon.daemon.bench.plot import line_plot
 
@@ -348,14 +339,14 @@ def _run_bench(args: argparse.Namespace) -> int:
             out["rounds"].append({"jobs": n, "per_job_seconds": stages, "total_per_job_seconds": total})
             lines.append(f"resync stages, {n} jobs (median of {args.runs}, per job):")
             lines += [f"  {stage}: {s['median'] * 1e6:.1f} us" for stage, s in stages.items()]
-            lines.append(f"  total: {_fmt(total, 'us', scale=1e6, digits=1)}")
+            lines.append(f"  total: {summary_text(total, 'us', scale=1e6, digits=1)}")
     elif args.bench == "recovery":
         out["outages"] = []
         for outage in args.outages:
             s = trio.run(_runs, args.runs, lambda o=outage: _recovery_run(args, o), f"outage {outage:g}s", quiet)
             out["outages"].append({"outage_s": outage, "recovery_s": s})
             lines.append(f"recovery after a {outage:g} s outage (from serving again to the job final): "
-                         f"{_fmt(s, 's', digits=3)}")
+                         f"{summary_text(s, 's', digits=3)}")
     elif args.bench == "restart":
         out["histories"] = []
         for n in args.facts:
@@ -365,7 +356,7 @@ def _run_bench(args: argparse.Namespace) -> int:
                              f"restart {n}", quiet)
             out["histories"].append({"facts": n, **info, "restart_s": s})
             lines.append(f"restart with {n} facts ({info['jobs']} jobs, {info['facts_after_snapshot']} facts "
-                         f"after the last snapshot): {_fmt(s, 's')}")
+                         f"after the last snapshot): {summary_text(s, 's')}")
     elif args.bench == "cli":
         from reckon.daemon.bench.cli import run_cli_bench
 
@@ -383,7 +374,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         for n in args.jobs:
             s = trio.run(_runs, args.runs, lambda n=n: _memory_run(args, n), f"memory {n}", quiet)
             out["sizes"].append({"jobs": n, "bytes_per_job": s})
-            lines.append(f"controller memory at {n} jobs: {_fmt(s, 'bytes/job', digits=0)}")
+            lines.append(f"controller memory at {n} jobs: {summary_text(s, 'bytes/job', digits=0)}")
     if args.json:
         print(json.dumps(out))
     else:

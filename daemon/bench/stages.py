@@ -29,6 +29,7 @@ from reckon.model.records import LocalJob, LocalStatus
 from reckon.model.state import ControllerState, apply
 
 from reckon.daemon import runtime, wire
+from reckon.daemon.commands import facts_of
 
 STAGES = (
     "controller builds the query", "query encoded", "query decoded", "agent answers",
@@ -80,7 +81,7 @@ def run_round(jobs: int) -> dict[str, float]:
     pages = timed(STAGES[5], lambda: [wire.decode(b, to="controller") for b in blobs])
     applied = timed(STAGES[6], lambda: [c for m in pages
                                         for c in controller.handle(E.MessageFromAgent(conn=1, message=m, now=now))])
-    facts = [f for c in applied if isinstance(c, E.Append) for f in c.facts]
+    facts = facts_of(applied)
     timed(STAGES[7], lambda: [cbor2.dumps(F.encode(f)) for f in facts])
     if len(facts) != jobs:
         raise RuntimeError(f"the round recorded {len(facts)} facts for {jobs} finished jobs")

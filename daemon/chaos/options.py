@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from reckon.daemon.cli.main import path
+from reckon.daemon.args import path, positive
 from reckon.daemon.durations import duration
-
-
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return number
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -25,7 +18,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--slots", type=int, default=4, help="slots per agent (default 4)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--jobs", type=int, default=None, help="jobs in all, spread over the duration")
-    group.add_argument("--rate", type=_positive, default=3.0, help="jobs per second (default 3)")
+    group.add_argument("--rate", type=positive, default=3.0, help="jobs per second (default 3)")
     p.add_argument("--fault-every", type=duration, default=4.0, help="mean seconds between faults (default 4)")
     p.add_argument("--max-outage", type=duration, default=6.0, help="longest fault, seconds (default 6)")
     p.add_argument("--settle-timeout", type=duration, default=300.0,

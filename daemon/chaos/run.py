@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from reckon.daemon.controller.options import VALIDATE_STATE_ENV
 from reckon.daemon.client import Client, ClientError
 from reckon.daemon.cli.demo import _count_finish_facts
 from reckon.daemon.procs import LocalCluster
@@ -54,6 +55,7 @@ class ChaosRun:
         self.truth_dir = base / "truth"
         self.work_dir = base / "work"  # every job's cwd: how the run finds job processes still alive
         self.cluster = LocalCluster(base)
+        self.cluster.controller_env = {VALIDATE_STATE_ENV: "1"}  # every handle checks the state it leaves
         self.proxies: dict[str, CuttableProxy] = {}
         self.locks = {target: trio.Lock() for target in (CONTROLLER, *config.agents)}
         self.acknowledged: set[str] = set()   # names the controller confirmed submitted

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from reckon.daemon.cli.client import UsageError
+from reckon.daemon.client_common import UsageError
 
 
 def parse_duration(text: str) -> float:

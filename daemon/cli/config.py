@@ -136,7 +136,7 @@ def check(path: Path, parsers: dict[str, argparse.ArgumentParser]) -> dict[str, 
 def _check_daemon_tables(path: Path, data: dict[str, Any], found: dict[str, dict[str, Any]]) -> None:
     """What each daemon checks at its start and a key alone cannot show: a controller URL the agent can
     dial, and a controller with somewhere to keep its facts (the file is the whole configuration here)."""
-    from reckon.daemon.cli.client import UsageError, parse_controller_urls
+    from reckon.daemon.client_common import UsageError, parse_controller_urls
 
     agent = found.get("agent", {})
     if agent.get("controller") is not None:

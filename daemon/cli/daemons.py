@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 from pathlib import Path
 from functools import partial
@@ -11,11 +12,13 @@ from typing import Any
 
 import trio
 
-from reckon.daemon.cli.client import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
-                               refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
+from reckon.model.errors import ModelCorrupted
+
+from reckon.daemon.client_common import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
+                                         refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
 from reckon.daemon.cli.logfile import reopen_on_hangup, setup_logging
 from reckon.daemon.ops.logformat import announce
-from reckon.daemon.controller.listen import CannotListen
+from reckon.daemon.listen import CannotListen
 from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
 from reckon.daemon.store.interface import SteppedDown
 from reckon.daemon.store.sqlite_thread import StoreError
@@ -100,6 +103,7 @@ async def _until_signalled(run: Any, log_file: Any = None) -> None:
 
 
 async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
+    from reckon.daemon.controller.options import VALIDATE_STATE_ENV
     from reckon.daemon.controller.server import ControllerOptions, serve_controller
     from reckon.model.controller import ControllerConfig
 
@@ -123,6 +127,7 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
         rejoin_grace=max(args.rejoin_grace, 0.0), metrics=args.metrics, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        validate_state=os.environ.get(VALIDATE_STATE_ENV, "") == "1",
     )
     scheme = "ws" if options.tls_cert is None else "wss"
 
@@ -133,8 +138,22 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
                      f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}",
                      args.log_format, logger="reckon.controller")
 
-    await _until_signalled(run, log_file)
+    try:
+        await _until_signalled(run, log_file)
+    except BaseExceptionGroup as group:
+        corrupted, rest = group.split(ModelCorrupted)
+        if corrupted is None or rest is not None:
+            raise
+        while isinstance(corrupted, BaseExceptionGroup):
+            corrupted = corrupted.exceptions[0]
+        raise ClientError(model_corrupted_text(corrupted)) from None
     return 0
+
+
+def model_corrupted_text(exc: BaseException) -> str:
+    """The one line a controller stops with when its model broke mid-decision (``ModelCorrupted``)."""
+    return (f"controller stopped: {exc}; nothing of it was committed, and a restart recovers from the "
+            "log (please report this: it is a bug)")
 
 
 def agent_ping_timeout(given: float | None, controller: str) -> float:

@@ -16,8 +16,9 @@ import time
 
 from reckon.daemon import wire
 from reckon.daemon.cli import batch
-from reckon.daemon.cli.client import (SyncClient, UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
-                               resolve_controller, resolve_token)
+from reckon.daemon.client_common import (UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
+                                         resolve_controller, resolve_token)
+from reckon.daemon.cli.client import SyncClient
 
 
 def run_client_command(args: argparse.Namespace) -> int:

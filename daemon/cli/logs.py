@@ -19,7 +19,8 @@ import argparse
 import sys
 import time
 
-from reckon.daemon.cli.client import ClientError, SyncClient
+from reckon.daemon.client_common import ClientError
+from reckon.daemon.cli.client import SyncClient
 
 FOLLOW_POLL = 0.5  # seconds between reads while a followed attempt writes nothing new
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
+from reckon.daemon.args import path
 from reckon.daemon.durations import duration, duration_or_zero
 
 if TYPE_CHECKING:
@@ -57,13 +58,6 @@ class _VersionAction(argparse.Action):
 
 
 # ---- option types -----------------------------------------------------------------------
-
-
-def path(value: str) -> "Path":
-    """A ``pathlib.Path``, imported only when a path option is given (pathlib costs a submit some ms)."""
-    from pathlib import Path
-
-    return Path(value)
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -526,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "config":
         return _config_check(args)
-    from reckon.daemon.cli.client import ClientError, UsageError
+    from reckon.daemon.client_common import ClientError, UsageError
 
     try:
         if args.command in CLIENT_COMMANDS:

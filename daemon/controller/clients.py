@@ -16,10 +16,11 @@ from trio_websocket import WebSocketConnection
 
 from reckon.model import events as E
 from reckon.model.errors import ProtocolError
-from reckon.model.facts import JobCancelConfirmed, JobRequeued, JobSubmitted
+from reckon.model.facts import JobCancelConfirmed, JobRequeued
 from reckon.model.jobs import JobSpec, JobState
 
 from reckon.daemon import wire
+from reckon.daemon.commands import facts_of, submitted_ids
 from reckon.daemon.controller import job_ops, operator
 from reckon.daemon.controller.logs import output_paths_of
 
@@ -48,7 +49,7 @@ class ClientRequests:
             return await operator.OPS[op](self, request)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it
-            [job_id] = _submitted_ids(await self.call(event=E.SubmitJob(
+            [job_id] = submitted_ids(await self.call(event=E.SubmitJob(
                 spec=JobSpec.from_dict(request["spec"]), now=time.time(), uid=secrets.token_hex(8),
                 queue_anyway=queue_anyway)))
             return {"job": await self.call(call=lambda: self.job_object(job_id))}
@@ -77,7 +78,7 @@ class ClientRequests:
     async def _forget(self, agent: str) -> dict:
         """The operator declares a disconnected agent gone: its jobs are requeued, its name released."""
         commands = await self.call(event=E.ForgetAgent(agent=agent, now=time.time()))
-        facts = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+        facts = facts_of(commands)
         requeued = [f.job for f in facts if isinstance(f, JobRequeued)]
         cancelled = [f.job for f in facts if isinstance(f, JobCancelConfirmed)]
         log.warning("the operator forgot agent %s: %d job(s) requeued, %d cancel(s) confirmed; its name is free",
@@ -92,7 +93,7 @@ class ClientRequests:
         # A fresh random uid per submission: no report about another submission
         # that had this id (a rolled-back state) can ever be taken for this one.
         uids = tuple(secrets.token_hex(8) for _ in specs)
-        return _submitted_ids(await self.call(event=E.SubmitBatch(specs=tuple(specs), now=time.time(), uids=uids,
+        return submitted_ids(await self.call(event=E.SubmitBatch(specs=tuple(specs), now=time.time(), uids=uids,
                                                                   queue_anyway=queue_anyway)))
 
     def job_object(self, job_id: str) -> dict:
@@ -110,7 +111,3 @@ class ClientRequests:
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
 
-
-def _submitted_ids(commands: list[E.Command]) -> list[str]:
-    """The ids of the jobs a submit's commands submitted, in order."""
-    return [f.job for c in commands if isinstance(c, E.Append) for f in c.facts if isinstance(f, JobSubmitted)]

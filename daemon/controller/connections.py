@@ -53,6 +53,9 @@ class _Conn:
 class AgentConnections:
     """Part of ``ControllerDaemon`` (daemon/controller/core.py): the WebSocket side."""
 
+    def connection(self, conn_id: int | None) -> _Conn | None:
+        return None if conn_id is None else self._conns.get(conn_id)
+
     def _authorized(self, request: WebSocketRequest) -> str | None:
         """None if the request may connect, else the reason it may not."""
         token = self.options.token

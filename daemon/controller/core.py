@@ -18,12 +18,13 @@ import trio
 
 from reckon.model import events as E
 from reckon.model.controller import Controller
-from reckon.model.errors import LocalProtocolError, RemoteProtocolError
+from reckon.model.errors import LocalProtocolError, ModelCorrupted, ProtocolError, RemoteProtocolError
 from reckon.model import messages as M
 from reckon.model.facts import Fact
 from reckon.model.state import snapshot
 from reckon.model.scheduler import Scheduler
 
+from reckon.daemon.commands import facts_of
 from reckon.daemon.controller import lifecycle, startup
 from reckon.daemon.controller.clients import ClientRequests
 from reckon.daemon.controller.connections import AgentConnections, _Conn
@@ -35,7 +36,7 @@ from reckon.daemon.refusals import RefusalLog
 from reckon.daemon.store.interface import ControllerStore
 
 if TYPE_CHECKING:
-    from reckon.daemon.controller.server import ControllerOptions
+    from reckon.daemon.controller.options import ControllerOptions
 
 log = logging.getLogger("reckon.controller")
 
@@ -87,9 +88,19 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
 
     async def core_loop(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Start the model (ids, start gate), then decide batches until cancelled."""
-        for cmd in await startup.start_model(self):
+        commands = await startup.start_model(self)
+        if self.options.validate_state:
+            self.check_state("ControllerStarted")
+        for cmd in commands:
             self._release(cmd)
         task_status.started()
+        try:
+            await self._decide_batches()
+        except ModelCorrupted as exc:
+            log.critical("stopping: %s", exc)
+            raise
+
+    async def _decide_batches(self) -> None:
         while True:
             batch = [await self._work_recv.receive()]
             while len(batch) < self.options.max_batch:
@@ -107,7 +118,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                 if isinstance(cmd, E.Notify):
                     self.scheduler.notify(cmd.note)
             commands.extend(self._schedule())
-            facts: list[Fact] = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+            facts: list[Fact] = facts_of(commands)
             if facts:
                 # Commit before effect: nothing below leaves this process until the
                 # facts behind it are durable.  A failed commit kills the daemon.
@@ -127,15 +138,25 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                 await self._snapshot()
 
     def _decide(self, work: _Work) -> None:
+        """Let the model decide one work item.  A refusal answers its sender; anything else that
+        leaves the model changed (a fact applied that no commit will carry) stops the controller
+        with ``ModelCorrupted``, before this batch commits anything: its log is the truth."""
+        applied = self.model.state.facts_applied
+        deciding = work.event  # the event being handled; None once it is (or when there is none)
         try:
             if work.event is not None:
-                work.commands = self.model.handle(work.event)
+                work.commands = self._handle(work.event)
                 work.result = work.commands
+                applied, deciding = self.model.state.facts_applied, None
             if work.call is not None:
                 work.result = work.call()
+        except ModelCorrupted:
+            raise
         except LocalProtocolError as exc:
+            self._unchanged_since(applied, deciding, exc)
             work.error = str(exc)
         except RemoteProtocolError as exc:
+            self._unchanged_since(applied, deciding, exc)
             conn = getattr(work.event, "conn", None)
             log.warning("connection %s: %s", conn, exc)
             if conn is not None:
@@ -143,8 +164,39 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                     E.Send(conn=conn, message=M.Error(seq=0, reason=str(exc))),
                     E.Close(conn=conn, reason=str(exc)),
                 ]
-                work.commands += self.model.handle(E.ConnectionClosed(conn=conn, now=time.time(),
-                                                                       mono=trio.current_time()))
+                work.commands += self._handle(E.ConnectionClosed(conn=conn, now=time.time(),
+                                                                  mono=trio.current_time()))
+        except Exception as exc:  # from a client's closure (the model's own failures are ModelCorrupted)
+            self._unchanged_since(applied, None, exc)
+            # A client's read failed and changed nothing: that client gets the error, the rest goes on.
+            log.error("a client request failed, the model is unchanged: %r", exc)
+            work.error = f"the controller could not answer: {type(exc).__name__}: {exc}"
+
+    def _unchanged_since(self, applied: int, event: Any, exc: Exception) -> None:
+        """``ModelCorrupted`` if the model applied a fact since ``applied`` (deciding ``event``, or a
+        client's closure when None) and then raised ``exc``."""
+        if self.model.state.facts_applied != applied:
+            what = type(event).__name__ if event is not None else "a client request"
+            raise ModelCorrupted(f"{what} raised {exc!r} after the model applied "
+                                 f"{self.model.state.facts_applied - applied} fact(s)") from exc
+
+    def _handle(self, event: Any) -> list[E.Command]:
+        try:
+            commands = self.model.handle(event)
+        except (ProtocolError, ModelCorrupted):
+            raise
+        except Exception as exc:  # no refusal: what the handler changed before it raised is unknown
+            raise ModelCorrupted(f"the model failed on {type(event).__name__}: {exc!r}") from exc
+        if self.options.validate_state:
+            self.check_state(type(event).__name__)
+        return commands
+
+    def check_state(self, after: str) -> None:
+        """``ControllerState.validate_state`` (every derived index recomputed and compared)."""
+        try:
+            self.model.state.validate_state()
+        except Exception as exc:
+            raise ModelCorrupted(f"the state check failed after {after}: {exc}") from exc
 
     def _schedule(self) -> list[E.Command]:
         """Dispatch what the scheduler proposes, until quiet or the batch's budget is spent.
@@ -167,7 +219,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
             now = time.time()
             pending_notes = False
             for job, agent in proposals:
-                cmds = self.model.handle(E.DispatchProposed(job=job, agent=agent, now=now))
+                cmds = self._handle(E.DispatchProposed(job=job, agent=agent, now=now))
                 for cmd in cmds:
                     if isinstance(cmd, E.Notify):
                         self.scheduler.notify(cmd.note)

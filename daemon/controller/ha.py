@@ -18,109 +18,28 @@ exits with ``SteppedDown``; run it again (a supervisor does) to stand by.
 
 from __future__ import annotations
 
-import functools
 import logging
-import secrets
 import time
-from typing import Any
 
 import trio
-from trio_websocket import ConnectionClosed as WSClosed
-from trio_websocket import WebSocketRequest
 
-from reckon.model import messages as M
 from reckon.model.controller import Controller
-from reckon.model.errors import ProtocolError
-from reckon.model.facts import ClusterCreated
-from reckon.model.state import ControllerState, apply, replay, restore
+from reckon.model.errors import ModelCorrupted
 
-from reckon.daemon import runtime, wire
+from reckon.daemon import runtime
+from reckon.daemon.controller.bootstrap import name_new_history, start_metrics, start_serving
+from reckon.daemon.controller.core import ControllerDaemon
 from reckon.daemon.controller.ha_database import RETRY_CAP, StandbyDatabase
 from reckon.daemon.controller.ha_metrics import HaMetrics
 from reckon.daemon.controller.leadership import Leadership
-from reckon.daemon.controller.listen import listening
-from reckon.daemon.controller.core import REFUSAL_REMINDER, ControllerDaemon
-from reckon.daemon.controller.server import ContainedServer, ControllerOptions
-from reckon.daemon.controller.tls import CLEARTEXT_WARNING, is_loopback_host, with_tls
-from reckon.daemon.ops.metrics_http import serve_metrics
-from reckon.daemon.refusals import RefusalLog
+from reckon.daemon.controller.options import ControllerOptions
+from reckon.daemon.controller.standby import Follower, Front
+from reckon.daemon.listen import listening
 from reckon.daemon.store.interface import SteppedDown
 from reckon.daemon.store.pglisten import FactListener
 from reckon.daemon.store.postgres import DatabaseFailed, PgFactStore
 
 log = logging.getLogger("reckon.controller")
-
-STANDBY_ANSWER_TIMEOUT = 5.0  # seconds a standby waits for a peer's first message
-
-
-class _Follower:
-    """The standby's copy of the state, kept up with the log's tail."""
-
-    def __init__(self, store: PgFactStore) -> None:
-        self.store = store
-        self.state = ControllerState()
-        self.seen = 0
-
-    async def catch_up(self) -> int:
-        snapshot, facts, last = await self.store.follow(self.seen)
-        if snapshot is not None:
-            self.state = restore(snapshot)
-        with runtime.gc_paused():
-            replay(facts, self.state)
-        self.seen = last
-        return len(facts)
-
-
-class Front:
-    """What answers on the port: the standby until this controller leads, then the daemon."""
-
-    def __init__(self, options: ControllerOptions) -> None:
-        self.options = options  # (ControllerDaemon._authorized reads the token from here)
-        self.daemon: ControllerDaemon | None = None
-        self.leader = ""  # the current leader's URL as last read from the database ("" unknown)
-        # TLS handshakes that fail while standing by, once per peer and reason (the daemon has its own).
-        self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
-        self.follower: _Follower | None = None  # the standby's copy of the state (tests look at it)
-
-    async def handle_request(self, request: WebSocketRequest) -> None:
-        if self.daemon is not None:
-            await self.daemon.handle_request(request)
-            return
-        try:
-            refused = ControllerDaemon._authorized(self, request)  # type: ignore[arg-type]
-            if refused is not None:
-                await request.reject(401, body=refused.encode())
-                return
-            path = request.path
-            ws = await request.accept()
-            with trio.move_on_after(STANDBY_ANSWER_TIMEOUT):
-                if path.startswith("/agent"):
-                    await self._answer_agent(ws)
-                elif path.startswith("/client"):
-                    await self._answer_client(ws)
-            with trio.move_on_after(1):
-                await ws.aclose(code=1008, reason="not the leader")
-        except WSClosed:
-            pass
-
-    async def _answer_agent(self, ws: Any) -> None:
-        data = await ws.get_message()
-        version = 1
-        try:
-            first = wire.decode_frame(data, to="controller")[0]
-            if isinstance(first, M.Join):
-                version = first.version
-        except (ProtocolError, IndexError):
-            pass  # an unreadable first message still gets the plain answer
-        await ws.send_message(wire.encode(M.not_the_leader(version, self.leader)))
-
-    async def _answer_client(self, ws: Any) -> None:
-        while True:
-            await ws.get_message()
-            leader = self.leader or "no controller leads right now"
-            await ws.send_message(wire.dumps({"ok": False, "error": f"not the leader: the leader is {leader}"
-                                              if self.leader else f"not the leader: {leader}",
-                                              "leader": self.leader}))
 
 
 async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -129,24 +48,15 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
     store = await PgFactStore.open(options.store, lease=options.lease)
     try:
         front = Front(options)
-        follower = front.follower = _Follower(store)
+        follower = front.follower = Follower(store)
         await follower.catch_up()
         metrics = HaMetrics(store, follower, front)
         async with listening(options.host, options.port) as listeners, trio.open_nursery() as nursery:
             # A standby serves TLS too: its "not the leader" answers carry the leader's URL and the token.
-            contained = ContainedServer(front.handle_request, with_tls(listeners, options.tls_cert, options.tls_key),
-                                        handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE)
-            contained.refusals = front.refusals
-            server = await nursery.start(contained.run)
+            server = await start_serving(nursery, options, listeners, front.handle_request, front.refusals)
             scheme = "ws" if options.tls_cert is None else "wss"
             store.holder = options.advertise or f"{scheme}://{options.host}:{server.port}"
-            if options.token is None:
-                log.warning("no token configured: accepting loopback connections only")
-            elif options.tls_cert is None and not is_loopback_host(options.host):
-                log.warning("%s", CLEARTEXT_WARNING.format(host=options.host))
-            if options.metrics is not None:
-                await nursery.start(functools.partial(serve_metrics, *options.metrics, metrics.registry,
-                                                      before_scrape=metrics.refresh))
+            await start_metrics(nursery, options, metrics.registry, before_scrape=metrics.refresh)
             task_status.started((server.port, front))
             leadership = await _stand_by(store, follower, front, options, metrics)
             metrics.took_over()
@@ -164,7 +74,7 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
             await store.aclose()
 
 
-async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
+async def _stand_by(store: PgFactStore, follower: Follower, front: Front,
                     options: ControllerOptions, metrics: HaMetrics) -> Leadership:
     """Follow the log until the epoch is ours: at each commit the leader notifies, and at every
     poll (``lease / 5``), which is also when the epoch is tried."""
@@ -201,15 +111,12 @@ async def _stand_by(store: PgFactStore, follower: _Follower, front: Front,
         listener.close()
 
 
-async def _lead(store: PgFactStore, follower: _Follower, front: Front, leadership: Leadership,
+async def _lead(store: PgFactStore, follower: Follower, front: Front, leadership: Leadership,
                 options: ControllerOptions, nursery: trio.Nursery) -> None:
     t0 = time.perf_counter()
     tail = await follower.catch_up()  # the last facts of the old epoch: nothing follows them now
     controller = Controller(options.model, follower.state)
-    if controller.state.cluster is None:
-        created = ClusterCreated(cluster=secrets.token_hex(8))
-        apply(controller.state, created)
-        await store.append([created])
+    await name_new_history(controller, store)
     daemon = ControllerDaemon(options, store, controller)
     daemon.before_release = leadership.check
     log.info("took over with %d jobs after replaying the last %d facts in %.2fs", len(controller.state.jobs),
@@ -220,7 +127,7 @@ async def _lead(store: PgFactStore, follower: _Follower, front: Front, leadershi
     async def core() -> None:
         try:
             await daemon.core_loop()
-        except SteppedDown:
+        except (SteppedDown, ModelCorrupted):  # (ModelCorrupted: before any commit of its batch)
             raise
         except Exception as exc:  # a refused (fenced) or failed commit: nothing of it was released
             raise leadership.commit_failed(exc) from exc

@@ -29,7 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:  # pragma: no cover
-    from reckon.daemon.controller.ha import Front, _Follower
+    from reckon.daemon.controller.standby import Follower, Front
     from reckon.daemon.store.postgres import PgFactStore
 
 REFRESH_TIMEOUT = 2.0  # seconds a scrape waits for the log's head before showing the last one read
@@ -37,7 +37,7 @@ ROLES = ("leader", "standby")
 
 
 class HaMetrics(Collector):
-    def __init__(self, store: "PgFactStore", follower: "_Follower", front: "Front") -> None:
+    def __init__(self, store: "PgFactStore", follower: "Follower", front: "Front") -> None:
         self.store = store
         self.follower = follower
         self.front = front

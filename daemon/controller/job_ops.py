@@ -14,15 +14,17 @@ from reckon.model import events as E
 from reckon.model.arrays import parse_array
 from reckon.model.jobs import JobSpec
 
+from reckon.daemon.commands import submitted_ids
+
 if TYPE_CHECKING:  # pragma: no cover
-    from reckon.daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.host import DaemonHost
 
 # op -> the model event of a request naming one job
 _JOB_EVENTS = {"hold": E.HoldJob, "release": E.ReleaseJob, "requeue": E.RequeueJob}
 OPS = frozenset({"submit_array", *_JOB_EVENTS})
 
 
-async def run(server: "ControllerDaemon", op: str, request: dict) -> dict[str, Any]:
+async def run(server: "DaemonHost", op: str, request: dict) -> dict[str, Any]:
     if op == "submit_array":
         return await _submit_array(server, request)
     job_id = str(request["job"])
@@ -30,7 +32,7 @@ async def run(server: "ControllerDaemon", op: str, request: dict) -> dict[str, A
     return {"job": await server.call(call=lambda: server.job_object(job_id))}
 
 
-async def _submit_array(server: "ControllerDaemon", request: dict) -> dict[str, Any]:
+async def _submit_array(server: "DaemonHost", request: dict) -> dict[str, Any]:
     """One SubmitArray event: every job of the array in one handle call, so one group commit."""
     spec = JobSpec.from_dict(request["spec"])
     array = parse_array(request["array"])
@@ -38,11 +40,11 @@ async def _submit_array(server: "ControllerDaemon", request: dict) -> dict[str, 
     queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
     commands = await server.call(event=E.SubmitArray(spec=spec, array=array, now=time.time(), uids=uids,
                                                      queue_anyway=queue_anyway))
-    ids = [f.job for c in commands if isinstance(c, E.Append) for f in c.facts if f.KIND == "job_submitted"]
+    ids = submitted_ids(commands)
     return {"array": ids[0], "jobs": ids}
 
 
-def cancel_reply(server: "ControllerDaemon", job_id: str) -> dict[str, Any]:
+def cancel_reply(server: "DaemonHost", job_id: str) -> dict[str, Any]:
     """The cancel op's reply: the job, and for an array's id every job of the array."""
     reply: dict[str, Any] = {"job": server.job_object(job_id)}
     members = server.model.state.arrays.get(job_id)

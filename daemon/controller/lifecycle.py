@@ -11,7 +11,6 @@ tracker remembers since when each node is in its state, for ``reckon nodes``.
 from __future__ import annotations
 
 import logging
-import signal as _signal
 import time
 from typing import Any, Callable
 
@@ -20,23 +19,11 @@ from reckon.model.events import Notify
 from reckon.model.nodes import NodeState
 from reckon.model.scheduler import AgentNote
 
+from reckon.daemon.ops.outcomes import outcome_text
+
 log = logging.getLogger("reckon.lifecycle")
 
 _CONNECTED_STATES = frozenset(NodeState) - {NodeState.DISCONNECTED, NodeState.LOST}
-
-
-def signal_name(number: int) -> str:
-    try:
-        return _signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def outcome_text(exit_code: int | None, signal: int | None) -> str:
-    """'exit code 3' or 'killed by SIGKILL (9)'."""
-    if signal is not None:
-        return f"killed by {signal_name(signal)} ({signal})"
-    return f"exit code {exit_code}"
 
 
 def _finished(f: F.JobFinished) -> str:

@@ -31,7 +31,7 @@ from reckon.model.output import (
 from reckon.daemon import wire
 
 if TYPE_CHECKING:
-    from reckon.daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.host import DaemonHost
 
 log = logging.getLogger("reckon.controller")
 
@@ -39,7 +39,7 @@ AGENT_ANSWER_TIMEOUT = 5.0  # seconds an agent has to answer one read (under the
 
 
 class OutputRelay:
-    def __init__(self, daemon: "ControllerDaemon") -> None:
+    def __init__(self, daemon: "DaemonHost") -> None:
         self.daemon = daemon
         self._ids = itertools.count(1)
         # request id -> (the agent connection it went to, where its answer goes)
@@ -104,7 +104,7 @@ class OutputRelay:
             session = model.sessions.get(agent)
             if session is None or not session.connected or session.conn is None:
                 return None
-            conn = self.daemon._conns.get(session.conn)
+            conn = self.daemon.connection(session.conn)
             return None if conn is None or conn.closing else conn.version
 
         where = locate(job_id, model.state.jobs.get(job_id), attempt, agent_version=version,
@@ -115,7 +115,7 @@ class OutputRelay:
 
     async def _ask(self, where: OutputAt, conn_id: int | None, stream: OutputStream, offset: int,
                    limit: int) -> M.OutputChunk | None:
-        conn = self.daemon._conns.get(conn_id) if conn_id is not None else None
+        conn = self.daemon.connection(conn_id)
         if conn is None or conn.closing:
             return None
         request = next(self._ids)
@@ -135,7 +135,7 @@ class OutputRelay:
             del self._pending[request]
 
 
-def output_paths_of(daemon: "ControllerDaemon", job: Any) -> tuple[str | None, str | None]:
+def output_paths_of(daemon: "DaemonHost", job: Any) -> tuple[str | None, str | None]:
     """Where a job's current attempt's stdout and stderr are (or will be), for `reckon show`."""
     agent = job.agent or job.ran_on or ""
     logs = daemon.log_dirs.get(agent)

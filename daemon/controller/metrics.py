@@ -19,7 +19,7 @@ from reckon.model.jobs import JobState
 from reckon.model.nodes import NodeState
 
 if TYPE_CHECKING:
-    from reckon.daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.host import DaemonHost
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _SIZES = (1, 10, 100, 1_000, 10_000, 100_000)
@@ -27,7 +27,7 @@ MAX_TRACKED_DISPATCHES = 1_000_000  # dispatch times kept for the start latency,
 
 
 class _StateCollector(Collector):
-    def __init__(self, daemon: "ControllerDaemon") -> None:
+    def __init__(self, daemon: "DaemonHost") -> None:
         self.daemon = daemon
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
@@ -60,7 +60,7 @@ class _StateCollector(Collector):
 
 
 class ControllerMetrics:
-    def __init__(self, daemon: "ControllerDaemon") -> None:
+    def __init__(self, daemon: "DaemonHost") -> None:
         self.registry = registry = CollectorRegistry()
         self.submits = Counter("reckon_jobs_submitted", "Jobs submitted", registry=registry)
         self.finished = Counter("reckon_jobs_finished", "Outcomes recorded, by how they arrived", ["via"],

@@ -11,20 +11,23 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from reckon.model import events as E
+from reckon.model.errors import LocalProtocolError
 from reckon.model.history import job_history
 from reckon.model.nodes import pending_reason
 
+from reckon.daemon.commands import facts_of
+
 if TYPE_CHECKING:
-    from reckon.daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.host import DaemonHost
 
 
-def job_with_reason(daemon: "ControllerDaemon", job_id: str) -> dict:
+def job_with_reason(daemon: "DaemonHost", job_id: str) -> dict:
     obj = daemon.job_object(job_id)
     obj["pending_reason"] = pending_reason(daemon.model, job_id)
     return obj
 
 
-def node_objects(daemon: "ControllerDaemon") -> list[dict]:
+def node_objects(daemon: "DaemonHost") -> list[dict]:
     model, tracker = daemon.model, daemon.nodes
     out = []
     for name, info in sorted(model.state.agents.items()):
@@ -37,33 +40,42 @@ def node_objects(daemon: "ControllerDaemon") -> list[dict]:
     return out
 
 
-async def _show(daemon: "ControllerDaemon", request: dict) -> dict:
+async def _show(daemon: "DaemonHost", request: dict) -> dict:
     job_id = str(request["job"])
     return {"job": await daemon.call(call=lambda: job_with_reason(daemon, job_id))}
 
 
-async def _nodes(daemon: "ControllerDaemon", request: dict) -> dict:
+async def _nodes(daemon: "DaemonHost", request: dict) -> dict:
     return {"nodes": await daemon.call(call=lambda: node_objects(daemon))}
 
 
-async def _drain_or_resume(daemon: "ControllerDaemon", request: dict, drain: bool) -> dict:
+async def _drain_or_resume(daemon: "DaemonHost", request: dict, drain: bool) -> dict:
     agent = str(request["agent"])
     event = (E.DrainAgent if drain else E.ResumeAgent)(agent=agent, now=time.time())
     commands = await daemon.call(event=event)
-    changed = any(isinstance(c, E.Append) and c.facts for c in commands)
-    node = await daemon.call(call=lambda: next(n for n in node_objects(daemon) if n["name"] == agent))
+    changed = bool(facts_of(commands))
+    # A second turn of the loop: a `reckon forget` of this agent may have come between the two.
+    node = await daemon.call(call=lambda: node_object(daemon, agent, "drained" if drain else "resumed"))
     return {"agent": agent, "changed": changed, "node": node}
 
 
-async def _drain(daemon: "ControllerDaemon", request: dict) -> dict:
+def node_object(daemon: "DaemonHost", agent: str, done: str) -> dict:
+    """``agent``'s node, which ``done`` (drained, resumed) a moment ago; it may be forgotten since."""
+    for node in node_objects(daemon):
+        if node["name"] == agent:
+            return node
+    raise LocalProtocolError(f"agent {agent} was {done}, then forgotten before its state could be read")
+
+
+async def _drain(daemon: "DaemonHost", request: dict) -> dict:
     return await _drain_or_resume(daemon, request, True)
 
 
-async def _resume(daemon: "ControllerDaemon", request: dict) -> dict:
+async def _resume(daemon: "DaemonHost", request: dict) -> dict:
     return await _drain_or_resume(daemon, request, False)
 
 
-async def _history(daemon: "ControllerDaemon", request: dict) -> dict:
+async def _history(daemon: "DaemonHost", request: dict) -> dict:
     job_id = str(request["job"])
     record = await daemon.call(call=lambda: job_with_reason(daemon, job_id))  # unknown job: a clear error
     facts = await daemon.store.facts_about(job_id)
@@ -72,7 +84,7 @@ async def _history(daemon: "ControllerDaemon", request: dict) -> dict:
     return {"history": history}
 
 
-OPS: dict[str, Callable[["ControllerDaemon", dict], Awaitable[dict[str, Any]]]] = {
+OPS: dict[str, Callable[["DaemonHost", dict], Awaitable[dict[str, Any]]]] = {
     "show": _show,
     "nodes": _nodes,
     "drain": _drain,

@@ -13,14 +13,15 @@ from reckon.model.errors import LocalProtocolError
 from reckon.model.facts import Fact, IdMarkRaised
 from reckon.model.startup import holding_restored
 
+from reckon.daemon.commands import facts_of
 from reckon.daemon.store.idmark import BadIdMark, read_id_mark, write_id_mark
 from reckon.daemon.store.statelock import WrongStateDir
 
 if TYPE_CHECKING:  # pragma: no cover
-    from reckon.daemon.controller.core import ControllerDaemon
+    from reckon.daemon.controller.host import DaemonHost
 
 
-async def start_model(daemon: "ControllerDaemon") -> list[E.Command]:
+async def start_model(daemon: "DaemonHost") -> list[E.Command]:
     """Deliver ``ControllerStarted`` (where ids continue, the start gate) and commit what it decided.
 
     A refusal (an id mark file of another history, or an unreadable one) stops
@@ -40,13 +41,13 @@ async def start_model(daemon: "ControllerDaemon") -> list[E.Command]:
     for cmd in commands:
         if isinstance(cmd, E.Notify):
             daemon.scheduler.notify(cmd.note)
-    facts = [f for c in commands if isinstance(c, E.Append) for f in c.facts]
+    facts = facts_of(commands)
     if facts:
         await commit(daemon, facts)
     return commands
 
 
-async def commit(daemon: "ControllerDaemon", facts: list[Fact]) -> None:
+async def commit(daemon: "DaemonHost", facts: list[Fact]) -> None:
     """Make facts durable.  Commit before effect: nothing they cause leaves the
     process before this returns; a failed commit kills the daemon.
 
@@ -72,7 +73,7 @@ async def commit(daemon: "ControllerDaemon", facts: list[Fact]) -> None:
     daemon.mark_hold = hold
 
 
-def end_mark_hold(daemon: "ControllerDaemon") -> None:
+def end_mark_hold(daemon: "DaemonHost") -> None:
     """After a batch with no facts: if the file still says a restored copy's hold lasts and it has
     ended, say so (once per restore; a batch with facts does it in ``commit``).  Inline: no write
     is in flight on the database thread between the core loop's batches."""
@@ -81,7 +82,7 @@ def end_mark_hold(daemon: "ControllerDaemon") -> None:
         daemon.mark_hold = False
 
 
-def _mark(daemon: "ControllerDaemon", hold: bool) -> E.IdMark:
+def _mark(daemon: "DaemonHost", hold: bool) -> E.IdMark:
     """What the id mark file says now: the state's mark, the log's position, the hold."""
     state = daemon.model.state
     return E.IdMark(cluster=state.cluster, upto=state.id_mark, facts=daemon.store.last_seq, hold=hold)

@@ -13,7 +13,6 @@ from pathlib import Path
 import trio
 
 from reckon.daemon.refusals import RefusalLog
-from reckon.daemon.wsconnect import is_loopback_host  # noqa: F401 - server.py imports it from here
 
 HANDSHAKE_TIMEOUT = 10.0  # seconds a new connection may take over its TLS handshake
 CLEARTEXT_WARNING = ("serving plain ws:// on {host}: the token and every job cross the network unencrypted "

@@ -57,7 +57,7 @@ async def serve_metrics(host: str, port: int, registry: CollectorRegistry, *,
     try:
         listeners = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:  # a busy port, an unknown host: one line (daemon/cli/daemons.py), not a traceback
-        from reckon.daemon.controller.listen import CannotListen
+        from reckon.daemon.listen import CannotListen
 
         raise CannotListen(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
 

@@ -18,7 +18,8 @@ import threading
 import cbor2
 import pytest
 
-from reckon.daemon.cli.client import ClientError, SyncClient
+from reckon.daemon.client_common import ClientError
+from reckon.daemon.cli.client import SyncClient
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 

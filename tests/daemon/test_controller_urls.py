@@ -1,12 +1,12 @@
 """Several controller URLs: the agent's round (daemon/agent/controllers.py) and the clients' leader
-search (daemon/cli/client.py ``LeaderSearch``, shared by the blocking and the trio client)."""
+search (daemon/client_common.py ``LeaderSearch``, shared by the blocking and the trio client)."""
 
 from __future__ import annotations
 
 import pytest
 
 from reckon.daemon.agent.controllers import ControllerUrls, parse_controller_urls
-from reckon.daemon.cli.client import ClientError, LeaderSearch, NotLeader, UsageError
+from reckon.daemon.client_common import ClientError, LeaderSearch, NotLeader, UsageError
 from reckon.daemon.client import Client
 
 

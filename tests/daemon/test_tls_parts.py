@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trustme
 
-from reckon.daemon.cli.client import UsageError, client_ssl_context
+from reckon.daemon.client_common import UsageError, client_ssl_context
 from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
 from reckon.daemon.wsconnect import cleartext_token_warning, is_loopback_host
 

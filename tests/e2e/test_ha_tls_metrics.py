@@ -57,7 +57,7 @@ def standby_answer(url: str, ca) -> dict:
     from trio_websocket import open_websocket_url
 
     from reckon.daemon import wire
-    from reckon.daemon.cli.client import auth_headers, client_ssl_context
+    from reckon.daemon.client_common import auth_headers, client_ssl_context
 
     async def ask() -> dict:
         with trio.fail_after(30):

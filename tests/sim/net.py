@@ -31,7 +31,7 @@ import trio.testing
 from trio_websocket import ConnectionTimeout, wrap_client_stream
 
 from reckon.daemon import wire
-from reckon.daemon.controller.server import ContainedServer
+from reckon.daemon.controller.bootstrap import ContainedServer
 
 
 @dataclass(eq=False)
