@@ -20,8 +20,6 @@ from typing import Any, NoReturn
 from reckon.daemon.args import path
 from reckon.daemon.durations import duration, duration_or_zero
 
-if TYPE_CHECKING:
-    from pathlib import Path
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
                    "release", "requeue", "logs")
