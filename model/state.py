@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import Any
 
 from . import facts as F
-from .errors import LocalProtocolError
+from .errors import LocalProtocolError, ModelCorrupted
 from .messages import pair_hash, running_digest
 from .jobs import JobRecord, JobState, JobTransition, finish_transition, next_state
 from .policy import TIMEOUT_REASON, retry_due
@@ -106,7 +106,55 @@ class ControllerState:
         """Recompute every derived index from the records and compare; ``ModelCorrupted`` names a difference.
 
         The checkers (the stateful machine, the explorer, the simulation, chaos runs) call it
-        after every ``handle``."""
+        after every ``handle``.  O(jobs + agents): for checkers, not the daemon's hot path."""
+        wrong: list[str] = []
+        next_id = 1
+        dependants: dict[str, list[str]] = {}
+        arrays: dict[str, list[str]] = {}
+        array_running: dict[str, int] = {}
+        placed: dict[str, set[str]] = {name: set() for name in self.agents}
+        used: dict[str, int] = dict.fromkeys(self.agents, 0)
+        for key, job in self.jobs.items():
+            if job.id != key:
+                wrong.append(f"job {key} is filed under another id ({job.id})")
+            if key.isdigit():
+                next_id = max(next_id, int(key) + 1)
+            for dep in job.spec.after:
+                dependants.setdefault(dep, []).append(job.id)
+            if job.spec.array_id is not None:
+                arrays.setdefault(job.spec.array_id, []).append(job.id)
+            if (job.state is JobState.RUNNING) != (job.agent is not None):
+                wrong.append(f"job {key} is {job.state.value} with agent {job.agent!r}")
+            if job.agent is None:
+                continue
+            if job.agent not in self.agents:
+                wrong.append(f"job {key} is placed on {job.agent}, which the state does not know")
+                continue
+            placed[job.agent].add(key)
+            used[job.agent] += job.spec.slots
+            if job.spec.array_max is not None and job.spec.array_id is not None:
+                array_running[job.spec.array_id] = array_running.get(job.spec.array_id, 0) + 1
+        if self.next_job < next_id:
+            wrong.append(f"next_job is {self.next_job}, but job {next_id - 1} exists")
+        for index, recomputed in (("dependants", dependants), ("arrays", arrays)):
+            if getattr(self, index) != recomputed:
+                wrong.append(f"{index} is {getattr(self, index)}, recomputed {recomputed}")
+        kept = {array: n for array, n in self.array_running.items() if n != 0}  # a count that fell to 0 stays
+        if kept != array_running:
+            wrong.append(f"array_running is {self.array_running}, recomputed {array_running}")
+        for name, info in self.agents.items():
+            if info.name != name:
+                wrong.append(f"agent {name} is filed under another name ({info.name})")
+            if info.running != placed[name] or info.used != used[name]:
+                wrong.append(f"agent {name} holds {sorted(info.running)} using {info.used} slot(s), "
+                             f"recomputed {sorted(placed[name])} using {used[name]}")
+            if info.digest is not None:
+                digest = running_digest((job_id, self.jobs[job_id].attempt) for job_id in placed[name])
+                if info.digest != digest:
+                    wrong.append(f"agent {name}'s placement digest is {info.digest}, recomputed {digest}")
+        if wrong:
+            raise ModelCorrupted("the controller state's derived indexes disagree with its records: "
+                                 + "; ".join(wrong))
 
     def digest(self) -> tuple:
         """A value equal for equal states (every durable field): used to compare replay with live."""

@@ -366,3 +366,18 @@ def test_bite_retries_never_happen(monkeypatch):
     """Issue #10: a failed attempt of a job with retries left ends the job FAILED."""
     monkeypatch.setattr(S, "retry_due", lambda spec, **kw: False)
     assert_bites("INV-RETRIES-BOUNDED")
+
+
+def test_bite_release_keeps_the_slots(monkeypatch):
+    """A way out of RUNNING that gives the agent's slots back forgets to: the index of used slots
+    drifts from the jobs, caught by validate_state at the handle that did it."""
+    release = S._release
+
+    def keeps_slots(state, job):
+        used = state.agents[job.agent].used
+        agent = release(state, job)
+        state.agents[agent].used = used
+        return agent
+
+    monkeypatch.setattr(S, "_release", keeps_slots)
+    assert_bites("INV-STATE-VALID")

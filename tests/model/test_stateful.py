@@ -47,7 +47,7 @@ from reckon.model import messages as M
 from reckon.model import state as S
 from reckon.model.agent import Agent, AgentConfig, LocalStatus, SessionState
 from reckon.model.controller import Controller, ControllerConfig
-from reckon.model.errors import LocalProtocolError, RemoteProtocolError
+from reckon.model.errors import LocalProtocolError, ModelCorrupted, RemoteProtocolError
 from reckon.model.policy import ready
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.scheduler import Scheduler
@@ -225,6 +225,7 @@ class ReckonMachine(RuleBasedStateMachine):
     def _ctrl(self, event: Any) -> list:
         held = self._update_expected_hold()
         cmds = self.controller.handle(event)
+        self._validate_state()  # after every handle: an index that drifts is caught at the step that did it
         if held:
             sent = [c.message for c in cmds if isinstance(c, E.Send) and isinstance(c.message, M.Dispatch)]
             if sent:
@@ -1057,6 +1058,7 @@ class ReckonMachine(RuleBasedStateMachine):
         state = self.controller.state
         snap = json.loads(json.dumps(S.snapshot(state)))
         restored = S.restore(snap)
+        restored.validate_state()  # restore rebuilds the indexes its own way (not through apply)
         assert restored.digest() == state.digest(), "INV-SNAPSHOT-EQUALS-LIVE: restored snapshot differs"
         assert restored.facts_applied == state.facts_applied, "INV-SNAPSHOT-EQUALS-LIVE: fact count differs"
 
@@ -1155,6 +1157,17 @@ class ReckonMachine(RuleBasedStateMachine):
             assert info.running == mine, f"INV-SLOTS-ACCOUNTED: {name} running set {info.running}, jobs {mine}"
             used = sum(state.jobs[j].spec.slots for j in mine)
             assert info.used == used, f"INV-SLOTS-ACCOUNTED: {name} used {info.used}, its RUNNING jobs use {used}"
+
+    def _validate_state(self) -> None:
+        try:
+            self.controller.state.validate_state()
+        except ModelCorrupted as exc:
+            raise AssertionError(f"INV-STATE-VALID: {exc}") from exc
+
+    @invariant()
+    def inv_state_valid(self):
+        """INV-STATE-VALID: every derived index of the controller's state equals a recompute from its records."""
+        self._validate_state()
 
     @invariant()
     def inv_digest_current(self):
