@@ -210,12 +210,13 @@ class Controller:
         session.seq += 1
         out.commands.append(E.Send(conn=session.conn, message=make(session.seq)))
 
-    def _refuse(self, out: _Out, conn: int, reason: str) -> None:
+    def _refuse(self, out: _Out, conn: int, reason: str, code: M.RefusalCode = M.RefusalCode.INVALID) -> None:
         """A fatal error: tell the peer why, close, and forget the connection."""
         name = self._conns.get(conn)
         session = self.sessions.get(name) if name else None
         seq = session.seq + 1 if session and session.conn == conn else 0
-        out.commands.append(E.Send(conn=conn, message=M.Error(seq=seq, reason=reason, fatal=True)))
+        version = session.version if session and session.conn == conn else 0
+        out.commands.append(E.Send(conn=conn, message=M.refusal(version, code, reason, seq=seq)))
         out.commands.append(E.Close(conn=conn, reason=reason))
         self._drop_connection(out, conn)
 
@@ -259,23 +260,25 @@ class Controller:
             raise RemoteProtocolError("this connection already joined")
         if join.version not in M.SUPPORTED_VERSIONS:
             self._refuse_join(out, ev.conn, f"protocol version {join.version} not supported (supported: "
-                              f"{sorted(M.SUPPORTED_VERSIONS)})", permanent=join.version >= 3)
+                              f"{sorted(M.SUPPORTED_VERSIONS)})", join.version, M.RefusalCode.VERSION)
             return
         session = self.sessions.get(join.agent)
         info = self.state.agents.get(join.agent)
         refusal = names.name_refusal(self, join, session, info)
         if refusal is None and (stale := names.generation_refusal(join, session, info)) is not None:
-            refusal = stale, True
+            refusal = stale, M.RefusalCode.STALE_COPY
+        elif refusal is not None:
+            refusal = refusal[0], M.RefusalCode.NAME_HELD if refusal[1] else M.RefusalCode.NAME_HELD_FOR_NOW
         if refusal is not None:
             # Nothing changes: no fact, the holder's connection and jobs untouched.
-            reason, permanent = refusal
-            self._refuse_join(out, ev.conn, reason, permanent=permanent)
+            reason, code = refusal
+            self._refuse_join(out, ev.conn, reason, join.version, code)
             return
         if session is not None and ev.conn < session.latest_conn:
             # This connection was accepted before the one the agent joined on last:
             # its Join is late, and must not drop the newer connection.
             self._refuse_join(out, ev.conn, "stale join: a newer connection of this agent has joined",
-                              permanent=False)
+                              join.version, M.RefusalCode.STALE_JOIN)
             return
         if session is not None and session.connected:
             # The same agent again on a new connection: the old one is dead to us.
@@ -312,9 +315,9 @@ class Controller:
                                                                       generation=session.generation))
         self._note_agent(out, join.agent)
 
-    def _refuse_join(self, out: _Out, conn: int, reason: str, *, permanent: bool) -> None:
+    def _refuse_join(self, out: _Out, conn: int, reason: str, version: int, code: M.RefusalCode) -> None:
         """Refuse a Join: the connection never counts as joined, nothing else changes."""
-        out.commands.append(E.Send(conn=conn, message=M.Error(seq=0, reason=reason, fatal=True, permanent=permanent)))
+        out.commands.append(E.Send(conn=conn, message=M.refusal(version, code, reason)))
         out.commands.append(E.Close(conn=conn, reason=reason))
 
     def _arm_round(self, out: _Out, session: AgentSession, token: bytes, placed: dict[str, int], now: float,
@@ -349,7 +352,7 @@ class Controller:
         self._end_round(out, session, expire=True)
         # Withholding the agent forever is not allowed (Req 5.3); trusting a
         # silent agent is not either.  Close: its next join arms a fresh round.
-        self._refuse(out, conn, "resync round timed out")
+        self._refuse(out, conn, "resync round timed out", M.RefusalCode.ROUND_TIMEOUT)
 
     def _on_tick(self, ev: E.Tick, out: _Out) -> None:
         lost_after = self.config.lost_after
@@ -450,7 +453,8 @@ class Controller:
         rnd = session.round
         if rnd is None or rnd.token != page.token:
             # A page of a round that ended or never was: discard it, say so, change nothing.
-            self._send(out, session, lambda seq: M.Error(seq=seq, reason="stale resync round token", fatal=False))
+            self._send(out, session, lambda seq: M.refusal(session.version, M.RefusalCode.STALE_ROUND,
+                                                           "stale resync round token", seq=seq))
             return
         entries = rnd.add_page(page)
         if entries is None:
