@@ -23,6 +23,7 @@ from reckon.model import state as S
 from reckon.model import startup as ST
 
 import tests.model.explorer as X
+from tests.model import mutants
 def mutate(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, old: str, new: str) -> None:
     """Replace ``old`` (exactly once) by ``new`` in the source of ``owner.name`` and install the result."""
     original = inspect.getattr_static(owner, name)
@@ -175,3 +176,13 @@ def test_explore_bite_start_gate_opens_at_once(monkeypatch):
     mutate_function(monkeypatch, ST, "check_gate", "    if gate.known and not gate.waiting:\n", "    if True:\n")
     monkeypatch.setattr(C.startup, "check_gate", ST.check_gate)
     assert_explorer_finds("INV-START-HOLD", scenario="rolled-back")
+
+
+def test_explore_bite_agent_kills_by_job_alone(monkeypatch):
+    """mutants.K1: an agent holding two attempts of one job (the orphan of a requeued attempt still
+    dying while the new attempt runs there) gets a second Kill of the old one and kills both: the
+    agent-side check of INV-NO-WRONG-KILL (ReckonMachine._check_agent_kills)."""
+    m = mutants.KILL_BY_JOB
+    mutate(monkeypatch, A.Agent, m.name, m.old, m.new)
+    violation = assert_explorer_finds("INV-NO-WRONG-KILL", scenario="orphan-dying")
+    assert "kills 1/2 for a Kill of 1/1" in violation.message
