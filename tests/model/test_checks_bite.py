@@ -381,3 +381,11 @@ def test_bite_release_keeps_the_slots(monkeypatch):
 
     monkeypatch.setattr(S, "_release", keeps_slots)
     assert_bites("INV-STATE-VALID")
+
+
+def test_bite_round_timeout_taken_as_not_fatal(monkeypatch):
+    """The agent's refusal policy carries on after a timed-out round, on a connection the controller closes."""
+    from reckon.model import agent as A
+
+    monkeypatch.setitem(A.REFUSAL_RETRY, M.RefusalCode.ROUND_TIMEOUT, A.Retry.CARRY_ON)
+    assert_bites("INV-REFUSAL-RETRY")
