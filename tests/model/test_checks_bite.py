@@ -183,7 +183,8 @@ def test_bite_requeue_keeps_allocation(monkeypatch):
     monkeypatch.setitem(S._APPLY, F.JobRequeued, requeue_keeping_slots)
     # The kept running entry also leaves a stale pair in the placement digest: since the
     # machine gained the drain_or_resume rule, the derandomized search meets that first.
-    assert_bites("INV-SLOTS-ACCOUNTED", "INV-SINGLE-OWNER", "INV-DIGEST-CURRENT")
+    # validate_state, run right after the handle that applied it, names it before either.
+    assert_bites("INV-SLOTS-ACCOUNTED", "INV-SINGLE-OWNER", "INV-DIGEST-CURRENT", "INV-STATE-VALID")
 
 
 def test_bite_changed_record_kept_twice_in_held_digest(monkeypatch):
@@ -215,7 +216,7 @@ def test_bite_requeue_bumps_attempt_before_release(monkeypatch):
         return S.Changes(jobs=(job.id,), agents=(agent,))
 
     monkeypatch.setitem(S._APPLY, F.JobRequeued, requeue_attempt_first)
-    assert_bites("INV-DIGEST-CURRENT")
+    assert_bites("INV-DIGEST-CURRENT", "INV-STATE-VALID")  # validate_state recomputes the digest at the handle
 
 
 def test_bite_completion_counted_as_acknowledged_once_sent(monkeypatch):

@@ -149,7 +149,8 @@ def test_explore_bite_duplicate_dispatch_starts_again(monkeypatch):
 def test_explore_bite_finish_keeps_allocation(monkeypatch):
     """A finished job keeps its agent's slots (and its place in the running set)."""
     mutate_function(monkeypatch, S, "_finished", "agent = _release(state, job)", "agent = job.agent")
-    assert_explorer_finds("INV-SINGLE-OWNER", "INV-SLOTS-ACCOUNTED", "INV-DIGEST-CURRENT", scenario="dispatching")
+    assert_explorer_finds("INV-SINGLE-OWNER", "INV-SLOTS-ACCOUNTED", "INV-DIGEST-CURRENT", "INV-STATE-VALID",
+                          scenario="dispatching")
 
 
 def test_explore_bite_exit_not_in_durable_outbox(monkeypatch):
