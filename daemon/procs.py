@@ -1,6 +1,6 @@
 """A controller and agents as real OS processes on loopback (demo, benchmarks).
 
-Every process runs `python -m daemon.cli ...` in its own session with its
+Every process runs `python -m reckon.daemon.cli ...` in its own session with its
 stderr in a log file under the base directory; `stop_all` ends every one of
 them, whatever happened.
 """

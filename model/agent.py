@@ -54,6 +54,51 @@ SESSION_TRANSITIONS: dict[tuple[SessionState, SessionEvent], SessionState] = {
 }
 
 
+class Retry(enum.Enum):
+    """What the agent does after an ``Error`` from the controller (``refusal_retry``)."""
+
+    CARRY_ON = "carry_on"  # not a refusal: the connection goes on (the daemon logs the error)
+    RETRY_NOW = "retry_now"  # a standby named the leader: go there at once
+    BACK_OFF = "back_off"  # refused for now: reconnect at the outage pace, one log line per condition
+    NEVER = "never"  # not until an operator acts: only the slow refusal pace, logged once with reminders
+
+
+# The refusal policy: what each code makes the agent do.  Every code has an entry (checked below);
+# NEVER is exactly the permanent ones, so older agents (which only read ``permanent``) do the same.
+REFUSAL_RETRY: dict[M.RefusalCode, Retry] = {
+    M.RefusalCode.INVALID: Retry.BACK_OFF,
+    M.RefusalCode.ROUND_TIMEOUT: Retry.BACK_OFF,
+    M.RefusalCode.STALE_ROUND: Retry.CARRY_ON,
+    M.RefusalCode.STALE_JOIN: Retry.BACK_OFF,
+    M.RefusalCode.VERSION: Retry.NEVER,
+    M.RefusalCode.NAME_HELD: Retry.NEVER,
+    M.RefusalCode.NAME_HELD_FOR_NOW: Retry.BACK_OFF,
+    M.RefusalCode.STALE_COPY: Retry.NEVER,
+    M.RefusalCode.GENERATIONS_SPENT: Retry.NEVER,
+    M.RefusalCode.NOT_LEADER: Retry.RETRY_NOW,
+}
+if set(REFUSAL_RETRY) != set(M.RefusalCode):  # pragma: no cover - a code added without its policy
+    raise ImportError(f"no refusal policy for {sorted(c.value for c in set(M.RefusalCode) - set(REFUSAL_RETRY))}")
+
+
+def refusal_retry(error: M.Error) -> Retry:
+    """How the agent answers ``error``: from its code, or from what an older controller (no code) says."""
+    if error.code is not None:
+        return REFUSAL_RETRY[error.code]
+    if error.leader is not None:
+        return Retry.RETRY_NOW
+    if error.permanent or from_older_controller(error):
+        return Retry.NEVER
+    return Retry.BACK_OFF if error.fatal else Retry.CARRY_ON
+
+
+def from_older_controller(error: M.Error) -> bool:
+    """A controller older than this agent refusing the fields this agent's messages carry (its
+    decoder's words; it predates codes and cannot say how permanent that is): the upgrade order was
+    the wrong way round, and only upgrading it helps."""
+    return error.code is None and error.fatal and not error.permanent and "unknown fields" in error.reason
+
+
 # Round tokens remembered per connection, to ignore late copies of their queries.  A
 # connection loses nothing and copies nothing, so this guards against what the checks'
 # fault model allows (a copy of an old round's input on a live connection), not the wire.

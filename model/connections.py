@@ -17,12 +17,13 @@ from .session import AgentSession
 from .transaction import Transaction, silence_clock
 
 
-def refuse(tx: Transaction, conn: int, reason: str) -> None:
+def refuse(tx: Transaction, conn: int, reason: str, code: M.RefusalCode = M.RefusalCode.INVALID) -> None:
     """A fatal error: tell the peer why, close, and forget the connection."""
     name = tx.conns.get(conn)
     session = tx.sessions.get(name) if name else None
     seq = session.seq + 1 if session and session.conn == conn else 0
-    tx.emit(E.Send(conn=conn, message=M.Error(seq=seq, reason=reason, fatal=True)))
+    version = session.version if session and session.conn == conn else 0
+    tx.emit(E.Send(conn=conn, message=M.refusal(version, code, reason, seq=seq)))
     tx.emit(E.Close(conn=conn, reason=reason))
     drop_connection(tx, conn)
 
@@ -72,9 +73,9 @@ def arm_round(tx: Transaction, session: AgentSession, token: bytes, placed: dict
 # ---- joins ------------------------------------------------------------------------------
 
 
-def refuse_join(tx: Transaction, conn: int, reason: str, *, permanent: bool) -> None:
+def refuse_join(tx: Transaction, conn: int, reason: str, version: int, code: M.RefusalCode) -> None:
     """Refuse a Join: the connection never counts as joined, nothing else changes."""
-    tx.emit(E.Send(conn=conn, message=M.Error(seq=0, reason=reason, fatal=True, permanent=permanent)))
+    tx.emit(E.Send(conn=conn, message=M.refusal(version, code, reason)))
     tx.emit(E.Close(conn=conn, reason=reason))
 
 
@@ -84,24 +85,27 @@ def on_join(tx: Transaction, ev: E.AgentJoined) -> None:
         raise RemoteProtocolError("this connection already joined")
     if join.version not in M.SUPPORTED_VERSIONS:
         refuse_join(tx, ev.conn, f"protocol version {join.version} not supported (supported: "
-                    f"{sorted(M.SUPPORTED_VERSIONS)})", permanent=join.version >= 3)
+                    f"{sorted(M.SUPPORTED_VERSIONS)})", join.version, M.RefusalCode.VERSION)
         return
     session = tx.sessions.get(join.agent)
     info = tx.state.agents.get(join.agent)
     refusal = names.name_refusal(tx, join, session, info)
-    if refusal is None and (stale := names.generation_refusal(join, session, info)) is not None:
-        refusal = stale, True
-    if refusal is None and (spent := names.generation_spent(join, session, info)) is not None:
-        refusal = spent, True
+    if refusal is not None:
+        refusal = refusal[0], M.RefusalCode.NAME_HELD if refusal[1] else M.RefusalCode.NAME_HELD_FOR_NOW
+    elif (stale := names.generation_refusal(join, session, info)) is not None:
+        refusal = stale, M.RefusalCode.STALE_COPY
+    elif (spent := names.generation_spent(join, session, info)) is not None:
+        refusal = spent, M.RefusalCode.GENERATIONS_SPENT
     if refusal is not None:
         # Nothing changes: no fact, the holder's connection and jobs untouched.
-        reason, permanent = refusal
-        refuse_join(tx, ev.conn, reason, permanent=permanent)
+        reason, code = refusal
+        refuse_join(tx, ev.conn, reason, join.version, code)
         return
     if session is not None and ev.conn < session.latest_conn:
         # This connection was accepted before the one the agent joined on last:
         # its Join is late, and must not drop the newer connection.
-        refuse_join(tx, ev.conn, "stale join: a newer connection of this agent has joined", permanent=False)
+        refuse_join(tx, ev.conn, "stale join: a newer connection of this agent has joined", join.version,
+                    M.RefusalCode.STALE_JOIN)
         return
     if session is not None and session.connected:
         # The same agent again on a new connection: the old one is dead to us.
@@ -161,7 +165,7 @@ def on_deadline(tx: Transaction, ev: E.RoundDeadlineExpired) -> None:
     end_round(tx, session, expire=True)
     # Withholding the agent forever is not allowed (Req 5.3); trusting a
     # silent agent is not either.  Close: its next join arms a fresh round.
-    refuse(tx, conn, "resync round timed out")
+    refuse(tx, conn, "resync round timed out", M.RefusalCode.ROUND_TIMEOUT)
 
 
 def on_tick(tx: Transaction, ev: E.Tick) -> None:

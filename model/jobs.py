@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 from ._check import check_int, check_str, check_tuple_of, require_keys
@@ -214,7 +215,12 @@ def _tuple(name: str, value: Any) -> tuple:
 
 @dataclass(slots=True, kw_only=True)
 class JobRecord:
-    """The controller's record of one job.  Only ``state.apply`` mutates it."""
+    """The controller's record of one job.  Only ``state.apply`` mutates it.
+
+    Every field is durable: the snapshot row, ``restore`` and the digest all take the
+    fields in this order (``row`` / ``from_row`` / ``snapshot_key``).  A new field goes
+    last, with a default: a row from an older snapshot is shorter, and the fields it
+    lacks take their defaults."""
 
     id: str
     spec: JobSpec
@@ -270,11 +276,28 @@ class JobRecord:
 
     def snapshot_key(self) -> tuple:
         """Everything that defines this record, for equality checks."""
-        return (
-            self.id, self.spec, self.state, self.attempt, self.agent, self.ran_on, self.submitted_at,
-            self.started_at, self.finished_at, self.exit_code, self.signal,
-            self.cancel_requested, self.requeues, self.uid, self.held, self.retried, self.reason,
-        )
+        return _RECORD_KEY(self)
+
+    def row(self) -> list[Any]:
+        """The record as a snapshot row: its fields in order, the spec and state as plain values."""
+        row = list(_RECORD_KEY(self))
+        row[_SPEC], row[_STATE] = self.spec.to_dict(), self.state.value
+        return row
+
+    @classmethod
+    def from_row(cls, row: list[Any] | tuple[Any, ...]) -> "JobRecord":
+        """The inverse of ``row``; a shorter row (an older snapshot) leaves the later fields at their defaults."""
+        if not _MIN_ROW <= len(row) <= len(RECORD_FIELDS):
+            raise ValueError(f"a job row has {_MIN_ROW} to {len(RECORD_FIELDS)} fields, not {len(row)}")
+        values = dict(zip(RECORD_FIELDS, row))
+        values["spec"], values["state"] = JobSpec.from_dict(values["spec"]), JobState(values["state"])
+        return cls(**values)
+
+
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))  # the snapshot row's order
+_RECORD_KEY = attrgetter(*RECORD_FIELDS)
+_SPEC, _STATE = RECORD_FIELDS.index("spec"), RECORD_FIELDS.index("state")
+_MIN_ROW = RECORD_FIELDS.index("uid")  # the oldest snapshots' rows (v1) end before the uid
 
 
 def finish_transition(*, exit_code: int | None, signal: int | None, cancel_requested: bool) -> JobTransition:

@@ -47,8 +47,14 @@ from .output import MAX_OUTPUT_CHUNK, OutputStatus, OutputStream
 # Also 4: an error may name the ``leader``: the controller that answered is a
 # standby (several controllers share one PostgreSQL, one leads) and this is
 # where the leader is ("" when it does not know); left out for older agents.
-PROTOCOL_VERSION = 4
-SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
+# 5: an error carries a ``code`` (``RefusalCode``), from which the agent model decides how soon to
+# try again (``model.agent.refusal_retry``), not from the words of its reason; left out for older
+# agents, which read ``permanent`` and ``leader`` as before.  A version 5 agent serves an older
+# controller (no code) from those fields.
+PROTOCOL_VERSION = 5
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5})
+PERMANENT_SINCE = 3  # the first version whose agents are told a refusal is permanent
+REFUSAL_CODES_SINCE = 5  # the first version whose agents are sent refusal codes
 OUTPUT_SINCE = 4  # the first version whose agents serve output reads
 NOT_LEADER_SINCE = 4  # the first version whose agents are told where the leader is
 MAX_GENERATION = 1 << 62  # join generations (Join/Welcome.generation): one per accepted join, never near this
@@ -72,6 +78,28 @@ class AckOutcome(enum.Enum):
     ALREADY_TERMINAL = "already_terminal"  # the job was already finished: nothing changed
     STALE_ATTEMPT = "stale_attempt"  # the report names an attempt (or agent) that is no longer current
     UNKNOWN_JOB = "unknown_job"  # the controller never had such a job
+
+
+class RefusalCode(enum.Enum):
+    """What kind of refusal an ``Error`` is (version 5)."""
+
+    INVALID = "invalid"  # the agent sent something malformed, or not allowed right now
+    ROUND_TIMEOUT = "round_timeout"  # its resync report did not arrive in time: its next join arms a fresh round
+    STALE_ROUND = "stale_round"  # a report page of a round that is not open (not fatal: the connection goes on)
+    STALE_JOIN = "stale_join"  # a Join older than the agent's newest connection
+    VERSION = "version"  # its protocol version is not supported
+    NAME_HELD = "name_held"  # another agent holds its name, until an operator frees it (reckon forget)
+    NAME_HELD_FOR_NOW = "name_held_for_now"  # held back for now (a start's hold, another process of its identity)
+    STALE_COPY = "stale_copy"  # its state directory is an older copy of the name holder's
+    GENERATIONS_SPENT = "generations_spent"  # its join generation is the last the wire carries: no next one
+    NOT_LEADER = "not_leader"  # a standby answered: the leader is elsewhere (``Error.leader``)
+
+
+#: Refusals only an operator can lift (``Error.permanent``, the only word versions 3 and 4 get).
+PERMANENT_REFUSALS = frozenset({RefusalCode.VERSION, RefusalCode.NAME_HELD, RefusalCode.STALE_COPY,
+                                RefusalCode.GENERATIONS_SPENT})
+#: Errors after which the connection goes on (every other one is followed by a close).
+NOT_FATAL_REFUSALS = frozenset({RefusalCode.STALE_ROUND})
 
 
 class EntryStatus(enum.Enum):
@@ -151,6 +179,7 @@ class ReportEntry:
 
 _STATUS_VALUES = {s.value for s in EntryStatus}
 _OUTCOME_VALUES = {o.value for o in AckOutcome}
+_REFUSAL_VALUES = {c.value for c in RefusalCode}
 _OUTPUT_STATUS_VALUES = {s.value for s in OutputStatus}
 _STREAM_VALUES = {s.value for s in OutputStream}
 
@@ -419,6 +448,8 @@ class Error:
     its slow refusal pace, not its fast outage pace, and logs it once.
     An error with a ``leader`` (version 4) comes from a standby controller:
     it does not lead, and the leader is at that URL ("": not known right now).
+    Its ``code`` (version 5) says what kind of refusal it is; ``fatal``,
+    ``permanent`` and ``leader`` must agree with it (``refusal`` builds them).
     """
 
     TYPE: ClassVar[str] = "error"
@@ -427,9 +458,19 @@ class Error:
     fatal: bool = True
     permanent: bool = False  # version 3: an operator must act before a retry can succeed
     leader: str | None = None  # version 4: "not the leader; the leader is here" (None: not that case)
+    code: RefusalCode | None = None  # version 5: what kind of refusal (None: an older controller, or none given)
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=0)
+        if self.code is not None:
+            if not isinstance(self.code, RefusalCode):
+                raise ValueError("code must be a RefusalCode")
+            if self.fatal is (self.code in NOT_FATAL_REFUSALS):
+                raise ValueError(f"a {self.code.value} error is {'not ' if self.fatal else ''}fatal")
+            if self.permanent is not (self.code in PERMANENT_REFUSALS):
+                raise ValueError(f"a {self.code.value} error is {'not ' if self.permanent else ''}permanent")
+            if (self.leader is not None) is not (self.code is RefusalCode.NOT_LEADER):
+                raise ValueError("an error names the leader exactly when its code is not_leader")
         if self.leader is not None:
             check_str("leader", self.leader, max_len=2000, allow_empty=True)
             if not self.fatal or self.permanent:
@@ -521,7 +562,7 @@ _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
 _OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
 _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None}
 _OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
-_OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None}
+_OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None, "code": None}
 
 
 def to_wire(msg: Message) -> dict[str, Any]:
@@ -561,6 +602,10 @@ def _from_wire(data: Any, table: dict[str, type]) -> Message:
         if kwargs["outcome"] not in _OUTCOME_VALUES:
             raise ValueError(f"unknown ack outcome {kwargs['outcome']!r}")
         kwargs["outcome"] = AckOutcome(kwargs["outcome"])
+    if cls is Error and kwargs.get("code") is not None:
+        if kwargs["code"] not in _REFUSAL_VALUES:
+            raise ValueError(f"unknown refusal code {kwargs['code']!r}")
+        kwargs["code"] = RefusalCode(kwargs["code"])
     if cls is OutputChunk and "status" in kwargs:
         if kwargs["status"] not in _OUTPUT_STATUS_VALUES:
             raise ValueError(f"unknown output status {kwargs['status']!r}")
@@ -613,8 +658,19 @@ def pages(items: list[Any], page_size: int) -> list[list[Any]]:
     return [items[i : i + page_size] for i in range(0, len(items), page_size)]
 
 
+def refusal(version: int, code: RefusalCode, reason: str, *, seq: int = 0, leader: str | None = None) -> Error:
+    """The ``Error`` of a refusal, for an agent of protocol ``version``: fatal and permanent as the
+    code says; the code itself only to agents that read codes (version 5), ``permanent`` only to
+    those that read it (version 3)."""
+    codes = version >= REFUSAL_CODES_SINCE
+    return Error(seq=seq, reason=reason, fatal=code not in NOT_FATAL_REFUSALS,
+                 permanent=code in PERMANENT_REFUSALS and version >= PERMANENT_SINCE,
+                 leader=leader if code is RefusalCode.NOT_LEADER and version >= NOT_LEADER_SINCE else None,
+                 code=code if codes else None)
+
+
 def not_the_leader(version: int, leader: str) -> Error:
     """A standby's answer to an agent that joined with protocol ``version``: fatal, not permanent
     (leadership moves), naming the leader to agents that understand it (version 4)."""
     reason = f"not the leader: {'the leader is ' + leader if leader else 'no controller leads right now'}"
-    return Error(seq=0, reason=reason, fatal=True, leader=leader if version >= NOT_LEADER_SINCE else None)
+    return refusal(version, RefusalCode.NOT_LEADER, reason, leader=leader)

@@ -8,12 +8,25 @@ without completing; ``array_full`` gates dispatch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol
 
 from .jobs import JobRecord, JobSpec, JobState
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .state import ControllerState
+
+class JobTable(Protocol):
+    """What these policies read of the controller's state (``state.ControllerState`` is one).
+
+    A protocol, not an import of ``state``: ``state.apply`` asks ``retry_due``, so ``state``
+    imports this module and this module must not import it back."""
+
+    @property
+    def jobs(self) -> Mapping[str, JobRecord]: ...
+
+    @property
+    def dependants(self) -> Mapping[str, list[str]]: ...
+
+    @property
+    def array_running(self) -> Mapping[str, int]: ...
 
 TIMEOUT_REASON = "timeout"  # JobRecord.reason of a job its supervisor stopped at its time limit
 
@@ -37,7 +50,7 @@ def retry_due(spec: JobSpec, *, retried: int, exit_code: int | None, signal: int
     return True
 
 
-def ready(state: "ControllerState", job: JobRecord) -> bool:
+def ready(state: JobTable, job: JobRecord) -> bool:
     """A PENDING job the scheduler may place: not held, every dependency COMPLETED."""
     if job.state is not JobState.PENDING or job.held:
         return False
@@ -48,7 +61,7 @@ def ready(state: "ControllerState", job: JobRecord) -> bool:
     return True
 
 
-def dependency_refusal(state: "ControllerState", spec: JobSpec) -> str | None:
+def dependency_refusal(state: JobTable, spec: JobSpec) -> str | None:
     """Why a submit with ``spec.after`` is refused, or None."""
     for dep in spec.after:
         other = state.jobs.get(dep)
@@ -59,7 +72,7 @@ def dependency_refusal(state: "ControllerState", spec: JobSpec) -> str | None:
     return None
 
 
-def doomed_dependants(state: "ControllerState", job: JobRecord) -> list[tuple[str, str]]:
+def doomed_dependants(state: JobTable, job: JobRecord) -> list[tuple[str, str]]:
     """(dependant, reason) for each PENDING job waiting on ``job`` when it ended FAILED or CANCELLED."""
     if job.state not in (JobState.FAILED, JobState.CANCELLED):
         return []
@@ -70,7 +83,7 @@ def doomed_dependants(state: "ControllerState", job: JobRecord) -> list[tuple[st
             if state.jobs[dep_id].state is JobState.PENDING]
 
 
-def array_full(state: "ControllerState", job: JobRecord) -> bool:
+def array_full(state: JobTable, job: JobRecord) -> bool:
     """Whether the job's array already runs its ``%MAX`` jobs."""
     spec = job.spec
     if spec.array_max is None or spec.array_id is None:

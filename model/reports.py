@@ -102,7 +102,8 @@ def on_report_page(tx: Transaction, session: AgentSession, page: M.ResyncReport,
     rnd = session.round
     if rnd is None or rnd.token != page.token:
         # A page of a round that ended or never was: discard it, say so, change nothing.
-        tx.send(session, lambda seq: M.Error(seq=seq, reason="stale resync round token", fatal=False))
+        tx.send(session, lambda seq: M.refusal(session.version, M.RefusalCode.STALE_ROUND,
+                                               "stale resync round token", seq=seq))
         return
     entries = rnd.add_page(page)
     if entries is None:

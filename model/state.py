@@ -9,33 +9,52 @@ runs exactly the same function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from . import facts as F
-from .errors import LocalProtocolError
+from .errors import LocalProtocolError, ModelCorrupted
 from .messages import pair_hash, running_digest
-from .jobs import JobRecord, JobSpec, JobState, JobTransition, finish_transition, next_state
+from .jobs import JobRecord, JobState, JobTransition, finish_transition, next_state
 from .policy import TIMEOUT_REASON, retry_due
 
 
 @dataclass(slots=True)
 class AgentInfo:
-    """The durable part of what the controller knows of an agent."""
+    """The durable part of what the controller knows of an agent.
+
+    The fields before ``used`` are durable, in the order of a snapshot row (``AGENT_ROW``): a
+    new one goes after ``confirmed``, with a default (an older snapshot's row lacks it).  The
+    rest (``AGENT_DERIVED``) are indexes of the job table, rebuilt by ``restore`` and checked
+    by ``ControllerState.validate_state``."""
 
     name: str
     slots: int
     registered: bool = False  # an AgentRegistered fact named it (not only a job placement)
     identity: str | None = None  # the durable identity that holds this name (None: none claimed it)
+    drained: bool = False  # the operator drained it (AgentDrained): no new dispatches until AgentResumed
     generation: int = 0  # the holder's last join generation (JoinGenerationIssued; 0: none yet)
     confirmed: int = 0  # the newest generation the holder has shown it stored (model.names)
-    drained: bool = False  # the operator drained it (AgentDrained): no new dispatches until AgentResumed
     used: int = 0  # slots of the RUNNING jobs placed here, kept by apply
     running: set[str] = field(default_factory=set)  # ids of RUNNING jobs placed here
     # running_digest() of the placed (job, attempt) pairs, kept up to date by
     # _place/_release once someone asked for it (heartbeats compare it with the
     # agent's).  None until then, so replay and restore pay no hashing.
     digest: int | None = field(default=None, compare=False)
+
+    def row(self) -> list[Any]:
+        return list(_AGENT_KEY(self))
+
+
+AGENT_DERIVED = frozenset({"used", "running", "digest"})  # kept from the job table, not recorded
+AGENT_ROW: tuple[str, ...] = tuple(f.name for f in fields(AgentInfo) if f.name not in AGENT_DERIVED)
+_AGENT_KEY = attrgetter(*AGENT_ROW)
+# The state's own fields that are not records: in the digest (but facts_applied: how many facts
+# led here, not what the state is; equal states reached by different paths are equal) and the snapshot.
+STATE_SCALARS = ("next_job", "id_mark", "cluster", "facts_applied")
+STATE_DERIVED = frozenset({"dependants", "array_running", "arrays"})  # indexes of the job table
+NOT_IN_DIGEST = frozenset({"facts_applied"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,18 +106,62 @@ class ControllerState:
         """Recompute every derived index from the records and compare; ``ModelCorrupted`` names a difference.
 
         The checkers (the stateful machine, the explorer, the simulation, chaos runs) call it
-        after every ``handle``."""
+        after every ``handle``.  O(jobs + agents): for checkers, not the daemon's hot path."""
+        wrong: list[str] = []
+        next_id = 1
+        dependants: dict[str, list[str]] = {}
+        arrays: dict[str, list[str]] = {}
+        array_running: dict[str, int] = {}
+        placed: dict[str, set[str]] = {name: set() for name in self.agents}
+        used: dict[str, int] = dict.fromkeys(self.agents, 0)
+        for key, job in self.jobs.items():
+            if job.id != key:
+                wrong.append(f"job {key} is filed under another id ({job.id})")
+            if key.isdigit():
+                next_id = max(next_id, int(key) + 1)
+            for dep in job.spec.after:
+                dependants.setdefault(dep, []).append(job.id)
+            if job.spec.array_id is not None:
+                arrays.setdefault(job.spec.array_id, []).append(job.id)
+            if (job.state is JobState.RUNNING) != (job.agent is not None):
+                wrong.append(f"job {key} is {job.state.value} with agent {job.agent!r}")
+            if job.agent is None:
+                continue
+            if job.agent not in self.agents:
+                wrong.append(f"job {key} is placed on {job.agent}, which the state does not know")
+                continue
+            placed[job.agent].add(key)
+            used[job.agent] += job.spec.slots
+            if job.spec.array_max is not None and job.spec.array_id is not None:
+                array_running[job.spec.array_id] = array_running.get(job.spec.array_id, 0) + 1
+        if self.next_job < next_id:
+            wrong.append(f"next_job is {self.next_job}, but job {next_id - 1} exists")
+        for index, recomputed in (("dependants", dependants), ("arrays", arrays)):
+            if getattr(self, index) != recomputed:
+                wrong.append(f"{index} is {getattr(self, index)}, recomputed {recomputed}")
+        kept = {array: n for array, n in self.array_running.items() if n != 0}  # a count that fell to 0 stays
+        if kept != array_running:
+            wrong.append(f"array_running is {self.array_running}, recomputed {array_running}")
+        for name, info in self.agents.items():
+            if info.name != name:
+                wrong.append(f"agent {name} is filed under another name ({info.name})")
+            if info.running != placed[name] or info.used != used[name]:
+                wrong.append(f"agent {name} holds {sorted(info.running)} using {info.used} slot(s), "
+                             f"recomputed {sorted(placed[name])} using {used[name]}")
+            if info.digest is not None:
+                digest = running_digest((job_id, self.jobs[job_id].attempt) for job_id in placed[name])
+                if info.digest != digest:
+                    wrong.append(f"agent {name}'s placement digest is {info.digest}, recomputed {digest}")
+        if wrong:
+            raise ModelCorrupted("the controller state's derived indexes disagree with its records: "
+                                 + "; ".join(wrong))
 
     def digest(self) -> tuple:
-        """A value equal for equal states: used to compare replay with live."""
+        """A value equal for equal states (every durable field): used to compare replay with live."""
         return (
-            self.cluster,
-            self.next_job,
-            self.id_mark,
+            tuple(getattr(self, name) for name in STATE_SCALARS if name not in NOT_IN_DIGEST),
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
-            tuple(sorted((a.name, a.slots, a.registered, a.identity or "", a.used, tuple(sorted(a.running)),
-                          a.drained)
-                         for a in self.agents.values())),
+            tuple(sorted(_AGENT_KEY(a) for a in self.agents.values())),
         )
 
 
@@ -396,47 +459,31 @@ def replay(facts: list[F.Fact], state: ControllerState | None = None) -> Control
 
 def snapshot(state: ControllerState) -> dict[str, Any]:
     """A plain map of the whole state, for fast restart."""
-    return {
-        "v": 4,  # v1: agents were [name, slots, registered], without the identity; v2: agents without drained, jobs had 14 fields, no id_mark; v3: agents without join generations
-        "next_job": state.next_job,
-        "id_mark": state.id_mark,
-        "cluster": state.cluster,
-        "facts_applied": state.facts_applied,
-        "agents": [[a.name, a.slots, a.registered, a.identity, a.drained, a.generation, a.confirmed]
-                   for a in state.agents.values()],
-        "jobs": [
-            [j.id, j.spec.to_dict(), j.state.value, j.attempt, j.agent, j.ran_on, j.submitted_at, j.started_at,
-             j.finished_at, j.exit_code, j.signal, j.cancel_requested, j.requeues, j.uid,
-             j.held, j.retried, j.reason]
-            for j in state.jobs.values()
-        ],
-    }
+    # v1: agents were [name, slots, registered], without the identity; v2: agents without drained,
+    # jobs had 14 fields, no id_mark; v3: agents without join generations.  Rows only ever grow at
+    # their end (AgentInfo, JobRecord): restore reads every version's rows the same way.
+    data: dict[str, Any] = {"v": 4}
+    data.update((name, getattr(state, name)) for name in STATE_SCALARS)
+    data["agents"] = [a.row() for a in state.agents.values()]
+    data["jobs"] = [j.row() for j in state.jobs.values()]
+    return data
 
 
 def restore(data: dict[str, Any]) -> ControllerState:
-    """The inverse of ``snapshot``; derived fields (used, running) are recomputed."""
+    """The inverse of ``snapshot``; derived fields (used, running, the indexes) are recomputed."""
     if data.get("v") not in (1, 2, 3, 4):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
                             cluster=data.get("cluster"), id_mark=data.get("id_mark", 0))
     for row in data["agents"]:
-        name, slots, registered = row[:3]
-        identity = row[3] if data["v"] >= 2 else None
-        drained = bool(row[4]) if data["v"] >= 3 else False
-        generation, confirmed = (row[5], row[6]) if data["v"] >= 4 else (0, 0)
-        state.agents[name] = AgentInfo(name=name, slots=slots, registered=registered, identity=identity,
-                                       drained=drained, generation=generation, confirmed=confirmed)
+        if not 3 <= len(row) <= len(AGENT_ROW):
+            raise ValueError(f"an agent row has 3 to {len(AGENT_ROW)} fields, not {len(row)}")
+        info = AgentInfo(**dict(zip(AGENT_ROW, row)))
+        state.agents[info.name] = info
     for row in data["jobs"]:
-        # 13 fields before job uids; the 14th is the uid.
-        (jid, spec, st, attempt, agent, ran_on, submitted, started, finished, code, sig, cancel, requeues) = row[:13]
-        job = JobRecord(
-            id=jid, spec=JobSpec.from_dict(spec), state=JobState(st), attempt=attempt, ran_on=ran_on,
-            submitted_at=submitted, started_at=started, finished_at=finished, exit_code=code,
-            signal=sig, cancel_requested=cancel, requeues=requeues, uid=row[13] if len(row) > 13 else None,
-        )
-        if len(row) > 14:  # fields 15-17 (snapshot v3): hold, retries used, reason
-            job.held, job.retried, job.reason = row[14], row[15], row[16]
-        state.jobs[jid] = job
+        job = JobRecord.from_row(row)
+        agent, job.agent = job.agent, None
+        state.jobs[job.id] = job
         _index_job(state, job)
         if agent is not None:
             _place(state, job, agent)

@@ -6,6 +6,7 @@ the PyPI distribution python-daemon (import name ``daemon``), which the test ext
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -27,8 +28,14 @@ def _package_folders() -> set[str]:
 
 
 def test_the_wheel_installs_only_reckon_with_every_package(tmp_path):
+    # From a copy: setuptools builds in the source tree (build/, *.egg-info), and the checkout stays clean.
+    source = tmp_path / "source"
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True, cwd=tmp_path)
+                    "-w", str(tmp_path), str(source)], check=True, capture_output=True, cwd=tmp_path)
     (wheel,) = tmp_path.glob("reckond-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}

@@ -1,6 +1,6 @@
 """docs/protocol.md's generated blocks must equal what the model renders today.
 
-Regenerate with ``python -m daemon.tools.protocol_doc --write docs/protocol.md``.
+Regenerate with ``python -m reckon.daemon.tools.protocol_doc --write docs/protocol.md``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from reckon.daemon.tools import protocol_doc as docs
 from reckon.model.jobs import JOB_TRANSITIONS, JobState, JobTransition
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
-HINT = "docs/protocol.md is stale: run `python -m daemon.tools.protocol_doc --write docs/protocol.md`"
+HINT = "docs/protocol.md is stale: run `python -m reckon.daemon.tools.protocol_doc --write docs/protocol.md`"
 
 
 @pytest.mark.parametrize("name", sorted(docs.GENERATED))

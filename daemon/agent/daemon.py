@@ -9,9 +9,11 @@ recovery time must not depend on how long the outage was), feeds what it
 reads to the core, and reconnects when the connection ends.  There is
 one delivery loop (the model's outbox, driven by ticks), not a task per job.
 
-A refusal that a quick retry will not fix (a bad token, the name held by
-another agent, another controller history, an unsupported version) is not an
-outage: the agent keeps trying, but at its refusal pace (up to
+How soon to try again after the controller's error is the agent model's
+decision (``model.agent.refusal_retry``, from the error's code); this module
+follows it.  A refusal that a quick retry will not fix (a bad token, the name
+held by another agent, another controller history, an unsupported version) is
+not an outage: the agent keeps trying, but at its refusal pace (up to
 ``refusal_retry_max``), and logs the reason once per change, with a reminder
 every ``refusal_reminder`` seconds (``RefusalLog``).
 """
@@ -33,7 +35,7 @@ from trio_websocket import ConnectionRejected, HandshakeError, WebSocketConnecti
 
 from reckon.model import events as E
 from reckon.model import messages as M
-from reckon.model.agent import Agent, AgentConfig, LocalStatus
+from reckon.model.agent import Agent, AgentConfig, LocalStatus, Retry, from_older_controller, refusal_retry
 from reckon.model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 
 from reckon.daemon.agent.controllers import ControllerUrls
@@ -486,26 +488,24 @@ class AgentDaemon:
                 if isinstance(msg, M.OutputRead):  # served here: it changes no state (daemon/agent/output.py)
                     await self._send_frames(conn, [wire.encode(await self.output.answer(msg))])
                     continue
-                if isinstance(msg, M.Error) and msg.leader is not None:
+                retry = refusal_retry(msg) if isinstance(msg, M.Error) else None  # the model's policy
+                if retry is Retry.RETRY_NOW:
                     conn.leader = msg.leader  # a standby: no error of ours; logged once per (standby, leader)
                     if self._standbys.get(self.controllers.current) != msg.leader:
                         self._standbys[self.controllers.current] = msg.leader
                         log.info("%s is a standby controller: %s", self.controllers.current, msg.reason)
                     continue
-                if isinstance(msg, M.Error) and msg.permanent:
-                    self._refuse(conn, f"the controller refused us: {msg.reason}")
-                elif isinstance(msg, M.Error) and msg.fatal and "unknown fields" in msg.reason:
-                    # An older controller refusing what this agent's messages carry (its
-                    # decoder's words): the upgrade order was the wrong way round.  As
-                    # permanent as any refusal, though an older controller cannot say so.
+                if retry is Retry.NEVER and from_older_controller(msg):
                     self._refuse(conn, f"the controller says: {msg.reason}; it runs an older reckon than this "
                                        f"agent and refuses its messages: upgrade the controller first (README: Upgrades)")
-                elif isinstance(msg, M.Error) and msg.fatal:
+                elif retry is Retry.NEVER:
+                    self._refuse(conn, f"the controller refused us: {msg.reason}")
+                elif retry is Retry.BACK_OFF:
                     # Refused for now (a start's hold on names): retried like an outage, but one
                     # line per condition, not one per attempt.
                     self.failed_handshakes.refused(_HELD, f"{self.options.controller}: the controller "
                                                              f"says: {msg.reason} (retrying)")
-                elif isinstance(msg, M.Error):
+                elif retry is Retry.CARRY_ON:
                     log.warning("controller says: %s", msg.reason)
                 elif isinstance(msg, M.Welcome):
                     conn.version = msg.version

@@ -1,6 +1,6 @@
 """The launcher: a small single-threaded fork server, one per agent.
 
-Started once by ``daemon.agent.runner.JobRunner``: ``python -m daemon.agent.launcher``
+Started once by ``reckon.daemon.agent.runner.JobRunner``: ``python -m reckon.daemon.agent.launcher``
 works, the runner runs ``python -I -S -c "...; main()"`` with the project's
 directory put on ``sys.path`` (independent of the agent's cwd, of site and of
 PYTHON* variables).  It imports nothing but the standard library pieces below,

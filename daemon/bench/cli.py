@@ -37,7 +37,7 @@ BULK_MODE = "--array"  # how the bulk run submits its jobs in one `reckon submit
 
 
 def reckon_argv() -> list[str]:
-    """The installed console script (what a user runs), else ``python -m daemon.cli``."""
+    """The installed console script (what a user runs), else ``python -m reckon.daemon.cli``."""
     script = Path(sys.executable).parent / "reckon"
     return [str(script)] if script.exists() else [sys.executable, "-m", "reckon.daemon.cli"]
 

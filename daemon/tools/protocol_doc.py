@@ -7,9 +7,9 @@ comments and docstrings).  Rendering is a pure function of the model's code;
 the only thing it reads is the model's own source text (``inspect``), for the
 comments.
 
-    python -m daemon.tools.protocol_doc                           # print every generated block
-    python -m daemon.tools.protocol_doc --write docs/protocol.md  # refresh the blocks in place
-    python -m daemon.tools.protocol_doc --check docs/protocol.md  # exit 1 if they are stale
+    python -m reckon.daemon.tools.protocol_doc                           # print every generated block
+    python -m reckon.daemon.tools.protocol_doc --write docs/protocol.md  # refresh the blocks in place
+    python -m reckon.daemon.tools.protocol_doc --check docs/protocol.md  # exit 1 if they are stale
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import MISSING, fields
 from typing import Callable, Mapping
 
 from reckon.model import messages as M
-from reckon.model.agent import SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
+from reckon.model.agent import REFUSAL_RETRY, SESSION_TRANSITIONS, Agent, AgentConfig, SessionEvent, SessionState
 from reckon.model.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobRecord, JobState, JobTransition
 from reckon.model.output_paths import PATTERN_ESCAPES
 from reckon.model.resync import ROUND_END_STATES, ROUND_TRANSITIONS, ResyncRound, RoundEvent, RoundState
@@ -154,6 +154,21 @@ def _render_enum(cls: type[enum.Enum]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _render_refusals() -> str:
+    """The refusal codes with what the agent model does after each (model.agent.REFUSAL_RETRY)."""
+    notes = _comments(M.RefusalCode)
+    lines = ["`RefusalCode` (version 5), with the agent's answer (`model.agent.REFUSAL_RETRY`):", "",
+             "| value | meaning | fatal | permanent | the agent |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| `{c.value}` | {_cell(notes.get(c.name, ''))} | {'no' if c in M.NOT_FATAL_REFUSALS else 'yes'} | "
+              f"{'yes' if c in M.PERMANENT_REFUSALS else 'no'} | `{REFUSAL_RETRY[c].value}` |" for c in M.RefusalCode]
+    lines += ["", f"The controller sends `code` to agents that joined with version {M.REFUSAL_CODES_SINCE} or "
+              f"later, and `permanent` to those of version {M.PERMANENT_SINCE} or later.  An error without a "
+              "code (an older controller; a frame the controller's daemon cannot decode) is answered from its "
+              "other fields: `leader` set: `retry_now`; `permanent`: `never`; fatal: `back_off` (`never` when "
+              "an older controller's decoder refuses this agent's `unknown fields`); else `carry_on`."]
+    return "\n".join(lines) + "\n"
+
+
 _PATTERN_MEANINGS = {"j": "the job id", "a": "the attempt number", "%": "a literal `%`"}
 assert set(_PATTERN_MEANINGS) == set(PATTERN_ESCAPES)
 
@@ -188,6 +203,7 @@ def render_message_tables() -> str:
         _render_enum(M.AckOutcome),
         _render_enum(M.OutputStream),
         _render_enum(M.OutputStatus),
+        _render_refusals(),
         "### Job output (version 4)",
         "",
         f"`output_read` is sent only to agents that joined with version {M.OUTPUT_SINCE} or later; an "

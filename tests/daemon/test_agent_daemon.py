@@ -12,6 +12,7 @@ trio_harness.py.
 from __future__ import annotations
 
 import cbor2
+import pytest
 import trio
 
 from reckon.daemon.agent import daemon as agent_daemon
@@ -302,6 +303,28 @@ async def test_an_older_controller_refusing_the_join_is_named_in_the_log(tmp_pat
             await ctl.send(M.Error(seq=0, reason="malformed message: join message has unknown fields ['log_layout']",
                                    fatal=True))
             await until(lambda: "upgrade the controller first" in caplog.text)
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("code", "refused"), [(M.RefusalCode.NAME_HELD, True),
+                                               (M.RefusalCode.NAME_HELD_FOR_NOW, False)])
+async def test_the_refusal_pace_follows_the_models_policy_for_the_code(tmp_path, autojump_clock, monkeypatch, caplog,
+                                                                     code, refused):
+    """The code decides (model.agent.refusal_retry), not the words: a permanent code puts the agent on
+    its slow refusal pace, a code that lifts by itself on its outage pace, whatever the reason says."""
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            net = FakeNet(nursery)
+            install(monkeypatch, net)
+            net.up = True
+            agent, _, _ = await start_agent(nursery, options(tmp_path / "agent"))
+            ctl = await net.accepted.receive()
+            await ctl.receive()  # the Join
+            await ctl.send(M.refusal(M.PROTOCOL_VERSION, code, "join message has unknown fields ['x']"))
+            await until(lambda: agent.refusals.active("controller") or agent.failed_handshakes.active("held"))
+            assert agent.refusals.active("controller") is refused
+            assert agent.failed_handshakes.active("held") is not refused
+            assert "upgrade the controller first" not in caplog.text
             nursery.cancel_scope.cancel()
 
 

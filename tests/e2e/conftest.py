@@ -45,7 +45,7 @@ T = TypeVar("T")
 
 
 def reckon_argv() -> list[str]:
-    """The installed console script (the CLI contract), else ``python -m daemon.cli``."""
+    """The installed console script (the CLI contract), else ``python -m reckon.daemon.cli``."""
     script = Path(sys.executable).parent / "reckon"
     if script.exists():
         return [str(script)]

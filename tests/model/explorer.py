@@ -131,6 +131,15 @@ class ExploredMachine(ReckonMachine):
         (a scenario's prefix only: ids may then be issued again, for other submissions)."""
         self._rollback(keep, lose_mark=True)
 
+    def kill_slowly(self, i: int) -> None:
+        """The head of channel ``i`` (a Kill) is delivered, and the process it kills outlives it for
+        its grace period: it ends when time next passes (a scenario's prefix only)."""
+        self.slow_kills = True
+        try:
+            self._deliver(self._heads()[i])
+        finally:
+            self.slow_kills = False
+
     def submit_one(self) -> None:
         """A user submits a one-slot job (a scenario's prefix only)."""
         self._submit(1, ("true",))
@@ -566,6 +575,20 @@ EQUAL_COUNTS = (S_("delay", i=0), S_("deliver", i=0, keep_copy=False), S_("deliv
                 S_("deliver", i=1, keep_copy=False),  # the Dispatch of 1/1: a1 starts it
                 S_("supervisor_lost", i=1))  # 3's supervisor is lost
 
+# One agent holds two attempts of one job: a1 was lost (lost_after) with job 1 running, 1 was requeued;
+# at a1's rejoin its round reported 1/1 running and the controller killed that orphan, which outlives
+# its kill (kill_slowly) while 1/2 is dispatched to a1 and starts.  a1's next heartbeat disagrees
+# (it holds both), the anti-entropy round's report names 1/1 running again, and a second Kill of 1/1
+# is in flight.  An agent that kills by job alone kills 1/2 with it (INV-NO-WRONG-KILL, at the agent).
+_DELIVER = S_("deliver", i=0, keep_copy=False)
+_TIME = S_("advance_time", dt=2.5, jitter=0.0, fire=False)
+ORPHAN_DYING = (S_("disconnect", i=0, lose_in_flight=False), S_("settle"), _TIME, _TIME,  # 1/1 requeued
+                S_("rejoin", i=0, deliver_join=False, then_schedule=False),
+                _DELIVER, _DELIVER, _DELIVER, _DELIVER,  # Join, Welcome, query, report: Kill 1/1 sent
+                S_("kill_slowly", i=0), S_("settle"), S_("scheduler_pass", limit=None, defer=False),
+                S_("settle"),  # 1/2 runs on a1 beside the dying 1/1
+                _TIME, _DELIVER, _DELIVER, _DELIVER, _DELIVER, _DELIVER)  # the heartbeat's round: Kill 1/1 again
+
 # The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1
 # (5 jobs x 2 slots for "rejoining"), one fault per trace, from seven starting points (none after
 # "equal-counts"' prefix, whose own faults are two reorderings and a lost supervisor).  `make check-deep` runs DEEP.
@@ -578,6 +601,7 @@ SCENARIOS = (
     Scenario("reused-id", Scope(jobs=1, faults=1), depth=3, prefix=REUSED_ID),
     Scenario("equal-counts", Scope(jobs=3, slots=2, settle_first=False, faults=0, judge_tampered=True), depth=2,
              prefix=EQUAL_COUNTS),
+    Scenario("orphan-dying", Scope(agents=1, jobs=1, lost_after=4.0, faults=1), depth=2, prefix=ORPHAN_DYING),
 )
 DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
     Scenario("settled", Scope(faults=2), depth=3),
@@ -588,6 +612,7 @@ DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that st
     Scenario("reused-id", Scope(jobs=1, faults=2), depth=3, prefix=REUSED_ID),
     Scenario("equal-counts", Scope(jobs=3, slots=2, settle_first=False, faults=1, judge_tampered=True), depth=3,
              prefix=EQUAL_COUNTS),
+    Scenario("orphan-dying", Scope(agents=1, jobs=1, lost_after=4.0, faults=2), depth=3, prefix=ORPHAN_DYING),
     Scenario("agent-down", Scope(agent_down=True, faults=2), depth=3),
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
 )

@@ -143,7 +143,15 @@ INVENTED = (
            "_acknowledge", "self._store(out, replace(record, acked=True))", "pass"),
 )
 
-ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED}
+# Issue #19's agent-side kill check: an agent holding two attempts of one job (an orphan still dying
+# beside the new attempt) gets a Kill of the old one (explorer scenario "orphan-dying").
+KILL_BY_JOB = Mutant("K1", "agent: a Kill kills every running attempt of its job, not the one it names",
+                     "reckon.model.agent", "Agent", "_on_message",
+                     "out.append(E.KillProcess(job=msg.job, attempt=msg.attempt))",
+                     "out.extend(E.KillProcess(job=key[0], attempt=key[1]) for key, held in self.records.items() "
+                     "if key[0] == msg.job and held.status is LocalStatus.RUNNING)")
+
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,)}
 
 UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
                 "test_explore_bite.py", "test_checks_bite.py")

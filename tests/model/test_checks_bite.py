@@ -186,7 +186,8 @@ def test_bite_requeue_keeps_allocation(monkeypatch):
     monkeypatch.setitem(S._APPLY, F.JobRequeued, requeue_keeping_slots)
     # The kept running entry also leaves a stale pair in the placement digest: since the
     # machine gained the drain_or_resume rule, the derandomized search meets that first.
-    assert_bites("INV-SLOTS-ACCOUNTED", "INV-SINGLE-OWNER", "INV-DIGEST-CURRENT")
+    # validate_state, run right after the handle that applied it, names it before either.
+    assert_bites("INV-SLOTS-ACCOUNTED", "INV-SINGLE-OWNER", "INV-DIGEST-CURRENT", "INV-STATE-VALID")
 
 
 def test_bite_changed_record_kept_twice_in_held_digest(monkeypatch):
@@ -218,7 +219,7 @@ def test_bite_requeue_bumps_attempt_before_release(monkeypatch):
         return S.Changes(jobs=(job.id,), agents=(agent,))
 
     monkeypatch.setitem(S._APPLY, F.JobRequeued, requeue_attempt_first)
-    assert_bites("INV-DIGEST-CURRENT")
+    assert_bites("INV-DIGEST-CURRENT", "INV-STATE-VALID")  # validate_state recomputes the digest at the handle
 
 
 def test_bite_completion_counted_as_acknowledged_once_sent(monkeypatch):
@@ -381,3 +382,26 @@ def test_bite_retries_never_happen(monkeypatch):
     """Issue #10: a failed attempt of a job with retries left ends the job FAILED."""
     monkeypatch.setattr(S, "retry_due", lambda spec, **kw: False)
     assert_bites("INV-RETRIES-BOUNDED")
+
+
+def test_bite_release_keeps_the_slots(monkeypatch):
+    """A way out of RUNNING that gives the agent's slots back forgets to: the index of used slots
+    drifts from the jobs, caught by validate_state at the handle that did it."""
+    release = S._release
+
+    def keeps_slots(state, job):
+        used = state.agents[job.agent].used
+        agent = release(state, job)
+        state.agents[agent].used = used
+        return agent
+
+    monkeypatch.setattr(S, "_release", keeps_slots)
+    assert_bites("INV-STATE-VALID")
+
+
+def test_bite_round_timeout_taken_as_not_fatal(monkeypatch):
+    """The agent's refusal policy carries on after a timed-out round, on a connection the controller closes."""
+    from reckon.model import agent as A
+
+    monkeypatch.setitem(A.REFUSAL_RETRY, M.RefusalCode.ROUND_TIMEOUT, A.Retry.CARRY_ON)
+    assert_bites("INV-REFUSAL-RETRY")

@@ -1,7 +1,7 @@
 """The exhaustive explorer at the CI bound (issue #13): every state of every scenario, every invariant.
 
 ``explorer.SCENARIOS`` is the bound: 1 controller x 2 agents x 2 jobs x 1 slot
-x page size 1, one fault per trace, depth 2-3 from seven starting points.  The
+x page size 1, one fault per trace, depth 2-3 from eight starting points.  The
 figures (states, depth, time) are printed (run with ``-s``) and kept in
 docs/invariants.md, "Exhaustive exploration".  ``make check-deep`` runs
 ``explorer.DEEP``.

@@ -26,7 +26,7 @@ from reckon.model import startup as ST
 from reckon.model.transaction import Transaction
 
 import tests.model.explorer as X
-import tests.model.mutants as mutants
+from tests.model import mutants
 
 
 def mutate(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, old: str, new: str) -> None:
@@ -148,7 +148,8 @@ def test_explore_bite_duplicate_dispatch_starts_again(monkeypatch):
 def test_explore_bite_finish_keeps_allocation(monkeypatch):
     """A finished job keeps its agent's slots (and its place in the running set)."""
     mutate_function(monkeypatch, S, "_finished", "agent = _release(state, job)", "agent = job.agent")
-    assert_explorer_finds("INV-SINGLE-OWNER", "INV-SLOTS-ACCOUNTED", "INV-DIGEST-CURRENT", scenario="dispatching")
+    assert_explorer_finds("INV-SINGLE-OWNER", "INV-SLOTS-ACCOUNTED", "INV-DIGEST-CURRENT", "INV-STATE-VALID",
+                          scenario="dispatching")
 
 
 def test_explore_bite_exit_not_in_durable_outbox(monkeypatch):
@@ -174,3 +175,13 @@ def test_explore_bite_start_gate_opens_at_once(monkeypatch):
     """Issue #9 gap 2: after a restart the start gate lets dispatch through before the known agents rejoined."""
     mutate_function(monkeypatch, ST, "check_gate", "    if gate.known and not gate.waiting:\n", "    if True:\n")
     assert_explorer_finds("INV-START-HOLD", scenario="rolled-back")
+
+
+def test_explore_bite_agent_kills_by_job_alone(monkeypatch):
+    """mutants.K1: an agent holding two attempts of one job (the orphan of a requeued attempt still
+    dying while the new attempt runs there) gets a second Kill of the old one and kills both: the
+    agent-side check of INV-NO-WRONG-KILL (ReckonMachine._check_agent_kills)."""
+    m = mutants.KILL_BY_JOB
+    mutate(monkeypatch, A.Agent, m.name, m.old, m.new)
+    violation = assert_explorer_finds("INV-NO-WRONG-KILL", scenario="orphan-dying")
+    assert "kills 1/2 for a Kill of 1/1" in violation.message

@@ -45,9 +45,9 @@ from reckon.model import events as E
 from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model import state as S
-from reckon.model.agent import Agent, AgentConfig, LocalStatus, SessionState
+from reckon.model.agent import Agent, AgentConfig, LocalStatus, Retry, SessionState, refusal_retry
 from reckon.model.controller import Controller, ControllerConfig
-from reckon.model.errors import LocalProtocolError, RemoteProtocolError
+from reckon.model.errors import LocalProtocolError, ModelCorrupted, RemoteProtocolError
 from reckon.model.policy import ready
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.scheduler import Scheduler
@@ -56,6 +56,7 @@ AGENT_NAMES = ("a1", "a2", "a3")
 # (exit_code, signal) of a process end: success, failures, killed by a signal.
 OUTCOMES = ((0, None), (1, None), (3, None), (None, 9), (None, 15))
 KILL_SIGNAL = 9
+KILL_GRACE_STEPS = 2  # time steps a slowly killed process outlives its kill (the explorer's kill_slowly)
 TIME_STEPS = (0.5, 1.0, 2.5, 6.0, 31.0, 301.0)
 TERMINAL_FACTS = (F.JobFinished, F.JobCancelled, F.JobCancelConfirmed)
 INDEX = st.integers(min_value=0, max_value=1 << 16)
@@ -100,6 +101,7 @@ class Proc:
     signal: int | None = None
     finished_at: float | None = None
     uid: str | None = None  # the submission it runs for (the agent record's uid)
+    dying: int = 0  # killed, in its grace period: the time steps it still lives (0: not dying)
 
     @property
     def ended(self) -> bool:
@@ -225,6 +227,7 @@ class ReckonMachine(RuleBasedStateMachine):
     def _ctrl(self, event: Any) -> list:
         held = self._update_expected_hold()
         cmds = self.controller.handle(event)
+        self._validate_state()  # after every handle: an index that drifts is caught at the step that did it
         if held:
             sent = [c.message for c in cmds if isinstance(c, E.Send) and isinstance(c.message, M.Dispatch)]
             if sent:
@@ -265,6 +268,7 @@ class ReckonMachine(RuleBasedStateMachine):
         if appends and appends != [0]:
             self._violate("INV-COMMIT-BEFORE-EFFECT", f"Append not first and only: at {appends}")
         sent_queries: dict[bytes, list[M.ResyncQuery]] = defaultdict(list)
+        closing = {c.conn for c in cmds if isinstance(c, E.Close)}
         for cmd in cmds:
             if isinstance(cmd, E.Append):
                 for fact in cmd.facts:
@@ -272,6 +276,8 @@ class ReckonMachine(RuleBasedStateMachine):
             elif isinstance(cmd, E.Send):
                 msg = cmd.message
                 self._check_controller_send(cmd.conn, msg)
+                if isinstance(msg, M.Error):
+                    self._check_refusal(cmd.conn, msg, closing)
                 if isinstance(msg, M.ResyncQuery):
                     sent_queries[msg.token].append(msg)
                 data = self._wire_roundtrip(msg, to="agent")
@@ -384,6 +390,23 @@ class ReckonMachine(RuleBasedStateMachine):
             if len(msg.jobs) > self.cconf.page_size:
                 self._violate("INV-PAGE-SIZE", f"query page of {len(msg.jobs)} jobs > page size {self.cconf.page_size}")
 
+    def _check_refusal(self, conn: int, msg: M.Error, closing: set[int]) -> None:
+        """INV-REFUSAL-RETRY, at emission: the agent model's answer to the error (``refusal_retry``, what
+        the daemon follows) fits what the controller does with the connection and what the error is."""
+        retry = refusal_retry(msg)
+        name = self.conn_agent.get(conn)
+        if msg.code is None:
+            self._violate("INV-REFUSAL-RETRY", f"error to {name} without a code (the agent would go by its "
+                                               f"words): {msg.reason}")
+        if (retry is Retry.CARRY_ON) != (conn not in closing):
+            self._violate("INV-REFUSAL-RETRY", f"{name} would {retry.value} after {msg.reason!r}, but the controller "
+                                               f"{'closes' if conn in closing else 'keeps'} the connection")
+        if (retry is Retry.NEVER) != msg.permanent:
+            self._violate("INV-REFUSAL-RETRY", f"{name} would {retry.value} after {msg.reason!r} "
+                                               f"(permanent={msg.permanent}): an older agent would not")
+        if retry is Retry.RETRY_NOW:
+            self._violate("INV-REFUSAL-RETRY", f"{name} is sent to another leader by a controller that leads")
+
     def _check_query(self, token: bytes, pages: list[M.ResyncQuery]) -> None:
         """INV-QUERY-COMPLETE, at emission: one query names every placed job exactly once."""
         name = next((n for n, s in self.controller.sessions.items() if s.round is not None and s.round.token == token),
@@ -419,8 +442,32 @@ class ReckonMachine(RuleBasedStateMachine):
                 continue
             all_cmds.extend(cmds)
             self._check_held_back(side, before, cmds)
+            self._check_agent_kills(side, ev, cmds)
             queue.extend(self._agent_commands(side, cmds))
         return all_cmds
+
+    def _check_agent_kills(self, side: Side, ev: Any, cmds: list) -> None:
+        """INV-NO-WRONG-KILL, at the agent: it kills only the attempt a Kill names, and only the process
+        of the submission that Kill is for (an agent may hold two attempts of one job: an orphan of a
+        requeued attempt still dying while the new attempt runs)."""
+        kills = [c for c in cmds if isinstance(c, E.KillProcess)]
+        if not kills:
+            return
+        msg = ev.message if isinstance(ev, E.MessageFromController) else None
+        if not isinstance(msg, M.Kill):
+            self._violate("INV-NO-WRONG-KILL", f"{side.name} kills {kills[0].job}/{kills[0].attempt} "
+                                               f"on {type(ev).__name__}, which is no Kill")
+            return
+        for kill in kills:
+            if (kill.job, kill.attempt) != (msg.job, msg.attempt):
+                self._violate("INV-NO-WRONG-KILL", f"{side.name} kills {kill.job}/{kill.attempt} for a Kill "
+                                                   f"of {msg.job}/{msg.attempt}")
+            other = [p for p in self.procs if p.alive and p.agent == side.name
+                     and (p.job, p.attempt) == (kill.job, kill.attempt)
+                     and None not in (p.uid, msg.uid) and p.uid != msg.uid]
+            if other:
+                self._violate("INV-NO-WRONG-KILL", f"{side.name} kills {kill.job}/{kill.attempt} of submission "
+                                                   f"{other[0].uid}, the Kill is for {msg.uid}")
 
     def _check_held_back(self, side: Side, before: SessionState, cmds: list) -> None:
         """INV-RESYNC-HOLDS-BACK (Req 3.8): no normal traffic until the whole report is out."""
@@ -485,7 +532,10 @@ class ReckonMachine(RuleBasedStateMachine):
             elif isinstance(cmd, E.KillProcess):
                 for p in self.procs:
                     if p.alive and p.agent == side.name and (p.job, p.attempt) == (cmd.job, cmd.attempt):
-                        p.alive, p.exit_code, p.signal, p.finished_at = False, None, KILL_SIGNAL, self.now
+                        if getattr(self, "slow_kills", False):  # it outlives the kill a while (explorer prefixes)
+                            p.dying = KILL_GRACE_STEPS
+                            continue
+                        p.alive, p.exit_code, p.signal, p.finished_at, p.dying = False, None, KILL_SIGNAL, self.now, 0
                         follow.append(self._exited(p))
             else:
                 raise AssertionError(f"unexpected agent command {cmd!r}")
@@ -649,6 +699,17 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _advance(self, dt: float, jitter: float, fire: bool) -> None:
         self.now += dt
+        for p in self.procs:
+            if not (p.alive and p.dying):
+                continue
+            p.dying -= 1
+            if p.dying == 0:  # its kill grace is over
+                p.alive, p.exit_code, p.signal, p.finished_at = False, None, KILL_SIGNAL, self.now
+                side = self.sides[p.agent]
+                if side.agent is not None:
+                    self._agent(side, self._exited(p))
+                else:
+                    side.pending_exits.append(p)
         for name in self.names:
             side = self.sides[name]
             if side.agent is not None:
@@ -1057,6 +1118,7 @@ class ReckonMachine(RuleBasedStateMachine):
         state = self.controller.state
         snap = json.loads(json.dumps(S.snapshot(state)))
         restored = S.restore(snap)
+        restored.validate_state()  # restore rebuilds the indexes its own way (not through apply)
         assert restored.digest() == state.digest(), "INV-SNAPSHOT-EQUALS-LIVE: restored snapshot differs"
         assert restored.facts_applied == state.facts_applied, "INV-SNAPSHOT-EQUALS-LIVE: fact count differs"
 
@@ -1155,6 +1217,17 @@ class ReckonMachine(RuleBasedStateMachine):
             assert info.running == mine, f"INV-SLOTS-ACCOUNTED: {name} running set {info.running}, jobs {mine}"
             used = sum(state.jobs[j].spec.slots for j in mine)
             assert info.used == used, f"INV-SLOTS-ACCOUNTED: {name} used {info.used}, its RUNNING jobs use {used}"
+
+    def _validate_state(self) -> None:
+        try:
+            self.controller.state.validate_state()
+        except ModelCorrupted as exc:
+            raise AssertionError(f"INV-STATE-VALID: {exc}") from exc
+
+    @invariant()
+    def inv_state_valid(self):
+        """INV-STATE-VALID: every derived index of the controller's state equals a recompute from its records."""
+        self._validate_state()
 
     @invariant()
     def inv_digest_current(self):
@@ -1320,6 +1393,11 @@ class ReckonMachine(RuleBasedStateMachine):
                 if rec.status is LocalStatus.FINISHED and not rec.acked:
                     assert key in side.outbox, f"INV-OUTBOX-DURABLE: {side.name} finished {key} unacked, not in outbox"
                     assert side.outbox[key] == rec.report(), f"INV-OUTBOX-DURABLE: {side.name} outbox {key} differs"
+
+    @invariant()
+    def inv_refusal_retry(self):
+        """INV-REFUSAL-RETRY: the agent's answer to each controller error fits what the controller does."""
+        self._take("INV-REFUSAL-RETRY")
 
     @invariant()
     def inv_no_wrong_kill(self):

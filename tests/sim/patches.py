@@ -11,6 +11,8 @@
   cluster id): seeded from the scenario.
 * the agent's network (``open_websocket_url``) and runner (``NullRunner``, the
   runner of ``executor="null"``): ``net.Network`` and ``world.WorldRunner``.
+* ``Controller.handle`` (the model): the same, then ``validate_state()`` of the state it
+  left, so an index that drifts from the records stops the run (``ModelCorrupted``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 import trio
 
 from reckon.daemon.agent import daemon as agent_daemon
+from reckon.model.controller import Controller
 from reckon.daemon.controller import clients, connections, core, effects, server
 from reckon.daemon.store import sqlite_thread
 
@@ -90,12 +93,22 @@ async def _aclose_blocking(self: sqlite_thread.SqliteThread) -> None:
         self._thread.join()
 
 
+_handle = Controller.handle
+
+
+def _handle_validated(self: Controller, event: Any) -> list[Any]:
+    commands = _handle(self, event)
+    self.state.validate_state()
+    return commands
+
+
 @contextlib.contextmanager
 def installed(*, network: Any, runner_factory: Any, agent_wall: SimWall, controller_wall: SimWall,
               seed: int) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sqlite_thread.SqliteThread, "_submit", _submit_blocking)
         mp.setattr(sqlite_thread.SqliteThread, "aclose", _aclose_blocking)
+        mp.setattr(Controller, "handle", _handle_validated)
         mp.setattr(agent_daemon, "open_websocket_url", network.open_websocket_url)
         mp.setattr(agent_daemon, "NullRunner", runner_factory)
         mp.setattr(agent_daemon, "time", agent_wall)

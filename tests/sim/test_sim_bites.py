@@ -16,6 +16,7 @@ from reckon.model import controller as controller_model
 from reckon.model import reports as reports_model
 from reckon.model import events as E
 from reckon.model import names
+from reckon.model import state as state_model
 from reckon.model.agent import Agent
 
 
@@ -85,3 +86,22 @@ def test_bite_join_generations_are_not_checked(monkeypatch):
     monkeypatch.setattr(names, "generation_refusal", lambda join, session, info: None)
     with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
         T.test_an_older_copy_of_the_agents_state_directory_on_its_own_machine_is_refused()
+
+
+def test_bite_a_derived_index_that_drifts_stops_the_run(monkeypatch):
+    """INV-STATE-VALID in the simulation: ``Controller.handle`` runs ``validate_state`` after every
+    event (tests/sim/patches.py), so a release that keeps the agent's slots stops the controller
+    at the event that did it (ModelCorrupted), instead of a run on a state its log does not describe."""
+    release = state_model._release
+
+    def keeps_the_slots(state, job):
+        used = state.agents[job.agent].used
+        agent = release(state, job)
+        state.agents[agent].used = used
+        return agent
+
+    monkeypatch.setattr(state_model, "_release", keeps_the_slots)
+    found = T.S.run(T.Scenario(seed=1, steps=(T.Submit(3.0, 0), T.Wait(10.0)),
+                               reset_in_handshake=T.RESETS_IN_HANDSHAKE))
+    with pytest.raises(T.BugReproduced, match="ModelCorrupted.*agent a1 holds"):
+        T.holds(found, bug_id="INV-SIM-NO-DAEMON-DEATH", detail="ModelCorrupted")
