@@ -160,7 +160,7 @@ class AgentConnections:
                 log.warning("agent connection %s (%s): %s", conn.id, conn.agent, exc)
                 if not conn.closing:
                     try:
-                        conn.outgoing.send_nowait(wire.encode(M.Error(seq=0, reason=str(exc))))
+                        conn.outgoing.send_nowait(wire.encode(M.refusal(conn.version, M.RefusalCode.INVALID, str(exc))))
                     except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                         pass  # the writer is gone or stuck: the close below still ends the connection
                     self._close(conn, str(exc))
