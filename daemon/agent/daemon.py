@@ -35,7 +35,8 @@ from trio_websocket import ConnectionRejected, HandshakeError, WebSocketConnecti
 
 from reckon.model import events as E
 from reckon.model import messages as M
-from reckon.model.agent import Agent, AgentConfig, LocalStatus, Retry, from_older_controller, refusal_retry
+from reckon.model.agent import (Agent, AgentConfig, LocalStatus, Retry, SessionState, from_older_controller,
+                                refusal_retry)
 from reckon.model.errors import PermanentRefusal, ProtocolError, RemoteProtocolError
 
 from reckon.daemon.agent.controllers import ControllerUrls
@@ -199,7 +200,7 @@ class AgentDaemon:
                     self._conn = None
                 commands.extend((c, self._conn) for c in cmds)
             await self._execute(commands, nursery)
-            if self.model.session.value == "operating":
+            if self.model.session is SessionState.OPERATING:
                 self.joined.set()
                 cleared = self.failed_handshakes.cleared(_REFUSED) | self.failed_handshakes.cleared(_HELD)
                 if self.refusals.cleared(_REFUSED) or cleared:  # the join went through: the condition is over

@@ -25,7 +25,7 @@ import trio
 
 from reckon.daemon.controller.options import VALIDATE_STATE_ENV
 from reckon.daemon.client import Client, ClientError
-from reckon.daemon.cli.demo import _count_finish_facts
+from reckon.daemon.cli.demo import count_finish_facts
 from reckon.daemon.procs import LocalCluster
 from reckon.daemon.chaos.proxy import CuttableProxy
 from reckon.daemon.chaos.schedule import CONTROLLER, ChaosJob, Fault, FaultKind, Plan
@@ -239,7 +239,7 @@ class ChaosRun:
         if self.interrupted:
             raise ChaosInterrupted("SIGTERM: the run was stopped before its verdict")
         await trio.to_thread.run_sync(self.cluster.stop_all)
-        finish_facts = await _count_finish_facts(self.base / "controller")
+        finish_facts = await count_finish_facts(self.base / "controller")
         verdict = judge(list(plan.jobs), self.acknowledged, final["jobs"] if final else [],
                         read_truth(self.truth_dir), finish_facts)
         return verdict, {"healed_at_s": round(healed_at, 1), "settled_at_s": round(settled_at, 1),

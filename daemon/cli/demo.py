@@ -136,12 +136,12 @@ async def _scenario(cluster: LocalCluster, jobs: list[DemoJob], truth_dir: Path,
             break
     final_jobs = (await _query(cluster, "jobs"))["jobs"]
     cluster.stop_all()
-    finish_facts = await _count_finish_facts(base / "controller")
+    finish_facts = await count_finish_facts(base / "controller")
     return _verdict(final_jobs, by_id, truth_dir, finish_facts, serving_after,
                     (recovered_at - restart_at) if recovered_at and restart_at else None, len(finished_in_outage))
 
 
-async def _count_finish_facts(state_dir: Path) -> dict[str, int]:
+async def count_finish_facts(state_dir: Path) -> dict[str, int]:
     from reckon.model.facts import JobFinished
 
     from reckon.daemon.store.facts import FactStore

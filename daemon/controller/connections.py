@@ -50,38 +50,39 @@ class _Conn:
     joined_at: float = 0.0  # trio time the Join arrived
 
 
+def authorized(token: str | None, request: WebSocketRequest) -> str | None:
+    """None if the request may connect to a controller with ``token`` (None: loopback only), else
+    the reason it may not.  The daemon's and the standby's (daemon/controller/standby.py) one check."""
+    if token is None:
+        remote = request.remote
+        host = getattr(remote, "address", None)
+        try:
+            if host is not None and ipaddress.ip_address(host).is_loopback:
+                return None
+        except ValueError:
+            pass
+        return "no token is configured, so only loopback connections are accepted"
+    for key, value in request.headers:
+        if key.lower() == b"authorization":
+            offered = value.decode("latin-1").removeprefix("Bearer ").strip()
+            if hmac.compare_digest(offered.encode(), token.encode()):
+                return None
+            return "bad token"
+    return "missing token"
+
+
 class AgentConnections:
     """Part of ``ControllerDaemon`` (daemon/controller/core.py): the WebSocket side."""
 
     def connection(self, conn_id: int | None) -> _Conn | None:
         return None if conn_id is None else self._conns.get(conn_id)
 
-    def _authorized(self, request: WebSocketRequest) -> str | None:
-        """None if the request may connect, else the reason it may not."""
-        token = self.options.token
-        if token is None:
-            remote = request.remote
-            host = getattr(remote, "address", None)
-            try:
-                if host is not None and ipaddress.ip_address(host).is_loopback:
-                    return None
-            except ValueError:
-                pass
-            return "no token is configured, so only loopback connections are accepted"
-        for key, value in request.headers:
-            if key.lower() == b"authorization":
-                offered = value.decode("latin-1").removeprefix("Bearer ").strip()
-                if hmac.compare_digest(offered.encode(), token.encode()):
-                    return None
-                return "bad token"
-        return "missing token"
-
     async def handle_request(self, request: WebSocketRequest) -> None:
         # A peer may reset its connection at any point, also while we accept or
         # reject it: that ends this connection only, never the server (trio's
         # listener would pass the exception up and stop the controller).
         try:
-            refused = self._authorized(request)
+            refused = authorized(self.options.token, request)
             if refused is not None:
                 host = _peer_host(request)
                 self.refusals.refused(("handshake", host, request.path, refused),
@@ -159,7 +160,7 @@ class AgentConnections:
                 log.warning("agent connection %s (%s): %s", conn.id, conn.agent, exc)
                 if not conn.closing:
                     try:
-                        conn.outgoing.send_nowait(wire.encode(M.Error(seq=0, reason=str(exc))))
+                        conn.outgoing.send_nowait(wire.encode(M.refusal(conn.version, M.RefusalCode.INVALID, str(exc))))
                     except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                         pass  # the writer is gone or stuck: the close below still ends the connection
                     self._close(conn, str(exc))

@@ -160,8 +160,10 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
             conn = getattr(work.event, "conn", None)
             log.warning("connection %s: %s", conn, exc)
             if conn is not None:
+                joined = self.connection(conn)  # the refusal speaks the version the agent joined with
+                refusal = M.refusal(joined.version if joined else 0, M.RefusalCode.INVALID, str(exc))
                 work.commands = [
-                    E.Send(conn=conn, message=M.Error(seq=0, reason=str(exc))),
+                    E.Send(conn=conn, message=refusal),
                     E.Close(conn=conn, reason=str(exc)),
                 ]
                 work.commands += self._handle(E.ConnectionClosed(conn=conn, now=time.time(),

@@ -15,6 +15,7 @@ from reckon.model.errors import ProtocolError
 from reckon.model.state import ControllerState, replay, restore
 
 from reckon.daemon import runtime, wire
+from reckon.daemon.controller.connections import authorized
 from reckon.daemon.controller.core import REFUSAL_REMINDER, ControllerDaemon
 from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.refusals import RefusalLog
@@ -47,7 +48,7 @@ class Front:
     """What answers on the port: the standby until this controller leads, then the daemon."""
 
     def __init__(self, options: ControllerOptions) -> None:
-        self.options = options  # (ControllerDaemon._authorized reads the token from here)
+        self.options = options
         self.daemon: ControllerDaemon | None = None
         self.leader = ""  # the current leader's URL as last read from the database ("" unknown)
         # TLS handshakes that fail while standing by, once per peer and reason (the daemon has its own).
@@ -59,7 +60,7 @@ class Front:
             await self.daemon.handle_request(request)
             return
         try:
-            refused = ControllerDaemon._authorized(self, request)  # type: ignore[arg-type]
+            refused = authorized(self.options.token, request)
             if refused is not None:
                 await request.reject(401, body=refused.encode())
                 return

@@ -176,7 +176,7 @@ def _compact(conn: sqlite3.Connection) -> None:
 def _facts_about(conn: sqlite3.Connection, job: str, path: Path) -> list[F.Fact]:
     with transaction(conn, write=False):
         first = conn.execute("SELECT ifnull(min(seq), 1) FROM fact").fetchone()[0]
-        facts = _decode_facts(conn.execute("SELECT seq, data FROM fact ORDER BY seq"), first, path)
+        facts = decode_facts(conn.execute("SELECT seq, data FROM fact ORDER BY seq"), first, path)
     return [f for f in facts if getattr(f, "job", None) == job]
 
 
@@ -192,7 +192,7 @@ def _load(conn: sqlite3.Connection, path: Path) -> tuple[dict[str, Any] | None, 
                 raise StoreError(f"{path}: the snapshot up to seq {snap_seq} cannot be decoded: {exc}") from exc
             if not isinstance(snapshot, dict):
                 raise StoreError(f"{path}: the snapshot up to seq {snap_seq} is not a map")
-        facts = _decode_facts(conn.execute("SELECT seq, data FROM fact WHERE seq > ? ORDER BY seq", (snap_seq,)),
+        facts = decode_facts(conn.execute("SELECT seq, data FROM fact WHERE seq > ? ORDER BY seq", (snap_seq,)),
                               snap_seq + 1, path)
         last, _ = _positions(conn)
     return snapshot, facts, snap_seq, last
@@ -200,7 +200,7 @@ def _load(conn: sqlite3.Connection, path: Path) -> tuple[dict[str, Any] | None, 
 
 
 
-def _decode_facts(rows: Any, first: int, path: Path | str) -> list[F.Fact]:
+def decode_facts(rows: Any, first: int, path: Path | str) -> list[F.Fact]:
     """Decode in one tight loop; any bad row stops the load, naming its seq."""
     out: list[F.Fact] = []
     add, loads, decode = out.append, cbor2.loads, F.decode

@@ -38,7 +38,7 @@ import trio
 from reckon.model import facts as F
 
 from reckon.daemon import runtime
-from reckon.daemon.store.facts import _decode_facts
+from reckon.daemon.store.facts import decode_facts
 from reckon.daemon.store.interface import StoreKind
 from reckon.daemon.store.sqlite_thread import SqliteThread, StoreError
 
@@ -359,7 +359,7 @@ def _facts_about(conn: Any, job: str, where: str) -> list[F.Fact]:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         first = int(conn.execute("SELECT coalesce(min(seq), 1) FROM fact").fetchone()[0])
         cursor = conn.execute("SELECT seq, data FROM fact ORDER BY seq")
-        facts = _decode_facts(((int(s), bytes(d)) for s, d in cursor), first, where)
+        facts = decode_facts(((int(s), bytes(d)) for s, d in cursor), first, where)
     return [f for f in facts if getattr(f, "job", None) == job]
 
 
@@ -398,7 +398,7 @@ def _load(conn: Any, where: str, after_seq: int) -> tuple[dict[str, Any] | None,
                     raise StoreError(f"{where}: the snapshot up to seq {snap_seq} is not a map")
         start = snap_seq if snapshot is not None else max(after_seq, snap_seq)
         cursor = conn.execute("SELECT seq, data FROM fact WHERE seq > %s ORDER BY seq", (start,))
-        facts = _decode_facts(((int(s), bytes(d)) for s, d in cursor), start + 1, where)
+        facts = decode_facts(((int(s), bytes(d)) for s, d in cursor), start + 1, where)
         last, _ = _positions(conn)
     return snapshot, facts, snap_seq, last
 

@@ -307,6 +307,8 @@ async def test_a_frame_with_a_bad_message_is_refused_whole(tmp_path, autojump_cl
             await agent.send_raw(cbor2.dumps([M.to_wire(finished(job)), {"type": "finished", "job": job}]))
             error = await agent.expect(M.Error)
             assert error.fatal and "malformed message" in error.reason
+            # A refusal's code, as the model's refusals carry (the agent model decides its pace from it).
+            assert error.code is M.RefusalCode.INVALID and not error.permanent
             await agent.wait_closed()
             await ctl.sync()
             assert ctl.job(job).state is JobState.RUNNING  # the good half was not applied either
@@ -392,6 +394,8 @@ async def test_malformed_input_closes_only_that_connection(tmp_path, autojump_cl
             error = await bad.receive()
             assert isinstance(error, M.Error) and error.fatal, error
             assert reason in error.reason
+            if before:  # joined at this version: the refusal carries its code, not only its words
+                assert error.code is M.RefusalCode.INVALID, error
             assert await bad.wait_closed() == []
             await bad_done.wait()
             await ctl.sync()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from reckon.model import controller as C
+from reckon.model.agent import SessionState
 from reckon.model.controller import ControllerConfig
 from reckon.model.errors import LocalProtocolError, ModelCorrupted
 from reckon.model.jobs import JobState
@@ -134,18 +135,23 @@ def test_the_structure_check_bites(tmp_path) -> None:
 
 
 def test_no_node_or_session_state_is_compared_as_a_string() -> None:
-    """The states are Enums: neither the model nor the controller daemon that holds it compares a
-    value with a state's text (clients reading ``reckon nodes --json`` compare the printed text)."""
-    texts = {s.value for s in NodeState} | {s.value for s in AgentSessionState}
+    """The states are Enums: neither the model nor the daemons that hold it compare a value with a
+    state's text (clients reading ``reckon nodes --json`` compare the printed text).  The agent's
+    session too: its daemon compared ``model.session.value`` with ``"operating"``."""
+    controller_texts = {s.value for s in NodeState} | {s.value for s in AgentSessionState}
+    agent_texts = {s.value for s in SessionState}
     root = MODEL.parent
     found = []
-    for path in [*MODEL.glob("*.py"), *(root / "daemon" / "controller").rglob("*.py")]:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Compare):
-                for side in (node.left, *node.comparators):
-                    consts = side.elts if isinstance(side, (ast.Tuple, ast.Set, ast.List)) else [side]
-                    found += [f"{path.relative_to(root)}:{node.lineno}" for c in consts
-                              if isinstance(c, ast.Constant) and c.value in texts]
+    for paths, texts in (
+            ([*MODEL.glob("*.py"), *(root / "daemon" / "controller").rglob("*.py")], controller_texts | agent_texts),
+            ((root / "daemon" / "agent").rglob("*.py"), agent_texts)):
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Compare):
+                    for side in (node.left, *node.comparators):
+                        consts = side.elts if isinstance(side, (ast.Tuple, ast.Set, ast.List)) else [side]
+                        found += [f"{path.relative_to(root)}:{node.lineno}" for c in consts
+                                  if isinstance(c, ast.Constant) and c.value in texts]
     assert found == []
 
 
