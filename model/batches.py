@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import events as E
 from . import facts as F
-from . import startup
+from .id_marks import mark_for_submit
 from .admission import unrunnable_reason
 from .errors import LocalProtocolError
 from .jobs import JobSpec
@@ -38,6 +38,6 @@ def on_submit_batch(tx: Transaction, ev: E.SubmitBatch) -> None:
         refusal = entry_refusal(state, spec, ev.queue_anyway)
         if refusal is not None:
             raise LocalProtocolError(f"nothing submitted: entry {number} of {len(ev.specs)}: {refusal}")
-    startup.mark_for_submit(tx, count=len(ev.specs))  # every entry's id, before any
+    mark_for_submit(tx, count=len(ev.specs))  # every entry's id, before any
     for spec, uid in zip(ev.specs, ev.uids):
         tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid))

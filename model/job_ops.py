@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import events as E
 from . import facts as F
 from . import messages as M
-from . import startup
+from .id_marks import mark_for_submit
 from .admission import unrunnable_reason
 from .arrays import array_member
 from .errors import LocalProtocolError
@@ -34,7 +34,7 @@ def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
         raise LocalProtocolError(refusal)
     check_submit(tx, ev.spec)
     state = tx.state
-    startup.mark_for_submit(tx, count=len(ev.array.indices()))  # every member's id, before any
+    mark_for_submit(tx, count=len(ev.array.indices()))  # every member's id, before any
     array_id = state.next_job_id()  # the first job's id names the array
     for n, index in enumerate(ev.array.indices()):
         spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running)
@@ -102,7 +102,7 @@ def on_submit(tx: Transaction, ev: E.SubmitJob) -> None:
     if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, ev.spec)) is not None:
         raise LocalProtocolError(refusal)
     check_submit(tx, ev.spec)
-    startup.mark_for_submit(tx)
+    mark_for_submit(tx)
     tx.apply(F.JobSubmitted(job=tx.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
 
 

@@ -7,7 +7,7 @@ is the one registered in the controller's dispatch table.
 
 from __future__ import annotations
 
-from . import connections
+from . import agent_links
 from . import events as E
 from . import facts as F
 from . import messages as M
@@ -47,7 +47,7 @@ def on_message(tx: Transaction, ev: E.MessageFromAgent) -> None:
     except RemoteProtocolError as exc:
         if tx.applied:
             raise  # a refusal after a fact cannot undo it: Controller.handle reports the corruption
-        connections.refuse(tx, ev.conn, str(exc))
+        agent_links.refuse(tx, ev.conn, str(exc))
     else:
         if session.generation is not None:  # sent after it stored its Welcome's generation
             session.shown_generation = max(session.shown_generation, session.generation)
@@ -95,7 +95,7 @@ def on_heartbeat(tx: Transaction, session: AgentSession, msg: M.Heartbeat, ev: E
         return  # a round already saw exactly this disagreement: wait for a change
     # Anti-entropy: the agent's set and ours disagree at a quiet moment.
     session.unrepaired = (ev.conn, theirs, ours)
-    connections.arm_round(tx, session, ev.token, tx.placed_on(session.name), ev.now, welcome=False)
+    agent_links.arm_round(tx, session, ev.token, tx.placed_on(session.name), ev.now, welcome=False)
 
 
 def on_report_page(tx: Transaction, session: AgentSession, page: M.ResyncReport, now: float) -> None:

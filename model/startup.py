@@ -38,11 +38,11 @@ from typing import Any
 from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
+from .id_marks import mark_for_submit
 from .jobs import JobState
 from .scheduler import DispatchHold
 from .transaction import ControllerView, StartGate, Transaction, silence_clock
 
-ID_BLOCK = 1000  # job ids reserved per raise of the id mark (one durable file write per block)
 
 
 def on_controller_started(tx: Transaction, ev: E.ControllerStarted) -> None:
@@ -159,10 +159,3 @@ def _continue_ids(tx: Transaction, mark: E.IdMark | None, *, mark_file: bool = T
     return restored
 
 
-def mark_for_submit(tx: Transaction, count: int = 1) -> None:
-    """Before submitting ``count`` jobs: raise the id mark if the last of their ids is above it
-    (the daemon writes the file first)."""
-    state = tx.state
-    last = state.next_job + count - 1
-    if last > state.id_mark:
-        tx.apply(F.IdMarkRaised(upto=last + ID_BLOCK - 1))

@@ -261,3 +261,26 @@ def test_a_module_outside_the_table_has_no_layer() -> None:
     assert layer_of("daemon/newthing.py") is None
     assert layer_of("daemon/cli/main.py") == ("daemon/cli/main.py", 6)
     assert layer_of("daemon/cli/jobs.py") == ("daemon/cli/", 4)
+
+
+def private_imports(sources: dict[str, str], read=lambda path: (ROOT / path).read_text()) -> list[str]:
+    """``from module import _name`` of another module of the project: a reach into its private members
+    (a name another module needs is part of its interface and says so by having no underscore)."""
+    found = []
+    for module, path in sources.items():
+        for node in ast.walk(ast.parse(read(path))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("reckon")):
+                found += [f"{path}:{node.lineno}: {alias.name} from {node.module or '.'}"
+                          for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports(SOURCES) == []
+
+
+def test_a_private_import_is_found() -> None:
+    files = {"reckon.daemon.a": "daemon/a.py", "reckon.daemon.b": "daemon/b.py"}
+    text = {"daemon/a.py": "from reckon.daemon.b import Public, _hidden\n", "daemon/b.py": "from . import _x\n"}
+    assert private_imports(files, read=text.__getitem__) == [
+        "daemon/a.py:1: _hidden from reckon.daemon.b", "daemon/b.py:1: _x from ."]

@@ -70,7 +70,7 @@ def check_key(job: str, attempt: int) -> None:
         raise ValueError(f"attempt must be an integer >= 1, got {attempt!r}")
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
     try:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
@@ -82,7 +82,7 @@ def _read_json(path: Path) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
-def _status_from(key: Key, obj: dict) -> ExitStatus | None:
+def status_from(key: Key, obj: dict) -> ExitStatus | None:
     try:
         exit_code, sig, finished_at = obj["exit_code"], obj["signal"], obj["finished_at"]
         started_at = obj.get("started_at")
@@ -100,7 +100,7 @@ def _status_from(key: Key, obj: dict) -> ExitStatus | None:
 _BOOT_ID = _launcher.boot_id()
 
 
-def _proc_alive(pid: object, start: object) -> bool:
+def proc_alive(pid: object, start: object) -> bool:
     """``pid`` is still the process that started at ``start`` and has not exited."""
     if not isinstance(pid, int) or pid <= 0 or not isinstance(start, int):
         return False
@@ -113,5 +113,5 @@ def _proc_alive(pid: object, start: object) -> bool:
         return False
 
 
-def _pidinfo_current(info: dict | None) -> bool:
+def pidinfo_current(info: dict | None) -> bool:
     return bool(info) and info.get("boot_id") == _BOOT_ID

@@ -76,11 +76,11 @@ from reckon.daemon.agent.output import custom_outputs, note_custom_outputs
 
 from reckon.daemon.agent import launcher as _launcher
 from reckon.daemon.agent.attempts import (
-    AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, _pidinfo_current, _proc_alive, _read_json,
-    _status_from, check_key,
+    AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, pidinfo_current, proc_alive, read_json,
+    status_from, check_key,
 )
 from reckon.daemon.agent.jobenv import base_environment, job_environment
-from reckon.daemon.agent.supervision import Supervision, _Running, _Waiter
+from reckon.daemon.agent.supervision import Supervision, RunningAttempt, LaunchWaiter
 from reckon.daemon.store.filemodes import OUTPUT_MODE, private_dir
 
 __all__ = ["JobRunner"]
@@ -96,8 +96,8 @@ class JobRunner(Supervision):
         self.output_mode = output_mode  # of the jobs' .stdout/.stderr files
         self._job_env_base = base_environment()  # daemon/agent/jobenv.py: what every job gets
         self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
-        self._running: dict[Key, _Running] = {}
-        self._waiters: dict[Key, _Waiter] = {}
+        self._running: dict[Key, RunningAttempt] = {}
+        self._waiters: dict[Key, LaunchWaiter] = {}
         self._requests: list[bytes] = []
         self._request_ready = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -162,7 +162,7 @@ class JobRunner(Supervision):
         if found is not None:
             return found
         legacy = self._legacy_dir(key)
-        return _read_json(legacy / "pid"), _read_json(legacy / "status")
+        return read_json(legacy / "pid"), read_json(legacy / "status")
 
     def log_paths(self, job: str, attempt: int) -> tuple[Path, Path]:
         check_key(job, attempt)
@@ -210,7 +210,7 @@ class JobRunner(Supervision):
         if outputs:
             note_custom_outputs(base, outputs)
             request.update(outputs)
-        waiter = self._waiters[key] = _Waiter(event=trio.Event())
+        waiter = self._waiters[key] = LaunchWaiter(event=trio.Event())
         self._requests.append(json.dumps(request).encode() + b"\n")
         self._request_ready.set()
         await waiter.event.wait()
@@ -240,17 +240,17 @@ class JobRunner(Supervision):
             run.escalation = trio.CancelScope(deadline=math.inf)
             self._nursery.start_soon(self._escalate, key, run, run.escalation)
 
-    async def _escalate(self, key: Key, run: _Running, scope: trio.CancelScope) -> None:
+    async def _escalate(self, key: Key, run: RunningAttempt, scope: trio.CancelScope) -> None:
         with scope:
             await trio.sleep_until(run.escalate_at)
             if self._running.get(key) is run:
                 self._signal(key, run, signal.SIGKILL)
 
-    def _signal(self, key: Key, run: _Running, sig: int) -> None:
+    def _signal(self, key: Key, run: RunningAttempt, sig: int) -> None:
         info, status = self._records(key)
         if status is not None:
             return  # over; its exit is on its way
-        if _pidinfo_current(info) and _proc_alive(info.get("job_pid"), info.get("job_start")):
+        if pidinfo_current(info) and proc_alive(info.get("job_pid"), info.get("job_start")):
             try:
                 os.killpg(info["job_pid"], sig)
             except OSError:
@@ -292,7 +292,7 @@ class JobRunner(Supervision):
             # exit went to ``exits``.
             result = probed.get(key, "running")
             if result == "running" and key in probed:
-                self._running[key] = _Running(supervisor=None, adopted=True)
+                self._running[key] = RunningAttempt(supervisor=None, adopted=True)
                 self._nursery.start_soon(self._watch, key)
             answer[key] = result
         return answer
@@ -302,7 +302,7 @@ class JobRunner(Supervision):
         for key in keys:
             for attempt_no in range(2):
                 info, status = self._records(key)
-                if status is not None and (st := _status_from(key, status)) is not None:
+                if status is not None and (st := status_from(key, status)) is not None:
                     out[key] = st
                     break
                 if attempt_no:
@@ -316,7 +316,7 @@ class JobRunner(Supervision):
                     # coming late runs nothing of an attempt reported lost.
                     out[key] = "lost"
                     break
-                if _pidinfo_current(info) and _proc_alive(info.get("supervisor"), info.get("supervisor_start")):
+                if pidinfo_current(info) and proc_alive(info.get("supervisor"), info.get("supervisor_start")):
                     out[key] = "running"
                     break
                 # Not alive: look at the status once more (it may have ended

@@ -20,7 +20,7 @@ from pathlib import Path
 import trio
 
 from reckon.daemon.agent import launcher as _launcher
-from reckon.daemon.agent.attempts import Key, JobLost, Outcome, RunnerError, _pidinfo_current, _proc_alive, _status_from
+from reckon.daemon.agent.attempts import Key, JobLost, Outcome, RunnerError, pidinfo_current, proc_alive, status_from
 
 ADOPT_POLL_INTERVAL = 0.25  # seconds, only where pidfd_open is unavailable
 PID_FILE_WAIT = 2.0  # seconds a supervisor may take to write its pid record (launcher death mid-launch only)
@@ -28,7 +28,7 @@ CLAIMED_WAIT = 30.0  # more seconds for one that has claimed the attempt (it is 
 
 
 @dataclass(slots=True)
-class _Running:
+class RunningAttempt:
     supervisor: int | None  # from the launcher's answer (ours); None when adopted
     adopted: bool  # watched through its pid record, not through the launcher
     escalation: trio.CancelScope | None = None  # the pending SIGKILL of a kill in progress
@@ -36,7 +36,7 @@ class _Running:
 
 
 @dataclass(slots=True)
-class _Waiter:
+class LaunchWaiter:
     event: trio.Event
     started_at: float | None = None
     error: str | None = None
@@ -118,7 +118,7 @@ class Supervision:
         kind = msg["t"]
         key = tuple(msg["k"]) if msg.get("k") is not None else None
         if kind == "S":
-            self._running[key] = _Running(supervisor=msg["pid"], adopted=False)
+            self._running[key] = RunningAttempt(supervisor=msg["pid"], adopted=False)
             waiter = self._waiters.pop(key, None)
             if waiter is not None:
                 waiter.started_at = msg["at"]
@@ -149,7 +149,7 @@ class Supervision:
         for key, waiter in inflight:
             self._nursery.start_soon(self._settle_inflight, key, waiter)
 
-    async def _settle_inflight(self, key: Key, waiter: _Waiter) -> None:
+    async def _settle_inflight(self, key: Key, waiter: LaunchWaiter) -> None:
         """A launch the dead launcher never answered: did its supervisor start?"""
         found = await self._wait_for_record(key, PID_FILE_WAIT)
         if found is None and not self._withdraw(key):
@@ -158,7 +158,7 @@ class Supervision:
             found = await self._wait_for_record(key, CLAIMED_WAIT)
         started_at = found.get("started_at") if found is not None else None
         if isinstance(started_at, (int, float)):
-            self._running[key] = _Running(supervisor=None, adopted=True)
+            self._running[key] = RunningAttempt(supervisor=None, adopted=True)
             assert self._nursery is not None
             self._nursery.start_soon(self._watch, key)
             waiter.started_at = float(started_at)
@@ -207,7 +207,7 @@ class Supervision:
     def _collect(self, key: Key, why_lost: str) -> None:
         """The supervisor of ``key`` is gone: deliver its status, or JobLost."""
         pid, status = self._records(key)
-        outcome: Outcome | None = _status_from(key, status) if status is not None else None
+        outcome: Outcome | None = status_from(key, status) if status is not None else None
         if outcome is None:
             self._kill_orphan(pid)
             outcome = JobLost(job=key[0], attempt=key[1], reason=why_lost)
@@ -215,7 +215,7 @@ class Supervision:
 
     @staticmethod
     def _kill_orphan(info: dict | None) -> None:
-        if _pidinfo_current(info) and _proc_alive(info.get("job_pid"), info.get("job_start")):
+        if pidinfo_current(info) and proc_alive(info.get("job_pid"), info.get("job_start")):
             try:
                 os.killpg(info["job_pid"], signal.SIGKILL)
             except OSError:
@@ -234,14 +234,14 @@ class Supervision:
                 if found is None and Path(self._base(*key) + _launcher.RUN).exists() and not self._withdrawn(key):
                     await self._wait_for_record(key, CLAIMED_WAIT)
                 info, _ = self._records(key)
-            if _pidinfo_current(info):
+            if pidinfo_current(info):
                 await self._wait_process_end(info.get("supervisor"), info.get("supervisor_start"))
         finally:
             run = self._done(key)
         if run is not None:
             self._collect(key, "the supervisor ended without recording an outcome")
 
-    def _done(self, key: Key) -> _Running | None:
+    def _done(self, key: Key) -> RunningAttempt | None:
         run = self._running.pop(key, None)
         if run is not None and run.escalation is not None:
             run.escalation.cancel()
@@ -249,7 +249,7 @@ class Supervision:
 
     @staticmethod
     async def _wait_process_end(pid: object, start: object) -> None:
-        if not _proc_alive(pid, start):
+        if not proc_alive(pid, start):
             return
         assert isinstance(pid, int)
         try:
@@ -257,11 +257,11 @@ class Supervision:
         except (OSError, AttributeError):
             fd = None
         if fd is None:
-            while _proc_alive(pid, start):
+            while proc_alive(pid, start):
                 await trio.sleep(ADOPT_POLL_INTERVAL)
             return
         try:
-            if not _proc_alive(pid, start):  # the pid was reused between the check and the open
+            if not proc_alive(pid, start):  # the pid was reused between the check and the open
                 return
             await trio.lowlevel.wait_readable(fd)
         finally:

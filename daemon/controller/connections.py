@@ -24,7 +24,7 @@ from reckon.model import messages as M
 from reckon.model.errors import RemoteProtocolError
 
 from reckon.daemon import wire
-from reckon.daemon.controller.work import _Work
+from reckon.daemon.controller.work import WorkItem
 
 log = logging.getLogger("reckon.controller")
 
@@ -33,7 +33,7 @@ SILENCE_RECHECK = 1.0  # seconds: the last part of the silence wait, started afr
 
 
 @dataclass(slots=True)
-class _Conn:
+class AgentConn:
     """A live agent connection as the core loop sees it."""
 
     id: int
@@ -74,7 +74,7 @@ def authorized(token: str | None, request: WebSocketRequest) -> str | None:
 class AgentConnections:
     """Part of ``ControllerDaemon`` (daemon/controller/core.py): the WebSocket side."""
 
-    def connection(self, conn_id: int | None) -> _Conn | None:
+    def connection(self, conn_id: int | None) -> AgentConn | None:
         return None if conn_id is None else self._conns.get(conn_id)
 
     async def handle_request(self, request: WebSocketRequest) -> None:
@@ -105,7 +105,7 @@ class AgentConnections:
         send, recv = trio.open_memory_channel[bytes](OUTGOING_QUEUE)
         try:
             async with trio.open_nursery() as nursery:
-                conn = _Conn(id=conn_id, ws=ws, nursery=nursery, outgoing=send, remote=remote)
+                conn = AgentConn(id=conn_id, ws=ws, nursery=nursery, outgoing=send, remote=remote)
                 self._conns[conn_id] = conn
                 nursery.start_soon(self._writer, conn, recv)
                 await self._reader(conn)
@@ -119,12 +119,12 @@ class AgentConnections:
             self._conns.pop(conn_id, None)
             self.output.connection_ended(conn_id)
             with trio.CancelScope(shield=True):
-                await self.submit(_Work(event=E.ConnectionClosed(conn=conn_id, now=time.time(),
+                await self.submit(WorkItem(event=E.ConnectionClosed(conn=conn_id, now=time.time(),
                                                                  mono=trio.current_time())))
                 with trio.move_on_after(1):
                     await ws.aclose()
 
-    async def _writer(self, conn: _Conn, recv: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _writer(self, conn: AgentConn, recv: trio.MemoryReceiveChannel[bytes]) -> None:
         async with recv:
             async for data in recv:
                 queued = [data]  # and whatever else is waiting: as few frames as possible
@@ -144,7 +144,7 @@ class AgentConnections:
         conn.flushed.set()
         conn.nursery.cancel_scope.cancel()
 
-    async def _reader(self, conn: _Conn) -> None:
+    async def _reader(self, conn: AgentConn) -> None:
         while not conn.closing:
             try:
                 data = await self._next_frame(conn)
@@ -171,9 +171,9 @@ class AgentConnections:
                     conn.agent = join.agent
                     conn.version = join.version
                     conn.join, conn.joined_at = join, trio.current_time()
-                await self.submit(_Work(event=event))
+                await self.submit(WorkItem(event=event))
 
-    async def _next_frame(self, conn: _Conn) -> bytes | str | None:
+    async def _next_frame(self, conn: AgentConn) -> bytes | str | None:
         """The agent's next frame, or None when it sent nothing for ``heartbeat_timeout``.
 
         The last part of the wait starts afresh: a controller that was frozen (SIGSTOP, a
@@ -188,7 +188,7 @@ class AgentConnections:
                 return await conn.ws.get_message()
         return None
 
-    def _events(self, conn: _Conn, messages: list[M.Message], now: float) -> list[Any]:
+    def _events(self, conn: AgentConn, messages: list[M.Message], now: float) -> list[Any]:
         """The model events of one frame's messages; ``RemoteProtocolError`` (and no change) if any is out of place."""
         events: list[Any] = []
         mono = trio.current_time()  # silence is measured on trio's clock, never on the wall clock

@@ -27,11 +27,11 @@ from reckon.model.scheduler import Scheduler
 from reckon.daemon.commands import facts_of
 from reckon.daemon.controller import lifecycle, startup
 from reckon.daemon.controller.clients import ClientRequests
-from reckon.daemon.controller.connections import AgentConnections, _Conn
+from reckon.daemon.controller.connections import AgentConnections, AgentConn
 from reckon.daemon.controller.effects import CommandEffects
 from reckon.daemon.controller.logs import OutputRelay
 from reckon.daemon.controller.metrics import ControllerMetrics
-from reckon.daemon.controller.work import _Work
+from reckon.daemon.controller.work import WorkItem
 from reckon.daemon.refusals import RefusalLog
 from reckon.daemon.store.interface import ControllerStore
 
@@ -51,8 +51,8 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         self.store = store
         self.model = controller
         self.scheduler = Scheduler()
-        self._work_send, self._work_recv = trio.open_memory_channel[_Work](1_000_000)
-        self._conns: dict[int, _Conn] = {}
+        self._work_send, self._work_recv = trio.open_memory_channel[WorkItem](1_000_000)
+        self._conns: dict[int, AgentConn] = {}
         self._conn_ids = itertools.count(1)
         self.log_dirs: dict[str, tuple[str, str]] = {}  # agent -> (log_dir, log_layout) from its Join
         self.output = OutputRelay(self)  # `reckon logs` (daemon/controller/logs.py)
@@ -73,15 +73,15 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
 
     # ---- the core loop ------------------------------------------------------------
 
-    async def submit(self, work: _Work) -> None:
+    async def submit(self, work: WorkItem) -> None:
         await self._work_send.send(work)
 
     async def call(self, event: Any = None, call: Callable[[], Any] | None = None) -> Any:
         """Run an event or a read through the core loop; return once its effects are durable."""
         send, recv = trio.open_memory_channel[Any](1)
-        await self._work_send.send(_Work(event=event, call=call, reply=send))
+        await self._work_send.send(WorkItem(event=event, call=call, reply=send))
         async with recv:
-            work: _Work = await recv.receive()
+            work: WorkItem = await recv.receive()
         if work.error is not None:
             raise LocalProtocolError(work.error)
         return work.result
@@ -137,7 +137,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
             if self.store.facts_since_snapshot >= self.options.snapshot_every:
                 await self._snapshot()
 
-    def _decide(self, work: _Work) -> None:
+    def _decide(self, work: WorkItem) -> None:
         """Let the model decide one work item.  A refusal answers its sender; anything else that
         leaves the model changed (a fact applied that no commit will carry) stops the controller
         with ``ModelCorrupted``, before this batch commits anything: its log is the truth."""
@@ -212,7 +212,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         budget = self.options.max_dispatch_per_batch
         while pending_notes:
             if budget <= 0:
-                self._work_send.send_nowait(_Work())
+                self._work_send.send_nowait(WorkItem())
                 break
             proposals = self.scheduler.place(limit=budget)
             budget -= len(proposals)
@@ -236,7 +236,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
     async def ticker(self) -> None:
         """Time: lost-agent detection when ``lost_after`` is set; the start gate's grace."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.grace_timer.run, lambda event: self.submit(_Work(event=event)))
+            nursery.start_soon(self.grace_timer.run, lambda event: self.submit(WorkItem(event=event)))
             if self.options.model.lost_after is not None:
                 nursery.start_soon(self._lost_ticks)
 
@@ -244,4 +244,4 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         assert self.options.model.lost_after is not None
         while True:
             await trio.sleep(min(1.0, self.options.model.lost_after / 4))
-            await self.submit(_Work(event=E.Tick(now=time.time(), mono=trio.current_time())))
+            await self.submit(WorkItem(event=E.Tick(now=time.time(), mono=trio.current_time())))

@@ -17,8 +17,8 @@ from reckon.model.scheduler import DispatchHold
 
 from reckon.daemon import wire
 from reckon.daemon.controller import lifecycle
-from reckon.daemon.controller.connections import _Conn
-from reckon.daemon.controller.work import _Work
+from reckon.daemon.controller.connections import AgentConn
+from reckon.daemon.controller.work import WorkItem
 
 log = logging.getLogger("reckon.controller")
 
@@ -80,10 +80,10 @@ class CommandEffects:
         model, which redoes the attempt at once (the agent never saw it)."""
         msg = cmd.message
         if isinstance(msg, M.Dispatch):
-            self._work_send.send_nowait(_Work(event=E.DispatchUndelivered(
+            self._work_send.send_nowait(WorkItem(event=E.DispatchUndelivered(
                 job=msg.job, attempt=msg.attempt, now=time.time())))
 
-    def _note_join_outcome(self, conn: _Conn, message: M.Message) -> None:
+    def _note_join_outcome(self, conn: AgentConn, message: M.Message) -> None:
         """A Welcome makes the Join's details count; a refused Join is logged once per peer and reason."""
         join = conn.join
         if join is None:
@@ -100,7 +100,7 @@ class CommandEffects:
                                   f"refused agent {join.agent} from {conn.remote}: {message.reason}")
             conn.join = None
 
-    def _close(self, conn: _Conn, reason: str) -> None:
+    def _close(self, conn: AgentConn, reason: str) -> None:
         if conn.closing:
             return
         conn.closing = True
@@ -109,7 +109,7 @@ class CommandEffects:
         conn.outgoing.close()
         # The model learns of the close now, not once the connection task has
         # wound down: until then it would place work on a connection that drops it.
-        self._work_send.send_nowait(_Work(event=E.ConnectionClosed(conn=conn.id, now=time.time(),
+        self._work_send.send_nowait(WorkItem(event=E.ConnectionClosed(conn=conn.id, now=time.time(),
                                                                    mono=trio.current_time())))
 
     def _start_round_timer(self, cmd: E.StartRoundTimer) -> None:
@@ -133,5 +133,5 @@ class CommandEffects:
         with trio.move_on_after(self.model.config.round_timeout):
             await ended.wait()
             return
-        await self.submit(_Work(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time(),
+        await self.submit(WorkItem(event=E.RoundDeadlineExpired(agent=cmd.agent, token=cmd.token, now=time.time(),
                                                              mono=trio.current_time())))

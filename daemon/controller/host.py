@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol
 from reckon.model.controller import Controller
 from reckon.model.scheduler import Scheduler
 
-from reckon.daemon.controller.connections import _Conn
+from reckon.daemon.controller.connections import AgentConn
 from reckon.daemon.controller.lifecycle import NodeTracker
 from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.store.interface import ControllerStore
@@ -34,5 +34,5 @@ class DaemonHost(Protocol):
     def job_object(self, job_id: str) -> dict:
         """A job as a client sees it (its output paths included)."""
 
-    def connection(self, conn_id: int | None) -> _Conn | None:
+    def connection(self, conn_id: int | None) -> AgentConn | None:
         """The live agent connection ``conn_id``, if it is still open."""

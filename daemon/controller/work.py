@@ -11,7 +11,7 @@ from reckon.model import events as E
 
 
 @dataclass(slots=True)
-class _Work:
+class WorkItem:
     """One item for the core loop: a model event or a client read/act."""
 
     event: Any = None

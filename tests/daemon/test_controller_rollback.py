@@ -22,7 +22,7 @@ from reckon.model import events as E
 from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.jobs import JobState
-from reckon.model.startup import ID_BLOCK
+from reckon.model.id_marks import ID_BLOCK
 from tests.daemon.test_agent_daemon import install, options, start_agent
 from tests.daemon.trio_harness import FakeNet, ManualRunner, controller, patch_controller, until
 

@@ -16,7 +16,7 @@ import trio
 from reckon.daemon.controller.server import ControllerOptions, serve_controller
 from reckon.daemon.store.idmark import ID_MARK_FILE
 from reckon.daemon.store.statelock import WrongStateDir
-from reckon.model.startup import ID_BLOCK
+from reckon.model.id_marks import ID_BLOCK
 from tests.daemon.trio_harness import controller
 
 

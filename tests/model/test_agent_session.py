@@ -123,15 +123,19 @@ def test_no_model_module_but_the_controller_imports_a_handler_or_the_controller(
         if path.stem == "controller":
             continue
         assert "controller" not in _imports(path), f"model/{path.name} imports the controller"
+        assert not _imports(path) & handler_modules, f"model/{path.name} imports a handler module"
 
 
 def test_the_structure_check_bites(tmp_path) -> None:
-    """The same check on a handler that types against the Controller, as the handlers did."""
+    """The same check on a handler that types against the Controller, as the handlers did, and on
+    one that calls another handler module (what they share lives below them: agent_links, id_marks)."""
     bad = tmp_path / "bad.py"
     bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .controller import Controller\n")
     assert "controller" in _imports(bad)
     bad.write_text("from reckon.model import controller\n")
     assert "controller" in _imports(bad)
+    bad.write_text("from . import connections\nfrom .startup import mark_for_submit\n")
+    assert {"connections", "startup"} <= _imports(bad)
 
 
 def test_no_node_or_session_state_is_compared_as_a_string() -> None:

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from reckon.model import agent_links as AL
 from reckon.model import connections as CN
 from reckon.model import controller as C
 from reckon.model import events as E
@@ -167,7 +168,8 @@ def test_bite_query_never_paginates(monkeypatch):
         finally:
             tx.config = configured
 
-    monkeypatch.setattr(CN, "arm_round", one_page)
+    monkeypatch.setattr(CN, "arm_round", one_page)  # the join's round
+    monkeypatch.setattr(AL, "arm_round", one_page)  # the heartbeat's
     assert_bites("INV-PAGE-SIZE")
 
 

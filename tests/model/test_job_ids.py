@@ -9,7 +9,7 @@ from reckon.model import facts as F
 from reckon.model import state as S
 from reckon.model.controller import Controller
 from reckon.model.errors import LocalProtocolError
-from reckon.model.startup import ID_BLOCK
+from reckon.model.id_marks import ID_BLOCK
 
 from tests.model.harness import facts_of, spec
 
