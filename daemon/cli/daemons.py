@@ -33,6 +33,17 @@ _ONE_LINE_ERRORS = (ClientError, StateDirBusy, StateDirUnusable, WrongStateDir, 
 _USAGE_ERRORS = (CopiedStateDir, StateDirUnusable)
 
 
+def _sole(group: BaseExceptionGroup, kinds: type | tuple[type, ...]) -> BaseException | None:
+    """The exception of ``kinds`` a daemon's nursery raised in its group (nested groups unwrapped),
+    or None when the group holds anything else too: that one is re-raised as it is."""
+    known, rest = group.split(kinds)
+    if known is None or rest is not None:
+        return None
+    while isinstance(known, BaseExceptionGroup):
+        known = known.exceptions[0]
+    return known
+
+
 def run_daemon_command(args: argparse.Namespace) -> int:
     level = logging.DEBUG if args.verbose else logging.INFO
     try:
@@ -74,11 +85,9 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         raise ClientError(f"controller stepped down: {exc}") from None
     except BaseExceptionGroup as group:
         # Raised from inside a daemon's nursery (an agent's state directory refused at start).
-        known, rest = group.split(_ONE_LINE_ERRORS)
-        if known is None or rest is not None:
+        known = _sole(group, _ONE_LINE_ERRORS)
+        if known is None:
             raise
-        while isinstance(known, BaseExceptionGroup):
-            known = known.exceptions[0]
         if isinstance(known, _USAGE_ERRORS):
             raise UsageError(str(known)) from None
         raise ClientError(f"controller stepped down: {known}" if isinstance(known, SteppedDown) else str(known)) from None
@@ -141,11 +150,9 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     try:
         await _until_signalled(run, log_file)
     except BaseExceptionGroup as group:
-        corrupted, rest = group.split(ModelCorrupted)
-        if corrupted is None or rest is not None:
+        corrupted = _sole(group, ModelCorrupted)
+        if corrupted is None:
             raise
-        while isinstance(corrupted, BaseExceptionGroup):
-            corrupted = corrupted.exceptions[0]
         raise ClientError(model_corrupted_text(corrupted)) from None
     return 0
 
