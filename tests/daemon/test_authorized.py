@@ -2,7 +2,7 @@
 
 The standby (daemon/controller/standby.py ``Front``) used to call the daemon's private method
 unbound on itself (``ControllerDaemon._authorized(self, ...)``); both now call
-``connections.authorized``, and a standby refuses what the daemon refuses.
+``daemon/auth/token.py``'s ``authorized`` (through ``daemon/auth/handshake.py``), and a standby refuses what the daemon refuses.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reckon.daemon.controller.connections import authorized
+from reckon.daemon.auth.token import authorized
 from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.controller.standby import Front
 
