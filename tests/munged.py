@@ -7,6 +7,11 @@ removes its directory, however the block ends.  The daemon runs in the foregroun
 child, and dies with us even on SIGKILL (``PR_SET_PDEATHSIG``).  Without MUNGE installed,
 ``Munged()`` raises with ``INSTALL_HINT``: the tests FAIL saying what they need, never skip
 (``make test`` installs it when run as root).
+
+The benchmark of a munge cluster needs a munged; from a checkout this module starts one and
+runs the command given after ``--`` with ``RECKON_MUNGE_SOCKET`` naming it::
+
+    python -m tests.munged -- reckon bench cli --auth both
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -110,3 +116,22 @@ class Munged:
             self.pause()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def run_with_munged(argv: list[str]) -> int:
+    """``-- COMMAND...``: run COMMAND with ``RECKON_MUNGE_SOCKET`` naming a private munged; its exit status."""
+    if argv[:1] != ["--"] or len(argv) < 2:
+        print("usage: python -m tests.munged -- COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    with Munged() as munged:
+        try:
+            return subprocess.run(argv[1:], env={**os.environ, "RECKON_MUNGE_SOCKET": munged.socket}).returncode
+        except KeyboardInterrupt:
+            return 130
+        except OSError as exc:
+            print(f"tests.munged: cannot run {argv[1]}: {exc.strerror or exc}", file=sys.stderr)
+            return 127
+
+
+if __name__ == "__main__":
+    sys.exit(run_with_munged(sys.argv[1:]))
