@@ -61,6 +61,7 @@ async def start_serving(nursery: trio.Nursery, options: ControllerOptions, liste
                                 handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE)
     contained.refusals = refusals
     server = await nursery.start(contained.run)
+    log.info("%s", Authenticator.from_options(options).startup_line())  # who may connect, in one line
     if options.auth == "token" and options.token is None:
         log.warning("no token configured: accepting loopback connections only")
     elif options.tls_cert is None and not is_loopback_host(options.host):
@@ -86,7 +87,5 @@ async def name_new_history(controller: Controller, store: ControllerStore) -> No
 
 async def check_auth(options: ControllerOptions) -> None:
     """Before anything starts: the authentication options can work (``AuthConfigError``), and in
-    munge mode our munged answers (``MungeError`` naming its socket); then say which mode, in one line."""
-    auth = Authenticator.from_options(options)
-    await auth.check_munged()
-    log.info("%s", auth.startup_line())
+    munge mode our munged answers (``MungeError`` naming its socket).  ``start_serving`` says which mode."""
+    await Authenticator.from_options(options).check_munged()

@@ -180,3 +180,28 @@ def _env(**extra: str) -> dict[str, str]:
     from tests.e2e.conftest import hermetic_env
 
     return hermetic_env(**extra)
+
+
+def test_munge_over_tls_runs_a_job_and_a_refusal_still_reads_in_one_line(cluster, munged, tmp_path):
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    key, chain, ca_file = tmp_path / "key.pem", tmp_path / "cert.pem", tmp_path / "ca.pem"
+    cert.private_key_pem.write_to_path(str(key))
+    key.chmod(0o600)
+    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    ca.cert_pem.write_to_path(str(ca_file))
+    cluster.use_munge(munged.socket)
+    cluster.use_tls(chain, key, ca_file)
+    cluster.start_controller()
+    assert cluster.url.startswith("wss://")
+    cluster.start_agent("a1")
+    job = cluster.submit("/bin/sh", "-c", "echo munge-over-tls")
+    assert cluster.wait_job(job)["state"] == "COMPLETED"
+
+    with Munged() as other:  # the CLI on a machine with another cluster's key
+        cluster.auth_env["RECKON_MUNGE_SOCKET"] = other.socket
+        reason = cluster.one_line_reason(cluster.run("jobs"))
+    assert reason.startswith(f"reckon: controller at {cluster.url} refused the connection: invalid MUNGE "
+                             "credential: not made with this cluster's key"), reason
