@@ -100,3 +100,34 @@ def test_a_caller_is_named_from_passwd_and_is_an_operator_as_root_or_by_group():
     assert not caller_for(nobody.pw_uid, nobody.pw_gid, nobody.pw_gid + 1).operator
     unknown = caller_for(54321, 54321, None)
     assert (unknown.user, unknown.operator) == ("#54321", False)
+
+
+@pytest.fixture
+def user_in_group():
+    """A real user (its own primary group) with a supplementary group of its own, removed after.
+    Needs root (useradd): as another user this fails saying so, it does not skip."""
+    import grp
+    import os
+
+    if os.geteuid() != 0:
+        pytest.fail("this test creates a Unix user and group (useradd, groupadd): run it as root")
+    suffix = os.getpid() % 100000
+    group, user = f"rk20ops{suffix}", f"rk20u{suffix}"
+    subprocess.run(["groupadd", group], check=True, capture_output=True)
+    try:
+        subprocess.run(["useradd", "--no-create-home", "--user-group", "--groups", group, user], check=True,
+                       capture_output=True)
+        try:
+            entry = pwd.getpwnam(user)
+            yield entry.pw_uid, entry.pw_gid, grp.getgrnam(group).gr_gid
+        finally:
+            subprocess.run(["userdel", user], capture_output=True)
+    finally:
+        subprocess.run(["groupdel", group], capture_output=True)
+
+
+def test_a_supplementary_member_of_the_operators_group_is_an_operator(user_in_group):
+    uid, gid, operators_gid = user_in_group
+    assert gid != operators_gid  # a supplementary group, not its primary one
+    assert caller_for(uid, gid, operators_gid).operator
+    assert not caller_for(uid, gid, None).operator
