@@ -205,3 +205,15 @@ def test_munge_over_tls_runs_a_job_and_a_refusal_still_reads_in_one_line(cluster
         reason = cluster.one_line_reason(cluster.run("jobs"))
     assert reason.startswith(f"reckon: controller at {cluster.url} refused the connection: invalid MUNGE "
                              "credential: not made with this cluster's key"), reason
+
+
+def test_an_agent_whose_munged_is_down_does_not_start_and_says_so_in_one_line(cluster, munged, tmp_path):
+    cluster.use_munge(munged.socket)
+    cluster.start_controller()
+    gone = str(tmp_path / "gone.socket")
+    argv = ["agent", "--name", "a1", "--slots", "1", "--state-dir", str(tmp_path / "a1"), "--controller",
+            cluster.url, "--auth", "munge", "--munge-socket", gone]
+    result = subprocess.run([*_reckon(), *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=_env())
+    assert result.returncode == 1 and result.stdout == "", result
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"reckon: cannot get a MUNGE credential: munged at {gone} cannot be reached"), last
