@@ -42,9 +42,8 @@ class ClientRequests:
                 request = wire.loads(data, limit=wire.MAX_AGENT_MESSAGE)
                 if request.get("op") == "whoami":  # who the controller takes this connection for
                     reply = {"ok": True, **whoami(self.options.auth, caller)}
-                    await ws.send_message(wire.dumps(reply))
-                    continue
-                reply = {"ok": True, **await self._client_op(request)}
+                else:
+                    reply = {"ok": True, **await self._client_op(request)}
             except (ProtocolError, ValueError, TypeError, KeyError) as exc:
                 reply = {"ok": False, "error": str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"}
             await ws.send_message(wire.dumps(reply))
@@ -116,7 +115,6 @@ class ClientRequests:
         for job in self.model.state.jobs.values():
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
-
 
 
 def whoami(mode: str, caller: Caller | None) -> dict:
