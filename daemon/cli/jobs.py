@@ -52,6 +52,10 @@ def run_client_command(args: argparse.Namespace) -> int:
             result = client.call("forget", agent=args.node)
             out.write(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "
                       f"{len(result['cancelled'])} cancel(s) confirmed; its name is free\n")
+        elif args.command == "whoami":
+            reply = client.call("whoami")
+            out.write((json.dumps({"auth": reply["auth"], "caller": reply["caller"]}) if args.json
+                       else format_whoami(reply)) + "\n")
         elif args.command == "nodes":
             nodes = client.call("nodes")["nodes"]
             out.write((json.dumps(nodes) if args.json else format_nodes(nodes)) + "\n")
@@ -104,6 +108,15 @@ def _submit(args: argparse.Namespace, url: str, auth: ClientAuth, tls: object) -
         ids = client.call("submit_many", specs=specs, **extra)["jobs"]
     sys.stdout.write(json.dumps(ids) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
     return 0
+
+
+def format_whoami(reply: dict) -> str:
+    """``reckon whoami``: one line."""
+    caller = reply.get("caller")
+    if caller is None:
+        return "token mode: a single-user cluster, every caller is an operator and jobs run as the agent's user"
+    role = "an operator" if caller["operator"] else "not an operator"
+    return f"{caller['user']} (uid {caller['uid']}, gid {caller['gid']}), {role}: authenticated by {reply['auth']}"
 
 
 def submit_cwd(cwd: str | None) -> str:

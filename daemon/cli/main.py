@@ -22,7 +22,7 @@ from reckon.daemon.durations import duration, duration_or_zero
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
-                   "release", "requeue", "logs")
+                   "release", "requeue", "logs", "whoami")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
@@ -401,6 +401,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("requeue", parents=[client],
                        help="run a finished job again as a new attempt (a running job: cancel it first)")
     p.add_argument("job", help="the job's id")
+
+    p = sub.add_parser("whoami", parents=[client],
+                       help="who the controller takes you for: your user and uid as it decoded them, and "
+                            "whether you are an operator (token mode: everyone is)")
+    p.add_argument("--json", action="store_true", help="print the controller's answer as JSON")
 
     p = sub.add_parser("nodes", parents=[client], help="list agents")
     p.add_argument("--json", action="store_true", help="print a JSON list of agent objects")

@@ -79,6 +79,8 @@ def test_a_munge_cluster_runs_jobs_and_knows_each_callers_uid(munge_cluster, mun
 
     root = whoami(cluster, ClientAuth(mode="munge", munge_socket=munged.socket))
     assert root == {"ok": True, "auth": "munge", "caller": {"uid": 0, "gid": 0, "user": "root", "operator": True}}
+    assert cluster.cli("whoami") == "root (uid 0, gid 0), an operator: authenticated by munge\n"
+    assert cluster.cli_json("whoami")["caller"]["uid"] == 0
     nobody = pwd.getpwnam("nobody")
     assert whoami(cluster, as_user(munged.socket, "nobody"))["caller"] == {
         "uid": nobody.pw_uid, "gid": nobody.pw_gid, "user": "nobody", "operator": True}  # nogroup: the operators'
@@ -168,6 +170,8 @@ def test_token_mode_says_at_start_it_is_a_single_user_cluster(cluster):
     assert result.returncode == 0, result.stderr
     with SyncClient(cluster.url, None, timeout=10) as client:
         assert client.call("whoami") == {"ok": True, "auth": "token", "caller": None}
+    assert cluster.cli("whoami") == ("token mode: a single-user cluster, every caller is an operator and jobs "
+                                     "run as the agent's user\n")
 
 
 def _reckon() -> list[str]:
