@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install fuzz check-deep clean postgres-bin bench-failover
+.PHONY: test demo install fuzz check-deep clean postgres-bin munge-bin bench-failover bench-cli-munge
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,11 +25,20 @@ postgres-bin:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	fi
 
+# The MUNGE tests start a private munged (tests/munged.py) and need munged and libmunge.so.2: installed
+# the same way (Debian's `munge` package) when missing and we are root; otherwise they fail saying so.
+munge-bin:
+	@if ! command -v munged >/dev/null 2>&1 && [ ! -x /usr/sbin/munged ] \
+	    && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing MUNGE for the tests (apt-get install munge)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge >/dev/null; \
+	fi
+
 # Two workers (the machine has 2 cores); the end-to-end tests share one (tests/conftest.py).
 # PYTHONHASHSEED=0: the same set iteration order in every worker.  The model decides nothing by
 # set order any more (tests/model/test_hash_order.py; the bites give the same results under other
 # seeds), so this only pins what test code might still iterate; `make fuzz` varies both.
-test: $(STAMP) postgres-bin
+test: $(STAMP) postgres-bin munge-bin
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 fuzz: $(STAMP)
@@ -43,6 +52,10 @@ check-deep: $(STAMP)
 # stops; an installed reckon takes the server's URL instead (--dsn).  ARGS: more bench options.
 bench-failover: $(STAMP) postgres-bin
 	$(BIN)/python -m tests.pgserver --durable -- $(BIN)/reckon bench failover $(ARGS)
+
+# `reckon bench cli` on a token cluster and on a munge cluster, run after run, against a private munged.
+bench-cli-munge: $(STAMP) munge-bin
+	$(BIN)/python -m tests.munged -- $(BIN)/reckon bench cli --auth both $(ARGS)
 
 demo: $(STAMP)
 	$(BIN)/reckon demo

@@ -16,6 +16,7 @@ from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import ConnectionRejected, HandshakeError
 
 from reckon.daemon import wire
+from reckon.daemon.auth.client import ClientAuth, auth_of
 from reckon.daemon.client_common import (DEFAULT_CONTROLLER, EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader,
                                          UsageError, auth_headers, client_ssl_context, closed, parse_controller_urls,
                                          refused, reply_of, request_bytes, resolve_controller, resolve_token,
@@ -29,7 +30,7 @@ CONNECT_TIMEOUT = 5.0  # seconds to connect to one controller when only one is l
 
 
 class Client:
-    """One connection, many requests: `async with Client(url, token) as c: await c.call(...)`.
+    """One connection, many requests: `async with Client(url, auth) as c: await c.call(...)`.
 
     With several URLs the first that connects is asked, and a standby's "not
     the leader" sends the request on to the leader it names, else to the next
@@ -37,12 +38,12 @@ class Client:
     each did not.
     """
 
-    def __init__(self, url: str, token: str | None, *, ca: str | Path | None = None,
+    def __init__(self, url: str, auth: ClientAuth | str | None, *, ca: str | Path | None = None,
                  follow_leader: bool = True) -> None:
         self.urls = parse_controller_urls(url)  # a UsageError for any bad one, before connecting anywhere
         self.follow_leader = follow_leader  # False: a standby's "not the leader" is the answer (benchmarks)
         self.url = self.urls[0]
-        self.token = token
+        self.auth = auth  # a ClientAuth (munge: a credential per connection), or a token (None: none)
         self.ca = ca  # wss://: the CA file to trust (None: the system's store)
         self._cm: Any = None
         self._ws: Any = None
@@ -73,7 +74,10 @@ class Client:
 
     async def _connect_one(self, timeout: float) -> None:
         tls = {"ssl_context": client_ssl_context(self.ca)} if self.url.startswith("wss:") else {}
-        cm = open_websocket(self.url + "/client", extra_headers=auth_headers(self.token),
+        auth = auth_of(self.auth)
+        # A credential waits on munged: off the trio thread.
+        headers = await trio.to_thread.run_sync(auth_headers, auth) if auth.mode == "munge" else auth_headers(auth)
+        cm = open_websocket(self.url + "/client", extra_headers=headers,
                             max_message_size=wire.MAX_CLIENT_MESSAGE, connect_timeout=timeout, disconnect_timeout=2,
                             **tls)
         try:
@@ -123,6 +127,6 @@ class Client:
         return reply_of(data, self.url)
 
 
-async def call(url: str, token: str | None, op: str, **fields: Any) -> dict:
-    async with Client(url, token) as client:
+async def call(url: str, auth: ClientAuth | str | None, op: str, **fields: Any) -> dict:
+    async with Client(url, auth) as client:
         return await client.call(op, **fields)

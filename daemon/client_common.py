@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reckon.daemon import wire
+from reckon.daemon.auth.client import ClientAuth, CredentialError, auth_of, resolve_mode
 
 DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
 EACH_CONNECT_TIMEOUT = 3.0  # seconds per controller when several are listed (one may be frozen)
@@ -48,6 +49,19 @@ def resolve_token(token_file: str | None) -> str | None:
             raise ClientError(f"token file {path} is empty")
         return token
     return os.environ.get("RECKON_TOKEN") or None
+
+
+def resolve_auth(mode: str | None, munge_socket: str | None, token_file: str | None) -> ClientAuth:
+    """How this client proves who it is: --auth (else $RECKON_AUTH, else token); in munge mode a
+    credential from the munged at --munge-socket (else $RECKON_MUNGE_SOCKET, else munged's default),
+    and no token is read; in token mode the token of ``resolve_token``."""
+    mode = resolve_mode(mode)
+    if mode == "munge":
+        return ClientAuth(mode="munge", munge_socket=munge_socket)
+    try:
+        return ClientAuth(mode=mode, token=resolve_token(token_file))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resolve_ca(ca: str | os.PathLike | None) -> str | os.PathLike | None:
@@ -116,8 +130,13 @@ def speaks_tls(host: str, port: int, timeout: float) -> bool:
         return False
 
 
-def auth_headers(token: str | None) -> list[tuple[bytes, bytes]]:
-    return [(b"authorization", f"Bearer {token}".encode())] if token else []
+def auth_headers(auth: ClientAuth | str | None) -> list[tuple[bytes, bytes]]:
+    """The handshake's headers of ``auth`` (a token, or a ``ClientAuth``: in munge mode, a fresh
+    credential for each connection); ``ClientError`` in one line when none can be had."""
+    try:
+        return auth_of(auth).headers()
+    except CredentialError as exc:
+        raise ClientError(str(exc)) from None
 
 
 def parse_controller_url(url: str) -> tuple[str, str, int]:

@@ -53,6 +53,19 @@ def postgres():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def munged():
+    """One real munged per test session (tests/munged.py), with a key of its own.  Without MUNGE
+    installed this fails, saying what to install: it never skips."""
+    from tests.munged import Munged
+
+    daemon = Munged().start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
 @pytest.fixture
 def pg_dsn(postgres):
     """A fresh, empty database on the session's PostgreSQL."""

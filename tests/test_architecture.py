@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "daemon/durations.py": 2,
     "daemon/store/": 2,
     "daemon/ops/": 2,
+    "daemon/auth/": 2,
     # 3. the two daemons, which meet only on the wire (DAEMONS)
     "daemon/controller/": 3,
     "daemon/agent/": 3,

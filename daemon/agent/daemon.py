@@ -47,7 +47,9 @@ from reckon.daemon.refusals import RefusalLog
 from reckon.daemon.store.filemodes import OUTPUT_MODE, private_dir
 from reckon.daemon.store.statelock import hold_state_dir
 from reckon.daemon.agent.output import OutputFiles, held_keys
-from reckon.daemon.client_common import client_ssl_context
+from reckon.daemon.auth.client import ClientAuth, CredentialError
+from reckon.daemon.auth.munge import resolve_socket
+from reckon.daemon.client_common import ClientError, client_ssl_context
 from reckon.daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
 from reckon.daemon.agent.attempts import ExitStatus, JobLost, RunnerError
 from reckon.daemon.agent.null_runner import HoldRunner, NullRunner
@@ -74,6 +76,10 @@ class AgentOptions:
     state_dir: Path
     controller: str = "ws://127.0.0.1:7420"
     token: str | None = None
+    # "token" (the token above, or none: loopback) or "munge": a fresh MUNGE credential from the
+    # munged at munge_socket (None: $RECKON_MUNGE_SOCKET, else munged's default) per connection.
+    auth: str = "token"
+    munge_socket: str | None = None
     executor: str = "process"  # "process": real jobs; "null": finish at once; "hold": finish on SIGUSR1 (benchmarks)
     reconnect_initial: float = 0.1
     reconnect_max: float = 1.0  # so an agent is back within a second of the controller; raise for large clusters
@@ -381,7 +387,7 @@ class AgentDaemon:
     async def connection_loop(self) -> None:
         delay = self.options.reconnect_initial
         refusal_delay = 0.0
-        headers = [(b"authorization", f"Bearer {self.options.token}".encode())] if self.options.token else []
+        auth = ClientAuth(mode=self.options.auth, token=self.options.token, munge_socket=self.options.munge_socket)
         ssl_context = None  # made once, at the first wss:// URL (the --ca check at start already passed)
         while True:
             conn: _Connection | None = None
@@ -394,6 +400,8 @@ class AgentDaemon:
             # frozen peer (it would wait out disconnect_timeout for nothing).
             with trio.CancelScope() as attempt:
                 try:
+                    # One credential per connection (single-use); making one waits on munged: a thread.
+                    headers = await trio.to_thread.run_sync(auth.headers) if auth.mode == "munge" else auth.headers()
                     async with open_websocket(url, extra_headers=headers, max_message_size=wire.MAX_AGENT_MESSAGE,
                                               connect_timeout=5, disconnect_timeout=2,
                                               opener=open_websocket_url, **tls) as ws:
@@ -417,6 +425,8 @@ class AgentDaemon:
                     else:
                         self.failed_handshakes.refused(_REFUSED, f"controller {self.options.controller} refused us "
                                                                  f"({exc.status_code}): {body}")
+                except CredentialError as exc:  # our munged is down: retried like an outage, logged once
+                    self.failed_handshakes.refused(_REFUSED, str(exc))
                 except TLSFailure as exc:  # an operator must fix the certificate or --ca: not an outage
                     refusal = self._refuse(None, str(exc))
                 except HandshakeError as exc:
@@ -542,6 +552,12 @@ async def _run(options: AgentOptions, task_status) -> None:
     warning = cleartext_token_warning(options.controller, options.token)
     if warning:
         log.warning("%s", warning)
+    if options.auth == "munge":  # munged down at start: one line, and no start (the controller does the same)
+        try:
+            await trio.to_thread.run_sync(ClientAuth(mode="munge", munge_socket=options.munge_socket).headers)
+        except CredentialError as exc:
+            raise ClientError(str(exc)) from None
+        log.info("auth: munge, a credential per connection from munged at %s", resolve_socket(options.munge_socket))
     store = await AgentStore.open(options.state_dir)
     try:
         # CopiedStateDir: another machine's directory; WrongStateDir: another agent's.

@@ -10,6 +10,11 @@ Against a real controller and agent on loopback:
   else ``--file`` of N lines), from the submit's start to all N terminal:
   jobs per second end to end, and the submit call's own time.
 
+``--auth munge`` runs the same on a munge cluster: every CLI call gets a credential from munged
+(daemon/auth/munge.py) and the controller decodes it; it also times one credential alone, made
+and decoded through libmunge and through the ``munge``/``unmunge`` programs (``credential_costs``).
+``--auth both`` alternates the two modes run after run, so both see the same machine.
+
 Slurm's figures on the same machine, for comparison, are in docs/performance.md.
 """
 
@@ -26,12 +31,15 @@ from typing import Any
 
 import trio
 
+from reckon.daemon.auth import munge
+from reckon.daemon.auth.client import ClientAuth
 from reckon.daemon.bench.figures import summary
-from reckon.daemon.client import Client
+from reckon.daemon.client import Client, ClientError
 from reckon.daemon.procs import LocalCluster
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 READ_CALLS = 20  # `show` and `jobs` calls per run (at most N)
+CREDENTIAL_CALLS = 200  # credentials timed per run and way (libmunge; the programs)
 HANG_GUARD = 600.0  # seconds: no wait of a run lasts longer
 BULK_MODE = "--array"  # how the bulk run submits its jobs in one `reckon submit` ("--file": a file of lines)
 
@@ -76,23 +84,47 @@ async def _until_terminal(client: Client, total: int) -> None:
             await trio.sleep(0.02)
 
 
-async def cli_run(args: argparse.Namespace, base: Path, mode: str) -> dict[str, float]:
-    """One run on a fresh cluster; its figures (see the module docstring)."""
+def credential_costs(socket: str, calls: int = CREDENTIAL_CALLS) -> dict[str, float]:
+    """Median milliseconds of one credential made and one decoded, through libmunge and the programs."""
+    def median_ms(encode: Any, decode: Any) -> tuple[float, float]:
+        made, read = [], []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            credential = encode(socket)
+            t1 = time.perf_counter()
+            decode(credential, socket)
+            made.append(t1 - t0)
+            read.append(time.perf_counter() - t1)
+        return statistics.median(made) * 1e3, statistics.median(read) * 1e3
+
+    lib = median_ms(munge.encode, munge.decode)
+    programs = median_ms(munge.encode_with_program, munge.decode_with_program)
+    return {"libmunge_encode_ms": lib[0], "libmunge_decode_ms": lib[1],
+            "program_encode_ms": programs[0], "program_decode_ms": programs[1]}
+
+
+async def cli_run(args: argparse.Namespace, base: Path, mode: str, auth: str = "token") -> dict[str, float]:
+    """One run on a fresh cluster (``auth``: token or munge); its figures (see the module docstring)."""
     import os
 
     cluster = LocalCluster(base)
+    socket = munge.resolve_socket(args.munge_socket)
+    auth_args = ["--auth", "munge", "--munge-socket", socket] if auth == "munge" else []
     try:
-        await cluster.start_controller("--rejoin-grace", "0")
-        await cluster.start_agent("agent-1", args.slots, "--executor", args.executor)
+        await cluster.start_controller("--rejoin-grace", "0", *auth_args)
+        await cluster.start_agent("agent-1", args.slots, "--executor", args.executor, *auth_args)
         # As an installed package has it: bytecode compiled once, not on every call (the run's
         # own cache, so a PYTHONDONTWRITEBYTECODE environment or a read-only tree changes nothing).
         env = {k: v for k, v in os.environ.items() if not k.startswith("RECKON_") and k != "PYTHONDONTWRITEBYTECODE"}
         env.update(RECKON_CONTROLLER=cluster.url, PYTHONPYCACHEPREFIX=str(base / "pycache"))
+        if auth == "munge":
+            env.update(RECKON_AUTH="munge", RECKON_MUNGE_SOCKET=socket)
+        client_auth = ClientAuth(mode="munge", munge_socket=socket) if auth == "munge" else None
         reckon = reckon_argv()
         for warm_up in (["show", "0"], ["submit", "--slots", "0", "--", "true"]):  # fail, submit nothing
             await trio.to_thread.run_sync(
                 lambda: subprocess.run([*reckon, *warm_up], capture_output=True, env=env, timeout=HANG_GUARD))
-        async with Client(cluster.url, None) as client:
+        async with Client(cluster.url, client_auth) as client:
             with trio.fail_after(HANG_GUARD):
                 while not any(n["state"] == "IDLE" for n in (await client.call("nodes"))["nodes"]):
                     await trio.sleep(0.02)
@@ -134,42 +166,64 @@ async def cli_run(args: argparse.Namespace, base: Path, mode: str) -> dict[str, 
     finally:
         cluster.stop_all()
     ms = lambda values: statistics.median(values) * 1e3  # noqa: E731
-    return {"submit_ms": ms(submit_times), "submit_cpu_ms": ms(submit_cpu), "submits_per_s": args.jobs / loop_s,
+    costs = await trio.to_thread.run_sync(credential_costs, socket) if auth == "munge" else {}
+    return {**costs, "submit_ms": ms(submit_times), "submit_cpu_ms": ms(submit_cpu), "submits_per_s": args.jobs / loop_s,
             "show_ms": ms(show), "show_cpu_ms": ms(show_cpu), "jobs_ms": ms(listing), "jobs_cpu_ms": ms(jobs_cpu),
             "bulk_submit_s": submit_s, "bulk_jobs_per_s": args.jobs / bulk_s}
 
 
 def run_cli_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any], list[str]]:
-    """Every run's figures summarised (min / median / max), and the human summary's lines."""
+    """Every run's figures summarised (min / median / max) by authentication mode, and the human
+    summary's lines.  The first mode's figures are also the output's top-level keys (as before
+    ``--auth``); each mode's are under ``by_auth``."""
     import shutil
     import tempfile
 
     mode = BULK_MODE
-    runs: list[dict[str, float]] = []
-    for i in range(args.runs):
-        base = Path(tempfile.mkdtemp(prefix="reckon-bench-cli-"))
+    auths = ["token", "munge"] if args.auth == "both" else [args.auth]
+    if "munge" in auths:  # no munged: one line now, not a cluster that cannot start
         try:
-            runs.append(trio.run(cli_run, args, base, mode))
-        finally:
-            if args.keep:
-                print(f"(kept {base})", file=sys.stderr)
-            else:
-                shutil.rmtree(base, ignore_errors=True)
-        if not quiet:
-            r = runs[-1]
-            print(f"  cli run {i + 1}/{args.runs}: submit {r['submit_ms']:.0f} ms, {r['submits_per_s']:.1f}/s; "
-                  f"bulk {r['bulk_jobs_per_s']:.1f} jobs/s", file=sys.stderr, flush=True)
-    s = {key: summary([r[key] for r in runs]) for key in runs[0]}
-    out = {"jobs": args.jobs, "slots": args.slots, "executor": args.executor, "bulk": mode, **s}
-    lines = [
-        f"`reckon submit -- true` in a loop, a process each ({args.jobs} per run): median "
-        f"{s['submit_ms']['median']:.0f} ms a submit (runs: min {s['submit_ms']['min']:.0f}, max "
-        f"{s['submit_ms']['max']:.0f}), CPU {s['submit_cpu_ms']['median']:.0f} ms; "
-        f"{s['submits_per_s']['median']:.1f} submits/s",
-        f"`reckon show`: median {s['show_ms']['median']:.0f} ms (CPU {s['show_cpu_ms']['median']:.0f} ms); "
-        f"`reckon jobs`: median {s['jobs_ms']['median']:.0f} ms (CPU {s['jobs_cpu_ms']['median']:.0f} ms)",
-        f"{args.jobs} jobs in one `reckon submit {mode}`, submit to all terminal ({args.executor} executor, "
-        f"{args.slots} slots): {s['bulk_jobs_per_s']['median']:.1f} jobs/s (the submit itself: "
-        f"{s['bulk_submit_s']['median'] * 1e3:.0f} ms)",
-    ]
+            socket = munge.resolve_socket(args.munge_socket)
+            munge.decode(munge.encode(socket), socket)
+        except munge.MungeError as exc:
+            raise ClientError(f"bench cli --auth {args.auth} needs a munged: {exc}") from None
+    runs: dict[str, list[dict[str, float]]] = {auth: [] for auth in auths}
+    for i in range(args.runs):
+        for auth in auths:  # alternated run after run: both modes see the same machine
+            base = Path(tempfile.mkdtemp(prefix="reckon-bench-cli-"))
+            try:
+                runs[auth].append(trio.run(cli_run, args, base, mode, auth))
+            finally:
+                if args.keep:
+                    print(f"(kept {base})", file=sys.stderr)
+                else:
+                    shutil.rmtree(base, ignore_errors=True)
+            if not quiet:
+                r = runs[auth][-1]
+                print(f"  cli run {i + 1}/{args.runs} ({auth}): submit {r['submit_ms']:.0f} ms, "
+                      f"{r['submits_per_s']:.1f}/s; bulk {r['bulk_jobs_per_s']:.1f} jobs/s", file=sys.stderr,
+                      flush=True)
+    by_auth = {auth: {key: summary([r[key] for r in rs]) for key in rs[0]} for auth, rs in runs.items()}
+    out = {"jobs": args.jobs, "slots": args.slots, "executor": args.executor, "bulk": mode, "auth": args.auth,
+           **by_auth[auths[0]], "by_auth": by_auth}
+    lines = []
+    for auth, s in by_auth.items():
+        tag = f"[{auth}] " if len(auths) > 1 or auth != "token" else ""
+        lines += [
+            f"{tag}`reckon submit -- true` in a loop, a process each ({args.jobs} per run): median "
+            f"{s['submit_ms']['median']:.0f} ms a submit (runs: min {s['submit_ms']['min']:.0f}, max "
+            f"{s['submit_ms']['max']:.0f}), CPU {s['submit_cpu_ms']['median']:.0f} ms; "
+            f"{s['submits_per_s']['median']:.1f} submits/s",
+            f"{tag}`reckon show`: median {s['show_ms']['median']:.0f} ms (CPU {s['show_cpu_ms']['median']:.0f} ms); "
+            f"`reckon jobs`: median {s['jobs_ms']['median']:.0f} ms (CPU {s['jobs_cpu_ms']['median']:.0f} ms)",
+            f"{tag}{args.jobs} jobs in one `reckon submit {mode}`, submit to all terminal ({args.executor} executor, "
+            f"{args.slots} slots): {s['bulk_jobs_per_s']['median']:.1f} jobs/s (the submit itself: "
+            f"{s['bulk_submit_s']['median'] * 1e3:.0f} ms)",
+        ]
+        if auth == "munge":
+            lines.append(
+                f"{tag}one credential ({CREDENTIAL_CALLS} per run, medians): libmunge makes one in "
+                f"{s['libmunge_encode_ms']['median']:.2f} ms and decodes one in "
+                f"{s['libmunge_decode_ms']['median']:.2f} ms; the munge/unmunge programs take "
+                f"{s['program_encode_ms']['median']:.1f} ms and {s['program_decode_ms']['median']:.1f} ms")
     return out, lines

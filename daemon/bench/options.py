@@ -59,6 +59,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--slots", type=int, default=32, help="slots of the one agent (default 32)")
     q.add_argument("--executor", choices=("process", "null"), default="process",
                    help="process: real `true` jobs; null: the agent finishes each job at once (default process)")
+    q.add_argument("--auth", choices=("token", "munge", "both"), default="token",
+                   help="the cluster's authentication: token (loopback), munge (a MUNGE credential per CLI "
+                        "call, and the credential's own cost: libmunge against the munge/unmunge programs), or "
+                        "both, run after run (default token)")
+    q.add_argument("--munge-socket", metavar="PATH",
+                   help="the munged of --auth munge (default $RECKON_MUNGE_SOCKET, else munged's own); from a "
+                        "checkout `python -m tests.munged -- reckon bench cli --auth both` starts a private one")
 
     q = bench("failover", "controllers on one PostgreSQL database: SIGKILL or SIGSTOP the leader; time until "
                           "the standby serves and until a completion made meanwhile is recorded",

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from reckon.daemon import wire
+from reckon.daemon.auth.client import ClientAuth
 from reckon.daemon.cli import websocket as ws
 from reckon.daemon.client_common import (EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader, UsageError,
                                          auth_headers, closed, no_handshake, no_reply, parse_controller_url,
@@ -30,7 +31,10 @@ CLOSE_WAIT = 1.0  # seconds, at most, for the controller to answer our close (it
 
 
 class SyncClient:
-    """One connection, many requests: ``with SyncClient(url, token) as c: c.call("jobs")``.
+    """One connection, many requests: ``with SyncClient(url, auth) as c: c.call("jobs")``.
+
+    ``auth`` is a ``ClientAuth`` (daemon/auth/client.py: munge mode gets a fresh credential for
+    every connection), or a token as before (None: none).
 
     ``ssl_context`` is used for ``wss://`` (default: the system's trust store).
     Connecting (TCP, TLS and the WebSocket handshake) and then each request
@@ -42,11 +46,11 @@ class SyncClient:
     never acts on a request, so asking again is safe.
     """
 
-    def __init__(self, url: str, token: str | None, *, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, url: str, auth: ClientAuth | str | None, *, timeout: float = DEFAULT_TIMEOUT,
                  ssl_context: Any = None) -> None:
         self.urls = parse_controller_urls(url)  # a UsageError for any bad one, before connecting anywhere
         self._use(self.urls[0])
-        self.token = token
+        self.auth = auth
         self.timeout = timeout
         self.ssl_context = ssl_context
         self._ws: ws.WebSocket | None = None
@@ -103,7 +107,7 @@ class SyncClient:
         conn = ws.WebSocket(sock)
         host = self.host if ":" not in self.host else f"[{self.host}]"
         try:
-            conn.handshake(f"{host}:{self.port}", "/client", auth_headers(self.token), deadline)
+            conn.handshake(f"{host}:{self.port}", "/client", auth_headers(self.auth), deadline)
         except ws.WebSocketTimeout:
             conn.abort()
             raise no_handshake(self.url, timeout) from None
@@ -161,8 +165,8 @@ class SyncClient:
             self._ws = None
 
 
-def call(url: str, token: str | None, op: str, *, timeout: float = DEFAULT_TIMEOUT, ssl_context: Any = None,
-         **fields: Any) -> dict:
+def call(url: str, auth: ClientAuth | str | None, op: str, *, timeout: float = DEFAULT_TIMEOUT,
+         ssl_context: Any = None, **fields: Any) -> dict:
     """One request on a connection of its own."""
-    with SyncClient(url, token, timeout=timeout, ssl_context=ssl_context) as client:
+    with SyncClient(url, auth, timeout=timeout, ssl_context=ssl_context) as client:
         return client.call(op, **fields)

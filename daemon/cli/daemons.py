@@ -14,8 +14,12 @@ import trio
 
 from reckon.model.errors import ModelCorrupted
 
+from reckon.daemon.auth.client import resolve_mode
+from reckon.daemon.auth.handshake import AuthConfigError
+from reckon.daemon.auth.munge import MungeError
 from reckon.daemon.client_common import (ClientError, UsageError, client_ssl_context, parse_controller_urls,
-                                         refuse_unused_ca, resolve_ca, resolve_controller, resolve_token)
+                                         refuse_unused_ca, resolve_auth, resolve_ca, resolve_controller,
+                                         resolve_token)
 from reckon.daemon.cli.logfile import reopen_on_hangup, setup_logging
 from reckon.daemon.ops.logformat import announce
 from reckon.daemon.listen import CannotListen
@@ -28,9 +32,11 @@ from reckon.daemon.store.statelock import StateDirBusy, StateDirUnusable, WrongS
 PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
 HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too) ...
-_ONE_LINE_ERRORS = (ClientError, StateDirBusy, StateDirUnusable, WrongStateDir, CannotListen, SteppedDown, StoreError)
-# ... or 2 for a directory the operator must change (another machine's; one that cannot be created or written).
-_USAGE_ERRORS = (CopiedStateDir, StateDirUnusable)
+_ONE_LINE_ERRORS = (ClientError, StateDirBusy, StateDirUnusable, WrongStateDir, CannotListen, SteppedDown, StoreError,
+                    MungeError, AuthConfigError)
+# ... or 2 for a directory the operator must change (another machine's; one that cannot be created or written),
+# or authentication options that cannot work together (an unknown operators' group).
+_USAGE_ERRORS = (CopiedStateDir, StateDirUnusable, AuthConfigError)
 
 
 def _sole(group: BaseExceptionGroup, kinds: type | tuple[type, ...]) -> BaseException | None:
@@ -79,7 +85,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         raise AssertionError(f"not a daemon command: {args.command}")
     except _USAGE_ERRORS as exc:
         raise UsageError(str(exc)) from None
-    except (StateDirBusy, WrongStateDir, CannotListen, StoreError) as exc:
+    except (StateDirBusy, WrongStateDir, CannotListen, StoreError, MungeError) as exc:
         raise ClientError(str(exc)) from None
     except SteppedDown as exc:
         raise ClientError(f"controller stepped down: {exc}") from None
@@ -118,7 +124,11 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
 
     from reckon.daemon.store.interface import check_store_url
 
-    token = resolve_token(args.token_file)
+    mode = resolve_mode(args.auth)
+    token = resolve_token(args.token_file) if mode == "token" else None
+    if mode == "munge" and (args.token_file or os.environ.get("RECKON_TOKEN_FILE") or os.environ.get("RECKON_TOKEN")):
+        raise UsageError("--auth munge needs no token: drop --token-file, $RECKON_TOKEN_FILE and $RECKON_TOKEN "
+                         "(clients and agents send a MUNGE credential instead)")
     if args.store is None and args.state_dir is None:
         raise UsageError("reckon controller needs --state-dir (SQLite) or --store postgresql://...")
     try:
@@ -131,7 +141,8 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
         raise UsageError("--lease goes with --store (a controller on SQLite has no lease)")
     options = ControllerOptions(
         host=args.listen[0], port=args.listen[1], state_dir=args.state_dir or Path("reckon-state/controller"),
-        token=token, store=args.store, advertise=args.advertise, lease=args.lease,
+        token=token, auth=mode, munge_socket=args.munge_socket, operators_group=args.operators_group,
+        agent_user=args.agent_user, store=args.store, advertise=args.advertise, lease=args.lease,
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
@@ -177,13 +188,14 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
 
     controller = resolve_controller(args.controller)
     parse_controller_urls(controller)  # UsageError (exit 2) before anything starts
+    auth = resolve_auth(args.auth, args.munge_socket, args.token_file)  # munge mode reads no token
     ping_timeout = agent_ping_timeout(args.ping_timeout, controller)
     machine_files = {} if args.machine_id_file is None else {"machine_id_files": (args.machine_id_file,)}
     if args.machine_id_file is not None and (found := read_machine_id((args.machine_id_file,))).value is None:
         raise UsageError(f"--machine-id-file: {found.source}")  # named on purpose: no silent fallback
     options = AgentOptions(
         name=args.name, slots=args.slots, state_dir=args.state_dir,
-        controller=controller, token=resolve_token(args.token_file),
+        controller=controller, token=auth.token, auth=auth.mode, munge_socket=auth.munge_socket,
         executor=args.executor, reconnect_max=args.reconnect_max, kill_grace=args.kill_grace,
         keep_output=args.keep_output,
         pong_timeout=ping_timeout, ping_interval=min(5.0, ping_timeout / 2),

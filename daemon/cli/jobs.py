@@ -17,23 +17,24 @@ import time
 from reckon.daemon import wire
 from reckon.daemon.cli import batch
 from reckon.daemon.client_common import (UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
-                                         resolve_controller, resolve_token)
+                                         resolve_auth, resolve_controller)
+from reckon.daemon.auth.client import ClientAuth
 from reckon.daemon.cli.client import SyncClient
 
 
 def run_client_command(args: argparse.Namespace) -> int:
     url = resolve_controller(args.controller)
-    token = resolve_token(args.token_file)
+    auth = resolve_auth(args.auth, args.munge_socket, args.token_file)  # munge: a credential per connection
     refuse_unused_ca(url, args.ca)
     tls = client_ssl_context(resolve_ca(args.ca)) if any(u.strip().startswith("wss:") for u in url.split(",")) else None
     out = sys.stdout
     if args.command == "submit":
-        return _submit(args, url, token, tls)
+        return _submit(args, url, auth, tls)
     if args.command == "logs":
         from reckon.daemon.cli.logs import run_logs
 
-        return run_logs(args, url, token, tls)
-    with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
+        return run_logs(args, url, auth, tls)
+    with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state)["jobs"]
             shown = jobs if args.json or args.expand else batch.fold_arrays(jobs)
@@ -51,6 +52,10 @@ def run_client_command(args: argparse.Namespace) -> int:
             result = client.call("forget", agent=args.node)
             out.write(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "
                       f"{len(result['cancelled'])} cancel(s) confirmed; its name is free\n")
+        elif args.command == "whoami":
+            reply = client.call("whoami")
+            out.write((json.dumps({"auth": reply["auth"], "caller": reply["caller"]}) if args.json
+                       else format_whoami(reply)) + "\n")
         elif args.command == "nodes":
             nodes = client.call("nodes")["nodes"]
             out.write((json.dumps(nodes) if args.json else format_nodes(nodes)) + "\n")
@@ -68,7 +73,7 @@ def run_client_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _submit(args: argparse.Namespace, url: str, token: str | None, tls: object) -> int:
+def _submit(args: argparse.Namespace, url: str, auth: ClientAuth, tls: object) -> int:
     """One job from the command line, or every line of ``--file`` in one request (one group commit)."""
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     cwd = submit_cwd(args.cwd)
@@ -79,14 +84,14 @@ def _submit(args: argparse.Namespace, url: str, token: str | None, tls: object) 
         spec = job_spec(argv, args, cwd)
         if args.array is not None:  # every id, one per line (the contract); the first names the array
             batch.check_array(args.array)
-            with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
+            with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
                 ids = client.call("submit_array", spec=spec, array=args.array, **extra)["jobs"]
                 if args.json:
                     wanted = set(ids)
                     jobs = [j for j in client.call("jobs")["jobs"] if j["id"] in wanted]
             sys.stdout.write(json.dumps(jobs) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
             return 0
-        with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
+        with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
             job = client.call("submit", spec=spec, **extra)["job"]
         sys.stdout.write((json.dumps(job) if args.json else job["id"]) + "\n")
         return 0
@@ -99,10 +104,19 @@ def _submit(args: argparse.Namespace, url: str, token: str | None, tls: object) 
     if size > wire.MAX_AGENT_MESSAGE:
         raise UsageError(f"{args.file}: {len(specs)} jobs make a request of {size >> 20} MiB, over the "
                          f"controller's limit of {wire.MAX_AGENT_MESSAGE >> 20} MiB: split the file")
-    with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
+    with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
         ids = client.call("submit_many", specs=specs, **extra)["jobs"]
     sys.stdout.write(json.dumps(ids) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
     return 0
+
+
+def format_whoami(reply: dict) -> str:
+    """``reckon whoami``: one line."""
+    caller = reply.get("caller")
+    if caller is None:
+        return "token mode: a single-user cluster, every caller is an operator and jobs run as the agent's user"
+    role = "an operator" if caller["operator"] else "not an operator"
+    return f"{caller['user']} (uid {caller['uid']}, gid {caller['gid']}), {role}: authenticated by {reply['auth']}"
 
 
 def submit_cwd(cwd: str | None) -> str:

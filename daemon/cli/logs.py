@@ -20,18 +20,19 @@ import sys
 import time
 
 from reckon.daemon.client_common import ClientError
+from reckon.daemon.auth.client import ClientAuth
 from reckon.daemon.cli.client import SyncClient
 
 FOLLOW_POLL = 0.5  # seconds between reads while a followed attempt writes nothing new
 
 
-def run_logs(args: argparse.Namespace, url: str, token: str | None, tls: object = None) -> int:
+def run_logs(args: argparse.Namespace, url: str, auth: ClientAuth | str | None, tls: object = None) -> int:
     stream = "stderr" if args.stderr else "stdout"
     out = sys.stdout.buffer
     offset = 0
     attempt = args.attempt  # pinned at the first chunk: a requeue while following does not mix attempts
     said: str | None = None  # the waiting condition last told, so each is told once
-    with SyncClient(url, token, timeout=args.timeout, ssl_context=tls) as client:
+    with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
         while True:
             reply = client.call("logs", job=args.job, attempt=attempt, stream=stream, offset=offset)
             waiting = reply.get("waiting")

@@ -22,7 +22,7 @@ from reckon.daemon.durations import duration, duration_or_zero
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
-                   "release", "requeue", "logs")
+                   "release", "requeue", "logs", "whoami")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
@@ -239,6 +239,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     token = _Parser(add_help=False)
     token.add_argument("--token-file", help="file holding the shared token (default $RECKON_TOKEN_FILE; "
                                             "$RECKON_TOKEN holds the token itself)")
+    auth = _Parser(add_help=False)
+    auth.add_argument("--auth", choices=("token", "munge"), default=None,
+                      help="how callers prove who they are: token (the shared token, or loopback only: a "
+                           "single-user cluster) or munge (a MUNGE credential per connection from this "
+                           "machine's munged) (default $RECKON_AUTH, else token)")
+    auth.add_argument("--munge-socket", metavar="PATH",
+                      help="munged's socket (default $RECKON_MUNGE_SOCKET, else /run/munge/munge.socket.2)")
     controller = _Parser(add_help=False)
     controller.add_argument("--controller", help="controller URL, ws://HOST:PORT or wss://HOST:PORT, or several "
                                                  "separated by commas (standby controllers: the leader is found) "
@@ -247,7 +254,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ca.add_argument("--ca", type=path, metavar="FILE",
                     help="wss://: trust this CA (PEM) for the controller's certificate "
                          "(default $RECKON_CA, else the system's trust store)")
-    client = _Parser(add_help=False, parents=[controller, token, ca])
+    client = _Parser(add_help=False, parents=[controller, token, auth, ca])
     client.add_argument("--timeout", type=duration, default=10.0, metavar="SECONDS",
                         help="give up on a controller that does not connect, or answer a request, "
                              "within this long (default 10)")
@@ -257,7 +264,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction)
     sub: Any = _Commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), only)
 
-    p = sub.add_parser("controller", parents=[verbose, token, metrics], help="run the controller in the foreground")
+    p = sub.add_parser("controller", parents=[verbose, token, auth, metrics], help="run the controller in the foreground")
+    p.add_argument("--operators-group", metavar="GROUP",
+                   help="--auth munge: members of this Unix group (primary or supplementary), and root, are "
+                        "operators: they may act on every job and on nodes (default: root alone)")
+    p.add_argument("--agent-user", metavar="USER",
+                   help="--auth munge: agents may authenticate as this user as well as root (the service user)")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
                    help="address to serve agents and clients on (default 127.0.0.1:7420; port 0: any free port)")
     p.add_argument("--state-dir", type=path, default=None,
@@ -286,7 +298,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=path, metavar="FILE", help="the private key of --tls-cert (PEM)")
     _daemon_files(p)
 
-    p = sub.add_parser("agent", parents=[verbose, controller, token, ca, metrics], help="run an agent in the foreground")
+    p = sub.add_parser("agent", parents=[verbose, controller, token, auth, ca, metrics],
+                       help="run an agent in the foreground")
     p.add_argument("--name", type=_agent_name, required=True,
                    help="the agent's name, unique in the cluster: " + AGENT_NAME_RULE)
     p.add_argument("--slots", type=_count, required=True, help="how many job slots this machine offers")
@@ -388,6 +401,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("requeue", parents=[client],
                        help="run a finished job again as a new attempt (a running job: cancel it first)")
     p.add_argument("job", help="the job's id")
+
+    p = sub.add_parser("whoami", parents=[client],
+                       help="who the controller takes you for: your user and uid as it decoded them, and "
+                            "whether you are an operator (token mode: everyone is)")
+    p.add_argument("--json", action="store_true", help="print the controller's answer as JSON")
 
     p = sub.add_parser("nodes", parents=[client], help="list agents")
     p.add_argument("--json", action="store_true", help="print a JSON list of agent objects")

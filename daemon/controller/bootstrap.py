@@ -18,6 +18,7 @@ from reckon.model.facts import ClusterCreated
 from reckon.model.state import apply
 
 from reckon.daemon import wire
+from reckon.daemon.auth.handshake import Authenticator
 from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.controller.tls import CLEARTEXT_WARNING, tls_handshake, with_tls
 from reckon.daemon.ops.metrics_http import serve_metrics
@@ -60,7 +61,8 @@ async def start_serving(nursery: trio.Nursery, options: ControllerOptions, liste
                                 handler_nursery=nursery, max_message_size=wire.MAX_AGENT_MESSAGE)
     contained.refusals = refusals
     server = await nursery.start(contained.run)
-    if options.token is None:
+    log.info("%s", Authenticator.from_options(options).startup_line())  # who may connect, in one line
+    if options.auth == "token" and options.token is None:
         log.warning("no token configured: accepting loopback connections only")
     elif options.tls_cert is None and not is_loopback_host(options.host):
         log.warning("%s", CLEARTEXT_WARNING.format(host=options.host))
@@ -81,3 +83,9 @@ async def name_new_history(controller: Controller, store: ControllerStore) -> No
         created = ClusterCreated(cluster=secrets.token_hex(8))
         apply(controller.state, created)
         await store.append([created])
+
+
+async def check_auth(options: ControllerOptions) -> None:
+    """Before anything starts: the authentication options can work (``AuthConfigError``), and in
+    munge mode our munged answers (``MungeError`` naming its socket).  ``start_serving`` says which mode."""
+    await Authenticator.from_options(options).check_munged()

@@ -18,6 +18,7 @@ from reckon.model import events as E
 from reckon.model.errors import ProtocolError
 from reckon.model.facts import JobCancelConfirmed, JobRequeued
 from reckon.model.jobs import JobSpec, JobState
+from reckon.model.permissions import Caller
 
 from reckon.daemon import wire
 from reckon.daemon.commands import facts_of, submitted_ids
@@ -30,7 +31,8 @@ log = logging.getLogger("reckon.controller")
 class ClientRequests:
     """Part of ``ControllerDaemon`` (daemon/controller/core.py): the client operations."""
 
-    async def _client_connection(self, ws: WebSocketConnection) -> None:
+    async def _client_connection(self, ws: WebSocketConnection, caller: Caller | None = None) -> None:
+        """One client's requests; ``caller`` is who the handshake authenticated (None: token mode)."""
         while True:
             try:
                 data = await ws.get_message()
@@ -38,7 +40,10 @@ class ClientRequests:
                 return
             try:
                 request = wire.loads(data, limit=wire.MAX_AGENT_MESSAGE)
-                reply = {"ok": True, **await self._client_op(request)}
+                if request.get("op") == "whoami":  # who the controller takes this connection for
+                    reply = {"ok": True, **whoami(self.options.auth, caller)}
+                else:
+                    reply = {"ok": True, **await self._client_op(request)}
             except (ProtocolError, ValueError, TypeError, KeyError) as exc:
                 reply = {"ok": False, "error": str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"}
             await ws.send_message(wire.dumps(reply))
@@ -111,3 +116,8 @@ class ClientRequests:
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
 
+
+def whoami(mode: str, caller: Caller | None) -> dict:
+    """The ``whoami`` reply: the authentication mode and the caller (None in token mode: an operator)."""
+    return {"auth": mode, "caller": None if caller is None else
+            {"uid": caller.uid, "gid": caller.gid, "user": caller.user, "operator": caller.operator}}

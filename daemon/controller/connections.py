@@ -7,8 +7,6 @@ Each resync round runs in its own cancel scope inside the connection's nursery
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 import secrets
 import time
@@ -50,27 +48,6 @@ class AgentConn:
     joined_at: float = 0.0  # trio time the Join arrived
 
 
-def authorized(token: str | None, request: WebSocketRequest) -> str | None:
-    """None if the request may connect to a controller with ``token`` (None: loopback only), else
-    the reason it may not.  The daemon's and the standby's (daemon/controller/standby.py) one check."""
-    if token is None:
-        remote = request.remote
-        host = getattr(remote, "address", None)
-        try:
-            if host is not None and ipaddress.ip_address(host).is_loopback:
-                return None
-        except ValueError:
-            pass
-        return "no token is configured, so only loopback connections are accepted"
-    for key, value in request.headers:
-        if key.lower() == b"authorization":
-            offered = value.decode("latin-1").removeprefix("Bearer ").strip()
-            if hmac.compare_digest(offered.encode(), token.encode()):
-                return None
-            return "bad token"
-    return "missing token"
-
-
 class AgentConnections:
     """Part of ``ControllerDaemon`` (daemon/controller/core.py): the WebSocket side."""
 
@@ -82,19 +59,21 @@ class AgentConnections:
         # reject it: that ends this connection only, never the server (trio's
         # listener would pass the exception up and stop the controller).
         try:
-            refused = authorized(self.options.token, request)
-            if refused is not None:
+            # Who is calling (daemon/auth/handshake.py): a MUNGE credential decoded on a worker
+            # thread, or token mode's token or loopback check.  Refused: logged once per kind.
+            admission = await self.auth.admit(request)
+            if admission.refused is not None:
                 host = _peer_host(request)
-                self.refusals.refused(("handshake", host, request.path, refused),
-                                      f"refused connections from {host} to {request.path}: {refused}")
-                await request.reject(401, body=refused.encode())
+                self.refusals.refused(("handshake", host, request.path, admission.kind),
+                                      f"refused connections from {host} to {request.path}: {admission.refused}")
+                await request.reject(401, body=admission.refused.encode())
                 return
             path = request.path
             ws = await request.accept()
             if path.startswith("/agent"):
                 await self._agent_connection(ws, _peer_host(request))
             elif path.startswith("/client"):
-                await self._client_connection(ws)
+                await self._client_connection(ws, admission.caller)
             else:
                 await ws.aclose(code=1008, reason=f"unknown path {path!r}")
         except WSClosed:

@@ -24,6 +24,7 @@ from reckon.model.facts import Fact
 from reckon.model.state import snapshot
 from reckon.model.scheduler import Scheduler
 
+from reckon.daemon.auth.handshake import Authenticator
 from reckon.daemon.commands import facts_of
 from reckon.daemon.controller import lifecycle, startup
 from reckon.daemon.controller.clients import ClientRequests
@@ -61,6 +62,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         # Refused peers, logged once per condition: by (address, reason) at the handshake,
         # by (agent name, address) at the Join.
         self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
+        self.auth = Authenticator.from_options(options)  # who may connect: daemon/auth/handshake.py
         self.started_at = time.time()
         self.nodes = lifecycle.NodeTracker()  # since when each node is in its state
         self.metrics = ControllerMetrics(self)

@@ -16,6 +16,14 @@ class ControllerOptions:
     port: int = 7420
     state_dir: Path = Path("reckon-state/controller")
     token: str | None = None
+    # Who may connect (daemon/auth/handshake.py): "token" (the token above, or loopback: a single-user
+    # cluster) or "munge" (a MUNGE credential per connection, decoded by the munged at munge_socket;
+    # None: $RECKON_MUNGE_SOCKET, else munged's default); operators: root and operators_group's members;
+    # agents: root and agent_user.
+    auth: str = "token"
+    munge_socket: str | None = None
+    operators_group: str | None = None
+    agent_user: str | None = None
     model: ControllerConfig = field(default_factory=ControllerConfig)
     heartbeat_timeout: float = 10.0  # an agent silent this long is disconnected
     snapshot_every: int = 200_000  # facts between snapshots

@@ -21,7 +21,7 @@ import trio
 from reckon.model.controller import Controller
 
 from reckon.daemon import runtime
-from reckon.daemon.controller.bootstrap import name_new_history, start_metrics, start_serving
+from reckon.daemon.controller.bootstrap import check_auth, name_new_history, start_metrics, start_serving
 from reckon.daemon.controller.core import ControllerDaemon
 from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.controller.tls import check_tls_files
@@ -38,6 +38,7 @@ async def serve_controller(options: ControllerOptions, *, task_status=trio.TASK_
     """Recover from the fact log, then serve until cancelled.  Reports the bound port."""
     t0 = time.perf_counter()
     check_tls_files(options.tls_cert, options.tls_key)  # a bad pair fails now, before recovery
+    await check_auth(options)  # munged unreachable, an unknown operators' group: one line, before anything
     if options.store is not None:
         from reckon.daemon.controller.ha import serve_ha  # when used: a single controller needs none of it
 

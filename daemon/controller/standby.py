@@ -15,7 +15,7 @@ from reckon.model.errors import ProtocolError
 from reckon.model.state import ControllerState, replay, restore
 
 from reckon.daemon import runtime, wire
-from reckon.daemon.controller.connections import authorized
+from reckon.daemon.auth.handshake import Authenticator
 from reckon.daemon.controller.core import REFUSAL_REMINDER, ControllerDaemon
 from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.refusals import RefusalLog
@@ -54,15 +54,16 @@ class Front:
         # TLS handshakes that fail while standing by, once per peer and reason (the daemon has its own).
         self.refusals = RefusalLog(log, remind_every=REFUSAL_REMINDER, clock=trio.current_time)
         self.follower: Follower | None = None  # the standby's copy of the state (tests look at it)
+        self.auth = Authenticator.from_options(options)  # the leader's check: a standby refuses what it refuses
 
     async def handle_request(self, request: WebSocketRequest) -> None:
         if self.daemon is not None:
             await self.daemon.handle_request(request)
             return
         try:
-            refused = authorized(self.options.token, request)
-            if refused is not None:
-                await request.reject(401, body=refused.encode())
+            admission = await self.auth.admit(request)
+            if admission.refused is not None:
+                await request.reject(401, body=admission.refused.encode())
                 return
             path = request.path
             ws = await request.accept()

@@ -2,7 +2,7 @@
 
 The standby (daemon/controller/standby.py ``Front``) used to call the daemon's private method
 unbound on itself (``ControllerDaemon._authorized(self, ...)``); both now call
-``connections.authorized``, and a standby refuses what the daemon refuses.
+``daemon/auth/token.py``'s ``authorized`` (through ``daemon/auth/handshake.py``), and a standby refuses what the daemon refuses.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reckon.daemon.controller.connections import authorized
+from reckon.daemon.auth.token import authorized
 from reckon.daemon.controller.options import ControllerOptions
 from reckon.daemon.controller.standby import Front
 
@@ -63,3 +63,30 @@ async def test_a_standby_refuses_what_the_daemon_refuses(tmp_path, headers, body
     request = _Request(host="10.0.0.5", headers=headers)
     await front.handle_request(request)  # type: ignore[arg-type]
     assert request.rejected == [(401, body)]
+
+
+async def test_a_standby_in_munge_mode_refuses_a_replayed_credential_and_an_unprivileged_agent(tmp_path, munged):
+    """The standby checks credentials as the leader does (daemon/auth/handshake.py), munged and all."""
+    import subprocess
+
+    from reckon.daemon.auth import munge
+
+    front = Front(ControllerOptions(host="127.0.0.1", port=0, state_dir=tmp_path, auth="munge",
+                                    munge_socket=munged.socket))
+    credential = munge.encode(munged.socket)
+    munge.decode(credential, munged.socket)  # used once already
+    request = _Request(headers=[(b"Authorization", f"MUNGE {credential}".encode())])
+    await front.handle_request(request)  # type: ignore[arg-type]
+    assert request.rejected == [(401, b"replayed MUNGE credential: a credential is good for one connection only")]
+
+    nobody = subprocess.run(["runuser", "-u", "nobody", "--", "munge", "-n", "-S", munged.socket],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    request = _Request(path="/agent", headers=[(b"Authorization", f"MUNGE {nobody}".encode())])
+    await front.handle_request(request)  # type: ignore[arg-type]
+    [(status, body)] = request.rejected
+    assert status == 401 and body.startswith(b"an agent must authenticate as root: uid 65534 (nobody)")
+
+    request = _Request(headers=_bearer("s3cret"))  # a token is no credential here
+    await front.handle_request(request)  # type: ignore[arg-type]
+    [(status, body)] = request.rejected
+    assert status == 401 and b"this controller authenticates with MUNGE" in body

@@ -102,3 +102,21 @@ def test_cli_bench():
     for key in ("submit_ms", "submit_cpu_ms", "submits_per_s", "show_ms", "jobs_ms", "bulk_submit_s",
                 "bulk_jobs_per_s"):
         _sane(out[key])
+
+
+def test_cli_bench_on_a_munge_cluster_times_the_credential_too(munged):
+    out = bench("cli", "--jobs", "3", "--slots", "4", "--auth", "munge", "--munge-socket", munged.socket)
+    assert out["auth"] == "munge" and set(out["by_auth"]) == {"munge"}
+    for key in ("submit_ms", "bulk_jobs_per_s", "libmunge_encode_ms", "libmunge_decode_ms", "program_encode_ms",
+                "program_decode_ms"):
+        _sane(out[key])
+
+
+def test_cli_bench_without_munged_says_so_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "reckon.daemon.cli", "bench", "cli", "--auth", "both",
+                           "--munge-socket", str(tmp_path / "none"), "--runs", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"reckon: bench cli --auth both needs a munged: munged at {tmp_path / 'none'} cannot be "
+                           "reached (is munged running there? --munge-socket names another): "), line

@@ -177,6 +177,7 @@ class Cluster:
         self.controller_urls: str | None = None  # several controllers (PostgreSQL store): agents' and CLI's URLs
         self.scheme = "ws"  # "wss" after use_tls
         self.ca: Path | None = None  # the CA the CLI and agents trust (RECKON_CA), after use_tls
+        self.auth_env: dict[str, str] = {}  # RECKON_AUTH and RECKON_MUNGE_SOCKET, after use_munge
 
     # ---- paths ------------------------------------------------------------------
 
@@ -212,8 +213,13 @@ class Cluster:
         self.scheme, self.ca = "wss", ca
         self.controller_args = [*self.controller_args, "--tls-cert", str(cert), "--tls-key", str(key)]
 
+    def use_munge(self, socket: str) -> None:
+        """From now on: the controller, the agents and the CLI authenticate with MUNGE through the
+        munged at ``socket`` (RECKON_AUTH, RECKON_MUNGE_SOCKET), and no token."""
+        self.auth_env = {"RECKON_AUTH": "munge", "RECKON_MUNGE_SOCKET": socket}
+
     def _tls_env(self) -> dict[str, str]:
-        return {"RECKON_CA": str(self.ca)} if self.ca is not None else {}
+        return {**({"RECKON_CA": str(self.ca)} if self.ca is not None else {}), **self.auth_env}
 
     # ---- daemons ------------------------------------------------------------------
 
