@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import sys
@@ -23,10 +24,18 @@ def run_chaos(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
     jobs = args.jobs if args.jobs is not None else max(1, round(args.rate * args.duration))
     agents = tuple(f"agent-{i}" for i in range(1, args.agents + 1))
+    if not 0 <= args.hog_share <= 1:
+        print("reckon: --hog-share must be between 0 and 1", file=sys.stderr)
+        return 2
+    if args.users and os.geteuid() != 0:
+        print("reckon: chaos --users runs jobs as those users: it must run as root", file=sys.stderr)
+        return 2
     plan = make_plan(seed=seed, duration=args.duration, agents=list(agents), jobs=jobs,
-                     fault_every=args.fault_every, max_outage=args.max_outage)
+                     fault_every=args.fault_every, max_outage=args.max_outage, users=args.users,
+                     hog_share=args.hog_share if args.mem is not None else 0.0)
     config = ChaosConfig(plan=plan, agents=agents, slots=args.slots, duration=args.duration,
-                         settle_timeout=args.settle_timeout, quiet=args.json)
+                         settle_timeout=args.settle_timeout, quiet=args.json, users=args.users,
+                         munge_socket=args.munge_socket, mem=args.mem)
     if args.dir is not None:
         args.dir.mkdir(parents=True)
         base = args.dir.absolute()

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ from typing import Any
 import trio
 
 from reckon.daemon.controller.options import VALIDATE_STATE_ENV
+from reckon.daemon.auth.client import ClientAuth
+from reckon.daemon.auth.munge import MungeError
 from reckon.daemon.client import Client, ClientError
 from reckon.daemon.cli.demo import count_finish_facts
 from reckon.daemon.procs import LocalCluster
@@ -46,6 +50,9 @@ class ChaosConfig:
     duration: float
     settle_timeout: float  # seconds after healing for every job to end (the hang guard of the end)
     quiet: bool            # progress on stderr only
+    users: tuple[str, ...] = ()     # Unix users who submit the jobs (a MUNGE cluster); none: token mode
+    munge_socket: str | None = None  # the local munged every daemon and submitter uses (with users)
+    mem: int | None = None           # every job's memory limit, bytes (hog jobs allocate twice that)
 
 
 class ChaosRun:
@@ -74,18 +81,41 @@ class ChaosRun:
 
     # ---- daemons ----------------------------------------------------------------------
 
+    def _auth_args(self) -> tuple[str, ...]:
+        if not self.config.users:
+            return ()
+        return ("--auth", "munge") + (("--munge-socket", self.config.munge_socket) if self.config.munge_socket else ())
+
     async def start_controller(self) -> None:
-        await self.cluster.start_controller(*CONTROLLER_ARGS)
+        await self.cluster.start_controller(*CONTROLLER_ARGS, *self._auth_args())
         self.controller_starts += 1
 
     async def start_agent(self, name: str) -> None:
-        await self.cluster.start_agent(name, self.config.slots, *AGENT_ARGS, controller=self.proxies[name].url)
+        await self.cluster.start_agent(name, self.config.slots, *AGENT_ARGS, *self._auth_args(),
+                                       controller=self.proxies[name].url)
+
+    def _auth(self, user: str | None = None) -> ClientAuth | None:
+        """The run's own calls as itself (root: an operator); a submitter's as its user, whose
+        credential comes from ``munge`` run as that user (munged takes the uid from the socket)."""
+        if not self.config.users:
+            return None
+        socket = self.config.munge_socket
+        if user is None:
+            return ClientAuth("munge", munge_socket=socket)
+        argv = ["runuser", "-u", user, "--", "munge", "--no-input", *(("--socket", socket) if socket else ())]
+
+        def encode() -> str:
+            done = subprocess.run(argv, capture_output=True, timeout=30)
+            if done.returncode != 0:
+                raise MungeError("unreachable", done.stderr.decode(errors="replace").strip() or "munge failed")
+            return done.stdout.decode("ascii").strip()
+        return ClientAuth("munge", munge_socket=socket, encode=encode)
 
     async def _call(self, op: str, timeout: float = 10.0, **fields: Any) -> dict | None:
         """One client call straight to the controller (never through a proxy); None if unavailable."""
         with trio.move_on_after(timeout):
             try:
-                async with Client(self.cluster.url, None) as client:
+                async with Client(self.cluster.url, self._auth()) as client:
                     return await client.call(op, **fields)
             except ClientError:
                 return None
@@ -155,17 +185,26 @@ class ChaosRun:
                 waiting = await self._resolve(uncertain) + waiting
             if waiting:
                 batch, waiting = waiting[:500], waiting[500:]
-                waiting = await self._submit(batch, uncertain) + waiting
+                again: list[ChaosJob] = []
+                for user in sorted({j.user or "" for j in batch}):  # one batch per submitter
+                    again += await self._submit([j for j in batch if (j.user or "") == user], uncertain)
+                waiting = again + waiting
             await trio.sleep(SUBMIT_EVERY)
 
+    def _spec(self, job: ChaosJob) -> dict[str, Any]:
+        spec = {"name": job.name, "command": job_command(job, self.truth_dir, self.config.mem),
+                "cwd": str(self.work_dir), "env": [], "slots": 1}
+        if self.config.mem is not None:
+            spec["mem"] = self.config.mem
+        return spec
+
     async def _submit(self, batch: list[ChaosJob], uncertain: list) -> list[ChaosJob]:
-        """Send one batch; the jobs to send again (none if it arrived or its fate is unknown)."""
-        specs = [{"name": j.name, "command": job_command(j, self.truth_dir), "cwd": str(self.work_dir),
-                  "env": [], "slots": 1} for j in batch]
+        """Send one batch (of one submitter); the jobs to send again (none if it arrived or its fate is unknown)."""
+        specs = [self._spec(j) for j in batch]
         sent_to, connected, answered = self.controller_starts, False, False
         with trio.move_on_after(SUBMIT_GUARD):
             try:
-                async with Client(self.cluster.url, None) as client:
+                async with Client(self.cluster.url, self._auth(batch[0].user)) as client:
                     connected = True
                     await client.call("submit_many", specs=specs)
                     answered = True
@@ -209,6 +248,10 @@ class ChaosRun:
         plan, config = self.config.plan, self.config
         self.truth_dir.mkdir()
         self.work_dir.mkdir()
+        if config.users:  # the users' jobs write their truth here and work here: the base must let them in
+            self.base.chmod(0o711)
+            for shared in (self.truth_dir, self.work_dir):
+                shared.chmod(0o1777)
         await self.start_controller()
         async with trio.open_nursery() as nursery:
             for name in config.agents:
@@ -240,8 +283,9 @@ class ChaosRun:
             raise ChaosInterrupted("SIGTERM: the run was stopped before its verdict")
         await trio.to_thread.run_sync(self.cluster.stop_all)
         finish_facts = await count_finish_facts(self.base / "controller")
+        uids = {user: pwd.getpwnam(user).pw_uid for user in config.users} if config.users else None
         verdict = judge(list(plan.jobs), self.acknowledged, final["jobs"] if final else [],
-                        read_truth(self.truth_dir), finish_facts)
+                        read_truth(self.truth_dir), finish_facts, uids)
         return verdict, {"healed_at_s": round(healed_at, 1), "settled_at_s": round(settled_at, 1),
                          "controller_starts": self.controller_starts,
                          "proxy_connections": sum(p.connections for p in self.proxies.values())}
@@ -358,6 +402,7 @@ def report(verdict: Verdict, plan: Plan, config: ChaosConfig, run_info: dict[str
     return {"verdict": "PASS" if verdict.passed and not crashes else "FAIL", "seed": plan.seed,
             "duration_s": config.duration, "crashes": crashes,
             "wall_s": round(wall, 1), "agents": len(config.agents), "slots": config.slots,
+            "users": list(config.users), "mem": config.mem, "hogs": sum(j.hog for j in plan.jobs),
             **verdict.counts(), "by_state": verdict.by_state, "faults": len(applied), "faults_by_kind": kinds,
             "time_gaps": verdict.gaps(), **run_info, "notes": notes,
             "problems": {"lost": verdict.lost, "invented": verdict.invented, "run_twice": verdict.run_twice,
@@ -367,6 +412,9 @@ def report(verdict: Verdict, plan: Plan, config: ChaosConfig, run_info: dict[str
 def print_report(out: dict[str, Any]) -> None:
     gaps = out["time_gaps"]
     print(f"faults applied: {out['faults']} ({', '.join(f'{n} {k}' for k, n in sorted(out['faults_by_kind'].items()))})")
+    if out["users"]:
+        print(f"users: {', '.join(out['users'])}; memory limit {out['mem']} bytes per job, "
+              f"{out['hogs']} job(s) allocating past it")
     print(f"jobs: {out['jobs']} ({', '.join(f'{n} {s}' for s, n in sorted(out['by_state'].items()))}), "
           f"executions: {out['executions']}, controller starts: {out['controller_starts']}")
     for key, label in (("finish_s", "recorded finish - job's own end"), ("start_s", "job's own start - recorded start")):

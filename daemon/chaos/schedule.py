@@ -54,6 +54,8 @@ class ChaosJob:
     sleep: float            # seconds the job sleeps between its two timestamps
     exit_code: int | None   # what it chooses to exit with ...
     signal: int | None      # ... or the signal it kills itself with
+    user: str | None = None  # who submits it (--users; None: token mode, the run's own user)
+    hog: bool = False        # it allocates past its --mem: the agent's limit must end it, FAILED oom
 
     def __post_init__(self) -> None:
         if (self.exit_code is None) == (self.signal is None):
@@ -77,18 +79,24 @@ def _weighted(rng: random.Random, pairs: tuple) -> object:
 
 
 def make_plan(*, seed: int, duration: float, agents: list[str], jobs: int, fault_every: float,
-              max_outage: float) -> Plan:
+              max_outage: float, users: tuple[str, ...] = (), hog_share: float = 0.0) -> Plan:
     """Jobs spread evenly over ``duration``; faults as a Poisson process (mean gap ``fault_every``).
 
     A fault is drawn only for a target that is healthy at that moment, so two
-    faults never overlap on one target (they do overlap across targets).
+    faults never overlap on one target (they do overlap across targets).  With ``users``, each
+    job's submitter is drawn among them, and ``hog_share`` of the jobs allocate past their
+    memory limit; a plan without them draws exactly what it drew before (a seed replays).
     """
     rng = random.Random(seed)
+    people = random.Random(seed ^ 0x5EED)  # a stream of its own: the jobs and faults stay the seed's
     chaos_jobs = []
     for i in range(jobs):
         code = _weighted(rng, EXIT_CODES + ((None, 5),))
+        user = people.choice(users) if users else None
+        hog = hog_share > 0 and people.random() < hog_share
         chaos_jobs.append(ChaosJob(name=f"chaos-{i:06d}", submit_at=duration * i / max(jobs, 1),
-                                   sleep=rng.choice(SLEEPS), exit_code=code, signal=9 if code is None else None))
+                                   sleep=rng.choice(SLEEPS), exit_code=code, signal=9 if code is None else None,
+                                   user=user, hog=hog))
     faults = []
     busy_until = {target: 0.0 for target in (CONTROLLER, *agents)}
     t = rng.expovariate(1 / fault_every)

@@ -34,13 +34,21 @@ START_SLACK = 2.0  # seconds: ... between the recorded start and the job's own s
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 
 
-def job_command(job: ChaosJob, truth_dir: Path) -> list[str]:
+def job_command(job: ChaosJob, truth_dir: Path, mem: int | None = None) -> list[str]:
+    """The job's script; a hog (``job.hog``, with ``mem`` its limit) ends in an allocation of twice
+    its limit, in its main process, which only the agent's memory limit stops (no end record)."""
     d, n = str(truth_dir), job.name
+    if job.hog:
+        if mem is None:
+            raise ValueError(f"job {n} is a memory hog, but the run sets no --mem")
+        # dd reads /dev/zero into one buffer of bs bytes: every page of it is touched.
+        return ["sh", "-c", f": > {d}/{n}.$$.begin; sleep {job.sleep}; "
+                            f"exec dd if=/dev/zero of=/dev/null bs={2 * mem} count=1 2>/dev/null"]
     outcome = f"exit:{job.exit_code}" if job.signal is None else f"signal:{job.signal}"
     end = f"exit {job.exit_code}" if job.signal is None else f"kill -{job.signal} $$"
     script = (f": > {d}/{n}.$$.begin; b=$(date +%s.%N); sleep {job.sleep}; e=$(date +%s.%N); "
-              f"o=$(readlink /proc/$$/fd/1); "
-              f"printf '%s %s %s %s %s %s\\n' {n} \"$o\" $$ \"$b\" {outcome} \"$e\" > {d}/.{n}.$$.tmp "
+              f"o=$(readlink /proc/$$/fd/1); u=$(id -u); "
+              f"printf '%s %s %s %s %s %s %s\\n' {n} \"$o\" $$ \"$b\" {outcome} \"$e\" $u > {d}/.{n}.$$.tmp "
               f"&& mv {d}/.{n}.$$.tmp {d}/{n}.$$.end; {end}")
     return ["sh", "-c", script]
 
@@ -58,16 +66,21 @@ class Execution:
     exit_code: int | None
     signal: int | None
     finished: float
+    uid: int | None = None  # the uid it ran as (None: a record without one)
 
 
 def parse_end(line: str) -> Execution:
-    name, stdout, pid, started, outcome, finished = line.split()
+    fields = line.split()
+    name, stdout, pid, started, outcome, finished = fields[:6]
+    if len(fields) not in (6, 7):
+        raise ValueError(f"an end record has 6 or 7 fields, not {len(fields)}")
     jobs_dir = Path(stdout).parent
     job, attempt, _ = Path(stdout).name.rsplit(".", 2)
     kind, _, value = outcome.partition(":")
     return Execution(name=name, agent=jobs_dir.parent.name, job=job, attempt=int(attempt), pid=int(pid),
                      started=float(started), exit_code=int(value) if kind == "exit" else None,
-                     signal=int(value) if kind == "signal" else None, finished=float(finished))
+                     signal=int(value) if kind == "signal" else None, finished=float(finished),
+                     uid=int(fields[6]) if len(fields) == 7 else None)
 
 
 @dataclass
@@ -127,8 +140,10 @@ class Verdict:
 
 
 def judge(planned: list[ChaosJob], acknowledged: set[str], recorded: list[dict], truth: Truth,
-          finish_facts: dict[str, int]) -> Verdict:
-    """Compare every planned job's record (the controller's ``jobs`` objects) with its own truth."""
+          finish_facts: dict[str, int], uids: dict[str, int] | None = None) -> Verdict:
+    """Compare every planned job's record (the controller's ``jobs`` objects) with its own truth.
+    ``uids``: each submitting user's uid (a run with --users): a job's record must name its
+    submitter and its execution must have run as that uid."""
     verdict = Verdict(jobs=len(planned), executions=sum(truth.begins.values()))
     by_name: dict[str, list[dict]] = {}
     for job in recorded:
@@ -156,6 +171,12 @@ def judge(planned: list[ChaosJob], acknowledged: set[str], recorded: list[dict],
                                     f"({', '.join(r['id'] for r in records)})")
         job = records[0]
         facts = finish_facts.get(job["id"], 0)
+        if want.user is not None and job.get("user") != want.user:
+            verdict.invented.append(f"{want.name} (job {job['id']}): owned by {job.get('user')!r}, "
+                                    f"submitted by {want.user!r}")
+        if want.hog:
+            _judge_hog(verdict, want, job, facts, begins, ends)
+            continue
         if job["state"] not in TERMINAL:
             (verdict.lost if ends else verdict.stuck).append(
                 f"{want.name} (job {job['id']}): still {job['state']} attempt {job['attempt']}"
@@ -178,6 +199,8 @@ def judge(planned: list[ChaosJob], acknowledged: set[str], recorded: list[dict],
         if (run.exit_code, run.signal) != (want.exit_code, want.signal):
             wrong.append(f"the execution chose exit {run.exit_code} signal {run.signal}, planned "
                          f"{want.exit_code} {want.signal}")
+        if uids is not None and want.user is not None and run.uid != uids[want.user]:
+            wrong.append(f"ran as uid {run.uid}, submitted by {want.user} (uid {uids[want.user]})")
         if (job["id"], job["attempt"], job["agent"]) != (run.job, run.attempt, run.agent):
             wrong.append(f"recorded {job['id']}.{job['attempt']} on {job['agent']}, ran as "
                          f"{run.job}.{run.attempt} on {run.agent}")
@@ -197,3 +220,22 @@ def judge(planned: list[ChaosJob], acknowledged: set[str], recorded: list[dict],
         if wrong:
             verdict.invented.append(f"{want.name} (job {job['id']}): " + "; ".join(wrong))
     return verdict
+
+
+def _judge_hog(verdict: Verdict, want: ChaosJob, job: dict, facts: int, begins: int, ends: list) -> None:
+    """A job that allocates past its limit: run once, stopped by the limit, FAILED reason oom."""
+    if job["state"] not in TERMINAL:
+        verdict.stuck.append(f"{want.name} (job {job['id']}): still {job['state']}")
+        return
+    if facts != 1:
+        verdict.invented.append(f"{want.name} (job {job['id']}): {facts} terminal facts, not one")
+    if ends:
+        verdict.invented.append(f"{want.name} (job {job['id']}): a memory hog ended by itself: its limit held nothing")
+    if begins == 0:
+        verdict.invented.append(f"{want.name} (job {job['id']}): {job['state']} reason {job.get('reason')}, "
+                                f"but it never began")
+    elif (job["state"], job.get("reason")) != ("FAILED", "oom"):
+        verdict.invented.append(f"{want.name} (job {job['id']}): a memory hog recorded {job['state']} "
+                                f"reason {job.get('reason')!r}, not FAILED reason 'oom'")
+    if job["started_at"] is None:
+        verdict.start_missing.append(f"{want.name} (job {job['id']})")

@@ -188,3 +188,56 @@ async def test_proxy_relays_stalls_and_cuts(autojump_clock):
 def test_a_missing_start_time_fails_the_verdict():
     v = verdict([record(started_at=None)], truth(RUN))
     assert v.start_missing and not v.passed
+
+
+# ---- two users and memory limits (issue #20) ------------------------------------------------------
+
+
+def test_users_and_hogs_leave_the_seeds_jobs_and_faults_as_they_were():
+    """The submitters and hogs come from a stream of their own: a seed replays its old run."""
+    with_users = make_plan(seed=5, duration=120, agents=AGENTS, jobs=300, fault_every=2, max_outage=6,
+                           users=("alice", "bob"), hog_share=0.2)
+    assert with_users.faults == plan(5).faults
+    assert [(j.name, j.sleep, j.exit_code, j.signal) for j in with_users.jobs] == [
+        (j.name, j.sleep, j.exit_code, j.signal) for j in plan(5).jobs]
+    assert {j.user for j in with_users.jobs} == {"alice", "bob"}
+    assert 30 < sum(j.hog for j in with_users.jobs) < 90
+
+
+ALICE = ChaosJob(name=JOB.name, submit_at=0, sleep=0.1, exit_code=3, signal=None, user="alice")
+HOG = ChaosJob(name=JOB.name, submit_at=0, sleep=0.1, exit_code=0, signal=None, user="alice", hog=True)
+
+
+def test_a_job_must_be_owned_by_and_run_as_its_submitter():
+    run = Execution(name=RUN.name, agent=RUN.agent, job=RUN.job, attempt=1, pid=RUN.pid, started=RUN.started,
+                    exit_code=3, signal=None, finished=RUN.finished, uid=1001)
+    good = judge([ALICE], {JOB.name}, [record(user="alice")], truth(run), {"1": 1}, {"alice": 1001})
+    assert good.passed, good.invented
+    owner = judge([ALICE], {JOB.name}, [record(user="bob")], truth(run), {"1": 1}, {"alice": 1001})
+    assert "owned by 'bob'" in owner.invented[0]
+    uid = judge([ALICE], {JOB.name}, [record(user="alice")], truth(run), {"1": 1}, {"alice": 2002})
+    assert "ran as uid 1001" in uid.invented[0]
+
+
+def test_a_memory_hog_must_end_failed_oom_once():
+    ok = record(user="alice", state="FAILED", exit_code=None, signal=9, reason="oom")
+    assert judge([HOG], {JOB.name}, [ok], truth(begins=1), {"1": 1}).passed
+    v = judge([HOG], {JOB.name}, [{**ok, "reason": None}], truth(begins=1), {"1": 1})
+    assert "not FAILED reason 'oom'" in v.invented[0]
+    assert judge([HOG], {JOB.name}, [ok], truth(begins=2), {"1": 1}).run_twice
+    assert "ended by itself" in judge([HOG], {JOB.name}, [ok], truth(RUN), {"1": 1}).invented[0]
+
+
+def test_a_memory_hog_is_stopped_by_a_memory_limit(tmp_path: Path):
+    """The hog's command allocates twice its limit in its main process (here: under ulimit -v)."""
+    truth_dir = tmp_path / "truth"
+    truth_dir.mkdir()
+    job = ChaosJob(name="chaos-000002", submit_at=0, sleep=0.01, exit_code=0, signal=None, hog=True)
+    with pytest.raises(ValueError, match="no --mem"):
+        job_command(job, truth_dir)
+    command = job_command(job, truth_dir, mem=64 << 20)
+    free = subprocess.run(command, timeout=30)
+    assert free.returncode == 0  # unlimited: dd gets its 128 MiB
+    limited = subprocess.run(["sh", "-c", 'ulimit -v 100000; exec "$@"', "sh", *command], timeout=30)
+    assert limited.returncode != 0  # past the limit: dd cannot have its buffer
+    assert read_truth(truth_dir).begins == {"chaos-000002": 2} and not read_truth(truth_dir).ends
