@@ -324,7 +324,7 @@ class AgentDaemon:
                 await self.feed(E.ProcessLost(job=cmd.job, attempt=cmd.attempt, now=time.time()))
                 return
             try:
-                started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec)
+                started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec, owner=cmd.owner, gpus=cmd.gpus)
             except RunnerError as exc:
                 # Nothing ran and nothing is known: say so, never invent an exit code.
                 log.error("job %s attempt %s could not be launched: %s", cmd.job, cmd.attempt, exc)
@@ -526,7 +526,7 @@ async def _release_on_sigusr1(runner: HoldRunner) -> None:
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
                            signal=status.signal, finished_at=status.finished_at, started_at=status.started_at,
-                           timed_out=status.timed_out, now=time.time())
+                           timed_out=status.timed_out, usage=status.usage, oom=status.oom, now=time.time())
 
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
