@@ -269,10 +269,15 @@ class Cgroup:
         cg = cls(spec)
         try:
             for d in cg.all_dirs:
-                try:
-                    os.mkdir(d, 0o755)
-                except FileExistsError:
-                    pass  # a retry after a crash: same attempt, same cgroup
+                # makedirs: a v1 base directory left empty is removed by whoever empties it (remove()),
+                # so it may be gone, or go again between the two mkdirs (then once more).
+                for again in range(5):
+                    try:
+                        os.makedirs(d, 0o755, exist_ok=True)  # exists: a retry after a crash, same cgroup
+                        break
+                    except FileNotFoundError:
+                        if again == 4:
+                            raise
             cg._limit(spec.get("mem"), spec.get("cpus"), spec.get("pids_max"))
         except OSError as e:
             cg.remove()
@@ -381,7 +386,18 @@ class Cgroup:
 
     def remove(self) -> bool:
         """Delete the (empty) cgroup; True when it is gone.  A cgroup that still has tasks stays
-        (the agent's next start cleans it)."""
+        (the agent's next start cleans it).  On v1 the agent's base directory goes too once it is
+        empty, so an agent that is SIGKILLed leaves nothing behind (``create`` makes it again)."""
+        gone = self._remove_dirs()
+        if gone and self.version == 1:
+            for d in self.all_dirs:
+                try:
+                    os.rmdir(os.path.dirname(d))
+                except OSError:
+                    pass  # another attempt's cgroup is in it
+        return gone
+
+    def _remove_dirs(self) -> bool:
         gone = True
         for d in self.all_dirs:
             for _ in range(100):

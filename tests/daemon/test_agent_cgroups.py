@@ -76,6 +76,8 @@ async def test_a_kill_ends_every_process_of_the_job_even_a_double_forked_sleeper
             await runner.start("1", 1, sh(script, slots=1))
             await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
             sleeper = int(pid_file.read_text())
+            # setsid(1) has called setsid() once it has become the sleeper:
+            await wait_for(lambda: Path(f"/proc/{sleeper}/comm").read_text() == "sleep\n")
             dirs = attempt_dirs(enforcement, "1")
             assert all(sleeper in map(int, (d / "cgroup.procs").read_text().split()) for d in dirs)
             assert os.getsid(sleeper) != os.getsid(_job_pid(runner, "1"))  # not in the job's session
