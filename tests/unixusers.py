@@ -1,7 +1,8 @@
 """Real Unix users and a group for the suite: made with useradd/groupadd, removed at the end.
 
-Names start with ``reckon-test-`` and carry the test process's pid, so two
-suites on one machine never share (or remove) each other's accounts.  Their
+Names start with ``reckon-test-`` and carry a random tag, so two suites on
+one machine (or two modules that each use the fixture) never share or remove
+each other's accounts.  Their
 homes are in a temporary directory.  The tests that use them need root: as
 another user they FAIL saying so, they do not skip (a skipped check is a
 check nobody ran).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -60,7 +62,7 @@ def _run(*argv: str) -> None:
 
 def make_users() -> tuple[UnixUsers, "callable"]:
     """Create the users and group; return them and the function that removes them."""
-    tag = str(os.getpid())
+    tag = secrets.token_hex(3)
     group = f"{PREFIX}g{tag}"
     homes = Path(tempfile.mkdtemp(prefix="reckon-test-homes-"))
     os.chmod(homes, 0o755)

@@ -438,20 +438,22 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
                 cgroup = _cgroups.Cgroup.create(req["cgroup"])
             except _cgroups.CgroupError as e:  # enforcement was promised: no job runs without it
                 raise _CannotRun(None, str(e)) from None
-        preexec = None
-        if cgroup is not None or (acct is not None and acct.switch):
-            def preexec() -> None:  # in the child, before exec: into the cgroup, then the owner's ids for good
-                if cgroup is not None:
-                    cgroup.join()
-                _users.drop(acct)
-        try:
+        # The owner's groups, gid and uid, for good, in the child before the exec (that order:
+        # after setuid nothing else may change).  Not a preexec_fn: subprocess does it in C.
+        ids = (dict(user=acct.uid, group=acct.gid, extra_groups=acct.groups)
+               if acct is not None and acct.switch else {})
+
+        def start() -> subprocess.Popen:
             # subprocess (vfork + exec in C) rather than os.posix_spawn: as
             # fast, and glibc's posix_spawn leaves its internal signals 32
             # and 33 ignored in the child.  close_fds: nothing but 0, 1, 2.
-            # A preexec_fn (cgroup, owner) costs a fork in place of the vfork.
-            job = subprocess.Popen(argv, executable=path, stdin=devnull, stdout=out_fd, stderr=err_fd, env=env,
-                                   close_fds=True, restore_signals=True, process_group=0, preexec_fn=preexec,
-                                   umask=req.get("umask", -1))
+            # (Changing ids costs a fork in place of the vfork.)
+            return subprocess.Popen(argv, executable=path, stdin=devnull, stdout=out_fd, stderr=err_fd, env=env,
+                                    close_fds=True, restore_signals=True, process_group=0,
+                                    umask=req.get("umask", -1), **ids)
+        try:
+            # In its cgroup from birth: the supervisor steps in for the spawn (daemon/agent/cgroups.py).
+            job = start() if cgroup is None else cgroup.spawn_inside(start)
             job_pid = job.pid
         except (OSError, ValueError, subprocess.SubprocessError) as e:  # ValueError: a NUL byte, a bad string
             raise _CannotRun(getattr(e, "errno", None),

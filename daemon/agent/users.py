@@ -13,8 +13,8 @@ supervisor takes the owner's identity as its *effective* ids (``as_user``) to
 open the job's own ``--output``/``--error`` files, enter its cwd and find its
 executable, so a directory the owner cannot write or enter is that job's error
 (exit 126, or 127 when it does not exist, with the reason in the job's stderr),
-never the agent's; the job's child then drops every privilege for good
-(``drop``) before it execs.
+never the agent's; the job's child then takes the owner's groups, gid and uid
+for good before it execs (``subprocess``'s ``extra_groups``, ``group``, ``user``).
 
 Refusals (the job ends with exit 126 and the line in its stderr): a uid this
 machine has no account for; an owner who is root, unless the agent runs with
@@ -122,13 +122,3 @@ class as_user:
             os.setegid(self._egid)
             os.setgroups(self._groups)
         return False
-
-
-def drop(acct: Account | None) -> None:
-    """For good, in the job's child before exec: the account's groups, gid and uid (in that
-    order: after setuid nothing else may change)."""
-    if acct is None or not acct.switch:
-        return
-    os.setgroups(acct.groups)
-    os.setgid(acct.gid)
-    os.setuid(acct.uid)
