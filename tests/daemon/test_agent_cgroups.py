@@ -88,6 +88,19 @@ async def test_a_kill_ends_every_process_of_the_job_even_a_double_forked_sleeper
     assert not any(d.exists() for d in dirs)
 
 
+async def test_the_time_limit_ends_every_process_of_the_job(tmp_path, enforcement):
+    pid_file = tmp_path / "sleeper.pid"
+    script = f"(setsid sleep 300 & echo $! > {pid_file}) & wait; sleep 300"
+    with trio.fail_after(HANG):
+        async with JobRunner(tmp_path / "state", cgroups=enforcement, kill_grace=1) as runner:
+            await runner.start("1", 1, sh(script, time_limit=1.0))
+            status = await exit_of(runner, "1")
+    sleeper = int(pid_file.read_text())
+    assert status.timed_out and status.signal == 15
+    assert start_time(sleeper) is None, "the double-forked sleeper outlived its job's time limit"
+    assert not any(d.exists() for d in attempt_dirs(enforcement, "1"))
+
+
 def _job_pid(runner: JobRunner, job: str) -> int:
     info, _ = runner._records((job, 1))
     return info["job_pid"]
