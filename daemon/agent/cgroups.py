@@ -127,9 +127,10 @@ def detect(agent: str) -> dict:
     """What this machine lets the agent enforce, as a plain map.
 
     ``{"version": 2 | 1 | None, "kinds": [limit kinds it enforces], "why": reason for what it cannot,
-    "v2": dir} or {"version": 1, "v1": {controller: base dir}}``.  Nothing is created but the
-    agent's own base directories (v1: ``reckon/<agent>`` under each controller; v2: the
-    ``agent`` and ``jobs`` children of its own cgroup, into which it moves itself).
+    "v2": dir} or {"version": 1, "v1": {controller: base dir}}``.  v1: each base directory
+    (``reckon/<agent>`` under each controller) is made to see that it can be, and removed again
+    if empty (each attempt's cgroup makes it as needed); v2: the ``agent`` and ``jobs`` children
+    of the agent's own cgroup are made, and the agent moves itself into ``agent``.
     """
     if os.geteuid() != 0:
         why_v1 = "the agent is not root"
@@ -147,10 +148,15 @@ def detect(agent: str) -> dict:
                 if controller in options and controller not in found:
                     found[controller] = os.path.join(point, "reckon", safe_name(agent))
         for controller, base in list(found.items()):
-            try:
+            try:  # may the agent make its cgroups here?  (made for real by each attempt's create)
                 os.makedirs(base, exist_ok=True)
             except OSError:
                 del found[controller]
+                continue
+            try:
+                os.rmdir(base)  # nothing left behind by an agent that runs no job and is SIGKILLed
+            except OSError:
+                pass  # attempts of before a restart are in it
         if not found:
             why_v1 = "no writable cgroup v1 controller"
     kinds = []
