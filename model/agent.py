@@ -17,6 +17,7 @@ from . import events as E
 from . import messages as M
 from .errors import LocalProtocolError, PermanentRefusal, RemoteProtocolError
 from .records import LocalJob, LocalRecords, LocalStatus
+from .resources import NodeResources
 
 
 class SessionState(enum.Enum):
@@ -118,6 +119,7 @@ class AgentConfig:
     log_layout: str = "flat"  # how job output files are named there (messages.LOG_LAYOUTS)
     identity: str | None = None  # this agent's durable identity (from its state directory), sent in Join
     instance: str | None = None  # random per process start, sent in Join (model.names: a copied state directory)
+    resources: NodeResources | None = None  # what the machine offers beyond CPUs, and what it cannot enforce (Join)
 
     def __post_init__(self) -> None:
         if self.identity is not None:

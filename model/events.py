@@ -14,6 +14,7 @@ from .facts import Fact
 from .arrays import ArrayRange
 from .jobs import JobSpec
 from .messages import TOKEN_BYTES, Finished, Join, Message
+from .resources import Owner, Usage
 
 
 def _conn(ev: object) -> None:
@@ -430,6 +431,8 @@ class ProcessExited:
     # restart that lost it, and the start must not be lost with it.
     started_at: float | None = None
     timed_out: bool = False  # the supervisor stopped the process at the job's time limit
+    usage: Usage | None = None  # what the attempt used, as its supervisor measured it
+    oom: bool = False  # the kernel's OOM killer acted in the attempt's cgroup (its memory limit)
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
@@ -520,6 +523,8 @@ class StartProcess:
     job: str
     attempt: int
     spec: JobSpec
+    owner: Owner | None = None  # whom the job runs as (None: token mode, the agent's user)
+    gpus: tuple[int, ...] = ()  # the GPU indices the controller assigned to this attempt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -110,6 +110,9 @@ class JobSpec:
     # %j job id, %a attempt, %% a percent sign; relative to cwd).  None: the agent's own files.
     output: str | None = None
     error: str | None = None
+    mem: int | None = None  # bytes the job may use (its cgroup's memory limit); None: no limit
+    gpus: int = 0  # how many GPUs it needs
+    gres: tuple[tuple[str, int], ...] = ()  # generic countable resources, sorted by name
 
     def __post_init__(self) -> None:
         check_str("name", self.name)

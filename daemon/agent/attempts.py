@@ -9,9 +9,11 @@ writes them; daemon/agent/runner.py has the contract).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
+
+from reckon.model.resources import Usage
 
 from reckon.daemon.agent import launcher as _launcher
 
@@ -33,6 +35,10 @@ class ExitStatus:
     started_at: float | None
     finished_at: float
     timed_out: bool = False  # the supervisor stopped it at the job's time limit
+    # What it used (None: a record from before accounting, or unreadable).  A measurement, not
+    # part of how it ended: two statuses of the same end compare equal whatever they measured.
+    usage: Usage | None = field(default=None, compare=False)
+    oom: bool = False  # the kernel's OOM killer acted in its cgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +98,13 @@ def status_from(key: Key, obj: dict) -> ExitStatus | None:
         return None
     if not isinstance(started_at, (int, float)) or isinstance(started_at, bool):
         started_at = None  # a start time we cannot read is unknown, not an error
+    try:
+        usage = Usage.from_dict(obj["usage"]) if "usage" in obj else None
+    except (ValueError, TypeError):
+        usage = None  # a measurement we cannot read is unknown, not an error
     return ExitStatus(job=key[0], attempt=key[1], exit_code=exit_code, signal=sig,
                       started_at=None if started_at is None else float(started_at), finished_at=float(finished_at),
-                      timed_out=obj.get("timed_out") is True)
+                      timed_out=obj.get("timed_out") is True, usage=usage, oom=obj.get("oom") is True)
 
 
 _BOOT_ID = _launcher.boot_id()

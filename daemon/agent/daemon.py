@@ -25,7 +25,7 @@ import math
 import random
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,9 @@ from reckon.daemon.agent.attempts import ExitStatus, JobLost, RunnerError
 from reckon.daemon.agent.null_runner import HoldRunner, NullRunner
 from reckon.daemon.agent.runner import JobRunner
 from reckon.daemon.agent import lifecycle
+from reckon.daemon.agent import resources as machine_resources
+from reckon.daemon.agent.users import DEFAULT_UMASK, agent_line
+from reckon.daemon.agent.cgroups import DEFAULT_PIDS_MAX
 from reckon.daemon.ops.metrics_http import serve_metrics
 
 log = logging.getLogger("reckon.agent")
@@ -72,7 +75,7 @@ _HELD = "held"  # refused for now (a start's hold on names): retried like an out
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentOptions:
     name: str
-    slots: int
+    slots: int | None  # CPUs jobs may use (--cpus / --slots); None: detect (daemon/agent/resources.py)
     state_dir: Path
     controller: str = "ws://127.0.0.1:7420"
     token: str | None = None
@@ -100,6 +103,11 @@ class AgentOptions:
     # (daemon/store/machine.py).  Tests and the simulation give hosts machines of their own this way.
     machine_id_files: tuple[Path, ...] = MACHINE_ID_FILES
     moved_from: str | None = None  # --moved-from: the directory's recorded machine, gone for good
+    declared: machine_resources.Declared = machine_resources.Declared()  # --mem, --reserve-mem, --gpus, --gres
+    cgroups: bool = True  # each attempt in its own cgroup where the machine allows (--no-cgroups: never)
+    allow_root_jobs: bool = False  # run jobs whose owner is root (--allow-root-jobs)
+    job_umask: int = DEFAULT_UMASK  # of jobs with an owner
+    job_pids_max: int | None = DEFAULT_PIDS_MAX  # processes per attempt, with cgroups
 
     def __post_init__(self) -> None:
         if not self.ping_interval > 0 or not self.pong_timeout > 0:
@@ -330,7 +338,7 @@ class AgentDaemon:
                 await self.feed(E.ProcessLost(job=cmd.job, attempt=cmd.attempt, now=time.time()))
                 return
             try:
-                started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec)
+                started_at = await self.runner.start(cmd.job, cmd.attempt, cmd.spec, owner=cmd.owner, gpus=cmd.gpus)
             except RunnerError as exc:
                 # Nothing ran and nothing is known: say so, never invent an exit code.
                 log.error("job %s attempt %s could not be launched: %s", cmd.job, cmd.attempt, exc)
@@ -536,7 +544,7 @@ async def _release_on_sigusr1(runner: HoldRunner) -> None:
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
                            signal=status.signal, finished_at=status.finished_at, started_at=status.started_at,
-                           timed_out=status.timed_out, now=time.time())
+                           timed_out=status.timed_out, usage=status.usage, oom=status.oom, now=time.time())
 
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -568,16 +576,24 @@ async def _run(options: AgentOptions, task_status) -> None:
         records, outbox = await store.load()
         cluster = await store.load_cluster()
         join_generation = await store.load_generation()  # 0: none yet
+        running = [r.key for r in records if r.status is LocalStatus.RUNNING]
+        real = options.executor not in ("null", "hold")
+        # In the loop, not a thread: quick (a few mkdirs, leftovers killed), and before anything runs.
+        enforced = machine_resources.enforcement(options.name, identity, running, use_cgroups=options.cgroups and real)
+        slots, resources, lines = machine_resources.machine(replace(options.declared, cpus=options.slots), enforced)
+        for level, line in (lines + [("info", agent_line(options.allow_root_jobs))]) if real else ():
+            getattr(log, level)("%s", line)  # what it cannot enforce here, and whom it runs jobs as
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
         runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
-                  if options.executor in ("null", "hold")
-                  else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode))
+                  if not real
+                  else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode,
+                                 cgroups=enforced, pids_max=options.job_pids_max,
+                                 allow_root_jobs=options.allow_root_jobs, umask=options.job_umask))
         async with runner:
-            config = AgentConfig(name=options.name, slots=options.slots, identity=identity,
+            config = AgentConfig(name=options.name, slots=slots, identity=identity,
                                  instance=secrets.token_hex(16),  # this process: model/names.py
-                                 log_dir=str(options.state_dir / "jobs"), **options.model)
+                                 log_dir=str(options.state_dir / "jobs"), resources=resources, **options.model)
             agent = Agent(config, records, outbox, cluster, join_generation)
-            running = [r.key for r in records if r.status is LocalStatus.RUNNING]
             del records, outbox
             runtime.settle()
             daemon = AgentDaemon(options, store, runner, agent)
@@ -599,6 +615,7 @@ async def _run(options: AgentOptions, task_status) -> None:
             finally:
                 with trio.CancelScope(shield=True):
                     await daemon._commit([])  # a clean stop writes what was deferred
+                machine_resources.release_enforcement(enforced)  # its base cgroups, if no job is left
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()

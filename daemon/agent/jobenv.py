@@ -10,8 +10,12 @@ whatever else the agent's service manager set.  A job gets:
    every ``LC_*``, ``TZ`` and ``TMPDIR``: what a login would give the
    agent's user, so ordinary commands behave as they do in a shell;
 2. the job's own pairs (``reckon submit --env K=V``), which override the base;
-3. ``RECKON_JOB_ID``, ``RECKON_ATTEMPT`` and ``RECKON_JOB_NAME``, last, so
-   a job cannot be misled about who it is.
+3. ``RECKON_JOB_ID``, ``RECKON_ATTEMPT`` and ``RECKON_JOB_NAME``, and for a
+   job given GPUs ``CUDA_VISIBLE_DEVICES`` and ``RECKON_GPUS`` (its assigned
+   indices, comma-separated), last, so a job cannot be misled about who it is
+   or which devices are its own.  (A job with an owner gets ``HOME``,
+   ``USER``, ``LOGNAME`` and ``SHELL`` from the owner's passwd entry on top,
+   set by its supervisor: ``daemon/agent/users.py``.)
 
 ``RECKON_TOKEN`` and ``RECKON_TOKEN_FILE`` are never passed, even when the
 job's own pairs name them (the submitter then has the token already and can
@@ -42,13 +46,18 @@ def base_environment(agent_env: Mapping[str, str] | None = None) -> dict[str, st
     return env
 
 
-def job_environment(spec: JobSpec, job: str, attempt: int, base: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment of one attempt of a job."""
+def job_environment(spec: JobSpec, job: str, attempt: int, base: Mapping[str, str],
+                    gpus: tuple[int, ...] = ()) -> dict[str, str]:
+    """The whole environment of one attempt of a job (``gpus``: the attempt's GPU indices)."""
     env = dict(base)
     env.update(spec.env)
     env["RECKON_JOB_ID"] = job
     env["RECKON_ATTEMPT"] = str(attempt)
     env["RECKON_JOB_NAME"] = spec.name
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = env["RECKON_GPUS"] = ",".join(str(i) for i in gpus)
+    else:
+        env.pop("RECKON_GPUS", None)  # only reckon says which GPUs are a job's
     for name in NEVER:
         env.pop(name, None)
     return env

@@ -3,7 +3,8 @@
 Started once by ``reckon.daemon.agent.runner.JobRunner``: ``python -m reckon.daemon.agent.launcher``
 works, the runner runs ``python -I -S -c "...; main()"`` with the project's
 directory put on ``sys.path`` (independent of the agent's cwd, of site and of
-PYTHON* variables).  It imports nothing but the standard library pieces below,
+PYTHON* variables).  It imports nothing but the standard library pieces below
+and its two stdlib-only siblings ``cgroups.py`` and ``users.py`` (by path),
 so forking it is cheap: every launch request
 becomes one ``os.fork()`` of this process (no interpreter start-up), and the
 child turns into the job's **supervisor**:
@@ -20,6 +21,14 @@ child turns into the job's **supervisor**:
 * appends the ``pid`` record to the attempt's ``.run`` file: its own pid and
   /proc start time, the job's pid and start time, the boot id, so a reused
   pid is never mistaken for it;
+* with an owner (``user``): runs the job as that user (``daemon/agent/users.py``):
+  the output files are chowned to it, its own ``--output``/``--error``, its
+  cwd and its executable are opened, entered and found with its ids, and the
+  job's child takes its groups, gid and uid for good before the exec;
+* with a ``cgroup``: makes the attempt's cgroup with its limits
+  (``daemon/agent/cgroups.py``) before the exec and puts the job's child in
+  it before the exec, so all the job ever starts is inside; at the end every
+  process left in it is killed, its usage and OOM kills read, and it is removed;
 * forwards SIGTERM / SIGINT / SIGHUP to the job's process group (and turns
   SIGUSR1 into a SIGKILL of it);
 * enforces the job's time limit (``limit`` seconds after it started): SIGTERM
@@ -28,8 +37,8 @@ child turns into the job's **supervisor**:
   the agent, so the limit holds while the agent is down or restarting;
 * waits for the job's main process (``waitid(WNOWAIT)``), takes
   ``finished_at = time.time()`` at once, SIGKILLs whatever is left in the
-  job's process group (the job is over), reaps the main process, appends the
-  ``status`` record to ``.run`` durably (fsync of the file and of ``jobs/``),
+  job's process group and in its cgroup (the job is over), reaps the main
+  process, measures what it used, appends the ``status`` record to ``.run`` durably (fsync of the file and of ``jobs/``),
   then ``os._exit``\\ s.
 
 Files of one attempt, all in the agent's ``jobs/`` directory and named
@@ -46,13 +55,16 @@ docs/performance.md):
     agent to withdraw a launch it gave up waiting for: whoever is first
     wins, so a late supervisor runs nothing.  JSON lines, appended: first the
     ``pid`` record (not fsynced: it only matters while processes live), then
-    the ``status`` record (exit_code or signal, started_at, finished_at;
-    fsynced).  A reader takes only complete lines, so a half-written record
+    the ``status`` record (exit_code or signal, started_at, finished_at,
+    ``usage`` {cpu_user, cpu_system, max_rss, wall, source}, ``oom``: true
+    when the kernel's OOM killer acted in the cgroup; fsynced).  A reader takes only complete lines, so a half-written record
     reads as not written.
 
-A command that cannot be executed (not found, not executable, bad cwd)
-finishes like in a shell: exit code 127 when something does not exist
-(ENOENT), 126 otherwise, with the explanation in the job's stderr file.
+A command that cannot be executed (not found, not executable, bad cwd, an
+owner this machine has no account for or may not run as, a cgroup that
+cannot be made) finishes like in a shell: exit code 127 when something does
+not exist (ENOENT), 126 otherwise, with the explanation in the job's stderr
+file.
 
 Wire (both directions: one JSON object per line, UTF-8):
 
@@ -60,9 +72,13 @@ agent -> launcher::
 
     {"k": [job, attempt], "base": "/abs/jobs/<job>.<attempt>", "cmd": [...],
      "cwd": str | null, "env": [[key, value], ...],  # the job's whole environment
-     "mode": 384, "limit": seconds, "grace": seconds}  # mode of .stdout/.stderr (0o600)
+     "mode": 384, "limit": seconds, "grace": seconds,  # mode of .stdout/.stderr (0o600)
+     "user": {"uid": int, "gid": int, "user": str, "allow_root": bool}, "umask": 18,
+     "cgroup": {"v": 1, "dirs": {controller: dir}, "mem": bytes, "cpus": n, "pids_max": n}}
 
-(``limit`` and ``grace`` only for a job with a time limit.)
+(``limit`` and ``grace`` only for a job with a time limit; ``user`` and
+``umask`` only for a job with an owner; ``cgroup`` only where the agent
+enforces limits: ``{"v": 2, "dir": dir, ...}`` on cgroup v2.)
 
 launcher -> agent::
 
@@ -85,6 +101,27 @@ import signal
 import stat
 import subprocess
 import time
+
+
+def _sibling(name: str):
+    """A stdlib-only module next to this file (``cgroups``, ``users``): imported from the
+    package when the agent imports the launcher, loaded by path when the launcher runs as
+    ``python -I -S launcher.py`` (no package on ``sys.path`` then)."""
+    if __package__:
+        import importlib
+
+        return importlib.import_module(f"{__package__}.{name}")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        f"_reckon_agent_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_cgroups = _sibling("cgroups")
+_users = _sibling("users")
 
 #: Signals a supervisor sets back to their default disposition, so that the
 #: job does not inherit them ignored (an agent started with ``&`` ignores
@@ -205,15 +242,16 @@ def fsync_dir(path: str) -> None:
 # ---- the supervisor (runs in a forked child of the launcher) -----------------
 
 
-def _resolve(cmd0: str, path_var: str | None) -> str:
-    """Find the executable like execvp does, in the job's PATH; raise OSError."""
+def _resolve(cmd0: str, path_var: str | None, effective: bool = False) -> str:
+    """Find the executable like execvp does, in the job's PATH; raise OSError.  ``effective``:
+    check with the effective ids (the job's owner's, under ``users.as_user``)."""
     if not cmd0:
         raise FileNotFoundError(errno.ENOENT, "empty command")
     if "/" in cmd0:
         st = os.stat(cmd0)  # FileNotFoundError / PermissionError / NotADirectoryError
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory")
-        if not os.access(cmd0, os.X_OK):
+        if not os.access(cmd0, os.X_OK, effective_ids=effective):
             raise PermissionError(errno.EACCES, "permission denied")
         return cmd0
     denied = False
@@ -223,7 +261,7 @@ def _resolve(cmd0: str, path_var: str | None) -> str:
             st = os.stat(candidate)
         except OSError:
             continue
-        if stat.S_ISREG(st.st_mode) and os.access(candidate, os.X_OK):
+        if stat.S_ISREG(st.st_mode) and os.access(candidate, os.X_OK, effective_ids=effective):
             return candidate
         denied = True
     if denied:
@@ -239,12 +277,28 @@ class _CannotRun(Exception):
 
 
 def _status_record(key: list, exit_code: int | None, sig: int | None, started_at: float, finished_at: float,
-                   job_pid: int | None, timed_out: bool = False) -> dict:
+                   job_pid: int | None, timed_out: bool = False, usage: dict | None = None,
+                   oom: bool = False) -> dict:
     record = {"v": 1, "kind": "status", "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
               "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid}
     if timed_out:  # only when true: records of jobs without a limit stay as they were
         record["timed_out"] = True
+    if usage is not None:
+        record["usage"] = usage
+    if oom:  # the kernel's OOM killer acted in the attempt's cgroup (its memory limit)
+        record["oom"] = True
     return record
+
+
+def _usage(cgroup, rusage, started_at: float, finished_at: float) -> dict:
+    """What the attempt used: from its cgroup (everything that ran in it), else the rusage of the
+    job's main process and the descendants it waited for."""
+    wall = max(finished_at - started_at, 0.0)
+    measured = cgroup.usage() if cgroup is not None else None
+    if measured is not None:
+        return {**measured, "wall": wall, "source": "cgroup"}
+    return {"cpu_user": rusage.ru_utime, "cpu_system": rusage.ru_stime, "max_rss": rusage.ru_maxrss * 1024,
+            "wall": wall, "source": "rusage"}
 
 
 def _arm_time_limit(req: dict, started_at: float, state: dict) -> None:
@@ -350,22 +404,56 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     env = dict(req.get("env") or ())
 
     job_pid = 0
+    acct = None
+    cgroup = None
     try:
-        out_fd, err_fd = _custom_outputs(req, out_fd, err_fd)
-        cwd = req.get("cwd")
-        if cwd is not None:
+        owner = req.get("user")  # None: token mode, the job runs as the agent's user
+        if owner is not None:
             try:
-                os.chdir(cwd)
+                acct = _users.account(owner["uid"], owner["gid"], owner["user"],
+                                      allow_root=owner.get("allow_root") is True)
+            except _users.CannotRunAs as e:
+                raise _CannotRun(None, e.message) from None
+            if acct.switch:  # the attempt's own output files are the owner's (0600 in the agent's jobs/)
+                os.fchown(out_fd, acct.uid, acct.gid)
+                os.fchown(err_fd, acct.uid, acct.gid)
+            env.update(acct.environment())
+        # As the owner: its own output files, its cwd and its executable are what *it* may use.
+        with _users.as_user(acct):
+            out_fd, err_fd = _custom_outputs(req, out_fd, err_fd)
+            cwd = req.get("cwd")
+            if cwd is not None:
+                try:
+                    os.chdir(cwd)
+                except (OSError, ValueError) as e:
+                    raise _CannotRun(getattr(e, "errno", None), f"cannot change to directory {cwd!r}: "
+                                                                f"{getattr(e, 'strerror', None) or e}") from None
+            try:
+                path = _resolve(argv[0], env.get("PATH"), effective=acct is not None and acct.switch)
             except (OSError, ValueError) as e:
                 raise _CannotRun(getattr(e, "errno", None),
-                                 f"cannot change to directory {cwd!r}: {getattr(e, 'strerror', None) or e}") from None
-        try:
-            path = _resolve(argv[0], env.get("PATH"))
+                                 f"cannot execute {argv[0]!r}: {getattr(e, 'strerror', None) or e}") from None
+        if req.get("cgroup") is not None:
+            try:
+                cgroup = _cgroups.Cgroup.create(req["cgroup"])
+            except _cgroups.CgroupError as e:  # enforcement was promised: no job runs without it
+                raise _CannotRun(None, str(e)) from None
+        # The owner's groups, gid and uid, for good, in the child before the exec (that order:
+        # after setuid nothing else may change).  Not a preexec_fn: subprocess does it in C.
+        ids = (dict(user=acct.uid, group=acct.gid, extra_groups=acct.groups)
+               if acct is not None and acct.switch else {})
+
+        def start() -> subprocess.Popen:
             # subprocess (vfork + exec in C) rather than os.posix_spawn: as
             # fast, and glibc's posix_spawn leaves its internal signals 32
             # and 33 ignored in the child.  close_fds: nothing but 0, 1, 2.
-            job = subprocess.Popen(argv, executable=path, stdin=devnull, stdout=out_fd, stderr=err_fd, env=env,
-                                   close_fds=True, restore_signals=True, process_group=0)
+            # (Changing ids costs a fork in place of the vfork.)
+            return subprocess.Popen(argv, executable=path, stdin=devnull, stdout=out_fd, stderr=err_fd, env=env,
+                                    close_fds=True, restore_signals=True, process_group=0,
+                                    umask=req.get("umask", -1), **ids)
+        try:
+            # In its cgroup from birth: the supervisor steps in for the spawn (daemon/agent/cgroups.py).
+            job = start() if cgroup is None else cgroup.spawn_inside(start)
             job_pid = job.pid
         except (OSError, ValueError, subprocess.SubprocessError) as e:  # ValueError: a NUL byte, a bad string
             raise _CannotRun(getattr(e, "errno", None),
@@ -377,6 +465,8 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
             os.write(err_fd, f"reckon: {e.message} (exit {code})\n".encode("utf-8", "backslashreplace"))
         except OSError:
             pass
+        if cgroup is not None:
+            cgroup.remove()
         append_record(run_fd, jobs_dir, _status_record(key, code, None, started_at, time.time(), None), durable=True)
         return 0
     state["pid"] = job_pid
@@ -413,11 +503,17 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
         os.killpg(job_pid, signal.SIGKILL)  # leftovers of the job's process group
     except OSError:
         pass
-    os.waitpid(job_pid, 0)
+    if cgroup is not None:
+        cgroup.kill_all()  # and of its cgroup: whatever left the process group (setsid, double fork)
+    _, _, rusage = os.wait4(job_pid, 0)
     job.returncode = exit_code if sig is None else -sig  # reaped here: subprocess must not try again
     state["pid"] = 0
+    usage = _usage(cgroup, rusage, started_at, finished_at)
+    oom = cgroup is not None and cgroup.oom_killed()
+    if cgroup is not None:
+        cgroup.remove()  # a cgroup that does not empty stays for the agent's next start to clean
     append_record(run_fd, jobs_dir, _status_record(key, exit_code, sig, started_at, finished_at, job_pid,
-                                                   timed_out=state["timed_out"]), durable=True)
+                                                   timed_out=state["timed_out"], usage=usage, oom=oom), durable=True)
     return 0
 
 

@@ -41,7 +41,7 @@ class NullRunner:
     def exits(self) -> trio.MemoryReceiveChannel[Outcome]:
         return self._recv_exit
 
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+    async def start(self, job: str, attempt: int, spec: JobSpec, *, owner=None, gpus=()) -> float:
         check_key(job, attempt)
         if (job, attempt) in self._started:
             raise AlreadyLaunched(f"{job}.{attempt} was launched before")
@@ -82,7 +82,7 @@ class HoldRunner(NullRunner):
         super().__init__(state_dir)
         self._held: list[Key] = []
 
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+    async def start(self, job: str, attempt: int, spec: JobSpec, *, owner=None, gpus=()) -> float:
         check_key(job, attempt)
         if (job, attempt) in self._started:
             raise AlreadyLaunched(f"{job}.{attempt} was launched before")

@@ -71,10 +71,12 @@ import trio
 
 from reckon.model import messages as M
 from reckon.model.jobs import JobSpec
+from reckon.model.resources import Owner
 
 from reckon.daemon.agent.output import custom_outputs, note_custom_outputs
 
-from reckon.daemon.agent import launcher as _launcher
+from reckon.daemon.agent import cgroups as _cgroups, launcher as _launcher
+from reckon.daemon.agent.users import DEFAULT_UMASK
 from reckon.daemon.agent.attempts import (
     AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, pidinfo_current, proc_alive, read_json,
     status_from, check_key,
@@ -89,8 +91,16 @@ __all__ = ["JobRunner"]
 class JobRunner(Supervision):
     """Runs jobs under supervisors; see the module docstring."""
 
-    def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE) -> None:
+    def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE,
+                 cgroups: dict | None = None, pids_max: int | None = _cgroups.DEFAULT_PIDS_MAX,
+                 allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK) -> None:
         self.kill_grace = kill_grace  # the supervisor's SIGTERM-to-SIGKILL wait at a job's time limit
+        # What cgroups.detect() found (None or version None: no cgroups, as before); pids_max: each
+        # attempt's pids limit (None: none).  Owners: root's jobs only with allow_root_jobs; umask.
+        self.cgroups = cgroups if cgroups is not None and cgroups.get("version") else None
+        self.pids_max = pids_max
+        self.allow_root_jobs = allow_root_jobs
+        self.umask = umask
         self.state_dir = Path(state_dir).absolute()
         self.jobs_dir = self.state_dir / "jobs"
         self.output_mode = output_mode  # of the jobs' .stdout/.stderr files
@@ -174,8 +184,15 @@ class JobRunner(Supervision):
     def exits(self) -> trio.MemoryReceiveChannel[Outcome]:
         return self._recv_exit
 
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+    async def start(self, job: str, attempt: int, spec: JobSpec, *, owner: Owner | None = None,
+                    gpus: tuple[int, ...] = ()) -> float:
         """Launch ``spec`` as (job, attempt); return started_at (wall clock).
+
+        ``owner``: run it as that user (None: as the agent's user); ``gpus``: its
+        assigned GPU indices (in its environment).  With cgroups, its supervisor
+        makes the attempt's cgroup: memory ``spec.mem``, CPUs ``spec.slots``, pids.
+        A job that cannot run as its owner (no account here, root refused) is
+        not an error here either: it finishes with exit code 126.
 
         Raises ``LaunchError`` if nothing was started now: ``AlreadyLaunched``
         when this attempt was launched before (its files exist; an attempt
@@ -201,9 +218,16 @@ class JobRunner(Supervision):
             os.fchmod(fd, self.output_mode)  # explicit: the umask must not widen or narrow it
         finally:
             os.close(fd)
-        env = job_environment(spec, job, attempt, self._job_env_base)
+        env = job_environment(spec, job, attempt, self._job_env_base, gpus=tuple(gpus))
         request = {"k": [job, attempt], "base": base, "cmd": list(spec.command), "cwd": spec.cwd,
                    "env": sorted(env.items()), "mode": self.output_mode}
+        if owner is not None:  # checked and switched to by the supervisor (daemon/agent/users.py)
+            request["user"] = {"uid": owner.uid, "gid": owner.gid, "user": owner.user,
+                               "allow_root": self.allow_root_jobs}
+            request["umask"] = self.umask
+        if self.cgroups is not None:
+            request["cgroup"] = _cgroups.plan(self.cgroups, job, attempt, mem=spec.mem, cpus=spec.slots,
+                                              pids_max=self.pids_max)
         if spec.time_limit is not None:  # enforced by the supervisor, so it holds across agent restarts
             request.update(limit=spec.time_limit, grace=self.kill_grace)
         outputs = custom_outputs(spec, job, attempt)  # --output / --error: noted for later reads

@@ -185,6 +185,7 @@ def agent_ping_timeout(given: float | None, controller: str) -> float:
 
 async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
     from reckon.daemon.agent.daemon import AgentOptions, run_agent
+    from reckon.daemon.agent.resources import Declared
 
     controller = resolve_controller(args.controller)
     parse_controller_urls(controller)  # UsageError (exit 2) before anything starts
@@ -203,12 +204,16 @@ async def _agent_command(args: argparse.Namespace, log_file: Any) -> int:
         model={"page_size": args.page_size, "recent_window": args.recent_window, "retry_max": args.retry_max,
                "heartbeat_interval": args.heartbeat_interval},
         metrics=args.metrics, moved_from=args.moved_from, **machine_files,
+        declared=Declared(mem=args.mem, reserve_mem=args.reserve_mem or 0, gpus=args.gpus, gres=args.gres),
+        cgroups=args.cgroups, allow_root_jobs=args.allow_root_jobs, job_umask=args.job_umask,
+        job_pids_max=args.job_pids_max,
     )
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(run_agent, options)
-            announce(f"reckon agent {args.name} running ({args.slots} slots)", args.log_format, logger="reckon.agent")
+            daemon = await nursery.start(run_agent, options)
+            announce(f"reckon agent {args.name} running ({daemon.model.config.slots} slots)", args.log_format,
+                     logger="reckon.agent")
 
     await _until_signalled(run, log_file)
     return 0

@@ -129,6 +129,42 @@ def _file_mode(value: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _size(value: str) -> int:
+    from reckon.model.resources import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _gpu_indices(value: str) -> tuple[int, ...]:
+    items = [v.strip() for v in value.split(",") if v.strip()] if value.strip() != "none" else []
+    if not all(v.isdigit() for v in items) or len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1 (or none), got {value!r}")
+    return tuple(sorted(int(v) for v in items))
+
+
+def _gres_list(value: str) -> tuple[tuple[str, int], ...]:
+    from reckon.model.resources import parse_gres
+
+    try:
+        return parse_gres([v.strip() for v in value.split(",") if v.strip()])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _umask(value: str) -> int:
+    try:
+        mask = int(value, 8)
+    except ValueError:
+        mask = -1
+    if not 0 <= mask <= 0o777 or mask & 0o700:
+        raise argparse.ArgumentTypeError(f"expected an octal umask that leaves the owner all rights, such as 022 "
+                                         f"or 077, got {value!r}")
+    return mask
+
+
 def _daemon_files(p: Any) -> None:
     """The options every daemon has: its config file and its log file."""
     p.add_argument("--config", type=path, metavar="FILE",
@@ -302,9 +338,27 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="run an agent in the foreground")
     p.add_argument("--name", type=_agent_name, required=True,
                    help="the agent's name, unique in the cluster: " + AGENT_NAME_RULE)
-    p.add_argument("--slots", type=_count, required=True, help="how many job slots this machine offers")
+    p.add_argument("--slots", dest="slots", type=_count, default=None,
+                   help="how many CPUs (job slots) this machine offers (default: the CPUs the agent may run on)")
+    p.add_argument("--cpus", dest="slots", type=_count, default=None, help="the same as --slots")
     p.add_argument("--state-dir", type=path, required=True,
                    help="where the agent keeps its identity, job records and output (one agent per directory)")
+    p.add_argument("--mem", type=_size, default=None, metavar="SIZE",
+                   help="memory jobs may ask for, e.g. 64G (default: the machine's, or the agent's cgroup limit)")
+    p.add_argument("--reserve-mem", type=_size, default=None, metavar="SIZE",
+                   help="memory kept back from jobs for the system and the agent (default: none)")
+    p.add_argument("--gpus", type=_gpu_indices, default=None, metavar="INDICES",
+                   help="the GPU indices jobs may be given, e.g. 0,1, or none (default: from nvidia-smi -L)")
+    p.add_argument("--gres", type=_gres_list, default=(), metavar="NAME:N,...",
+                   help="generic countable resources this machine offers, e.g. license:4,fpga:1")
+    p.add_argument("--allow-root-jobs", action="store_true",
+                   help="run jobs whose owner is root (default: refused, the job fails with exit 126)")
+    p.add_argument("--job-umask", type=_umask, default=0o022, metavar="UMASK",
+                   help="umask of jobs that run as their owner, octal (default 022)")
+    p.add_argument("--job-pids-max", type=_whole, default=4096, metavar="N",
+                   help="processes one job may have at once, where cgroups enforce it (default 4096)")
+    p.add_argument("--no-cgroups", dest="cgroups", action="store_false",
+                   help="never put jobs in cgroups (no memory, CPU or pids limits, no kill of the whole cgroup)")
     p.add_argument("--executor", choices=("process", "null", "hold"), default="process",
                    help="process: run real jobs; null: finish each job at once; "
                         "hold: finish all jobs on SIGUSR1 (benchmarks)")

@@ -365,7 +365,7 @@ class ExitBeforeStartRunner(ManualRunner):
 
     START = 1_600_000_100.0
 
-    async def start(self, job: str, attempt: int, spec) -> float:
+    async def start(self, job: str, attempt: int, spec, *, owner=None, gpus=()) -> float:
         self._started.add((job, attempt))
         self._send_exit.send_nowait(agent_daemon.ExitStatus(
             job=job, attempt=attempt, exit_code=0, signal=None, started_at=self.START, finished_at=self.START + 0.01))

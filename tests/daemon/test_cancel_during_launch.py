@@ -36,7 +36,7 @@ class GatedLaunchRunner(ManualRunner):
         self.starts: list[tuple[str, int]] = []
         self.kills: list[tuple[str, int]] = []
 
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+    async def start(self, job: str, attempt: int, spec: JobSpec, *, owner=None, gpus=()) -> float:
         self.starts.append((job, attempt))
         self.launching.set()
         await self.gate.wait()

@@ -43,7 +43,7 @@ class KillingRunner(ManualRunner):
         self.kills: list[tuple[str, int]] = []
         self.launches: list[tuple[str, int]] = []  # every start asked for, launched or not
 
-    async def start(self, job, attempt, spec):
+    async def start(self, job, attempt, spec, *, owner=None, gpus=()):
         self.launches.append((job, attempt))
         if (job, attempt) in self.leftover:
             raise AlreadyLaunched(f"{job}.{attempt} was launched before ({job}.{attempt}.stdout exists)")

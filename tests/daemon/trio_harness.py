@@ -262,7 +262,7 @@ class ManualRunner(NullRunner):
         super().__init__(state_dir)
         self.running: dict[tuple[str, int], float] = {}
 
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+    async def start(self, job: str, attempt: int, spec: JobSpec, *, owner=None, gpus=()) -> float:
         check_key(job, attempt)
         now = 1_600_000_000.0 + len(self._started)
         self._started.add((job, attempt))

@@ -137,7 +137,7 @@ class WorldRunner:
             self._running.discard(key)
             self._send_exit.send_nowait(proc.exit_status())
 
-    async def start(self, job: str, attempt: int, spec: JobSpec) -> float:
+    async def start(self, job: str, attempt: int, spec: JobSpec, *, owner=None, gpus=()) -> float:
         check_key(job, attempt)
         claim = (self.host, job, attempt)
         if claim in self.world.claims:

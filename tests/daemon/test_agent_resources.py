@@ -1,0 +1,108 @@
+"""What an agent says its machine offers and what it can enforce (daemon/agent/resources.py),
+detected on this machine, declared by the operator, and as a non-root agent sees it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from reckon.daemon.agent import cgroups, resources
+from reckon.daemon.agent.daemon import AgentOptions, run_agent
+from reckon.model.resources import NodeResources
+
+from tests.unixusers import unix_users  # noqa: F401 - the fixture
+
+ROOT = Path(__file__).resolve().parents[2]
+MB, GB = 1 << 20, 1 << 30
+ALL = {"version": 1, "kinds": ["cpus", "kill", "mem", "pids"], "why": ""}
+NONE = {"version": None, "kinds": [], "why": "the agent is not root"}
+
+
+def test_detected_cpus_and_memory_are_this_machines():
+    assert resources.detect_cpus() == len(os.sched_getaffinity(0))
+    total = int(next(line for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemTotal:")).split()[1]) * 1024
+    assert 0 < resources.detect_mem() <= total
+
+
+def test_declared_resources_win_and_the_reserve_is_kept_back():
+    declared = resources.Declared(cpus=3, mem=8 * GB, reserve_mem=1 * GB, gpus=(0, 1), gres=(("license", 4),))
+    cpus, offered, lines = resources.machine(declared, ALL)
+    assert cpus == 3
+    assert offered == NodeResources(mem=7 * GB, gpus=(0, 1), gres=(("license", 4),), unenforced=("gpus",),
+                                    enforcer="cgroup-v1")
+    assert lines[0] == ("info", "resources: 3 CPUs (declared), 7G memory (declared, 1G reserved), GPUs 0,1 "
+                                "(declared), license:4; enforced with cgroup-v1")
+    assert lines[1] == ("warning", "cannot enforce: gpus (GPUs are given by CUDA_VISIBLE_DEVICES only, "
+                                   "no devices cgroup)")
+    with pytest.raises(ValueError, match="leaves no memory"):
+        resources.machine(resources.Declared(mem=GB, reserve_mem=GB), ALL)
+
+
+def test_without_cgroups_the_agent_says_what_it_cannot_enforce_and_why():
+    _, offered, lines = resources.machine(resources.Declared(cpus=1, gpus=()), NONE)
+    assert (offered.unenforced, offered.enforcer) == (("cpus", "kill", "mem", "pids"), "none")
+    assert lines[-1] == ("warning", "cannot enforce: cpus, kill, mem, pids (the agent is not root)")
+
+
+def test_on_this_machine_as_root_everything_but_gpus_is_enforced_with_cgroup_v1():
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (it makes real cgroups)", pytrace=False)
+    found = resources.enforcement("res-test", os.urandom(8).hex(), [])
+    try:
+        _, offered, lines = resources.machine(resources.Declared(gpus=()), found)
+    finally:
+        resources.release_enforcement(found)
+    assert (offered.enforcer, offered.unenforced) == ("cgroup-v1", ())
+    assert [level for level, _ in lines] == ["info"]
+    assert not any(os.path.exists(b) for b in cgroups.bases(found))
+
+
+def test_a_non_root_agent_enforces_nothing_and_runs_jobs_only_as_itself(unix_users):
+    # The two stdlib-only modules, loaded by path as the launcher does, in a process of alice's.
+    alice, bob = unix_users.alice, unix_users.bob
+    script = (
+        "import runpy\n"
+        f"users = runpy.run_path({str(ROOT / 'daemon/agent/users.py')!r})\n"
+        f"cg = runpy.run_path({str(ROOT / 'daemon/agent/cgroups.py')!r})\n"
+        "print(cg['detect']('x')['why'])\n"
+        "print(users['agent_line'](False))\n"
+        "try:\n"
+        f"    users['account']({bob.uid}, {bob.gid}, {bob.name!r}, allow_root=False)\n"
+        "except users['CannotRunAs'] as e:\n"
+        "    print(e.message)\n"
+        f"me = users['account']({alice.uid}, {alice.gid}, {alice.name!r}, allow_root=False)\n"
+        "print(me.switch, me.name)\n"
+    )
+    done = subprocess.run(["runuser", "-u", alice.name, "--", "/usr/bin/python3", "-I", "-S", "-c", script],
+                          capture_output=True, text=True, cwd="/", timeout=30)
+    assert done.returncode == 0, done.stderr
+    why, *rest = done.stdout.splitlines()
+    assert why.endswith("; the agent is not root")  # after what cgroup v2 lacks here
+    assert rest == [
+        f"the agent runs as {alice.name} (uid {alice.uid}), not root: it runs jobs only as {alice.name} "
+        "and refuses jobs of other users",
+        f"this agent runs as {alice.name}, not root: it can run jobs only as {alice.name}, not as {bob.name} "
+        f"(uid {bob.uid})",
+        f"False {alice.name}",
+    ]
+
+
+async def test_the_agent_says_at_start_what_it_cannot_enforce(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="reckon")
+    options = AgentOptions(name="n1", slots=None, state_dir=tmp_path / "agent", controller="ws://127.0.0.1:9",
+                           cgroups=False, declared=resources.Declared(mem=4 * GB, gpus=()))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            daemon = await nursery.start(run_agent, options)
+            nursery.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records]
+    assert daemon.model.config.slots == resources.detect_cpus()  # no --cpus: detected
+    assert daemon.model.config.resources.unenforced == ("cpus", "kill", "mem", "pids")
+    assert "cannot enforce: cpus, kill, mem, pids (cgroups are off (--no-cgroups))" in said
+    assert any(line.startswith("jobs run as their owners; jobs of root are refused") for line in said)
