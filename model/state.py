@@ -225,7 +225,8 @@ def _submitted(state: ControllerState, fact: F.JobSubmitted) -> Changes:
     array_id = fact.spec.array_id
     if array_id is not None and array_id != fact.job and array_id not in state.arrays:
         raise LocalProtocolError(f"job {fact.job} names array {array_id}, which does not exist")
-    job = state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at, uid=fact.uid)
+    job = state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at, uid=fact.uid,
+                                              owner=fact.owner)
     _index_job(state, job)
     state.next_job += 1
     return Changes(jobs=(fact.job,))
