@@ -19,7 +19,7 @@ from .arrays import array_member
 from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobSpec, JobState
 from .permissions import check, owner_of, require
-from .policy import array_full, dependency_refusal, ready
+from .policy import array_full, dependency_refusal, ready, user_limit_refusal
 from .transaction import Transaction
 
 
@@ -156,6 +156,7 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
         and not array_full(tx.state, job) and tx.start_gate is None
         and session is not None and session.connected and not session.reconciling
         and info is not None and not info.drained and info.slots - info.used >= job.spec.slots
+        and user_limit_refusal(tx.state, tx.config.user_limits, job) is None
     )
     if not ok:
         # Req 5.4: fail at once; the job stays PENDING.  Re-send the truth so

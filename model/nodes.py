@@ -14,9 +14,9 @@ import enum
 from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
-from .jobs import JobRecord, JobState
+from .jobs import JobState
 from .permissions import require
-from .policy import array_full
+from .policy import array_full, user_limit_refusal
 from .transaction import ControllerView, Transaction
 
 
@@ -88,7 +88,7 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
     if array_full(ctl.state, job):
         return (f"its array {job.spec.array_id} runs {job.spec.array_max} job(s) at once (%{job.spec.array_max}): "
                 "waiting for one of them to end")
-    if (limited := user_limit_reason(ctl, job)) is not None:
+    if (limited := user_limit_refusal(ctl.state, ctl.config.user_limits, job)) is not None:
         return limited
     gate = ctl.start_gate
     if gate is not None:
@@ -120,19 +120,3 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
             return f"agent {name} has room: waiting for the next scheduling pass"
     shown = "; ".join(why[:3]) + (f"; and {len(why) - 3} more" if len(why) > 3 else "")
     return f"waiting for {need} free slot{'s' if need != 1 else ''}: {shown}"
-
-
-def user_limit_reason(ctl: ControllerView, job: JobRecord) -> str | None:
-    """Why ``job`` waits for its owner's per-user limits (ControllerConfig), or None.
-
-    Counts the owner's RUNNING jobs by a walk of the job table: this is ``reckon show``'s
-    view of one job, not the scheduler's pass (which keeps the counts from its notes)."""
-    limits = ctl.config.user_limits
-    if job.owner is None or not limits.any:
-        return None
-    running = cpus = 0
-    for other in ctl.state.jobs.values():
-        if other.state is JobState.RUNNING and other.owner is not None and other.owner.user == job.owner.user:
-            running += 1
-            cpus += other.spec.slots
-    return limits.refusal(job.owner.user, running, cpus, job.spec.slots)

@@ -34,6 +34,7 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
         "dependants": "derived from the jobs' specs (validate_state recomputes it)",
         "array_running": "derived from the RUNNING jobs (validate_state)",
         "arrays": "derived from the jobs' specs (validate_state)",
+        "user_running": "derived from the RUNNING jobs and their owners (validate_state)",
     },
     AgentInfo: {
         "used": "derived from the RUNNING jobs placed here (validate_state)",
@@ -44,7 +45,7 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
 }
 # Fields allowed out of the snapshot: the derived ones, which restore rebuilds.
 OUT_OF_SNAPSHOT: dict[type, set[str]] = {
-    ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays"},
+    ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays", "user_running"},
     AgentInfo: {"used", "running", "digest"},
     JobRecord: set(),
 }

@@ -248,6 +248,17 @@ def test_a_parked_job_that_is_cancelled_does_not_strand_the_rest() -> None:
     assert running_of(h, "alice") == [jobs[2]]
 
 
+def test_the_controller_refuses_a_proposal_past_the_limit() -> None:
+    """A stale proposal (the scheduler's view behind) cannot start a job past its owner's limit:
+    the controller decides, as for slots, and the job stays PENDING."""
+    h = limited(max_running_per_user=1)
+    first, second = submit(h, ALICE), submit(h, ALICE)
+    h.dispatch(first, "a1")
+    assert not facts_of(h.dispatch(second, "a1"))
+    assert running_of(h, "alice") == [first] and h.job(second).state.value == "PENDING"
+    assert h.controller.state.user_running["alice"] == [1, 1]
+
+
 def test_token_mode_jobs_are_not_limited() -> None:
     h = limited(max_running_per_user=1)
     for _ in range(3):
