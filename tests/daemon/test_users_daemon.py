@@ -13,6 +13,9 @@ import time
 
 import pytest
 import trio
+from trio_websocket import ConnectionClosed as WSClosed
+
+from reckon.daemon import wire
 
 from reckon.model import messages as M
 from reckon.model.errors import LocalProtocolError
@@ -126,3 +129,34 @@ async def test_status_shows_the_per_user_limits(tmp_path, autojump_clock):
         async with controller(tmp_path) as ctl:
             status = (await ctl.daemon._client_op({"op": "status"}, None))["status"]
             assert status["limits"] == {"max_running_per_user": None, "max_cpus_per_user": None}
+
+
+class ScriptedSocket:
+    """Just what ``_client_connection`` uses of a WebSocket: requests in, replies out, then closed."""
+
+    def __init__(self, *requests: dict) -> None:
+        self.requests = [wire.dumps(r) for r in requests]
+        self.replies: list[dict] = []
+
+    async def get_message(self) -> bytes:
+        if not self.requests:
+            raise WSClosed(None)
+        return self.requests.pop(0)
+
+    async def send_message(self, data: bytes) -> None:
+        self.replies.append(wire.loads(data, limit=wire.MAX_CLIENT_MESSAGE))
+
+
+async def test_the_connection_passes_its_caller_into_every_request(tmp_path, autojump_clock):
+    with trio.fail_after(GUARD):
+        async with controller(tmp_path) as ctl:
+            job = await submit(ctl, ALICE)
+            ws = ScriptedSocket({"op": "cancel", "job": job}, {"op": "submit", "spec": SPEC.to_dict(),
+                                                               "queue_anyway": True})
+            await ctl.daemon._client_connection(ws, BOB)
+            refused, submitted = ws.replies
+            assert refused == {"ok": False, "error": f"job {job} belongs to alice: bob may not cancel it"}
+            assert submitted["ok"] and submitted["job"]["user"] == "bob"
+            ws = ScriptedSocket({"op": "cancel", "job": job})
+            await ctl.daemon._client_connection(ws)  # token mode: no caller, may do everything
+            assert ws.replies[0]["ok"] and ws.replies[0]["job"]["state"] == "CANCELLED"
