@@ -197,11 +197,12 @@ def _since(ts: float | None, now: float | None = None) -> str:
 
 
 def format_jobs(jobs: list[dict]) -> str:
-    rows = [("ID", "NAME", "USER", "STATE", "AGENT", "ATTEMPT", "EXIT", "SIGNAL", "FINISHED")]
+    # USER last: the columns before it keep their places for the scripts that read them.
+    rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "EXIT", "SIGNAL", "FINISHED", "USER")]
     for j in jobs:
-        rows.append((j["id"], j["name"][:24], j.get("user") or "-", j["state"], j["agent"] or "-", str(j["attempt"]),
+        rows.append((j["id"], j["name"][:24], j["state"], j["agent"] or "-", str(j["attempt"]),
                      "-" if j["exit_code"] is None else str(j["exit_code"]),
-                     "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"])))
+                     "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"]), j.get("user") or "-"))
     return _table(rows)
 
 
