@@ -137,7 +137,7 @@ class Scheduler:
             raise TypeError(f"not a scheduler note: {note!r}")
 
     def _note_user(self, note: JobNote) -> None:
-        """Keep what each user runs; a job leaving RUNNING un-parks one of its user's waiting jobs."""
+        """Keep what each user runs (RUNNING jobs and their slots), from the notes."""
         if note.state is JobState.PENDING:
             self._user_of[note.job] = note.user  # type: ignore[assignment]
         else:
@@ -204,14 +204,14 @@ class Scheduler:
             user = self._user_of.get(job)
             if user is not None:
                 running, cpus = self.user_load(user)
-                if self._limits.refusal(user, running, cpus, slots) is not None:
-                    # At the limit by what runs: parked, out of the FIFO, until one of the user's jobs ends.
+                extra = proposed.get(user, (0, 0))
+                if self._limits.refusal(user, running + extra[0], cpus + extra[1], slots) is not None:
+                    # At the limit (by what runs, or with this call's proposals): parked, out of the FIFO.
+                    # Each pass first puts back as many as the user's noted load leaves room for, so a
+                    # refused proposal or an ended job lets them out again.
                     del examined[job]
                     heapq.heappush(self._parked.setdefault(user, []), (order, job))
                     continue
-                extra = proposed.get(user, (0, 0))
-                if self._limits.refusal(user, running + extra[0], cpus + extra[1], slots) is not None:
-                    continue  # at the limit by this call's proposals, which may yet be refused: stays queued
             for name in sorted(free, key=lambda n: (-free[n], n)):
                 if free[name] >= slots:
                     proposals.append((job, name))

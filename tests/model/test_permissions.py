@@ -280,3 +280,21 @@ def test_replay_of_owned_jobs_equals_live() -> None:
     h.schedule()
     h.pump()
     assert replay(h.log).digest() == h.controller.state.digest()
+
+
+def test_a_users_backlog_is_parked_once_not_walked_by_every_pass() -> None:
+    """The cost per pass stays bounded: a job met at its owner's limit leaves the FIFO (parked in
+    the user's own queue), so later passes do not walk the user's backlog; one ending lets one out."""
+    h = limited(max_running_per_user=2)
+    alice = [submit(h, ALICE) for _ in range(50)]
+    bob = submit(h, BOB)
+    h.schedule()
+    assert running_of(h, "bob") == [bob]
+    queued = {job for _, job in h.scheduler._queue}  # the FIFO (white box: what a pass pops)
+    assert not queued & set(alice[2:]), "alice's waiting jobs are still in the FIFO"
+    h.pump()
+    h.exit("a1", alice[0])
+    h.pump()
+    h.schedule()
+    assert running_of(h, "alice") == [alice[1], alice[2]]
+    assert not {job for _, job in h.scheduler._queue} & set(alice[3:])
