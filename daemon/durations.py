@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import time
+from datetime import datetime
 
 MAX_SECONDS = 1e9  # about 31 years: past any timeout or limit a cluster means
 _UNITS = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
@@ -60,3 +62,28 @@ def duration_or_zero(value: str) -> float:
 
 # Their type in a TOML config file (daemon/cli/config.py): a number of seconds, or a string such as "10m".
 duration.toml_type = duration_or_zero.toml_type = "duration"  # type: ignore[attr-defined]
+
+
+def parse_since(text: str, *, now: float | None = None) -> float:
+    """The wall time (seconds since the epoch) of ``--since``: a date or date-time (ISO, local
+    time unless it names its zone: ``2026-12-01``, ``2026-12-01T09:30``, ``2026-12-01 09:30+00:00``)
+    or a duration ago (``2h``, ``1d``: see ``parse_seconds``).  ``ValueError`` with one line."""
+    text = text.strip()
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        pass
+    try:
+        ago = parse_seconds(text)
+    except ValueError:
+        raise ValueError(f"expected a date (2026-12-01), a date and time (2026-12-01T09:30) "
+                         f"or a duration ago ({EXAMPLES}), got {text!r}") from None
+    return (time.time() if now is None else now) - ago
+
+
+def since(value: str) -> float:
+    """An argparse type: ``parse_since``."""
+    try:
+        return parse_since(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

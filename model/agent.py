@@ -403,8 +403,9 @@ class Agent:
     def _on_dispatch(self, msg: M.Dispatch, out: list[E.Command]) -> None:
         held = self.records.get((msg.job, msg.attempt))
         if held is None:
-            self._store(out, LocalJob(job=msg.job, attempt=msg.attempt, spec=msg.spec, uid=msg.uid))
-            out.append(E.StartProcess(job=msg.job, attempt=msg.attempt, spec=msg.spec))
+            self._store(out, LocalJob(job=msg.job, attempt=msg.attempt, spec=msg.spec, uid=msg.uid,
+                                      owner=msg.owner))
+            out.append(E.StartProcess(job=msg.job, attempt=msg.attempt, spec=msg.spec, owner=msg.owner))
             return
         reason = self._other_submission(held, msg)
         if reason is None:

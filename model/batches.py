@@ -15,6 +15,7 @@ from .id_marks import mark_for_submit
 from .admission import unrunnable_reason
 from .errors import LocalProtocolError
 from .jobs import JobSpec
+from .permissions import owner_of
 from .policy import dependency_refusal
 from .state import ControllerState
 from .transaction import Transaction
@@ -39,5 +40,6 @@ def on_submit_batch(tx: Transaction, ev: E.SubmitBatch) -> None:
         if refusal is not None:
             raise LocalProtocolError(f"nothing submitted: entry {number} of {len(ev.specs)}: {refusal}")
     mark_for_submit(tx, count=len(ev.specs))  # every entry's id, before any
+    owner = owner_of(ev.caller)
     for spec, uid in zip(ev.specs, ev.uids):
-        tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid))
+        tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid, owner=owner))

@@ -104,9 +104,13 @@ class Controller(VolatileAccess):
     def initial_notes(self) -> list[E.Command]:
         """Notifications that bring a fresh scheduler up to the current state."""
         tx = Transaction(self.state, self.volatile, self.config)
+        limited = self.config.user_limits.any
         for job in self.state.jobs.values():
             # RUNNING jobs of a throttled array too: the scheduler counts them against %MAX.
             if job.state is JobState.PENDING or (job.state is JobState.RUNNING and job.spec.array_max is not None):
+                tx.note_job(job)
+            elif job.state is JobState.RUNNING and job.owner is not None and limited:
+                # RUNNING jobs of their owners too: the scheduler counts them against the per-user limits.
                 tx.note_job(job)
         for name in self.state.agents:
             tx.note_agent(name)

@@ -33,3 +33,8 @@ class ModelCorrupted(Exception):
     Not a protocol error (no peer or request is to blame, and nothing can be refused):
     the daemon stops with one line and a supervisor restarts it from its log, which is
     the truth.  Raised with the exception that broke the handler as its ``__cause__``."""
+
+
+class PermissionDenied(LocalProtocolError):
+    """The caller may not do this to this job or node (``model.permissions.check``): one line
+    naming the owner.  Raised before anything is applied, so a refusal changes nothing."""

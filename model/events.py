@@ -14,6 +14,7 @@ from .facts import Fact
 from .arrays import ArrayRange
 from .jobs import JobSpec
 from .messages import TOKEN_BYTES, Finished, Join, Message
+from .permissions import Caller
 from .resources import Owner, Usage
 
 
@@ -27,6 +28,16 @@ def _conn(ev: object) -> None:
 # clock ``now``.  Silence (``lost_after``) is measured on it, so a wall-clock
 # step does not declare every disconnected agent lost; wall time stays for
 # what is recorded.  None: measure on ``now`` (a caller with one clock only).
+
+
+def _caller(ev: object) -> None:
+    caller = ev.caller  # type: ignore[attr-defined]
+    if caller is not None and not isinstance(caller, Caller):
+        raise ValueError("caller must be a Caller or None")
+
+
+# ``caller`` (client operations): who asks, as the daemon authenticated it (model/permissions.py);
+# None is token mode (whoever holds the token may do everything, and jobs have no owner).
 
 
 # ---- controller events ---------------------------------------------------
@@ -115,8 +126,10 @@ class SubmitJob:
     uid: str | None = None
     # Queue it even if no registered agent could run it (model/admission.py).
     queue_anyway: bool = False
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         if not isinstance(self.spec, JobSpec):
             raise ValueError("spec must be a JobSpec")
         check_time("now", self.now)
@@ -133,8 +146,10 @@ class SubmitBatch:
     now: float
     uids: tuple[str, ...]  # one fresh uid per job, in order (the daemon draws them)
     queue_anyway: bool = False  # queue even if no registered agent could ever run a job (model/admission.py)
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         if not isinstance(self.specs, tuple) or not self.specs:
             raise ValueError("specs must be a non-empty tuple")
         for spec in self.specs:
@@ -160,8 +175,10 @@ class SubmitArray:
     now: float
     uids: tuple[str, ...] | None = None  # one fresh uid per job, in index order (None: callers that predate uids)
     queue_anyway: bool = False  # queue even if no registered agent could ever run the jobs (model/admission.py)
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         if not isinstance(self.spec, JobSpec):
             raise ValueError("spec must be a JobSpec")
         if self.spec.array_id is not None:
@@ -186,8 +203,10 @@ class CancelJob:
     # array; False: this one job; None: the array if ``job`` names one (like
     # ``scancel`` of an array's id), else the job.
     whole_array: bool | None = None
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         check_str("job", self.job)
         check_time("now", self.now)
         if self.whole_array is not None and not isinstance(self.whole_array, bool):
@@ -200,8 +219,10 @@ class HoldJob:
 
     job: str
     now: float
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         check_str("job", self.job)
         check_time("now", self.now)
 
@@ -212,8 +233,10 @@ class ReleaseJob:
 
     job: str
     now: float
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         check_str("job", self.job)
         check_time("now", self.now)
 
@@ -224,8 +247,10 @@ class RequeueJob:
 
     job: str
     now: float
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         check_str("job", self.job)
         check_time("now", self.now)
 
@@ -265,8 +290,10 @@ class ForgetAgent:
 
     agent: str
     now: float
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         check_str("agent", self.agent)
         check_time("now", self.now)
 
@@ -277,8 +304,10 @@ class DrainAgent:
 
     agent: str
     now: float
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         check_str("agent", self.agent)
         check_time("now", self.now)
 
@@ -289,8 +318,10 @@ class ResumeAgent:
 
     agent: str
     now: float
+    caller: Caller | None = None  # who asks (None: token mode)
 
     def __post_init__(self) -> None:
+        _caller(self)
         check_str("agent", self.agent)
         check_time("now", self.now)
 
@@ -523,7 +554,7 @@ class StartProcess:
     job: str
     attempt: int
     spec: JobSpec
-    owner: Owner | None = None  # whom the job runs as (None: token mode, the agent's user)
+    owner: Owner | None = None  # whom it runs as (Dispatch.owner); None: token mode, the agent's own user
     gpus: tuple[int, ...] = ()  # the GPU indices the controller assigned to this attempt
 
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Union
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
 from .messages import MAX_GENERATION, check_identity
+from .resources import Owner
 
 
 def _job_attempt(fact: Any) -> None:
@@ -26,13 +27,16 @@ def _job_attempt(fact: Any) -> None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSubmitted:
     KIND: ClassVar[str] = "job_submitted"
-    VERSION: ClassVar[int] = 2  # v1 had no uid (such jobs have uid None)
+    VERSION: ClassVar[int] = 3  # v1 had no uid (such jobs have uid None); v2 no owner
     job: str
     spec: JobSpec
     submitted_at: float
     # Random, from the daemon: tells this submission from any other that ever
     # had the same id (after a state rollback).  None for v1 facts.
     uid: str | None = None
+    # The caller of the submit, whom the job belongs to and runs as (model/permissions.py).
+    # None: submitted in token mode (or before owners existed, v1-2).
+    owner: Owner | None = None
 
     def __post_init__(self) -> None:
         check_str("job", self.job)
@@ -40,6 +44,8 @@ class JobSubmitted:
             raise ValueError("spec must be a JobSpec")
         check_time("submitted_at", self.submitted_at)
         check_opt_uid("uid", self.uid)
+        if self.owner is not None and not isinstance(self.owner, Owner):
+            raise ValueError("owner must be an Owner or None")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -367,7 +373,7 @@ def encode(fact: Fact) -> dict[str, Any]:
     out: dict[str, Any] = {"k": fact.KIND, "v": fact.VERSION}
     for name in _FIELD_NAMES[type(fact)]:
         value = getattr(fact, name)
-        out[name] = value.to_dict() if isinstance(value, JobSpec) else value
+        out[name] = value.to_dict() if isinstance(value, (JobSpec, Owner)) else value
     return out
 
 
@@ -384,6 +390,9 @@ def _upgrade(kind: str, version: int, data: dict[str, Any]) -> dict[str, Any]:
         data.setdefault("started_at", None)
     if kind == JobFinished.KIND and version < 3 and "via" in data:
         raise ValueError(f"fact {kind} v{version} has unknown fields ['via']")
+    if kind == JobSubmitted.KIND and version < 3 and data.get("owner") is not None:
+        # v1-2 had no owner (None is what they meant): one here is corruption.
+        raise ValueError(f"fact {kind} v{version} has unknown fields ['owner']")
     if kind == AgentRegistered.KIND and version == 1 and "identity" in data:
         # v1 had no identity (None, the default, is what it meant): one here is corruption.
         raise ValueError(f"fact {kind} v1 has unknown fields ['identity']")
@@ -408,6 +417,8 @@ def decode(data: Any) -> Fact:
     kwargs = {name: data[name] for name in names if name in data}
     if "spec" in kwargs:
         kwargs["spec"] = JobSpec.from_dict(kwargs["spec"])
+    if kwargs.get("owner") is not None and cls is JobSubmitted:
+        kwargs["owner"] = Owner.from_dict(kwargs["owner"])
     try:
         return cls(**kwargs)
     except TypeError as exc:

@@ -16,9 +16,10 @@ from . import messages as M
 from .id_marks import mark_for_submit
 from .admission import unrunnable_reason
 from .arrays import array_member
-from .errors import LocalProtocolError
+from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobSpec, JobState
-from .policy import array_full, dependency_refusal, ready
+from .permissions import check, owner_of, require
+from .policy import array_full, dependency_refusal, ready, user_limit_refusal
 from .transaction import Transaction
 
 
@@ -39,11 +40,13 @@ def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
     for n, index in enumerate(ev.array.indices()):
         spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running)
         uid = ev.uids[n] if ev.uids is not None else None
-        tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid))
+        tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid,
+                                owner=owner_of(ev.caller)))
 
 
 def on_hold(tx: Transaction, ev: E.HoldJob) -> None:
     job = tx.state.job(ev.job)
+    require(ev.caller, "hold", job.owner, job=job.id)
     if job.state is not JobState.PENDING:
         raise LocalProtocolError(f"job {job.id} is {job.state.value}: only a PENDING job can be held")
     if job.held:
@@ -53,6 +56,7 @@ def on_hold(tx: Transaction, ev: E.HoldJob) -> None:
 
 def on_release(tx: Transaction, ev: E.ReleaseJob) -> None:
     job = tx.state.job(ev.job)
+    require(ev.caller, "release", job.owner, job=job.id)
     if not job.held:
         raise LocalProtocolError(f"job {job.id} is not held")
     tx.apply(F.JobReleased(job=job.id))
@@ -62,6 +66,7 @@ def on_requeue(tx: Transaction, ev: E.RequeueJob) -> None:
     """A finished job runs again as a new attempt.  A PENDING or RUNNING job is
     refused: it has not finished (cancel a running one first, then requeue)."""
     job = tx.state.job(ev.job)
+    require(ev.caller, "requeue", job.owner, job=job.id)
     if not job.terminal:
         hint = ": cancel it first, then requeue it" if job.state is JobState.RUNNING else ""
         raise LocalProtocolError(f"job {job.id} is {job.state.value}, not finished{hint}")
@@ -73,10 +78,21 @@ def on_cancel_array(tx: Transaction, ev: E.CancelJob) -> None:
     members = tx.state.arrays.get(ev.job)
     if members is None:
         raise LocalProtocolError(f"job {ev.job} is not an array")
+    # All or nothing: every job of the array must be the caller's (model/permissions.py).
+    refused = [(job_id, tx.state.jobs[job_id].owner) for job_id in members
+               if check(ev.caller, "cancel", tx.state.jobs[job_id].owner, job=job_id) is not None]
+    if refused:
+        if len(refused) == len(members):
+            require(ev.caller, "cancel", refused[0][1], job=ev.job)  # the whole array is another's
+        assert ev.caller is not None  # token mode is never refused
+        owners = sorted({owner.user if owner is not None else "no user" for _, owner in refused})
+        shown = ", ".join(job_id for job_id, _ in refused[:5]) + (" ..." if len(refused) > 5 else "")
+        raise PermissionDenied(f"array {ev.job}: job(s) {shown} belong to {', '.join(owners)}: "
+                               f"{ev.caller.user} may not cancel them (nothing cancelled)")
     for job_id in members:
         job = tx.state.jobs[job_id]
         if not job.terminal and not job.cancel_requested:
-            on_cancel(tx, E.CancelJob(job=job_id, now=ev.now, whole_array=False))
+            on_cancel(tx, E.CancelJob(job=job_id, now=ev.now, whole_array=False, caller=ev.caller))
 
 
 def on_forget(tx: Transaction, ev: E.ForgetAgent) -> None:
@@ -89,6 +105,7 @@ def on_forget(tx: Transaction, ev: E.ForgetAgent) -> None:
     info = tx.state.agents.get(ev.agent)
     if info is None:
         raise LocalProtocolError(f"unknown agent {ev.agent!r}")
+    require(ev.caller, "forget", None, node=ev.agent)
     session = tx.sessions.get(ev.agent)
     if session is not None and session.connected:
         raise LocalProtocolError(f"agent {ev.agent} is connected: stop it before forgetting it")
@@ -103,7 +120,8 @@ def on_submit(tx: Transaction, ev: E.SubmitJob) -> None:
         raise LocalProtocolError(refusal)
     check_submit(tx, ev.spec)
     mark_for_submit(tx)
-    tx.apply(F.JobSubmitted(job=tx.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid))
+    tx.apply(F.JobSubmitted(job=tx.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid,
+                            owner=owner_of(ev.caller)))
 
 
 def on_cancel(tx: Transaction, ev: E.CancelJob) -> None:
@@ -111,6 +129,7 @@ def on_cancel(tx: Transaction, ev: E.CancelJob) -> None:
         on_cancel_array(tx, ev)
         return
     job = tx.state.job(ev.job)  # LocalProtocolError for an unknown job
+    require(ev.caller, "cancel", job.owner, job=job.id)
     if job.state is JobState.PENDING:
         tx.apply(F.JobCancelled(job=job.id))
     elif job.state is JobState.RUNNING:
@@ -137,6 +156,7 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
         and not array_full(tx.state, job) and tx.start_gate is None
         and session is not None and session.connected and not session.reconciling
         and info is not None and not info.drained and info.slots - info.used >= job.spec.slots
+        and user_limit_refusal(tx.state, tx.config.user_limits, job) is None
     )
     if not ok:
         # Req 5.4: fail at once; the job stays PENDING.  Re-send the truth so
@@ -149,7 +169,9 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
     assert job is not None and session is not None
     tx.apply(F.JobDispatched(job=job.id, attempt=job.attempt, agent=ev.agent))
     spec, uid = job.spec, session.uid_for(job.uid)
-    tx.send(session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec, uid=uid))
+    owner = session.owner_for(job.owner)
+    tx.send(session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec, uid=uid,
+                                            owner=owner))
 
 
 def on_undelivered(tx: Transaction, ev: E.DispatchUndelivered) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from ._check import check_int, check_str, check_tuple_of, require_keys
 from .errors import LocalProtocolError
 from .output_paths import check_pattern
+from .resources import Owner
 
 
 class JobState(enum.Enum):
@@ -242,6 +243,7 @@ class JobRecord:
     held: bool = False  # a user's hold: a held PENDING job is not dispatched
     retried: int = 0  # attempts run again by the retry policy since the submit (or the latest restart)
     reason: str | None = None  # why the job ended as it did, when the state alone does not say ("timeout", ...)
+    owner: Owner | None = None  # the caller of its submit (JobSubmitted.owner); None: token mode
 
     @property
     def terminal(self) -> bool:
@@ -275,6 +277,9 @@ class JobRecord:
             "after": list(self.spec.after),
             "array_id": self.spec.array_id,
             "array_index": self.spec.array_index,
+            # Issue #20, ownership: whom the job belongs to and runs as (None: token mode).
+            "user": self.owner.user if self.owner is not None else None,
+            "owner": self.owner.to_dict() if self.owner is not None else None,
         }
 
     def snapshot_key(self) -> tuple:
@@ -285,6 +290,8 @@ class JobRecord:
         """The record as a snapshot row: its fields in order, the spec and state as plain values."""
         row = list(_RECORD_KEY(self))
         row[_SPEC], row[_STATE] = self.spec.to_dict(), self.state.value
+        if self.owner is not None:
+            row[_OWNER] = self.owner.to_dict()
         return row
 
     @classmethod
@@ -294,12 +301,15 @@ class JobRecord:
             raise ValueError(f"a job row has {_MIN_ROW} to {len(RECORD_FIELDS)} fields, not {len(row)}")
         values = dict(zip(RECORD_FIELDS, row))
         values["spec"], values["state"] = JobSpec.from_dict(values["spec"]), JobState(values["state"])
+        if values.get("owner") is not None:
+            values["owner"] = Owner.from_dict(values["owner"])
         return cls(**values)
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))  # the snapshot row's order
 _RECORD_KEY = attrgetter(*RECORD_FIELDS)
 _SPEC, _STATE = RECORD_FIELDS.index("spec"), RECORD_FIELDS.index("state")
+_OWNER = RECORD_FIELDS.index("owner")
 _MIN_ROW = RECORD_FIELDS.index("uid")  # the oldest snapshots' rows (v1) end before the uid
 
 

@@ -22,6 +22,7 @@ from ._check import (
 from .errors import RemoteProtocolError
 from .jobs import JobSpec
 from .output import MAX_OUTPUT_CHUNK, OutputStatus, OutputStream
+from .resources import Owner
 
 # 2: a frame may carry several messages (a CBOR array; the daemon's wire), and
 # a round's resync_done acknowledges the completions its report carried.  A
@@ -51,8 +52,11 @@ from .output import MAX_OUTPUT_CHUNK, OutputStatus, OutputStream
 # try again (``model.agent.refusal_retry``), not from the words of its reason; left out for older
 # agents, which read ``permanent`` and ``leader`` as before.  A version 5 agent serves an older
 # controller (no code) from those fields.
-PROTOCOL_VERSION = 5
-SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5})
+# 6 (issue #20, a shared cluster): a dispatch names the job's ``owner`` (whom it runs as); left out
+# while None (token mode) and never sent to an older agent, which runs every job as itself.
+PROTOCOL_VERSION = 6
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
+OWNERS_SINCE = 6  # the first version whose agents are sent a job's owner
 PERMANENT_SINCE = 3  # the first version whose agents are told a refusal is permanent
 REFUSAL_CODES_SINCE = 5  # the first version whose agents are sent refusal codes
 OUTPUT_SINCE = 4  # the first version whose agents serve output reads
@@ -401,6 +405,7 @@ class Dispatch:
     attempt: int
     spec: JobSpec
     uid: str | None = None  # version 3: the submission; sent only to agents that joined with version >= 3
+    owner: Owner | None = None  # version 6: whom the job runs as (None: token mode, the agent's own user)
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
@@ -408,6 +413,8 @@ class Dispatch:
         if not isinstance(self.spec, JobSpec):
             raise ValueError("spec must be a job spec")
         check_opt_uid("uid", self.uid)
+        if self.owner is not None and not isinstance(self.owner, Owner):
+            raise ValueError("owner must be an Owner or None")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -560,6 +567,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
 _OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
+_OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None}
 _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None}
 _OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None, "code": None}
@@ -573,6 +581,8 @@ def to_wire(msg: Message) -> dict[str, Any]:
         if omitted is not None and name in omitted and value == omitted[name]:
             continue
         if isinstance(value, JobSpec):
+            value = value.to_dict()
+        elif isinstance(value, Owner):
             value = value.to_dict()
         elif isinstance(value, enum.Enum):
             value = value.value
@@ -598,6 +608,8 @@ def _from_wire(data: Any, table: dict[str, type]) -> Message:
     kwargs = {k: v for k, v in data.items() if k != "type"}
     if "spec" in kwargs:
         kwargs["spec"] = JobSpec.from_dict(kwargs["spec"])
+    if cls is Dispatch and kwargs.get("owner") is not None:
+        kwargs["owner"] = Owner.from_dict(kwargs["owner"])
     if "outcome" in kwargs:
         if kwargs["outcome"] not in _OUTCOME_VALUES:
             raise ValueError(f"unknown ack outcome {kwargs['outcome']!r}")

@@ -15,7 +15,8 @@ from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
 from .jobs import JobState
-from .policy import array_full
+from .permissions import require
+from .policy import array_full, user_limit_refusal
 from .transaction import ControllerView, Transaction
 
 
@@ -36,6 +37,7 @@ def on_drain(tx: Transaction, ev: E.DrainAgent) -> None:
     info = tx.state.agents.get(ev.agent)
     if info is None:
         raise LocalProtocolError(f"unknown agent {ev.agent!r}")
+    require(ev.caller, "drain", None, node=ev.agent)
     if not info.drained:  # draining a drained agent again: nothing to record
         tx.apply(F.AgentDrained(agent=ev.agent))
 
@@ -44,6 +46,7 @@ def on_resume(tx: Transaction, ev: E.ResumeAgent) -> None:
     info = tx.state.agents.get(ev.agent)
     if info is None:
         raise LocalProtocolError(f"unknown agent {ev.agent!r}")
+    require(ev.caller, "resume", None, node=ev.agent)
     if info.drained:  # resuming an agent that takes jobs already: nothing to record
         tx.apply(F.AgentResumed(agent=ev.agent))
 
@@ -85,6 +88,8 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
     if array_full(ctl.state, job):
         return (f"its array {job.spec.array_id} runs {job.spec.array_max} job(s) at once (%{job.spec.array_max}): "
                 "waiting for one of them to end")
+    if (limited := user_limit_refusal(ctl.state, ctl.config.user_limits, job)) is not None:
+        return limited
     gate = ctl.start_gate
     if gate is not None:
         return (f"waiting for start grace: nothing is dispatched until every known agent has rejoined "

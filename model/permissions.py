@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._check import check_int, check_str
+from .errors import PermissionDenied
 from .resources import MAX_UNIX_ID, Owner
+
+# What a caller may ask for, by the rule that applies to it.
+EVERYONE_ACTIONS = frozenset({"submit", "see"})  # everyone may submit and see the queue (as in Slurm)
+JOB_ACTIONS = frozenset({"cancel", "hold", "release", "requeue", "read"})  # the owner's, or an operator's
+NODE_ACTIONS = frozenset({"drain", "resume", "forget"})  # operators only
+ACTIONS = EVERYONE_ACTIONS | JOB_ACTIONS | NODE_ACTIONS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,3 +41,41 @@ class Caller:
     def owner(self) -> Owner:
         """The owner a job this caller submits gets."""
         return Owner(uid=self.uid, gid=self.gid, user=self.user)
+
+
+def check(caller: Caller | None, action: str, owner: Owner | None, *, job: str | None = None,
+          node: str | None = None) -> str | None:
+    """The one permission rule: None if ``caller`` may do ``action``, else the refusal's one line.
+
+    ``caller`` None is token mode: whoever holds the token may do everything.  Operators may do
+    everything.  Anyone may submit and see the queue.  A job's operations (``JOB_ACTIONS``; "read"
+    is its output) are its owner's; a job without an owner (submitted in token mode) is then
+    operators-only, and the node operations (``NODE_ACTIONS``) are operators-only always.  The
+    owner is compared by uid (the name is what the controller's machine calls it, for the line).
+    """
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; one of {', '.join(sorted(ACTIONS))}")
+    if caller is None or caller.operator or action in EVERYONE_ACTIONS:
+        return None
+    if action in NODE_ACTIONS:
+        what = f"agent {node}" if node is not None else "a node"
+        return f"only an operator may {action} {what}: {caller.user} is not one"
+    if owner is not None and owner.uid == caller.uid:
+        return None
+    what = f"job {job}" if job is not None else "this job"
+    if owner is None:
+        return f"{what} belongs to no user (submitted in token mode): {caller.user} may not {action} it"
+    return f"{what} belongs to {owner.user}: {caller.user} may not {action} it"
+
+
+def require(caller: Caller | None, action: str, owner: Owner | None, *, job: str | None = None,
+            node: str | None = None) -> None:
+    """``check``, raising ``PermissionDenied`` with its line: what a handler calls before it applies anything."""
+    refusal = check(caller, action, owner, job=job, node=node)
+    if refusal is not None:
+        raise PermissionDenied(refusal)
+
+
+def owner_of(caller: Caller | None) -> Owner | None:
+    """The owner of a job this caller submits: None in token mode."""
+    return caller.owner() if caller is not None else None

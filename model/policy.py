@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Mapping, Protocol
 
 from .jobs import JobRecord, JobSpec, JobState
+from .scheduler import UserLimits
 
 
 class JobTable(Protocol):
@@ -27,6 +28,9 @@ class JobTable(Protocol):
 
     @property
     def array_running(self) -> Mapping[str, int]: ...
+
+    @property
+    def user_running(self) -> Mapping[str, list[int]]: ...
 
 TIMEOUT_REASON = "timeout"  # JobRecord.reason of a job its supervisor stopped at its time limit
 
@@ -89,3 +93,13 @@ def array_full(state: JobTable, job: JobRecord) -> bool:
     if spec.array_max is None or spec.array_id is None:
         return False
     return state.array_running.get(spec.array_id, 0) >= spec.array_max
+
+
+def user_limit_refusal(state: JobTable, limits: UserLimits, job: JobRecord) -> str | None:
+    """Why ``job`` may not start now for its owner's per-user limits, or None.  The controller
+    decides as it does for slots (a stale proposal cannot start a job past them), and ``why
+    pending`` says the same line."""
+    if job.owner is None or not limits.any:
+        return None
+    running, cpus = state.user_running.get(job.owner.user, (0, 0))
+    return limits.refusal(job.owner.user, running, cpus, job.spec.slots)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from . import messages as M
 from .jobs import JobSpec
+from .resources import Owner
 
 Key = tuple[str, int]
 
@@ -44,6 +45,7 @@ class LocalJob:
     acked: bool = False  # the controller acknowledged the completion report
     uid: str | None = None  # the submission the dispatch was for (None: a version 1-2 controller sent none)
     timed_out: bool = False  # FINISHED: the supervisor stopped the process at the job's time limit
+    owner: Owner | None = None  # whom the attempt runs as (Dispatch.owner; None: the agent's own user)
 
     @property
     def key(self) -> tuple[str, int]:

@@ -30,6 +30,7 @@ class JobNote(NamedTuple):
     ready: bool = True  # PENDING, not held, every dependency COMPLETED (model/policy.py ready)
     array: str | None = None  # the job's array id
     array_max: int | None = None  # the array's %MAX: at most this many of it RUNNING at once
+    user: str | None = None  # the owner's name (the per-user limits count by it); None: token mode
 
 
 class AgentNote(NamedTuple):
@@ -39,6 +40,33 @@ class AgentNote(NamedTuple):
     connected: bool
     reconciling: bool
     drained: bool = False  # the operator drained it: no new placements
+
+
+class UserLimits(NamedTuple):
+    """Per-user limits on what runs at once (ControllerConfig); None: no such limit.
+
+    They govern starts: the scheduler proposes no job past its owner's limit.  A job RUNNING
+    already (adopted, or started before the limit was lowered) counts but is never stopped."""
+
+    max_running: int | None = None  # RUNNING jobs per user
+    max_cpus: int | None = None  # slots (CPUs) of RUNNING jobs per user
+
+    def refusal(self, user: str, running: int, cpus: int, slots: int) -> str | None:
+        """Why a job of ``slots`` CPUs of ``user`` may not start now, given what the user runs; None if it may."""
+        if self.max_running is not None and running + 1 > self.max_running:
+            return (f"waiting: {user} runs {running} job{'s' if running != 1 else ''}, "
+                    f"the per-user limit (max_running_per_user) is {self.max_running}")
+        if self.max_cpus is not None and cpus + slots > self.max_cpus:
+            return (f"waiting: {user} runs jobs on {cpus} CPU{'s' if cpus != 1 else ''} and this one needs "
+                    f"{slots}, the per-user limit (max_cpus_per_user) is {self.max_cpus}")
+        return None
+
+    @property
+    def any(self) -> bool:
+        return self.max_running is not None or self.max_cpus is not None
+
+
+NO_LIMITS = UserLimits()
 
 
 class DispatchHold(NamedTuple):
@@ -64,7 +92,7 @@ class _AgentView:
 class Scheduler:
     """FIFO placement by free slots onto connected, non-reconciling, non-drained agents."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: UserLimits = NO_LIMITS) -> None:
         self._pending: dict[str, tuple[int, int, str | None]] = {}  # ready job -> (order, slots, throttled array)
         # FIFO queue with lazy deletion: entries of jobs no longer pending are
         # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
@@ -73,6 +101,14 @@ class Scheduler:
         self._array_max: dict[str, int] = {}  # throttled array -> its %MAX
         self._array_running: dict[str, set[str]] = {}  # throttled array -> its jobs RUNNING (as noted)
         self._held = False  # the controller's start gate is closed
+        # Per-user limits (UserLimits).  What each user runs, from the RUNNING notes; a job met at
+        # its user's limit is parked in that user's own queue, out of the FIFO, and comes back when
+        # one of the user's jobs leaves RUNNING: a pass never walks a user's backlog again.
+        self._limits = limits
+        self._user_of: dict[str, str] = {}  # pending job -> its owner's name (limited jobs only)
+        self._running_of: dict[str, tuple[str, int]] = {}  # RUNNING job -> (user, slots)
+        self._user_running: dict[str, list[int]] = {}  # user -> [RUNNING jobs, their slots]
+        self._parked: dict[str, list[tuple[int, str]]] = {}  # user -> heap of (order, job) at the limit
 
     def notify(self, note: JobNote | AgentNote | DispatchHold) -> None:
         if isinstance(note, JobNote):
@@ -83,6 +119,8 @@ class Scheduler:
                     running.add(note.job)
                 else:
                     running.discard(note.job)
+            if self._limits.any and note.user is not None:
+                self._note_user(note)
             if note.state is JobState.PENDING and note.ready:
                 if note.job not in self._pending:
                     self._pending[note.job] = (note.order, note.slots,
@@ -98,6 +136,47 @@ class Scheduler:
         else:
             raise TypeError(f"not a scheduler note: {note!r}")
 
+    def _note_user(self, note: JobNote) -> None:
+        """Keep what each user runs (RUNNING jobs and their slots), from the notes."""
+        if note.state is JobState.PENDING:
+            self._user_of[note.job] = note.user  # type: ignore[assignment]
+        else:
+            self._user_of.pop(note.job, None)
+        was = self._running_of.pop(note.job, None)
+        if was is not None:
+            load = self._user_running[was[0]]
+            load[0] -= 1
+            load[1] -= was[1]
+        if note.state is JobState.RUNNING:
+            self._running_of[note.job] = (note.user, note.slots)  # type: ignore[assignment]
+            load = self._user_running.setdefault(note.user, [0, 0])  # type: ignore[arg-type]
+            load[0] += 1
+            load[1] += note.slots
+
+    def _unpark(self) -> None:
+        """Put parked jobs whose users are under their limits again back into the FIFO, oldest
+        first, as many as the limits leave room for: O(users with parked jobs) per pass."""
+        for user in list(self._parked):
+            parked = self._parked[user]
+            running, cpus = self.user_load(user)
+            while parked:
+                order, job = parked[0]
+                entry = self._pending.get(job)
+                if entry is None or entry[0] != order:
+                    heapq.heappop(parked)  # no longer pending: dropped
+                    continue
+                if self._limits.refusal(user, running, cpus, entry[1]) is not None:
+                    break
+                heapq.heappush(self._queue, heapq.heappop(parked))
+                running, cpus = running + 1, cpus + entry[1]
+            if not parked:
+                del self._parked[user]
+
+    def user_load(self, user: str) -> tuple[int, int]:
+        """(RUNNING jobs, their slots) of ``user``, as noted."""
+        load = self._user_running.get(user)
+        return (load[0], load[1]) if load is not None else (0, 0)
+
     def _fifo(self) -> Iterator[str]:
         return iter(sorted(self._pending, key=lambda job: self._pending[job][0]))
 
@@ -107,9 +186,12 @@ class Scheduler:
         proposals: list[tuple[str, str]] = []
         if not free or self._held:
             return proposals
+        if self._parked:
+            self._unpark()
         examined: dict[str, tuple[int, str]] = {}
         # Running plus proposed jobs per throttled array: %MAX holds within one call too.
         array_load = {array: len(jobs) for array, jobs in self._array_running.items()}
+        proposed: dict[str, list[int]] = {}  # user -> [jobs, slots] proposed in this call
         queue = self._queue
         while queue and free and (limit is None or len(proposals) < limit):
             order, job = heapq.heappop(queue)
@@ -119,11 +201,26 @@ class Scheduler:
             _, slots, array = self._pending[job]
             if array is not None and array_load.get(array, 0) >= self._array_max[array]:
                 continue  # the array runs its %MAX already: the job waits for one to end
+            user = self._user_of.get(job)
+            if user is not None:
+                running, cpus = self.user_load(user)
+                extra = proposed.get(user, (0, 0))
+                if self._limits.refusal(user, running + extra[0], cpus + extra[1], slots) is not None:
+                    # At the limit (by what runs, or with this call's proposals): parked, out of the FIFO.
+                    # Each pass first puts back as many as the user's noted load leaves room for, so a
+                    # refused proposal or an ended job lets them out again.
+                    del examined[job]
+                    heapq.heappush(self._parked.setdefault(user, []), (order, job))
+                    continue
             for name in sorted(free, key=lambda n: (-free[n], n)):
                 if free[name] >= slots:
                     proposals.append((job, name))
                     if array is not None:
                         array_load[array] = array_load.get(array, 0) + 1
+                    if user is not None:
+                        extra = proposed.setdefault(user, [0, 0])
+                        extra[0] += 1
+                        extra[1] += slots
                     free[name] -= slots
                     if not free[name]:
                         del free[name]

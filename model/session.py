@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from . import messages as M
 from .errors import LocalProtocolError
+from .resources import Owner
 from .resync import ResyncRound
 
 
@@ -73,6 +74,10 @@ class AgentSession:
     def uid_for(self, uid: str | None) -> str | None:
         """What to send as a submission uid: nothing to an agent older than version 3."""
         return uid if self.version >= M.UIDS_SINCE else None
+
+    def owner_for(self, owner: Owner | None) -> Owner | None:
+        """What to send as a job's owner: nothing to an agent older than version 6."""
+        return owner if self.version >= M.OWNERS_SINCE else None
 
     @property
     def connected(self) -> bool:

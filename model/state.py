@@ -53,7 +53,7 @@ _AGENT_KEY = attrgetter(*AGENT_ROW)
 # The state's own fields that are not records: in the digest (but facts_applied: how many facts
 # led here, not what the state is; equal states reached by different paths are equal) and the snapshot.
 STATE_SCALARS = ("next_job", "id_mark", "cluster", "facts_applied")
-STATE_DERIVED = frozenset({"dependants", "array_running", "arrays"})  # indexes of the job table
+STATE_DERIVED = frozenset({"dependants", "array_running", "arrays", "user_running"})  # indexes of the job table
 NOT_IN_DIGEST = frozenset({"facts_applied"})
 
 
@@ -77,6 +77,8 @@ class ControllerState:
     dependants: dict[str, list[str]] = field(default_factory=dict)  # job -> jobs submitted --after it
     array_running: dict[str, int] = field(default_factory=dict)  # throttled array id -> its RUNNING jobs
     arrays: dict[str, list[str]] = field(default_factory=dict)  # array id -> its jobs, in index order
+    # owner's name -> [its RUNNING jobs, their slots]: what the per-user limits count (model/scheduler.py UserLimits)
+    user_running: dict[str, list[int]] = field(default_factory=dict)
 
     def job(self, job_id: str) -> JobRecord:
         try:
@@ -114,6 +116,7 @@ class ControllerState:
         array_running: dict[str, int] = {}
         placed: dict[str, set[str]] = {name: set() for name in self.agents}
         used: dict[str, int] = dict.fromkeys(self.agents, 0)
+        user_running: dict[str, list[int]] = {}
         for key, job in self.jobs.items():
             if job.id != key:
                 wrong.append(f"job {key} is filed under another id ({job.id})")
@@ -134,6 +137,9 @@ class ControllerState:
             used[job.agent] += job.spec.slots
             if job.spec.array_max is not None and job.spec.array_id is not None:
                 array_running[job.spec.array_id] = array_running.get(job.spec.array_id, 0) + 1
+            if job.owner is not None:
+                load = user_running.setdefault(job.owner.user, [0, 0])
+                load[0], load[1] = load[0] + 1, load[1] + job.spec.slots
         if self.next_job < next_id:
             wrong.append(f"next_job is {self.next_job}, but job {next_id - 1} exists")
         for index, recomputed in (("dependants", dependants), ("arrays", arrays)):
@@ -142,6 +148,9 @@ class ControllerState:
         kept = {array: n for array, n in self.array_running.items() if n != 0}  # a count that fell to 0 stays
         if kept != array_running:
             wrong.append(f"array_running is {self.array_running}, recomputed {array_running}")
+        kept_users = {user: load for user, load in self.user_running.items() if load != [0, 0]}
+        if kept_users != user_running:
+            wrong.append(f"user_running is {self.user_running}, recomputed {user_running}")
         for name, info in self.agents.items():
             if info.name != name:
                 wrong.append(f"agent {name} is filed under another name ({info.name})")
@@ -183,6 +192,9 @@ def _place(state: ControllerState, job: JobRecord, agent: str) -> None:
     job.agent = job.ran_on = agent
     if job.spec.array_max is not None and job.spec.array_id is not None:
         state.array_running[job.spec.array_id] = state.array_running.get(job.spec.array_id, 0) + 1
+    if job.owner is not None:
+        load = state.user_running.setdefault(job.owner.user, [0, 0])
+        load[0], load[1] = load[0] + 1, load[1] + job.spec.slots
 
 
 def _release(state: ControllerState, job: JobRecord) -> str:
@@ -196,6 +208,9 @@ def _release(state: ControllerState, job: JobRecord) -> str:
     agent, job.agent = job.agent, None
     if job.spec.array_max is not None and job.spec.array_id is not None:
         state.array_running[job.spec.array_id] -= 1
+    if job.owner is not None:
+        load = state.user_running[job.owner.user]
+        load[0], load[1] = load[0] - 1, load[1] - job.spec.slots
     return agent
 
 
@@ -225,7 +240,8 @@ def _submitted(state: ControllerState, fact: F.JobSubmitted) -> Changes:
     array_id = fact.spec.array_id
     if array_id is not None and array_id != fact.job and array_id not in state.arrays:
         raise LocalProtocolError(f"job {fact.job} names array {array_id}, which does not exist")
-    job = state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at, uid=fact.uid)
+    job = state.jobs[fact.job] = JobRecord(id=fact.job, spec=fact.spec, submitted_at=fact.submitted_at, uid=fact.uid,
+                                              owner=fact.owner)
     _index_job(state, job)
     state.next_job += 1
     return Changes(jobs=(fact.job,))

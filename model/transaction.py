@@ -27,7 +27,7 @@ from . import facts as F
 from . import messages as M
 from .jobs import JobRecord, JobState
 from .policy import doomed_dependants, ready
-from .scheduler import AgentNote, JobNote
+from .scheduler import AgentNote, JobNote, UserLimits
 from .session import AgentSession
 from .state import ControllerState, apply
 
@@ -46,6 +46,10 @@ class ControllerConfig:
     page_size: int = 1000  # jobs per resync query page
     round_timeout: float = 30.0  # seconds a round may stay open
     lost_after: float | None = None  # seconds of silence before a disconnected agent's jobs are requeued
+    # Issue #20: at most this many RUNNING jobs / CPUs (slots) per user; None: no limit.  The
+    # scheduler starts no job past its owner's limit (model/scheduler.py UserLimits).
+    max_running_per_user: int | None = None
+    max_cpus_per_user: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
@@ -54,6 +58,14 @@ class ControllerConfig:
             raise ValueError("round_timeout must be positive")
         if self.lost_after is not None and not self.lost_after > 0:
             raise ValueError("lost_after must be positive or None")
+        for name in ("max_running_per_user", "max_cpus_per_user"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+    @property
+    def user_limits(self) -> UserLimits:
+        return UserLimits(max_running=self.max_running_per_user, max_cpus=self.max_cpus_per_user)
 
 
 @dataclass(slots=True)
@@ -88,6 +100,8 @@ class ControllerView(Protocol):
     def sessions(self) -> dict[str, AgentSession]: ...
     @property
     def start_gate(self) -> StartGate | None: ...
+    @property
+    def config(self) -> ControllerConfig: ...
 
 
 def placed_on(state: ControllerState, agent: str) -> dict[str, int]:
@@ -196,7 +210,8 @@ class Transaction(VolatileAccess):
             self.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
                                                        slots=job.spec.slots, agent=job.agent,
                                                        ready=ready(self.state, job), array=job.spec.array_id,
-                                                       array_max=job.spec.array_max)))
+                                                       array_max=job.spec.array_max,
+                                                       user=job.owner.user if job.owner is not None else None)))
         for name in self.changed_agents:
             info = self.state.agents.get(name)
             session = self.sessions.get(name)

@@ -71,7 +71,7 @@ def _summary(array: str, members: list[dict]) -> dict:
         counts[job["state"]] = counts.get(job["state"], 0) + 1
     indices = [job["array_index"] for job in members]
     return {
-        "id": f"{array}_[{min(indices)}-{max(indices)}]", "name": members[0]["name"],
+        "id": f"{array}_[{min(indices)}-{max(indices)}]", "name": members[0]["name"], "user": members[0].get("user"),
         "state": ",".join(f"{state}:{n}" for state, n in counts.items()),
         "agent": None, "attempt": "-", "exit_code": None, "signal": None,
         "finished_at": max((j["finished_at"] for j in members if j["finished_at"] is not None), default=None),

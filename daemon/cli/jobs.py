@@ -36,7 +36,7 @@ def run_client_command(args: argparse.Namespace) -> int:
         return run_logs(args, url, auth, tls)
     with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
         if args.command == "jobs":
-            jobs = client.call("jobs", state=args.state)["jobs"]
+            jobs = client.call("jobs", state=args.state, user=args.user)["jobs"]
             shown = jobs if args.json or args.expand else batch.fold_arrays(jobs)
             out.write((json.dumps(jobs) if args.json else format_jobs(shown)) + "\n")
         elif args.command == "show":
@@ -59,7 +59,12 @@ def run_client_command(args: argparse.Namespace) -> int:
         elif args.command == "nodes":
             nodes = client.call("nodes")["nodes"]
             out.write((json.dumps(nodes) if args.json else format_nodes(nodes)) + "\n")
+        elif args.command == "history" and args.job is None:  # --user U --since T: past jobs with their usage
+            jobs = client.call("history", user=args.user, since=args.since)["jobs"]
+            out.write((json.dumps(jobs) if args.json else format_user_history(jobs)) + "\n")
         elif args.command == "history":
+            if args.user is not None or args.since is not None:
+                raise UsageError("--user and --since list finished jobs: give them without a job id")
             history = client.call("history", job=args.job)["history"]
             out.write((json.dumps(history) if args.json else format_history(history)) + "\n")
         elif args.command in ("drain", "resume"):
@@ -206,11 +211,12 @@ def _since(ts: float | None, now: float | None = None) -> str:
 
 
 def format_jobs(jobs: list[dict]) -> str:
-    rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "EXIT", "SIGNAL", "FINISHED")]
+    # USER last: the columns before it keep their places for the scripts that read them.
+    rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "EXIT", "SIGNAL", "FINISHED", "USER")]
     for j in jobs:
         rows.append((j["id"], j["name"][:24], j["state"], j["agent"] or "-", str(j["attempt"]),
                      "-" if j["exit_code"] is None else str(j["exit_code"]),
-                     "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"])))
+                     "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"]), j.get("user") or "-"))
     return _table(rows)
 
 
@@ -249,13 +255,31 @@ def format_history(history: dict) -> str:
     return "\n".join(lines)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def format_user_history(jobs: list[dict]) -> str:
+    """``history --user U --since T``: one line per finished job, with its latest attempt's usage
+    (``-`` where the agent measured none: an older agent, or a job that never ran)."""
+    rows = [("ID", "NAME", "USER", "STATE", "FINISHED", "WALL", "CPU-USER", "CPU-SYS", "MAX-RSS", "REASON")]
+    for j in jobs:
+        usage = j.get("usage") or {}
+        rss = usage.get("max_rss")
+        rows.append((j["id"], j["name"][:24], j.get("user") or "-", j["state"],
+                     _since(j["finished_at"]) if j["finished_at"] is not None else "-",
+                     _seconds(usage.get("wall")), _seconds(usage.get("cpu_user")), _seconds(usage.get("cpu_system")),
+                     "-" if rss is None else f"{rss / (1 << 20):.1f}M", j.get("reason") or "-"))
+    return _table(rows)
+
+
 def _table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
 def format_job(job: dict) -> str:
-    keys = ("id", "name", "state", "pending_reason", "agent", "attempt", "exit_code", "signal", "submitted_at",
+    keys = ("id", "name", "user", "state", "pending_reason", "agent", "attempt", "exit_code", "signal", "submitted_at",
             "started_at", "finished_at", "command", "cwd", "slots", "stdout", "stderr", "reason", "held",
             "time_limit", "retries", "retried", "after", "array_id", "array_index")
     lines = []

@@ -18,7 +18,7 @@ import sys
 from typing import Any, NoReturn
 
 from reckon.daemon.args import path
-from reckon.daemon.durations import duration, duration_or_zero
+from reckon.daemon.durations import duration, duration_or_zero, since
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
@@ -327,6 +327,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--lost-after", type=duration, default=None, metavar="DURATION",
                    help="requeue the jobs of an agent disconnected this long (10m, 1h, or seconds; default: never)")
     p.add_argument("--snapshot-every", type=_whole, default=200_000, help="facts between snapshots")
+    p.add_argument("--max-running-per-user", type=_whole, default=None, metavar="N",
+                   help="start no job of a user who runs N jobs already (default: no limit; why pending says so)")
+    p.add_argument("--max-cpus-per-user", type=_whole, default=None, metavar="N",
+                   help="start no job that would give a user more than N CPUs (slots) at once (default: no limit)")
     p.add_argument("--rejoin-grace", type=duration_or_zero, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
@@ -427,6 +431,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("jobs", parents=[client], help="list jobs")
     p.add_argument("--state", choices=JOB_STATES, help="only the jobs in this state")
     p.add_argument("--expand", action="store_true", help="list every job of an array (default: one line each)")
+    p.add_argument("--user", metavar="USER", help="only the jobs of this user")
     p.add_argument("--json", action="store_true", help="print a JSON list of job objects (arrays expanded)")
 
     p = sub.add_parser("show", parents=[client], help="show one job")
@@ -478,8 +483,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                    "how the outcome arrived (the agent's report or a resync round), and every "
                                    "requeue or cancel with its reason, read from the controller's fact log.  "
                                    "History older than the controller's last snapshot is compacted: the output "
-                                   "says so.")
-    p.add_argument("job", help="the job's id")
+                                   "says so.  Without a job: the finished jobs (of --user, since --since) with "
+                                   "what their latest attempts used.")
+    p.add_argument("job", nargs="?", help="the job's id (none: the finished jobs, see --user and --since)")
+    p.add_argument("--user", metavar="USER", help="without a job: only this user's jobs")
+    p.add_argument("--since", metavar="WHEN", type=since,
+                   help="without a job: only jobs that ended since WHEN, a date (2026-12-01), a date and time "
+                        "(2026-12-01T09:30) or a duration ago (2h, 1d)")
     p.add_argument("--json", action="store_true", help="print the history as a JSON object")
 
     p = sub.add_parser("drain", parents=[client], help="no new jobs on a node; its running jobs finish",

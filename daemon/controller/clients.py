@@ -32,7 +32,8 @@ class ClientRequests:
     """Part of ``ControllerDaemon`` (daemon/controller/core.py): the client operations."""
 
     async def _client_connection(self, ws: WebSocketConnection, caller: Caller | None = None) -> None:
-        """One client's requests; ``caller`` is who the handshake authenticated (None: token mode)."""
+        """Serve one client's requests, as ``caller`` (the authenticated user, daemon/auth/; None:
+        token mode, whoever holds the token may do everything)."""
         while True:
             try:
                 data = await ws.get_message()
@@ -43,46 +44,49 @@ class ClientRequests:
                 if request.get("op") == "whoami":  # who the controller takes this connection for
                     reply = {"ok": True, **whoami(self.options.auth, caller)}
                 else:
-                    reply = {"ok": True, **await self._client_op(request)}
+                    reply = {"ok": True, **await self._client_op(request, caller)}
             except (ProtocolError, ValueError, TypeError, KeyError) as exc:
                 reply = {"ok": False, "error": str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"}
             await ws.send_message(wire.dumps(reply))
 
-    async def _client_op(self, request: dict) -> dict:
+    async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:
         op = request.get("op")
         if op in operator.OPS:  # show, nodes, drain, resume, history
-            return await operator.OPS[op](self, request)
+            return await operator.OPS[op](self, request, caller)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it
             [job_id] = submitted_ids(await self.call(event=E.SubmitJob(
                 spec=JobSpec.from_dict(request["spec"]), now=time.time(), uid=secrets.token_hex(8),
-                queue_anyway=queue_anyway)))
+                queue_anyway=queue_anyway, caller=caller)))
             return {"job": await self.call(call=lambda: self.job_object(job_id))}
         if op == "submit_many":
             specs = [JobSpec.from_dict(s) for s in request["specs"]]
-            return {"jobs": await self._submit_batch(specs, queue_anyway)}
+            return {"jobs": await self._submit_batch(specs, queue_anyway, caller)}
         if op == "cancel":
             job_id, whole_array = str(request["job"]), request.get("array")  # array: None = the array if it names one
-            await self.call(event=E.CancelJob(job=job_id, now=time.time(), whole_array=whole_array))
+            await self.call(event=E.CancelJob(job=job_id, now=time.time(), whole_array=whole_array, caller=caller))
             return await self.call(call=lambda: job_ops.cancel_reply(self, job_id))
         if op in job_ops.OPS:
-            return await job_ops.run(self, op, request)
+            return await job_ops.run(self, op, request, caller)
         if op == "jobs":
             state = request.get("state")
             if state is not None and state not in JobState.__members__:
                 raise ValueError(f"unknown state {state!r}; one of {', '.join(JobState.__members__)}")
-            return {"jobs": await self.call(call=lambda: self.job_objects(state))}
+            user = request.get("user")
+            if user is not None and (not isinstance(user, str) or not user):
+                raise ValueError("user must be a user name")
+            return {"jobs": await self.call(call=lambda: self.job_objects(state, user))}
         if op == "status":
             return {"status": await self.call(call=self.status)}
         if op == "logs":
-            return await self.output.read(request)
+            return await self.output.read(request, caller)
         if op == "forget":
-            return await self._forget(str(request["agent"]))
+            return await self._forget(str(request["agent"]), caller)
         raise ValueError(f"unknown op {op!r}")
 
-    async def _forget(self, agent: str) -> dict:
+    async def _forget(self, agent: str, caller: Caller | None = None) -> dict:
         """The operator declares a disconnected agent gone: its jobs are requeued, its name released."""
-        commands = await self.call(event=E.ForgetAgent(agent=agent, now=time.time()))
+        commands = await self.call(event=E.ForgetAgent(agent=agent, now=time.time(), caller=caller))
         facts = facts_of(commands)
         requeued = [f.job for f in facts if isinstance(f, JobRequeued)]
         cancelled = [f.job for f in facts if isinstance(f, JobCancelConfirmed)]
@@ -91,7 +95,8 @@ class ClientRequests:
         self.log_dirs.pop(agent, None)
         return {"agent": agent, "requeued": requeued, "cancelled": cancelled}
 
-    async def _submit_batch(self, specs: list[JobSpec], queue_anyway: bool = False) -> list[str]:
+    async def _submit_batch(self, specs: list[JobSpec], queue_anyway: bool = False,
+                            caller: Caller | None = None) -> list[str]:
         """Submit jobs all or none, in one model event (model/batches.py); their ids, in order."""
         if not specs:
             return []
@@ -99,7 +104,7 @@ class ClientRequests:
         # that had this id (a rolled-back state) can ever be taken for this one.
         uids = tuple(secrets.token_hex(8) for _ in specs)
         return submitted_ids(await self.call(event=E.SubmitBatch(specs=tuple(specs), now=time.time(), uids=uids,
-                                                                  queue_anyway=queue_anyway)))
+                                                                  queue_anyway=queue_anyway, caller=caller)))
 
     def job_object(self, job_id: str) -> dict:
         job = self.model.state.job(job_id)
@@ -107,14 +112,19 @@ class ClientRequests:
         obj["stdout"], obj["stderr"] = output_paths_of(self, job)
         return obj
 
-    def job_objects(self, state: str | None) -> list[dict]:
-        return [j.to_dict() for j in self.model.state.jobs.values() if state is None or j.state.value == state]
+    def job_objects(self, state: str | None, user: str | None = None) -> list[dict]:
+        return [j.to_dict() for j in self.model.state.jobs.values()
+                if (state is None or j.state.value == state)
+                and (user is None or (j.owner is not None and j.owner.user == user))]
 
     def status(self) -> dict:
         counts: dict[str, int] = {}
         for job in self.model.state.jobs.values():
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
-        return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at}
+        config = self.model.config
+        return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at,
+                "limits": {"max_running_per_user": config.max_running_per_user,
+                           "max_cpus_per_user": config.max_cpus_per_user}}
 
 
 def whoami(mode: str, caller: Caller | None) -> dict:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from reckon.model import events as E
 from reckon.model.arrays import parse_array
 from reckon.model.jobs import JobSpec
+from reckon.model.permissions import Caller
 
 from reckon.daemon.commands import submitted_ids
 
@@ -24,22 +25,22 @@ _JOB_EVENTS = {"hold": E.HoldJob, "release": E.ReleaseJob, "requeue": E.RequeueJ
 OPS = frozenset({"submit_array", *_JOB_EVENTS})
 
 
-async def run(server: "DaemonHost", op: str, request: dict) -> dict[str, Any]:
+async def run(server: "DaemonHost", op: str, request: dict, caller: Caller | None = None) -> dict[str, Any]:
     if op == "submit_array":
-        return await _submit_array(server, request)
+        return await _submit_array(server, request, caller)
     job_id = str(request["job"])
-    await server.call(event=_JOB_EVENTS[op](job=job_id, now=time.time()))
+    await server.call(event=_JOB_EVENTS[op](job=job_id, now=time.time(), caller=caller))
     return {"job": await server.call(call=lambda: server.job_object(job_id))}
 
 
-async def _submit_array(server: "DaemonHost", request: dict) -> dict[str, Any]:
+async def _submit_array(server: "DaemonHost", request: dict, caller: Caller | None = None) -> dict[str, Any]:
     """One SubmitArray event: every job of the array in one handle call, so one group commit."""
     spec = JobSpec.from_dict(request["spec"])
     array = parse_array(request["array"])
     uids = tuple(secrets.token_hex(8) for _ in range(array.count))
     queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
     commands = await server.call(event=E.SubmitArray(spec=spec, array=array, now=time.time(), uids=uids,
-                                                     queue_anyway=queue_anyway))
+                                                     queue_anyway=queue_anyway, caller=caller))
     ids = submitted_ids(commands)
     return {"array": ids[0], "jobs": ids}
 

@@ -23,6 +23,7 @@ import trio
 
 from reckon.model import messages as M
 from reckon.model.errors import LocalProtocolError
+from reckon.model.permissions import Caller, require
 from reckon.model.output import (
     DEFAULT_OUTPUT_CHUNK, MAX_OUTPUT_CHUNK, TRANSIENT_REFUSALS, NoOutput, OutputAt, OutputStatus, OutputStream,
     locate, output_path,
@@ -67,7 +68,7 @@ class OutputRelay:
 
     # ---- the client operation ------------------------------------------------------
 
-    async def read(self, request: dict) -> dict[str, Any]:
+    async def read(self, request: dict, caller: Caller | None = None) -> dict[str, Any]:
         job_id = str(request["job"])
         attempt = request.get("attempt")
         if attempt is not None and (type(attempt) is not int or attempt < 1):
@@ -83,7 +84,7 @@ class OutputRelay:
             raise ValueError(f"limit must be 1..{MAX_OUTPUT_CHUNK}")
 
         # Where it is, as of the durable state (a read in the core loop's order).
-        where, conn_id = await self.daemon.call(call=lambda: self._locate(job_id, attempt))
+        where, conn_id = await self.daemon.call(call=lambda: self._locate(job_id, attempt, caller))
         if isinstance(where, NoOutput):
             if where.refusal in TRANSIENT_REFUSALS:
                 return {"waiting": where.message, "reason": where.refusal.value}
@@ -97,8 +98,12 @@ class OutputRelay:
         return {"job": job_id, "attempt": where.attempt, "agent": where.agent, "stream": stream,
                 "offset": offset, "data": chunk.data, "size": chunk.size, "path": chunk.path, "over": where.over}
 
-    def _locate(self, job_id: str, attempt: int | None) -> tuple[OutputAt | NoOutput, int | None]:
+    def _locate(self, job_id: str, attempt: int | None,
+                caller: Caller | None = None) -> tuple[OutputAt | NoOutput, int | None]:
         model = self.daemon.model
+        job = model.state.jobs.get(job_id)
+        if job is not None:  # only the owner (or an operator) reads a job's output: model/permissions.py
+            require(caller, "read", job.owner, job=job_id)
 
         def version(agent: str) -> int | None:
             session = model.sessions.get(agent)

@@ -14,6 +14,7 @@ from reckon.model import events as E
 from reckon.model.errors import LocalProtocolError
 from reckon.model.history import job_history
 from reckon.model.nodes import pending_reason
+from reckon.model.permissions import Caller
 
 from reckon.daemon.commands import facts_of
 
@@ -40,18 +41,18 @@ def node_objects(daemon: "DaemonHost") -> list[dict]:
     return out
 
 
-async def _show(daemon: "DaemonHost", request: dict) -> dict:
+async def _show(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
     job_id = str(request["job"])
     return {"job": await daemon.call(call=lambda: job_with_reason(daemon, job_id))}
 
 
-async def _nodes(daemon: "DaemonHost", request: dict) -> dict:
+async def _nodes(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
     return {"nodes": await daemon.call(call=lambda: node_objects(daemon))}
 
 
-async def _drain_or_resume(daemon: "DaemonHost", request: dict, drain: bool) -> dict:
+async def _drain_or_resume(daemon: "DaemonHost", request: dict, drain: bool, caller: Caller | None) -> dict:
     agent = str(request["agent"])
-    event = (E.DrainAgent if drain else E.ResumeAgent)(agent=agent, now=time.time())
+    event = (E.DrainAgent if drain else E.ResumeAgent)(agent=agent, now=time.time(), caller=caller)
     commands = await daemon.call(event=event)
     changed = bool(facts_of(commands))
     # A second turn of the loop: a `reckon forget` of this agent may have come between the two.
@@ -67,15 +68,37 @@ def node_object(daemon: "DaemonHost", agent: str, done: str) -> dict:
     raise LocalProtocolError(f"agent {agent} was {done}, then forgotten before its state could be read")
 
 
-async def _drain(daemon: "DaemonHost", request: dict) -> dict:
-    return await _drain_or_resume(daemon, request, True)
+async def _drain(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
+    return await _drain_or_resume(daemon, request, True, caller)
 
 
-async def _resume(daemon: "DaemonHost", request: dict) -> dict:
-    return await _drain_or_resume(daemon, request, False)
+async def _resume(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
+    return await _drain_or_resume(daemon, request, False, caller)
 
 
-async def _history(daemon: "DaemonHost", request: dict) -> dict:
+def user_history(daemon: "DaemonHost", user: str | None, since: float | None) -> list[dict]:
+    """The finished jobs of ``user`` (every user's: None) that ended at or after ``since``, oldest
+    end first, each with its latest attempt's usage (``"usage"``, when the agent measured it).
+    Everyone may see it, as everyone sees the queue."""
+    found: list[tuple[float, int, dict]] = []
+    for order, job in enumerate(daemon.model.state.jobs.values()):  # submit order breaks ties
+        if not job.terminal or (user is not None and (job.owner is None or job.owner.user != user)):
+            continue
+        ended = job.finished_at if job.finished_at is not None else job.submitted_at  # cancelled before it ran
+        if since is None or ended >= since:
+            found.append((ended, order, job.to_dict()))
+    found.sort(key=lambda entry: entry[:2])
+    return [obj for _, _, obj in found]
+
+
+async def _history(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
+    if request.get("job") is None:  # history --user U --since T: past jobs, not one job's attempts
+        user, since = request.get("user"), request.get("since")
+        if user is not None and (not isinstance(user, str) or not user):
+            raise ValueError("user must be a user name")
+        if since is not None and (type(since) not in (int, float) or since != since):
+            raise ValueError("since must be a time in seconds since the epoch")
+        return {"jobs": await daemon.call(call=lambda: user_history(daemon, user, since))}
     job_id = str(request["job"])
     record = await daemon.call(call=lambda: job_with_reason(daemon, job_id))  # unknown job: a clear error
     facts = await daemon.store.facts_about(job_id)
@@ -84,7 +107,7 @@ async def _history(daemon: "DaemonHost", request: dict) -> dict:
     return {"history": history}
 
 
-OPS: dict[str, Callable[["DaemonHost", dict], Awaitable[dict[str, Any]]]] = {
+OPS: dict[str, Callable[["DaemonHost", dict, Caller | None], Awaitable[dict[str, Any]]]] = {
     "show": _show,
     "nodes": _nodes,
     "drain": _drain,

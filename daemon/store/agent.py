@@ -31,12 +31,13 @@ from reckon.model import events as E
 from reckon.model.agent import LocalJob, LocalStatus
 from reckon.model.jobs import JobSpec
 from reckon.model.messages import Finished
+from reckon.model.resources import Owner
 
 from reckon.daemon.store.machine import MachineClaim, MachineId, decide
 from reckon.daemon.store.statelock import WrongStateDir
 from reckon.daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
-SCHEMA_VERSION = 3  # 2: local_job.uid and outbox.uid (the submission a dispatch was for); 3: timed_out
+SCHEMA_VERSION = 4  # 2: local_job.uid and outbox.uid (the submission a dispatch was for); 3: timed_out; 4: owner
 _SCHEMA = (
     """CREATE TABLE local_job (
         job TEXT NOT NULL,
@@ -50,6 +51,7 @@ _SCHEMA = (
         acked INTEGER NOT NULL,    -- 0 / 1
         uid TEXT,                  -- the submission's uid (NULL: the controller sent none)
         timed_out INTEGER NOT NULL DEFAULT 0,  -- 0 / 1: stopped at its time limit by its supervisor
+        owner BLOB,                -- CBOR of Owner.to_dict(): whom it runs as (NULL: the agent's own user)
         PRIMARY KEY (job, attempt))""",
     """CREATE TABLE outbox (
         job TEXT NOT NULL,
@@ -74,16 +76,18 @@ _MIGRATIONS = {
     1: ("ALTER TABLE local_job ADD COLUMN uid TEXT", "ALTER TABLE outbox ADD COLUMN uid TEXT"),
     2: ("ALTER TABLE local_job ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE outbox ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0"),
+    3: ("ALTER TABLE local_job ADD COLUMN owner BLOB",),
 }
 
-_RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out"
+_RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out, owner"
 _OUTBOX_COLS = "job, attempt, exit_code, signal, finished_at, started_at, uid, timed_out"
 # Each a statement over many rows (see RowStatement: one step per chunk, not per row).
 _PUT_RECORD = RowStatement(
-    f"INSERT INTO local_job ({_RECORD_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO local_job ({_RECORD_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     " ON CONFLICT (job, attempt) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
     "started_at = excluded.started_at, exit_code = excluded.exit_code, signal = excluded.signal, "
-    "finished_at = excluded.finished_at, acked = excluded.acked, uid = excluded.uid, timed_out = excluded.timed_out",
+    "finished_at = excluded.finished_at, acked = excluded.acked, uid = excluded.uid, timed_out = excluded.timed_out, "
+    "owner = excluded.owner",
 )
 _DELETE_RECORD = RowStatement("DELETE FROM local_job WHERE (job, attempt) IN (VALUES ", "(?, ?)", ")")
 _PUT_OUTBOX = RowStatement(
@@ -167,8 +171,9 @@ def _op(command: Any) -> tuple[RowStatement, tuple]:
         if not isinstance(r, LocalJob):
             raise TypeError(f"StoreRecord must carry a LocalJob, not {type(r).__name__}")
         spec = None if r.spec is None else cbor2.dumps(r.spec.to_dict())
+        owner = None if r.owner is None else cbor2.dumps(r.owner.to_dict())
         return _PUT_RECORD, (r.job, r.attempt, spec, r.status.value, r.started_at, r.exit_code, r.signal,
-                             r.finished_at, int(r.acked), r.uid, int(r.timed_out))
+                             r.finished_at, int(r.acked), r.uid, int(r.timed_out), owner)
     if isinstance(command, E.DeleteRecord):
         return _DELETE_RECORD, (command.job, command.attempt)
     if isinstance(command, E.OutboxPut):
@@ -240,7 +245,7 @@ def _check_key(job: Any, attempt: Any) -> None:
 
 
 def _record(row: tuple, path: Path) -> LocalJob:
-    job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out = row
+    job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out, owner = row
     try:
         _check_key(job, attempt)
         if acked not in (0, 1):
@@ -249,6 +254,7 @@ def _record(row: tuple, path: Path) -> LocalJob:
             job=job, attempt=attempt, spec=None if spec is None else JobSpec.from_dict(cbor2.loads(spec)),
             status=LocalStatus(status), started_at=started_at, exit_code=exit_code, signal=signal,
             finished_at=finished_at, acked=bool(acked), uid=uid, timed_out=bool(timed_out),
+            owner=None if owner is None else Owner.from_dict(cbor2.loads(owner)),
         )
         if record.status is LocalStatus.FINISHED:
             _finished(record)  # validates the outcome fields the way the wire does

@@ -13,12 +13,13 @@ import pytest
 import trio
 import trio.testing
 
-from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.store.agent import SCHEMA_VERSION, AgentStore
 from reckon.daemon.store.sqlite_thread import StoreError
 from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus
 from reckon.model.jobs import JobSpec
+from reckon.model.resources import Owner
 from tests.daemon.store_helpers import hang_guard
 
 
@@ -37,6 +38,7 @@ def records() -> list[LocalJob]:
         LocalJob(job="6", attempt=1, spec=SPEC, status=LocalStatus.FINISHED, exit_code=-1, signal=None,
                  finished_at=14.0),
         LocalJob(job="7", attempt=2, spec=SPEC, started_at=15.0, uid="9c3e5a7f01b2d4e6"),
+        LocalJob(job="8", attempt=1, spec=SPEC, uid="9c3e5a7f01b2d4e7", owner=Owner(uid=1001, gid=100, user="alice")),
     ]
 
 
@@ -200,7 +202,7 @@ async def test_wal_and_synchronous_full_are_set(tmp_path):
             c.execute("PRAGMA journal_mode").fetchone()[0],
             c.execute("PRAGMA synchronous").fetchone()[0],
             c.execute("PRAGMA user_version").fetchone()[0]))
-    assert (mode, sync, version) == ("wal", 2, 3)
+    assert (mode, sync, version) == ("wal", 2, SCHEMA_VERSION)
     assert await raw(tmp_path / "agent.db", "PRAGMA journal_mode") == [("wal",)]
 
 
@@ -238,12 +240,13 @@ async def test_a_version_1_store_is_upgraded_and_keeps_its_rows(tmp_path):
         await store.apply([E.StoreRecord(record=LocalJob(job="3", attempt=1, spec=SPEC, uid="ab" * 8))])
     async with await AgentStore.open(tmp_path) as store:
         assert (await store.load())[0][-1].uid == "ab" * 8
-    assert await raw(tmp_path / "agent.db", "PRAGMA user_version") == [(3,)]
+    assert await raw(tmp_path / "agent.db", "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
 @pytest.mark.parametrize("sql, message", [
     ("UPDATE local_job SET spec = x'ff' WHERE job = '2'", r"local job record \('2', 3\) is corrupt"),
     ("UPDATE local_job SET status = 'exploded' WHERE job = '1'", r"local job record \('1', 1\) is corrupt"),
+    ("UPDATE local_job SET owner = x'a0' WHERE job = '8'", r"local job record \('8', 1\) is corrupt"),
     ("UPDATE local_job SET acked = 7 WHERE job = '3'", r"local job record \('3', 1\) is corrupt"),
     ("UPDATE local_job SET exit_code = NULL WHERE job = '3'", r"local job record \('3', 1\) is corrupt"),
     ("UPDATE outbox SET finished_at = 'soon'", r"outbox entry \('4', 2\) is corrupt"),

@@ -73,7 +73,7 @@ def munge_cluster(cluster, munged):
 def test_a_munge_cluster_runs_jobs_and_knows_each_callers_uid(munge_cluster, munged):
     cluster = munge_cluster
     assert f"auth: munge, credentials decoded by munged at {munged.socket}" in cluster.log_text("controller")
-    cluster.start_agent("a1")  # as root: accepted
+    cluster.start_agent("a1", "--allow-root-jobs")  # as root: accepted; root's own job runs as root
     job = cluster.submit("/bin/sh", "-c", "echo via-munge")
     assert cluster.wait_job(job)["state"] == "COMPLETED"
 
@@ -200,7 +200,7 @@ def test_munge_over_tls_runs_a_job_and_a_refusal_still_reads_in_one_line(cluster
     cluster.use_tls(chain, key, ca_file)
     cluster.start_controller()
     assert cluster.url.startswith("wss://")
-    cluster.start_agent("a1")
+    cluster.start_agent("a1", "--allow-root-jobs")  # root's own job runs as root
     job = cluster.submit("/bin/sh", "-c", "echo munge-over-tls")
     assert cluster.wait_job(job)["state"] == "COMPLETED"
 

@@ -72,7 +72,7 @@ class Harness:
         self.now = 0.0
         self.config = controller_config or ControllerConfig()
         self.controller = Controller(self.config)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(self.config.user_limits)
         self.log: list[F.Fact] = []
         self.controller_commands: list[E.Command] = []
         self.timers: dict[str, tuple[bytes, float]] = {}  # agent -> open round timer (token, deadline)
@@ -190,7 +190,7 @@ class Harness:
         self.timers.clear()
         stored = [F.decode(F.encode(f)) for f in self.log]
         self.controller = Controller.from_log(stored, self.config)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(self.config.user_limits)
         for cmd in self.controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)  # type: ignore[arg-type]

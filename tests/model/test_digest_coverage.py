@@ -19,6 +19,7 @@ import pytest
 from reckon.model import facts as F
 from reckon.model import state as S
 from reckon.model.jobs import JobRecord, JobSpec, JobState
+from reckon.model.resources import Owner
 from reckon.model.state import AgentInfo, ControllerState
 
 from tests.model.harness import spec
@@ -33,6 +34,7 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
         "dependants": "derived from the jobs' specs (validate_state recomputes it)",
         "array_running": "derived from the RUNNING jobs (validate_state)",
         "arrays": "derived from the jobs' specs (validate_state)",
+        "user_running": "derived from the RUNNING jobs and their owners (validate_state)",
     },
     AgentInfo: {
         "used": "derived from the RUNNING jobs placed here (validate_state)",
@@ -43,7 +45,7 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
 }
 # Fields allowed out of the snapshot: the derived ones, which restore rebuilds.
 OUT_OF_SNAPSHOT: dict[type, set[str]] = {
-    ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays"},
+    ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays", "user_running"},
     AgentInfo: {"used", "running", "digest"},
     JobRecord: set(),
 }
@@ -56,7 +58,8 @@ def sample() -> ControllerState:
         F.AgentRegistered(agent="a1", slots=2, identity="0123456789abcdef"),
         F.JoinGenerationIssued(agent="a1", generation=2, confirmed=1),
         F.JobSubmitted(job="1", spec=spec("one"), submitted_at=1.0, uid="00000000000000a1"),
-        F.JobSubmitted(job="2", spec=spec("two"), submitted_at=2.0, uid="00000000000000a2"),
+        F.JobSubmitted(job="2", spec=spec("two"), submitted_at=2.0, uid="00000000000000a2",
+                       owner=Owner(uid=1001, gid=1001, user="alice")),
         F.JobDispatched(job="2", attempt=1, agent="a1"),
     ])
 
@@ -76,7 +79,11 @@ def other_value(value: Any, annotation: str) -> Any:
         return members[(members.index(value) + 1) % len(members)]
     if isinstance(value, JobSpec):
         return dataclasses.replace(value, slots=value.slots + 1)
+    if isinstance(value, Owner):
+        return dataclasses.replace(value, uid=value.uid + 7, user=value.user + "x")
     if value is None:
+        if "Owner" in annotation:
+            return Owner(uid=1007, gid=1007, user="alice")
         for kind, made in (("str", "x7"), ("float", 7.5), ("int", 7), ("bool", True)):
             if kind in annotation:
                 return made

@@ -47,8 +47,9 @@ from reckon.model import messages as M
 from reckon.model import state as S
 from reckon.model.agent import Agent, AgentConfig, LocalStatus, Retry, SessionState, refusal_retry
 from reckon.model.controller import Controller, ControllerConfig
-from reckon.model.errors import LocalProtocolError, ModelCorrupted, RemoteProtocolError
-from reckon.model.policy import ready
+from reckon.model.errors import LocalProtocolError, ModelCorrupted, PermissionDenied, RemoteProtocolError
+from reckon.model.permissions import Caller, check, owner_of
+from reckon.model.policy import ready, user_limit_refusal
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.scheduler import Scheduler
 
@@ -60,6 +61,10 @@ KILL_GRACE_STEPS = 2  # time steps a slowly killed process outlives its kill (th
 TIME_STEPS = (0.5, 1.0, 2.5, 6.0, 31.0, 301.0)
 TERMINAL_FACTS = (F.JobFinished, F.JobCancelled, F.JobCancelConfirmed)
 INDEX = st.integers(min_value=0, max_value=1 << 16)
+# Who asks (issue #20): token mode (None: may do everything, its jobs have no owner), two users, an operator.
+CALLERS = (None, Caller(uid=1001, gid=1001, user="alice"), Caller(uid=1002, gid=1002, user="bob"),
+           Caller(uid=0, gid=0, user="root", operator=True))
+CALLER = st.sampled_from(CALLERS)
 
 
 def cbor_like(value: Any) -> Any:
@@ -149,18 +154,22 @@ class ReckonMachine(RuleBasedStateMachine):
         retry_max=st.sampled_from([4.0, 30.0]),
         initial_jobs=st.lists(st.integers(1, 2), max_size=4),
         start_grace=st.sampled_from([0.0, 15.0]),
+        max_running=st.sampled_from([None, None, 1, 2]),
+        max_cpus=st.sampled_from([None, None, 2, 3]),
     )
     def setup(self, n_agents, slots, ctrl_page, agent_page, round_timeout, lost_after, recent_window, retry_max,
-              initial_jobs, start_grace=15.0):
+              initial_jobs, start_grace=15.0, max_running=None, max_cpus=None):
         self.now = 100.0
         self.start_grace = start_grace  # the controller's rejoin grace after each start (0: no start gate)
         self.id_mark_file = 0  # the daemon's id mark file: outside the log, a rollback keeps it
         self.issued_ids: set[str] = set()  # every job id any history of this controller issued
         self.grace_timer: float | None = None  # the armed StartGraceTimer's deadline
         self.expected_hold: tuple[set[str], bool, float] | None = None  # INV-START-HOLD: (waiting, known, deadline)
-        self.cconf = ControllerConfig(page_size=ctrl_page, round_timeout=round_timeout, lost_after=lost_after)
+        self.cconf = ControllerConfig(page_size=ctrl_page, round_timeout=round_timeout, lost_after=lost_after,
+                                      max_running_per_user=max_running, max_cpus_per_user=max_cpus)
+        self.owners: dict[str | None, Any] = {}  # INV-OWNER: submission uid -> the owner its submit's caller gives
         self.controller = Controller(self.cconf)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(self.cconf.user_limits)
         self.notes: list = []
         self.log: list[F.Fact] = []  # the controller's durable fact log (decoded facts)
         self.durable = S.ControllerState()  # the log applied incrementally: what is durable right now
@@ -320,6 +329,7 @@ class ReckonMachine(RuleBasedStateMachine):
             info = self.controller.state.agents.get(fact.agent)
             if info is not None and info.used > info.slots:
                 self._violate("INV-CAPACITY", f"dispatch of {fact.job} made {fact.agent} use {info.used}/{info.slots}")
+            self._check_user_limit(fact)
         if isinstance(back, F.JobDispatched):
             placed_on = self.durable.agents.get(back.agent)
             if placed_on is not None and placed_on.drained:
@@ -335,6 +345,45 @@ class ReckonMachine(RuleBasedStateMachine):
         S.apply(self.durable, back)
         if isinstance(back, F.JobDispatched):
             self.ever_dispatched.add((back.job, back.attempt, back.agent))
+
+    def _check_user_limit(self, fact: F.JobDispatched) -> None:
+        """INV-USER-LIMIT, when a dispatch is appended: its owner runs no more jobs, nor CPUs, than the
+        per-user limits allow, counted from the job table (not the controller's own index)."""
+        job = self.controller.state.jobs.get(fact.job)
+        if job is None or job.owner is None:
+            return
+        mine = [j for j in self.controller.state.jobs.values()
+                if j.state is JobState.RUNNING and j.owner is not None and j.owner.user == job.owner.user]
+        most, cpus = self.cconf.max_running_per_user, self.cconf.max_cpus_per_user
+        if most is not None and len(mine) > most:
+            self._violate("INV-USER-LIMIT", f"dispatch of {fact.job} makes {job.owner.user} run {len(mine)} jobs, "
+                                            f"limit {most}")
+        if cpus is not None and sum(j.spec.slots for j in mine) > cpus:
+            self._violate("INV-USER-LIMIT", f"dispatch of {fact.job} gives {job.owner.user} "
+                                            f"{sum(j.spec.slots for j in mine)} CPUs, limit {cpus}")
+
+    def _client_op(self, event: Any, action: str, job: Any = None, node: str | None = None) -> bool:
+        """Run a client operation as its ``caller``; False if it was refused for permission.
+
+        INV-PERMISSION: it is refused exactly when ``permissions.check`` says so, and a refusal
+        changes no state (digest before == after), appends no fact and emits no command."""
+        caller = event.caller
+        expected = check(caller, action, job.owner if job is not None else None,
+                         job=job.id if job is not None else None, node=node)
+        before, logged = self.controller.state.digest(), len(self.log)
+        try:
+            cmds = self._ctrl(event)
+        except PermissionDenied as exc:
+            if expected is None:
+                self._violate("INV-PERMISSION", f"{action} by {caller} refused though allowed: {exc}")
+            if self.controller.state.digest() != before or len(self.log) != logged:
+                self._violate("INV-PERMISSION", f"a refused {action} by {caller} changed the state")
+            if job is not None and job.owner is not None and job.owner.user not in str(exc):
+                self._violate("INV-PERMISSION", f"the refusal {exc} does not name the owner {job.owner.user}")
+            return False
+        if expected is not None:
+            self._violate("INV-PERMISSION", f"{action} by {caller.user} went through: {expected} ({len(cmds)} commands)")
+        return True
 
     def _check_requeue(self, fact: F.JobRequeued) -> None:
         """INV-REQUEUE-NOT-RUNNING, when the requeue is appended: a job is requeued off a connected
@@ -741,59 +790,65 @@ class ReckonMachine(RuleBasedStateMachine):
 
     # ---- rules: work ----------------------------------------------------------------
 
-    def _submit(self, slots: int, command: tuple, retries: int = 0) -> None:
+    def _submit(self, slots: int, command: tuple, retries: int = 0, caller: Caller | None = None) -> None:
         spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots,
                        retries=retries)
         self.submissions += 1
+        uid = f"{self.submissions:016x}"
+        self.owners[uid] = owner_of(caller)
         # queue_anyway: the machine explores jobs that wait for an agent restarted with more slots.
-        self._ctrl(E.SubmitJob(spec=spec, now=self.now, uid=f"{self.submissions:016x}", queue_anyway=True))
+        self._ctrl(E.SubmitJob(spec=spec, now=self.now, uid=uid, queue_anyway=True, caller=caller))
 
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
           command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2),
-          retries=st.sampled_from((0, 0, 1, 2)))
-    def submit(self, slots, command, retries):
+          retries=st.sampled_from((0, 0, 1, 2)), caller=CALLER)
+    def submit(self, slots, command, retries, caller=None):
         for n in slots:
-            self._submit(n, tuple(command), retries)
+            self._submit(n, tuple(command), retries, caller)
 
     @precondition(lambda self: self.controller.state.jobs)
-    @rule(i=INDEX, action=st.sampled_from(("hold", "release", "requeue")))
-    def user_action(self, i, action):
-        """A user's hold, release or requeue of any job: refused (changing nothing) where it does not apply."""
+    @rule(i=INDEX, action=st.sampled_from(("hold", "release", "requeue")), caller=CALLER)
+    def user_action(self, i, action, caller=None):
+        """A user's hold, release or requeue of any job: refused (changing nothing) where it does not
+        apply, or where the caller may not (INV-PERMISSION)."""
         jobs = list(self.controller.state.jobs.values())
         job = jobs[i % len(jobs)]
-        event = {"hold": E.HoldJob, "release": E.ReleaseJob, "requeue": E.RequeueJob}[action](job=job.id, now=self.now)
+        event = {"hold": E.HoldJob, "release": E.ReleaseJob, "requeue": E.RequeueJob}[action](
+            job=job.id, now=self.now, caller=caller)
         before = self.controller.state.digest()
         try:
-            self._ctrl(event)
+            allowed = self._client_op(event, action, job)
         except LocalProtocolError:
             assert self.controller.state.digest() == before, f"a refused {action} of {job.id} changed the state"
         else:
-            if action == "requeue":  # a new run: its next terminal values are new ones
+            if allowed and action == "requeue":  # a new run: its next terminal values are new ones
                 self.terminal_seen.pop(job.id, None)
 
     @precondition(lambda self: self.controller.state.jobs)
-    @rule(i=INDEX, running_only=st.booleans())
-    def cancel(self, i, running_only):
+    @rule(i=INDEX, running_only=st.booleans(), caller=CALLER)
+    def cancel(self, i, running_only, caller=None):
         jobs = list(self.controller.state.jobs.values())
         if running_only:
             jobs = [j for j in jobs if j.state is JobState.RUNNING] or jobs
         job = jobs[i % len(jobs)]
         was_terminal = job.terminal
         try:
-            self._ctrl(E.CancelJob(job=job.id, now=self.now))
+            allowed = self._client_op(E.CancelJob(job=job.id, now=self.now, caller=caller), "cancel", job)
         except LocalProtocolError:
             assert was_terminal, f"cancel of non-terminal job {job.id} refused"
         else:
-            assert not was_terminal, f"cancel of terminal job {job.id} accepted"
+            assert not allowed or not was_terminal, f"cancel of terminal job {job.id} accepted"
 
     @precondition(lambda self: self.controller.state.agents)
-    @rule(i=INDEX)
-    def drain_or_resume(self, i):
-        """The operator drains a node, or resumes a drained one (``reckon drain``/``resume``)."""
+    @rule(i=INDEX, caller=CALLER)
+    def drain_or_resume(self, i, caller=None):
+        """The operator drains a node, or resumes a drained one (``reckon drain``/``resume``); a user
+        who is no operator is refused (INV-PERMISSION)."""
         names = sorted(self.controller.state.agents)
         name = names[i % len(names)]
         drained = self.controller.state.agents[name].drained
-        self._ctrl((E.ResumeAgent if drained else E.DrainAgent)(agent=name, now=self.now))
+        event = (E.ResumeAgent if drained else E.DrainAgent)(agent=name, now=self.now, caller=caller)
+        self._client_op(event, "resume" if drained else "drain", node=name)
 
     @rule(limit=st.none() | st.integers(1, 2), defer=st.booleans())
     def scheduler_pass(self, limit, defer):
@@ -942,7 +997,7 @@ class ReckonMachine(RuleBasedStateMachine):
             snapshot = json.loads(json.dumps(S.snapshot(S.replay(self.log[:k]))))
             rest = self.log[k:]
         self.controller = Controller.from_log(list(rest), self.cconf, snapshot=snapshot)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(self.cconf.user_limits)
         self.notes = []
         self.proposals = []
         self._ctrl_commands(self.controller.initial_notes())
@@ -989,7 +1044,7 @@ class ReckonMachine(RuleBasedStateMachine):
         self.durable = S.replay(list(self.log))
         self.terminal_seen = {}  # the restored history's terminal jobs are the stable ones from here on
         self.controller = Controller.from_log(list(self.log), self.cconf)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(self.cconf.user_limits)
         self.notes = []
         self.proposals = []
         self._ctrl_commands(self.controller.initial_notes())
@@ -1426,6 +1481,27 @@ class ReckonMachine(RuleBasedStateMachine):
         self._take("INV-RESYNC-HOLDS-BACK")
 
     @invariant()
+    def inv_permission(self):
+        """INV-PERMISSION: a client operation is refused exactly when the permission rule says so, and a
+        refusal changes nothing."""
+        self._take("INV-PERMISSION")
+
+    @invariant()
+    def inv_owner(self):
+        """INV-OWNER: every job belongs to the caller of its submit (None: token mode), forever."""
+        if not self.ready:
+            return
+        for job in self.controller.state.jobs.values():
+            if job.uid in self.owners:
+                assert job.owner == self.owners[job.uid], (
+                    f"INV-OWNER: job {job.id} belongs to {job.owner}, its submit's caller gave {self.owners[job.uid]}")
+
+    @invariant()
+    def inv_user_limit(self):
+        """INV-USER-LIMIT: no dispatch starts a job past its owner's per-user limits."""
+        self._take("INV-USER-LIMIT")
+
+    @invariant()
     def inv_drained_not_dispatched(self):
         """INV-DRAINED-NOT-DISPATCHED: no job is dispatched to an agent the operator drained."""
         self._take("INV-DRAINED-NOT-DISPATCHED")
@@ -1459,8 +1535,13 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _pending_that_fits(self) -> bool:
         state = self.controller.state
-        return any(ready(state, job) and not info.drained and info.slots - info.used >= job.spec.slots
+        return any(self._may_start(job) and not info.drained and info.slots - info.used >= job.spec.slots
                    for job in state.jobs.values() for info in state.agents.values())
+
+    def _may_start(self, job: Any) -> bool:
+        """Ready, and not waiting for its owner's per-user limits (which a quiet cluster may hold it to)."""
+        state = self.controller.state
+        return ready(state, job) and user_limit_refusal(state, self.cconf.user_limits, job) is None
 
     # The invariants that compare the whole state with a rebuilt copy (a snapshot, a replay of
     # every fact, the scheduler's own view): three quarters of a check's cost.  A settling run
@@ -1546,7 +1627,7 @@ class ReckonMachine(RuleBasedStateMachine):
                 break
         state = self.controller.state
         for job in state.jobs.values():
-            if not ready(state, job):  # a held job waits for its release
+            if not self._may_start(job):  # a held job waits for its release, another for its owner's limit
                 continue
             for name, info in state.agents.items():
                 assert info.drained or info.slots - info.used < job.spec.slots, (  # a drained agent takes none
