@@ -10,6 +10,7 @@ from typing import Any
 from ._check import check_int, check_str, check_tuple_of, require_keys
 from .errors import LocalProtocolError
 from .output_paths import check_pattern
+from .resources import MAX_GPUS, MAX_MEM, Usage, check_gres, format_size
 
 
 class JobState(enum.Enum):
@@ -110,6 +111,12 @@ class JobSpec:
     # %j job id, %a attempt, %% a percent sign; relative to cwd).  None: the agent's own files.
     output: str | None = None
     error: str | None = None
+    # Version 6: resources beyond CPUs (``slots`` is the CPU count).  mem: bytes (None: asks no
+    # memory, and runs on agents that schedule none); gpus: a count (the controller picks the
+    # indices at dispatch); gres: generic countable resources, (name, count) sorted by name.
+    mem: int | None = None
+    gpus: int = 0
+    gres: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -162,6 +169,10 @@ class JobSpec:
             if pattern is not None:
                 check_str(name, pattern, max_len=4096)
                 check_pattern(name, pattern)
+        if self.mem is not None:
+            check_int("mem", self.mem, minimum=1, maximum=MAX_MEM)
+        check_int("gpus", self.gpus, minimum=0, maximum=MAX_GPUS)
+        check_gres("gres", self.gres)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -180,6 +191,12 @@ class JobSpec:
             out["output"] = self.output
         if self.error is not None:
             out["error"] = self.error
+        if self.mem is not None:
+            out["mem"] = self.mem
+        if self.gpus:
+            out["gpus"] = self.gpus
+        if self.gres:
+            out["gres"] = [list(p) for p in self.gres]
         return out
 
     @classmethod
@@ -204,7 +221,21 @@ class JobSpec:
             array_max=data.get("array_max"),
             output=data.get("output"),
             error=data.get("error"),
+            mem=data.get("mem"),
+            gpus=data.get("gpus", 0),
+            gres=tuple(tuple(p) if isinstance(p, (list, tuple)) else p
+                       for p in _tuple("gres", data.get("gres", ()))),
         )
+
+    def resources_text(self) -> str:
+        """``2 CPUs, 4G, 1 GPU, license:2``: what the job asks, for the CLI and refusals."""
+        parts = [f"{self.slots} CPU{'s' if self.slots != 1 else ''}"]
+        if self.mem is not None:
+            parts.append(format_size(self.mem))
+        if self.gpus:
+            parts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
+        parts.extend(f"{name}:{count}" for name, count in self.gres)
+        return ", ".join(parts)
 
 
 def _tuple(name: str, value: Any) -> tuple:
@@ -239,6 +270,10 @@ class JobRecord:
     held: bool = False  # a user's hold: a held PENDING job is not dispatched
     retried: int = 0  # attempts run again by the retry policy since the submit (or the latest restart)
     reason: str | None = None  # why the job ended as it did, when the state alone does not say ("timeout", ...)
+    # Issue #20, resources: the GPU indices of the current (RUNNING) or latest attempt, as its
+    # JobDispatched (or JobAdopted) fact recorded them; what the latest finished attempt used.
+    gpu_ids: tuple[int, ...] = ()
+    usage: Usage | None = None
 
     @property
     def terminal(self) -> bool:
@@ -272,6 +307,13 @@ class JobRecord:
             "after": list(self.spec.after),
             "array_id": self.spec.array_id,
             "array_index": self.spec.array_index,
+            # Version 6 (issue #20): resources asked, GPUs given, what the latest attempt used.
+            "cpus": self.spec.slots,
+            "mem": self.spec.mem,
+            "gpus": self.spec.gpus,
+            "gres": [list(p) for p in self.spec.gres],
+            "gpu_ids": list(self.gpu_ids),
+            "usage": self.usage.to_dict() if self.usage is not None else None,
         }
 
     def snapshot_key(self) -> tuple:
@@ -282,6 +324,9 @@ class JobRecord:
         """The record as a snapshot row: its fields in order, the spec and state as plain values."""
         row = list(_RECORD_KEY(self))
         row[_SPEC], row[_STATE] = self.spec.to_dict(), self.state.value
+        row[_GPU_IDS] = list(self.gpu_ids)
+        if self.usage is not None:
+            row[_USAGE] = self.usage.to_dict()
         return row
 
     @classmethod
@@ -291,12 +336,17 @@ class JobRecord:
             raise ValueError(f"a job row has {_MIN_ROW} to {len(RECORD_FIELDS)} fields, not {len(row)}")
         values = dict(zip(RECORD_FIELDS, row))
         values["spec"], values["state"] = JobSpec.from_dict(values["spec"]), JobState(values["state"])
+        if "gpu_ids" in values:
+            values["gpu_ids"] = _tuple("gpu_ids", values["gpu_ids"])
+        if values.get("usage") is not None:
+            values["usage"] = Usage.from_dict(values["usage"])
         return cls(**values)
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))  # the snapshot row's order
 _RECORD_KEY = attrgetter(*RECORD_FIELDS)
 _SPEC, _STATE = RECORD_FIELDS.index("spec"), RECORD_FIELDS.index("state")
+_GPU_IDS, _USAGE = RECORD_FIELDS.index("gpu_ids"), RECORD_FIELDS.index("usage")
 _MIN_ROW = RECORD_FIELDS.index("uid")  # the oldest snapshots' rows (v1) end before the uid
 
 

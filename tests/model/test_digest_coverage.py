@@ -19,6 +19,7 @@ import pytest
 from reckon.model import facts as F
 from reckon.model import state as S
 from reckon.model.jobs import JobRecord, JobSpec, JobState
+from reckon.model.resources import NodeResources, Usage
 from reckon.model.state import AgentInfo, ControllerState
 
 from tests.model.harness import spec
@@ -38,13 +39,16 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
         "used": "derived from the RUNNING jobs placed here (validate_state)",
         "running": "derived from the RUNNING jobs placed here (validate_state)",
         "digest": "a cache of running_digest over the placed attempts (validate_state)",
+        "mem_used": "derived from the RUNNING jobs placed here (validate_state)",
+        "gpus_held": "derived from the RUNNING jobs' gpu_ids (validate_state)",
+        "gres_used": "derived from the RUNNING jobs placed here (validate_state)",
     },
     JobRecord: {},
 }
 # Fields allowed out of the snapshot: the derived ones, which restore rebuilds.
 OUT_OF_SNAPSHOT: dict[type, set[str]] = {
     ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays"},
-    AgentInfo: {"used", "running", "digest"},
+    AgentInfo: {"used", "running", "digest", "mem_used", "gpus_held", "gres_used"},
     JobRecord: set(),
 }
 
@@ -76,6 +80,12 @@ def other_value(value: Any, annotation: str) -> Any:
         return members[(members.index(value) + 1) % len(members)]
     if isinstance(value, JobSpec):
         return dataclasses.replace(value, slots=value.slots + 1)
+    if isinstance(value, tuple):
+        return value + (7,)
+    if value is None and "Usage" in annotation:
+        return Usage(cpu_user=1.5, cpu_system=0.25, max_rss=1 << 20, wall=2.0, source="rusage")
+    if value is None and "NodeResources" in annotation:
+        return NodeResources(mem=1 << 30, gpus=(0, 1), gres=(("license", 2),))
     if value is None:
         for kind, made in (("str", "x7"), ("float", 7.5), ("int", 7), ("bool", True)):
             if kind in annotation:
