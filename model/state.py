@@ -368,7 +368,7 @@ def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
     job.usage = fact.usage  # the latest finished attempt's, a retried one's too
     if retry_due(job.spec, retried=job.retried, exit_code=fact.exit_code, signal=fact.signal,
-                 timed_out=fact.timed_out, cancel_requested=job.cancel_requested):
+                 timed_out=fact.timed_out, cancel_requested=job.cancel_requested, oom=fact.oom):
         return _retry(state, job)
     transition = finish_transition(exit_code=fact.exit_code, signal=fact.signal, cancel_requested=job.cancel_requested)
     if fact.oom and transition is JobTransition.FINISH_OK:
