@@ -13,6 +13,7 @@ from ._check import MAX_UID, check_bytes, check_int, check_opt_time, check_opt_u
 from .facts import Fact
 from .arrays import ArrayRange
 from .jobs import JobSpec
+from .resources import Usage
 from .messages import TOKEN_BYTES, Finished, Join, Message
 
 
@@ -430,11 +431,14 @@ class ProcessExited:
     # restart that lost it, and the start must not be lost with it.
     started_at: float | None = None
     timed_out: bool = False  # the supervisor stopped the process at the job's time limit
+    usage: Usage | None = None  # what the attempt used, as the supervisor measured it
+    oom: bool = False  # killed for exceeding its memory limit
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                 finished_at=self.finished_at, started_at=self.started_at, timed_out=self.timed_out)
+                 finished_at=self.finished_at, started_at=self.started_at, timed_out=self.timed_out,
+                 usage=self.usage, oom=self.oom)
         check_time("now", self.now)
 
 
@@ -520,6 +524,7 @@ class StartProcess:
     job: str
     attempt: int
     spec: JobSpec
+    gpus: tuple[int, ...] = ()  # the GPU indices the controller gave it (CUDA_VISIBLE_DEVICES, RECKON_GPUS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

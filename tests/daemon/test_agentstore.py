@@ -13,16 +13,20 @@ import pytest
 import trio
 import trio.testing
 
-from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.store.agent import SCHEMA_VERSION, AgentStore
 from reckon.daemon.store.sqlite_thread import StoreError
 from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus
 from reckon.model.jobs import JobSpec
+from reckon.model.resources import Usage
 from tests.daemon.store_helpers import hang_guard
 
 
 SPEC = JobSpec(name="build", command=("make", "-j4", ""), cwd="/src", env=(("CC", "gcc"), ("EMPTY", "")), slots=2)
+
+
+USAGE = Usage(cpu_user=1.25, cpu_system=0.5, max_rss=50 << 20, wall=2.0, source="cgroup")
 
 
 def records() -> list[LocalJob]:
@@ -37,6 +41,10 @@ def records() -> list[LocalJob]:
         LocalJob(job="6", attempt=1, spec=SPEC, status=LocalStatus.FINISHED, exit_code=-1, signal=None,
                  finished_at=14.0),
         LocalJob(job="7", attempt=2, spec=SPEC, started_at=15.0, uid="9c3e5a7f01b2d4e6"),
+        # Protocol 6: the GPUs a dispatch gave, what a finished attempt used, an OOM kill.
+        LocalJob(job="8", attempt=1, spec=SPEC, started_at=16.0, gpus=(0, 3)),
+        LocalJob(job="9", attempt=1, spec=SPEC, status=LocalStatus.FINISHED, signal=9, finished_at=18.0,
+                 gpus=(1,), usage=USAGE, oom=True),
     ]
 
 
@@ -71,7 +79,8 @@ async def test_fresh_store_loads_empty(tmp_path):
 @hang_guard
 async def test_records_and_outbox_survive_reopen(tmp_path):
     outbox = [report("4", 2, exit_code=None, signal=9, finished_at=13.0), report("6", exit_code=-1, finished_at=14.0),
-              report("7", exit_code=255, started_at=1.5), report("8", uid="9c3e5a7f01b2d4e6")]
+              report("7", exit_code=255, started_at=1.5), report("8", uid="9c3e5a7f01b2d4e6"),
+              report("9", exit_code=None, signal=9, usage=USAGE, oom=True)]
     async with await AgentStore.open(tmp_path) as store:
         await store.apply([E.StoreRecord(record=r) for r in records()] + [E.OutboxPut(report=f) for f in outbox])
     async with await AgentStore.open(tmp_path) as store:
@@ -200,7 +209,7 @@ async def test_wal_and_synchronous_full_are_set(tmp_path):
             c.execute("PRAGMA journal_mode").fetchone()[0],
             c.execute("PRAGMA synchronous").fetchone()[0],
             c.execute("PRAGMA user_version").fetchone()[0]))
-    assert (mode, sync, version) == ("wal", 2, 3)
+    assert (mode, sync, version) == ("wal", 2, SCHEMA_VERSION)
     assert await raw(tmp_path / "agent.db", "PRAGMA journal_mode") == [("wal",)]
 
 
@@ -238,7 +247,7 @@ async def test_a_version_1_store_is_upgraded_and_keeps_its_rows(tmp_path):
         await store.apply([E.StoreRecord(record=LocalJob(job="3", attempt=1, spec=SPEC, uid="ab" * 8))])
     async with await AgentStore.open(tmp_path) as store:
         assert (await store.load())[0][-1].uid == "ab" * 8
-    assert await raw(tmp_path / "agent.db", "PRAGMA user_version") == [(3,)]
+    assert await raw(tmp_path / "agent.db", "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
 @pytest.mark.parametrize("sql, message", [
