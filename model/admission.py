@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 _HINT = " (--queue-anyway queues it for an agent yet to join)"
 
 
-def _capacity_shortfall(info: "AgentInfo", spec: "JobSpec") -> str | None:
+def capacity_shortfall(info: "AgentInfo", spec: "JobSpec") -> str | None:
     """The first dimension in which ``spec`` exceeds the agent's whole capacity (not its free part)."""
     if spec.slots > info.slots:
         return "cpus"
@@ -43,7 +43,7 @@ def unrunnable_reason(state: "ControllerState", spec: "JobSpec") -> str | None:
     registered = [a for a in state.agents.values() if a.registered]
     if not registered:
         return None
-    lacking = [_capacity_shortfall(a, spec) for a in registered]
+    lacking = [capacity_shortfall(a, spec) for a in registered]
     if None in lacking:
         return None
     # Name the dimension the most agents lack (CPUs first on a tie: the question users know).
