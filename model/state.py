@@ -172,7 +172,8 @@ class ControllerState:
             for index in job.gpu_ids:
                 other = gpus_held[job.agent].setdefault(index, key)
                 if other != key:
-                    wrong.append(f"GPU {index} of agent {job.agent} is held by RUNNING jobs {other} and {key}")
+                    wrong.append(f"INV-GPU-ONCE: GPU {index} of agent {job.agent} is held by RUNNING jobs "
+                                 f"{other} and {key}")
             if job.spec.array_max is not None and job.spec.array_id is not None:
                 array_running[job.spec.array_id] = array_running.get(job.spec.array_id, 0) + 1
         if self.next_job < next_id:

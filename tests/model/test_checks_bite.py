@@ -407,3 +407,15 @@ def test_bite_round_timeout_taken_as_not_fatal(monkeypatch):
 
     monkeypatch.setitem(A.REFUSAL_RETRY, M.RefusalCode.ROUND_TIMEOUT, A.Retry.CARRY_ON)
     assert_bites("INV-REFUSAL-RETRY")
+
+
+@pytest.mark.parametrize("mutant, caught_by", [
+    ("R1", "INV-NO-OVERCOMMIT"),  # memory over-committed: the independent sum sees it
+    ("R2", "INV-GPU-ONCE"),  # a GPU given to two RUNNING jobs of one agent
+])
+def test_bite_resources(monkeypatch, mutant, caught_by):
+    """Issue #20: break the shared fit, or the GPU holdings the lowest-free pick reads."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
+    assert_bites(caught_by)
