@@ -41,6 +41,13 @@ def capacity_shortfall(info: "AgentInfo", spec: "JobSpec") -> str | None:
 def unrunnable_reason(state: "ControllerState", spec: "JobSpec") -> str | None:
     """Why no registered agent could ever run ``spec``; None if one could (or none is registered)."""
     registered = [a for a in state.agents.values() if a.registered]
+    need = beyond_every_agent(registered, spec)
+    return None if need is None else f"no agent can ever run this job: it needs {need}{_HINT}"
+
+
+def beyond_every_agent(registered: "list[AgentInfo]", spec: "JobSpec") -> str | None:
+    """What ``spec`` needs that none of these agents has in all (``5G of memory (--mem) and ...``);
+    None if one of them has it all, or there are none."""
     if not registered:
         return None
     lacking = [capacity_shortfall(a, spec) for a in registered]
@@ -49,21 +56,20 @@ def unrunnable_reason(state: "ControllerState", spec: "JobSpec") -> str | None:
     # Name the dimension the most agents lack (CPUs first on a tie: the question users know).
     order = ["cpus", "mem", "gpus"]
     dimension = max(lacking, key=lambda d: (lacking.count(d), -order.index(d) if d in order else -len(order)))
-    head = "no agent can ever run this job: it needs"
     if dimension == "cpus":
         largest = max(a.slots for a in registered)
         # The words of issue #10's refusal, kept: scripts and tests match them.
-        return f"{head} {spec.slots} slots and the largest registered agent has {largest}{_HINT}"
+        return f"{spec.slots} slots and the largest registered agent has {largest}"
     if dimension == "mem":
         known = [a.resources.mem for a in registered if a.resources is not None and a.resources.mem is not None]
         most = f"the most any registered agent offers is {format_size(max(known))}" if known else \
             "no registered agent schedules memory"
-        return f"{head} {format_size(spec.mem)} of memory (--mem) and {most}{_HINT}"
+        return f"{format_size(spec.mem)} of memory (--mem) and {most}"
     if dimension == "gpus":
         most = max(len(a.resources.gpus) if a.resources is not None else 0 for a in registered)
-        return f"{head} {spec.gpus} GPU{'s' if spec.gpus != 1 else ''} (--gpus) and the most any registered " \
-            f"agent has is {most}{_HINT}"
+        return f"{spec.gpus} GPU{'s' if spec.gpus != 1 else ''} (--gpus) and the most any registered " \
+            f"agent has is {most}"
     name = dimension.split(" ", 1)[1]
     count = dict(spec.gres)[name]
     most = max(dict(a.resources.gres).get(name, 0) if a.resources is not None else 0 for a in registered)
-    return f"{head} {count} {name} (--gres) and the most any registered agent has is {most}{_HINT}"
+    return f"{count} {name} (--gres) and the most any registered agent has is {most}"

@@ -16,7 +16,7 @@ from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
 from .jobs import JobState
-from .admission import capacity_shortfall
+from .admission import beyond_every_agent, capacity_shortfall
 from .policy import array_full
 from .state import AgentInfo
 from .transaction import ControllerView, Transaction
@@ -101,7 +101,8 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
         if job.spec.mem is None and not job.spec.gpus and not job.spec.gres:
             largest = max(info.slots for info in agents.values())
             return f"no agent has {need} slot{'s' if need != 1 else ''} (the largest has {largest})"
-        return f"no agent has {job.spec.resources_text()} in all"
+        registered = [info for info in agents.values() if info.registered]
+        return f"no agent can run it: it needs {beyond_every_agent(registered, job.spec)}"
     why: list[str] = []
     for name in big_enough:
         info = agents[name]

@@ -411,7 +411,7 @@ def test_bite_round_timeout_taken_as_not_fatal(monkeypatch):
 
 @pytest.mark.parametrize("mutant, caught_by", [
     ("R1", "INV-NO-OVERCOMMIT"),  # memory over-committed: the independent sum sees it
-    ("R2", "INV-GPU-ONCE"),  # a GPU given to two RUNNING jobs of one agent
+    ("R2", "INV-STATE-VALID"),  # the GPU holdings drift from the RUNNING jobs' gpu_ids
 ])
 def test_bite_resources(monkeypatch, mutant, caught_by):
     """Issue #20: break the shared fit, or the GPU holdings the lowest-free pick reads."""
@@ -419,3 +419,14 @@ def test_bite_resources(monkeypatch, mutant, caught_by):
 
     mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
     assert_bites(caught_by)
+
+
+def test_bite_gpu_given_twice(monkeypatch):
+    """Issue #20: the dispatch picks GPUs without looking at what is held, and apply no longer
+    refuses a held one: INV-GPU-ONCE (the machine's own check and validate_state's) sees a GPU
+    given to two RUNNING jobs of one agent."""
+    from reckon.model import job_ops
+
+    monkeypatch.setattr(S, "_check_placement", lambda *args, **kwargs: None)
+    monkeypatch.setattr(job_ops, "lowest_free", lambda gpus, held, count: tuple(gpus[:count]))
+    assert_bites("INV-GPU-ONCE")
