@@ -409,12 +409,13 @@ def test_bite_round_timeout_taken_as_not_fatal(monkeypatch):
     assert_bites("INV-REFUSAL-RETRY")
 
 
+# R1 (the fit forgets the memory held) is caught by INV-NO-OVERCOMMIT here too, but only after
+# about six minutes of examples on this budget: test_resources.py bites it in a few steps instead.
 @pytest.mark.parametrize("mutant, caught_by", [
-    ("R1", "INV-NO-OVERCOMMIT"),  # memory over-committed: the independent sum sees it
     ("R2", "INV-STATE-VALID"),  # the GPU holdings drift from the RUNNING jobs' gpu_ids
 ])
 def test_bite_resources(monkeypatch, mutant, caught_by):
-    """Issue #20: break the shared fit, or the GPU holdings the lowest-free pick reads."""
+    """Issue #20: break the GPU holdings the lowest-free pick reads."""
     from tests.model import mutants
 
     mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
