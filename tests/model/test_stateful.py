@@ -776,7 +776,7 @@ class ReckonMachine(RuleBasedStateMachine):
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
           command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2),
           retries=st.sampled_from((0, 0, 1, 2)), asks=st.sampled_from(JOB_ASKS))
-    def submit(self, slots, command, retries, asks):
+    def submit(self, slots, command, retries, asks=None):
         for n in slots:
             self._submit(n, tuple(command), retries, asks)
 
@@ -844,7 +844,7 @@ class ReckonMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: any(p.alive for p in self.procs))
     @rule(i=INDEX, outcome=st.sampled_from(OUTCOMES), oom=st.sampled_from((False, False, False, True)))
-    def process_ends(self, i, outcome, oom):
+    def process_ends(self, i, outcome, oom=False):
         alive = [p for p in self.procs if p.alive]
         p = alive[i % len(alive)]
         p.alive = False
