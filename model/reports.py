@@ -13,7 +13,7 @@ from . import facts as F
 from . import messages as M
 from ._check import MAX_NAME
 from .errors import RemoteProtocolError
-from .jobs import JobRecord, JobState
+from .jobs import JobState
 from .resync import ResyncRound
 from .session import AgentSession
 from .transaction import Transaction, silence_clock
@@ -176,11 +176,11 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
         if status is M.EntryStatus.RUNNING:
             kill_entry(tx, session, entry)
         return M.AckOutcome.STALE_ATTEMPT
-    if not here and (refusal := adoption_refusal(tx, session, job, entry)) is not None:
-        # It runs on GPUs this controller cannot give it (another job holds one, the agent no
-        # longer has it, or it reports none for a job that asks some): adopting it would give a
-        # GPU twice (INV-GPU-ONCE).  It is stopped, and the job runs again as a new dispatch.
-        tx.emit(E.Warn(message=f"not adopting job {job.id} attempt {entry.attempt} on {session.name}: {refusal}"))
+    if not here and len(entry.gpus) != job.spec.gpus:
+        # The agent says it runs the job on another number of GPUs than it asks: not an attempt
+        # this controller could have placed, so not adopted (INV-GPU-ONCE); it is stopped.
+        tx.emit(E.Warn(message=f"not adopting job {job.id} attempt {entry.attempt} on {session.name}: it asks "
+                               f"{job.spec.gpus} GPU(s) and the agent reports {list(entry.gpus)}"))
         if status is M.EntryStatus.RUNNING:
             kill_entry(tx, session, entry)
         return M.AckOutcome.STALE_ATTEMPT
@@ -198,13 +198,6 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
                            usage=entry.usage, oom=entry.oom))
     return M.AckOutcome.APPLIED
 
-
-def adoption_refusal(tx: Transaction, session: AgentSession, job: JobRecord, entry: M.ReportEntry) -> str | None:
-    """Why the attempt an agent reports cannot be adopted with the GPUs it names; None if it can."""
-    if len(entry.gpus) != job.spec.gpus:
-        return f"the job asks {job.spec.gpus} GPU(s) and the agent reports {list(entry.gpus)}"
-    if not entry.gpus:
-        return None
     info = tx.state.agents.get(session.name)
     offered = info.resources.gpus if info is not None and info.resources is not None else ()
     for index in entry.gpus:

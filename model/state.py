@@ -49,7 +49,9 @@ class AgentInfo:
     digest: int | None = field(default=None, compare=False)
     # Issue #20: what the RUNNING jobs placed here hold beyond slots, kept by _place/_release.
     mem_used: int = 0  # bytes their specs ask
-    gpus_held: dict[int, str] = field(default_factory=dict)  # GPU index -> the RUNNING job holding it
+    # GPU index -> the RUNNING jobs holding it: one, but for an adopted attempt that really runs on
+    # a GPU a dispatch gave away meanwhile (a restored state did not know it): INV-GPU-ONCE.
+    gpus_held: dict[int, set[str]] = field(default_factory=dict)
     gres_used: dict[str, int] = field(default_factory=dict)  # generic resource -> count held (no zeros)
 
     def row(self) -> list[Any]:
@@ -65,7 +67,7 @@ class AgentInfo:
             return self.slots - self.used, None, 0, {}
         mem = None if res.mem is None else res.mem - self.mem_used
         gres = {name: count - self.gres_used.get(name, 0) for name, count in res.gres}
-        return self.slots - self.used, mem, len(res.gpus) - len(self.gpus_held), gres
+        return self.slots - self.used, mem, sum(1 for index in res.gpus if index not in self.gpus_held), gres
 
     def shortfall(self, spec: Any) -> str | None:
         """The first dimension in which ``spec`` does not fit what is free here; None if it fits."""
@@ -143,7 +145,7 @@ class ControllerState:
         placed: dict[str, set[str]] = {name: set() for name in self.agents}
         used: dict[str, int] = dict.fromkeys(self.agents, 0)
         mem_used: dict[str, int] = dict.fromkeys(self.agents, 0)
-        gpus_held: dict[str, dict[int, str]] = {name: {} for name in self.agents}
+        gpus_held: dict[str, dict[int, set[str]]] = {name: {} for name in self.agents}
         gres_used: dict[str, dict[str, int]] = {name: {} for name in self.agents}
         for key, job in self.jobs.items():
             if job.id != key:
@@ -166,14 +168,12 @@ class ControllerState:
             mem_used[job.agent] += job.spec.mem or 0
             for name, count in job.spec.gres:
                 gres_used[job.agent][name] = gres_used[job.agent].get(name, 0) + count
-            # INV-GPU-ONCE: a RUNNING job holds as many GPUs as it asked, none held by another job here.
+            # INV-GPU-ONCE: a RUNNING job holds as many GPUs as it asked.  (Whether two share one is
+            # a question of how each was placed, which the facts say: tests/model/resource_checks.py.)
             if len(job.gpu_ids) != job.spec.gpus:
-                wrong.append(f"job {key} asks {job.spec.gpus} GPU(s) and holds {list(job.gpu_ids)}")
+                wrong.append(f"INV-GPU-ONCE: job {key} asks {job.spec.gpus} GPU(s) and holds {list(job.gpu_ids)}")
             for index in job.gpu_ids:
-                other = gpus_held[job.agent].setdefault(index, key)
-                if other != key:
-                    wrong.append(f"INV-GPU-ONCE: GPU {index} of agent {job.agent} is held by RUNNING jobs "
-                                 f"{other} and {key}")
+                gpus_held[job.agent].setdefault(index, set()).add(key)
             if job.spec.array_max is not None and job.spec.array_id is not None:
                 array_running[job.spec.array_id] = array_running.get(job.spec.array_id, 0) + 1
         if self.next_job < next_id:
@@ -254,9 +254,13 @@ def _hold(info: AgentInfo, job: JobRecord, sign: int) -> None:
     info.mem_used += sign * (job.spec.mem or 0)
     for index in job.gpu_ids:
         if sign > 0:
-            info.gpus_held[index] = job.id
-        elif info.gpus_held.get(index) == job.id:
-            del info.gpus_held[index]
+            info.gpus_held.setdefault(index, set()).add(job.id)
+        else:
+            holders = info.gpus_held.get(index)
+            if holders is not None:
+                holders.discard(job.id)
+                if not holders:
+                    del info.gpus_held[index]
     for name, count in job.spec.gres:
         left = info.gres_used.get(name, 0) + sign * count
         if left:
@@ -267,12 +271,13 @@ def _hold(info: AgentInfo, job: JobRecord, sign: int) -> None:
 
 def _check_placement(state: ControllerState, job: JobRecord, agent: str, gpus: tuple[int, ...],
                      *, fit: bool) -> None:
-    """A placement's GPUs are the agent's, free, and as many as the job asks (INV-GPU-ONCE); with
-    ``fit`` (a dispatch, not an adoption) its memory and gres fit what is free there too."""
+    """A placement names as many GPUs as the job asks; a dispatch (``fit``) names GPUs of the agent
+    that no RUNNING job holds (INV-GPU-ONCE), and its memory and gres fit what is free there.  An
+    adoption records what the agent really runs, where it runs: only the count is checked."""
     if len(gpus) != job.spec.gpus:
         raise LocalProtocolError(f"job {job.id} asks {job.spec.gpus} GPU(s), its placement names {list(gpus)}")
     info = state.agents.get(agent)
-    if not gpus and (not fit or (job.spec.mem is None and not job.spec.gres)):
+    if not fit or (not gpus and job.spec.mem is None and not job.spec.gres):
         return
     if info is None:
         raise LocalProtocolError(f"job {job.id} asks resources of agent {agent}, which the state does not know")
@@ -281,13 +286,13 @@ def _check_placement(state: ControllerState, job: JobRecord, agent: str, gpus: t
         if index not in offered:
             raise LocalProtocolError(f"agent {agent} has no GPU {index} (it offers {list(offered)})")
         if index in info.gpus_held:
-            raise LocalProtocolError(f"GPU {index} of agent {agent} is held by job {info.gpus_held[index]}")
-    if fit:
-        _, mem, _, gres = info.free()
-        lacking = shortfall(cpus=0, mem=job.spec.mem, gpus=0, gres=job.spec.gres, free_cpus=0, free_mem=mem,
-                            free_gpus=0, free_gres=gres)
-        if lacking is not None:
-            raise LocalProtocolError(f"job {job.id} does not fit agent {agent}: it needs {lacking}")
+            raise LocalProtocolError(f"GPU {index} of agent {agent} is held by job "
+                                     f"{', '.join(sorted(info.gpus_held[index]))}")
+    _, mem, _, gres = info.free()
+    lacking = shortfall(cpus=0, mem=job.spec.mem, gpus=0, gres=job.spec.gres, free_cpus=0, free_mem=mem,
+                        free_gpus=0, free_gres=gres)
+    if lacking is not None:
+        raise LocalProtocolError(f"job {job.id} does not fit agent {agent}: it needs {lacking}")
 
 
 def _index_job(state: ControllerState, job: JobRecord) -> None:
@@ -346,8 +351,8 @@ def _adopted(state: ControllerState, fact: F.JobAdopted) -> Changes:
     if job.attempt != fact.attempt:
         raise LocalProtocolError(f"adoption of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
     next_state(job.state, JobTransition.ADOPT)
-    # An adopted attempt runs already: its memory and gres are what they are, but its GPUs must be
-    # the agent's and free, or the controller does not adopt it (model/reports.py kills it instead).
+    # An adopted attempt runs already: its memory, gres and GPUs are what they are (a GPU a dispatch
+    # gave away meanwhile is shared until one of them ends; nothing more is placed on it).
     _check_placement(state, job, fact.agent, fact.gpus, fit=False)
     job.state = next_state(job.state, JobTransition.ADOPT)
     job.gpu_ids = fact.gpus

@@ -159,7 +159,7 @@ RESOURCES = (
            "AgentInfo", "free", "mem = None if res.mem is None else res.mem - self.mem_used",
            "mem = None if res.mem is None else res.mem"),
     Mutant("R2", "state: a placed job's GPUs are not marked held", "reckon.model.state", None, "_hold",
-           "info.gpus_held[index] = job.id", "pass"),
+           "info.gpus_held.setdefault(index, set()).add(job.id)", "pass"),
 )
 
 ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES}

@@ -87,12 +87,14 @@ def no_overcommit(state: ControllerState, facts: list[F.Fact]) -> list[str]:
 
 
 def gpu_once(state: ControllerState, facts: list[F.Fact]) -> list[str]:
-    """INV-GPU-ONCE: no GPU index is held by two RUNNING jobs of one agent, a RUNNING job holds as
-    many as it asked, and its gpu_ids are what the fact that placed its attempt recorded."""
+    """INV-GPU-ONCE: no dispatch gives a GPU index held by another RUNNING job of its agent (two
+    share one only when one of them was adopted: it really ran there, on a GPU a restored state
+    gave away); a RUNNING job holds as many as it asked, and its gpu_ids are what the fact that
+    placed its attempt recorded."""
     placed = _placements(facts)
     out = []
     for name, jobs in sorted(_running_on(state).items()):
-        holder: dict[int, str] = {}
+        holder: dict[int, JobRecord] = {}
         for job in jobs:
             if len(job.gpu_ids) != job.spec.gpus:
                 out.append(f"INV-GPU-ONCE: job {job.id} asks {job.spec.gpus} GPU(s), holds {list(job.gpu_ids)}")
@@ -101,10 +103,13 @@ def gpu_once(state: ControllerState, facts: list[F.Fact]) -> list[str]:
                 out.append(f"INV-GPU-ONCE: job {job.id} attempt {job.attempt} holds GPUs {list(job.gpu_ids)}, "
                            f"its {type(fact).__name__} recorded {list(fact.gpus)}")
             for index in job.gpu_ids:
-                if index in holder:
-                    out.append(f"INV-GPU-ONCE: GPU {index} of {name} is held by RUNNING jobs {holder[index]} "
-                               f"and {job.id}")
-                holder[index] = job.id
+                other = holder.get(index)
+                adopted = [j for j in (other, job) if j is not None
+                           and isinstance(placed.get((j.id, j.attempt)), F.JobAdopted)]
+                if other is not None and not adopted:
+                    out.append(f"INV-GPU-ONCE: GPU {index} of {name} is held by RUNNING jobs {other.id} "
+                               f"and {job.id}, both dispatched")
+                holder[index] = job
     return out
 
 
