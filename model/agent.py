@@ -119,7 +119,7 @@ class AgentConfig:
     log_layout: str = "flat"  # how job output files are named there (messages.LOG_LAYOUTS)
     identity: str | None = None  # this agent's durable identity (from its state directory), sent in Join
     instance: str | None = None  # random per process start, sent in Join (model.names: a copied state directory)
-    resources: NodeResources | None = None  # what the machine offers beyond CPUs, and what it cannot enforce (Join)
+    resources: NodeResources | None = None  # what the machine offers beyond CPUs, sent in Join (version 6)
 
     def __post_init__(self) -> None:
         if self.identity is not None:
@@ -218,7 +218,8 @@ class Agent:
         self._send(out, M.Join(agent=self.config.name, slots=self.config.slots, version=M.PROTOCOL_VERSION,
                                running=running, log_dir=self.config.log_dir, log_layout=self.config.log_layout,
                                identity=self.config.identity, cluster=self.cluster, instance=self.config.instance,
-                               generation=self.generation if self._keeps_generations else None))
+                               generation=self.generation if self._keeps_generations else None,
+                               resources=self.config.resources))
 
     def _on_disconnected(self, ev: E.Disconnected, out: list[E.Command]) -> None:
         self._move(SessionEvent.DISCONNECT)
@@ -390,10 +391,10 @@ class Agent:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.FINISHED,
                                  exit_code=record.exit_code, signal=record.signal,
                                  started_at=record.started_at, finished_at=record.finished_at, uid=record.uid,
-                                 timed_out=record.timed_out)
+                                 timed_out=record.timed_out, usage=record.usage, oom=record.oom, gpus=record.gpus)
         if record.status is LocalStatus.RUNNING:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.RUNNING,
-                                 started_at=record.started_at, uid=record.uid)
+                                 started_at=record.started_at, uid=record.uid, gpus=record.gpus)
         # Req 3.3: what we cannot determine is reported as such, never guessed.
         return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.UNRECOGNIZED,
                              uid=record.uid)
@@ -404,8 +405,9 @@ class Agent:
         held = self.records.get((msg.job, msg.attempt))
         if held is None:
             self._store(out, LocalJob(job=msg.job, attempt=msg.attempt, spec=msg.spec, uid=msg.uid,
-                                      owner=msg.owner))
-            out.append(E.StartProcess(job=msg.job, attempt=msg.attempt, spec=msg.spec, owner=msg.owner))
+                                      owner=msg.owner, gpus=msg.gpus))
+            out.append(E.StartProcess(job=msg.job, attempt=msg.attempt, spec=msg.spec, owner=msg.owner,
+                                      gpus=msg.gpus))
             return
         reason = self._other_submission(held, msg)
         if reason is None:
@@ -453,7 +455,8 @@ class Agent:
             return  # already recorded: the supervisor's status was read twice
         started_at = ev.started_at if ev.started_at is not None else record.started_at
         record = replace(record, status=LocalStatus.FINISHED, exit_code=ev.exit_code, signal=ev.signal,
-                         started_at=started_at, finished_at=ev.finished_at, acked=False, timed_out=ev.timed_out)
+                         started_at=started_at, finished_at=ev.finished_at, acked=False, timed_out=ev.timed_out,
+                         usage=ev.usage, oom=ev.oom)
         self._store(out, record)
         report = record.report()
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)

@@ -58,8 +58,9 @@ def on_join(tx: Transaction, ev: E.AgentJoined) -> None:
         session = tx.sessions[join.agent] = AgentSession(name=join.agent)
     # An agent without an identity (versions 1, 2) leaves the name's binding as it is.
     identity = join.identity if join.identity is not None else (info.identity if info else None)
-    if info is None or not info.registered or info.slots != join.slots or info.identity != identity:
-        tx.apply(F.AgentRegistered(agent=join.agent, slots=join.slots, identity=identity))
+    if (info is None or not info.registered or info.slots != join.slots or info.identity != identity
+            or info.resources != join.resources):
+        tx.apply(F.AgentRegistered(agent=join.agent, slots=join.slots, identity=identity, resources=join.resources))
     tx.conns[ev.conn] = join.agent
     session.join(ev.conn, silence_clock(ev))
     if session.identity != join.identity:

@@ -164,7 +164,7 @@ class Controller(VolatileAccess):
         """job -> attempt of every non-terminal job placed on ``agent``, in job id order."""
         return placed_on(self.state, agent)
 
-    def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool]:
+    def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool, dict[str, tuple]]:
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
             (j for j in self.state.jobs.values() if ready(self.state, j)), key=lambda j: int(j.id)))
@@ -173,7 +173,11 @@ class Controller(VolatileAccess):
             session = self.sessions.get(name)
             available = bool(session and session.connected and not session.reconciling and not info.drained)
             agents[name] = (info.slots, info.used, available)
-        return pending, agents, self.start_gate is not None
+        free = {}
+        for name, info in self.state.agents.items():
+            _, mem, gpus, gres = info.free()
+            free[name] = (mem, gpus, tuple(sorted(gres.items())))
+        return pending, agents, self.start_gate is not None, free
 
     def node_state(self, name: str) -> NodeState:
         """The node's state as ``reckon nodes`` shows it (``.value``)."""

@@ -462,13 +462,14 @@ class ProcessExited:
     # restart that lost it, and the start must not be lost with it.
     started_at: float | None = None
     timed_out: bool = False  # the supervisor stopped the process at the job's time limit
-    usage: Usage | None = None  # what the attempt used, as its supervisor measured it
-    oom: bool = False  # the kernel's OOM killer acted in the attempt's cgroup (its memory limit)
+    usage: Usage | None = None  # what the attempt used, as the supervisor measured it
+    oom: bool = False  # killed for exceeding its memory limit
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
-                 finished_at=self.finished_at, started_at=self.started_at, timed_out=self.timed_out)
+                 finished_at=self.finished_at, started_at=self.started_at, timed_out=self.timed_out,
+                 usage=self.usage, oom=self.oom)
         check_time("now", self.now)
 
 
@@ -555,7 +556,7 @@ class StartProcess:
     attempt: int
     spec: JobSpec
     owner: Owner | None = None  # whom it runs as (Dispatch.owner); None: token mode, the agent's own user
-    gpus: tuple[int, ...] = ()  # the GPU indices the controller assigned to this attempt
+    gpus: tuple[int, ...] = ()  # the GPU indices the controller gave it (CUDA_VISIBLE_DEVICES, RECKON_GPUS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

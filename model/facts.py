@@ -16,12 +16,19 @@ from typing import Any, ClassVar, Union
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
 from .messages import MAX_GENERATION, check_identity
-from .resources import Owner
+from .resources import NodeResources, Owner, Usage
 
 
 def _job_attempt(fact: Any) -> None:
     check_str("job", fact.job)
     check_int("attempt", fact.attempt, minimum=1)
+
+
+def _check_gpus(gpus: Any) -> None:
+    if not isinstance(gpus, tuple) or not all(type(i) is int and i >= 0 for i in gpus):
+        raise ValueError("gpus must be a tuple of GPU indices")
+    if list(gpus) != sorted(set(gpus)):
+        raise ValueError("gpus must list each index once, in order")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,14 +58,16 @@ class JobSubmitted:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobDispatched:
     KIND: ClassVar[str] = "job_dispatched"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # v1 had no gpus
     job: str
     attempt: int
     agent: str
+    gpus: tuple[int, ...] = ()  # the agent's GPU indices the controller gave this attempt (lowest free)
 
     def __post_init__(self) -> None:
         _job_attempt(self)
         check_str("agent", self.agent)
+        _check_gpus(self.gpus)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,16 +90,18 @@ class JobAdopted:
     """An agent proved it runs an attempt that the controller had not placed there."""
 
     KIND: ClassVar[str] = "job_adopted"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # v1 had no gpus
     job: str
     attempt: int
     agent: str
     started_at: float | None = None
+    gpus: tuple[int, ...] = ()  # the GPU indices the agent reported the attempt runs on
 
     def __post_init__(self) -> None:
         _job_attempt(self)
         check_str("agent", self.agent)
         check_opt_time("started_at", self.started_at)
+        _check_gpus(self.gpus)
 
 
 FINISH_VIA = frozenset({"report", "round"})  # the ways an outcome arrives (JobFinished.via)
@@ -101,7 +112,7 @@ class JobFinished:
     """The process of (job, attempt) ended as the agent observed it."""
 
     KIND: ClassVar[str] = "job_finished"
-    VERSION: ClassVar[int] = 3  # v1 had no signal and no started_at; v2 no via and no timed_out
+    VERSION: ClassVar[int] = 4  # v1 had no signal and no started_at; v2 no via and no timed_out; v3 no usage, oom
     job: str
     attempt: int
     exit_code: int | None
@@ -114,9 +125,15 @@ class JobFinished:
     # outcome: two facts with the same outcome are equal however it came (Req 4.1).
     via: str | None = field(default=None, compare=False)
     timed_out: bool = False  # the supervisor stopped the process at the job's time limit
+    usage: Usage | None = None  # v4: what the attempt used, as its supervisor measured it
+    oom: bool = False  # v4: killed for exceeding its memory limit (the job ends FAILED, reason "oom")
 
     def __post_init__(self) -> None:
         _job_attempt(self)
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            raise ValueError("usage must be a Usage")
+        if not isinstance(self.oom, bool):
+            raise ValueError("oom must be a bool")
         check_opt_int("exit_code", self.exit_code, minimum=-(1 << 31), maximum=(1 << 31) - 1)
         check_opt_int("signal", self.signal, minimum=1, maximum=255)
         if self.exit_code is None and self.signal is None:
@@ -229,16 +246,21 @@ class AgentRegistered:
     """An agent joined for the first time, with a different slot count, or as a new holder of its name."""
 
     KIND: ClassVar[str] = "agent_registered"
-    VERSION: ClassVar[int] = 2  # v1 had no identity
+    VERSION: ClassVar[int] = 3  # v1 had no identity; v2 no resources
     agent: str
     slots: int
     identity: str | None = None  # the agent that holds the name from now on; None: an agent without one
+    # v3: what it offers beyond CPUs (memory, GPUs, gres) and what it cannot enforce; None: an agent
+    # of protocol 5 or older (memory unknown, no GPUs, no gres).
+    resources: NodeResources | None = None
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent)
         check_int("slots", self.slots, minimum=0, maximum=1 << 20)
         if self.identity is not None:
             check_identity("identity", self.identity)
+        if self.resources is not None and not isinstance(self.resources, NodeResources):
+            raise ValueError("resources must be NodeResources")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -368,12 +390,35 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {
 }  # dataclasses.fields() is slow for a per-fact call
 
 
+# Fields of issue #20's resources (fact versions above), left out of the map at their defaults so
+# a fact without them encodes as before; the version that brought each, for _upgrade.
+_NEW_AT_DEFAULT: dict[type, dict[str, tuple[Any, int]]] = {
+    JobDispatched: {"gpus": ((), 2)},
+    JobAdopted: {"gpus": ((), 2)},
+    JobFinished: {"usage": (None, 4), "oom": (False, 4)},
+    AgentRegistered: {"resources": (None, 3)},
+    JobSubmitted: {"owner": (None, 3)},  # v1-2 had no owner (None is what they meant)
+}
+# Fields whose value is a record of model/resources.py: encoded by to_dict, decoded by from_dict.
+_RECORD_FIELDS: dict[str, Any] = {"usage": Usage.from_dict, "resources": NodeResources.from_dict,
+                                  "owner": Owner.from_dict}
+
+
 def encode(fact: Fact) -> dict[str, Any]:
     """A plain map: ``k`` the kind, ``v`` the version, then the fields."""
     out: dict[str, Any] = {"k": fact.KIND, "v": fact.VERSION}
+    omitted = _NEW_AT_DEFAULT.get(type(fact))
     for name in _FIELD_NAMES[type(fact)]:
         value = getattr(fact, name)
-        out[name] = value.to_dict() if isinstance(value, (JobSpec, Owner)) else value
+        if omitted is not None and name in omitted and value == omitted[name][0]:
+            continue
+        if isinstance(value, JobSpec):
+            value = value.to_dict()
+        elif isinstance(value, (Usage, NodeResources, Owner)):
+            value = value.to_dict()
+        elif name == "gpus":
+            value = list(value)
+        out[name] = value
     return out
 
 
@@ -390,9 +435,9 @@ def _upgrade(kind: str, version: int, data: dict[str, Any]) -> dict[str, Any]:
         data.setdefault("started_at", None)
     if kind == JobFinished.KIND and version < 3 and "via" in data:
         raise ValueError(f"fact {kind} v{version} has unknown fields ['via']")
-    if kind == JobSubmitted.KIND and version < 3 and data.get("owner") is not None:
-        # v1-2 had no owner (None is what they meant): one here is corruption.
-        raise ValueError(f"fact {kind} v{version} has unknown fields ['owner']")
+    for name, (_, since) in _NEW_AT_DEFAULT.get(FACT_TYPES[kind], {}).items():
+        if version < since and name in data:
+            raise ValueError(f"fact {kind} v{version} has unknown fields [{name!r}]")
     if kind == AgentRegistered.KIND and version == 1 and "identity" in data:
         # v1 had no identity (None, the default, is what it meant): one here is corruption.
         raise ValueError(f"fact {kind} v1 has unknown fields ['identity']")
@@ -417,8 +462,13 @@ def decode(data: Any) -> Fact:
     kwargs = {name: data[name] for name in names if name in data}
     if "spec" in kwargs:
         kwargs["spec"] = JobSpec.from_dict(kwargs["spec"])
-    if kwargs.get("owner") is not None and cls is JobSubmitted:
-        kwargs["owner"] = Owner.from_dict(kwargs["owner"])
+    for name, read in _RECORD_FIELDS.items():
+        if kwargs.get(name) is not None:
+            kwargs[name] = read(kwargs[name])
+    if "gpus" in kwargs:
+        if not isinstance(kwargs["gpus"], (list, tuple)):
+            raise ValueError(f"fact {cls.KIND} gpus must be a list")
+        kwargs["gpus"] = tuple(kwargs["gpus"])
     try:
         return cls(**kwargs)
     except TypeError as exc:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from . import facts as F
+from .resources import Usage
 
 
 @dataclass(slots=True)
@@ -26,11 +27,14 @@ class Attempt:
     via: str | None = None  # how the outcome arrived: "report", "round" (None: not recorded)
     ended: str = "running"  # running, finished, timed out, requeued, cancelled
     reason: str | None = None  # why it was requeued or cancelled
+    gpus: tuple[int, ...] = ()  # the GPU indices its dispatch (or adoption) recorded
+    usage: Usage | None = None  # what it used, as its agent measured it (None: not measured, or not finished)
 
     def to_dict(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "agent": self.agent, "placed": self.placed, "started_at": self.started_at,
                 "finished_at": self.finished_at, "exit_code": self.exit_code, "signal": self.signal,
-                "via": self.via, "ended": self.ended, "reason": self.reason}
+                "via": self.via, "ended": self.ended, "reason": self.reason, "gpus": list(self.gpus),
+                "usage": self.usage.to_dict() if self.usage is not None else None}
 
 
 @dataclass(slots=True)
@@ -64,10 +68,11 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
         if kind is F.JobSubmitted:
             h.compacted, h.submitted_at = False, fact.submitted_at
         elif kind is F.JobDispatched:
-            h._attempt(fact.attempt).agent = fact.agent
+            a = h._attempt(fact.attempt)
+            a.agent, a.gpus = fact.agent, fact.gpus
         elif kind is F.JobAdopted:
             a = h._attempt(fact.attempt)
-            a.agent, a.placed = fact.agent, "adopted"
+            a.agent, a.placed, a.gpus = fact.agent, "adopted", fact.gpus
             a.started_at = fact.started_at if fact.started_at is not None else a.started_at
         elif kind is F.JobStarted:
             h._attempt(fact.attempt).started_at = fact.started_at
@@ -75,10 +80,13 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
             a = h._attempt(fact.attempt)
             a.ended, a.exit_code, a.signal, a.finished_at, a.via = (
                 "finished", fact.exit_code, fact.signal, fact.finished_at, fact.via)
+            a.usage = fact.usage
             if cancel_requested:  # the process ended after the kill the cancel sent: the job is CANCELLED
                 a.ended, a.reason = "cancelled", "cancelled by a user while running"
             elif fact.timed_out:  # the supervisor stopped it at the job's --time limit
                 a.ended, a.reason = "timed out", "stopped at its time limit"
+            elif fact.oom:  # killed for exceeding its --mem
+                a.ended, a.reason = "oom", "killed for exceeding its memory limit (--mem)"
             if fact.started_at is not None and a.started_at is None:
                 a.started_at = fact.started_at
         elif kind is F.JobRequeued:

@@ -20,6 +20,7 @@ from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobSpec, JobState
 from .permissions import check, owner_of, require
 from .policy import array_full, dependency_refusal, ready, user_limit_refusal
+from .resources import lowest_free
 from .transaction import Transaction
 
 
@@ -155,7 +156,7 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
         job is not None and job.state is JobState.PENDING and ready(tx.state, job)
         and not array_full(tx.state, job) and tx.start_gate is None
         and session is not None and session.connected and not session.reconciling
-        and info is not None and not info.drained and info.slots - info.used >= job.spec.slots
+        and info is not None and not info.drained and info.shortfall(job.spec) is None
         and user_limit_refusal(tx.state, tx.config.user_limits, job) is None
     )
     if not ok:
@@ -167,11 +168,14 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
             tx.note_agent(ev.agent)
         return
     assert job is not None and session is not None
-    tx.apply(F.JobDispatched(job=job.id, attempt=job.attempt, agent=ev.agent))
+    assert info is not None
+    # The lowest free GPU indices of the agent: a fact, so a replay or a restart gives the job the same ones.
+    gpus = lowest_free(info.resources.gpus, info.gpus_held, job.spec.gpus) if job.spec.gpus else ()
+    tx.apply(F.JobDispatched(job=job.id, attempt=job.attempt, agent=ev.agent, gpus=gpus))
     spec, uid = job.spec, session.uid_for(job.uid)
     owner = session.owner_for(job.owner)
     tx.send(session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec, uid=uid,
-                                            owner=owner))
+                                            owner=owner, gpus=gpus))
 
 
 def on_undelivered(tx: Transaction, ev: E.DispatchUndelivered) -> None:

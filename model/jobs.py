@@ -10,7 +10,7 @@ from typing import Any
 from ._check import check_int, check_str, check_tuple_of, require_keys
 from .errors import LocalProtocolError
 from .output_paths import check_pattern
-from .resources import Owner
+from .resources import MAX_GPUS, MAX_MEM, Owner, Usage, check_gres, format_size
 
 
 class JobState(enum.Enum):
@@ -111,9 +111,12 @@ class JobSpec:
     # %j job id, %a attempt, %% a percent sign; relative to cwd).  None: the agent's own files.
     output: str | None = None
     error: str | None = None
-    mem: int | None = None  # bytes the job may use (its cgroup's memory limit); None: no limit
-    gpus: int = 0  # how many GPUs it needs
-    gres: tuple[tuple[str, int], ...] = ()  # generic countable resources, sorted by name
+    # Version 6: resources beyond CPUs (``slots`` is the CPU count).  mem: bytes (None: asks no
+    # memory, and runs on agents that schedule none); gpus: a count (the controller picks the
+    # indices at dispatch); gres: generic countable resources, (name, count) sorted by name.
+    mem: int | None = None
+    gpus: int = 0
+    gres: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -166,6 +169,10 @@ class JobSpec:
             if pattern is not None:
                 check_str(name, pattern, max_len=4096)
                 check_pattern(name, pattern)
+        if self.mem is not None:
+            check_int("mem", self.mem, minimum=1, maximum=MAX_MEM)
+        check_int("gpus", self.gpus, minimum=0, maximum=MAX_GPUS)
+        check_gres("gres", self.gres)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -184,6 +191,12 @@ class JobSpec:
             out["output"] = self.output
         if self.error is not None:
             out["error"] = self.error
+        if self.mem is not None:
+            out["mem"] = self.mem
+        if self.gpus:
+            out["gpus"] = self.gpus
+        if self.gres:
+            out["gres"] = [list(p) for p in self.gres]
         return out
 
     @classmethod
@@ -208,7 +221,21 @@ class JobSpec:
             array_max=data.get("array_max"),
             output=data.get("output"),
             error=data.get("error"),
+            mem=data.get("mem"),
+            gpus=data.get("gpus", 0),
+            gres=tuple(tuple(p) if isinstance(p, (list, tuple)) else p
+                       for p in _tuple("gres", data.get("gres", ()))),
         )
+
+    def resources_text(self) -> str:
+        """``2 CPUs, 4G, 1 GPU, license:2``: what the job asks, for the CLI and refusals."""
+        parts = [f"{self.slots} CPU{'s' if self.slots != 1 else ''}"]
+        if self.mem is not None:
+            parts.append(format_size(self.mem))
+        if self.gpus:
+            parts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
+        parts.extend(f"{name}:{count}" for name, count in self.gres)
+        return ", ".join(parts)
 
 
 def _tuple(name: str, value: Any) -> tuple:
@@ -244,6 +271,10 @@ class JobRecord:
     retried: int = 0  # attempts run again by the retry policy since the submit (or the latest restart)
     reason: str | None = None  # why the job ended as it did, when the state alone does not say ("timeout", ...)
     owner: Owner | None = None  # the caller of its submit (JobSubmitted.owner); None: token mode
+    # Issue #20, resources: the GPU indices of the current (RUNNING) or latest attempt, as its
+    # JobDispatched (or JobAdopted) fact recorded them; what the latest finished attempt used.
+    gpu_ids: tuple[int, ...] = ()
+    usage: Usage | None = None
 
     @property
     def terminal(self) -> bool:
@@ -280,6 +311,13 @@ class JobRecord:
             # Issue #20, ownership: whom the job belongs to and runs as (None: token mode).
             "user": self.owner.user if self.owner is not None else None,
             "owner": self.owner.to_dict() if self.owner is not None else None,
+            # Version 6 (issue #20): resources asked, GPUs given, what the latest attempt used.
+            "cpus": self.spec.slots,
+            "mem": self.spec.mem,
+            "gpus": self.spec.gpus,
+            "gres": [list(p) for p in self.spec.gres],
+            "gpu_ids": list(self.gpu_ids),
+            "usage": self.usage.to_dict() if self.usage is not None else None,
         }
 
     def snapshot_key(self) -> tuple:
@@ -292,6 +330,9 @@ class JobRecord:
         row[_SPEC], row[_STATE] = self.spec.to_dict(), self.state.value
         if self.owner is not None:
             row[_OWNER] = self.owner.to_dict()
+        row[_GPU_IDS] = list(self.gpu_ids)
+        if self.usage is not None:
+            row[_USAGE] = self.usage.to_dict()
         return row
 
     @classmethod
@@ -303,6 +344,10 @@ class JobRecord:
         values["spec"], values["state"] = JobSpec.from_dict(values["spec"]), JobState(values["state"])
         if values.get("owner") is not None:
             values["owner"] = Owner.from_dict(values["owner"])
+        if "gpu_ids" in values:
+            values["gpu_ids"] = _tuple("gpu_ids", values["gpu_ids"])
+        if values.get("usage") is not None:
+            values["usage"] = Usage.from_dict(values["usage"])
         return cls(**values)
 
 
@@ -310,6 +355,7 @@ RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))  # the
 _RECORD_KEY = attrgetter(*RECORD_FIELDS)
 _SPEC, _STATE = RECORD_FIELDS.index("spec"), RECORD_FIELDS.index("state")
 _OWNER = RECORD_FIELDS.index("owner")
+_GPU_IDS, _USAGE = RECORD_FIELDS.index("gpu_ids"), RECORD_FIELDS.index("usage")
 _MIN_ROW = RECORD_FIELDS.index("uid")  # the oldest snapshots' rows (v1) end before the uid
 
 

@@ -22,7 +22,7 @@ from ._check import (
 from .errors import RemoteProtocolError
 from .jobs import JobSpec
 from .output import MAX_OUTPUT_CHUNK, OutputStatus, OutputStream
-from .resources import Owner
+from .resources import NodeResources, Owner, Usage
 
 # 2: a frame may carry several messages (a CBOR array; the daemon's wire), and
 # a round's resync_done acknowledges the completions its report carried.  A
@@ -52,10 +52,16 @@ from .resources import Owner
 # try again (``model.agent.refusal_retry``), not from the words of its reason; left out for older
 # agents, which read ``permanent`` and ``leader`` as before.  A version 5 agent serves an older
 # controller (no code) from those fields.
-# 6 (issue #20, a shared cluster): a dispatch names the job's ``owner`` (whom it runs as); left out
-# while None (token mode) and never sent to an older agent, which runs every job as itself.
+# 6 (issue #20, a shared cluster): a join says what the machine offers beyond CPUs
+# (``resources``: memory, GPU indices, gres, what it cannot enforce); a dispatch carries the GPU
+# indices the controller gave the attempt (``gpus``) and whom it runs as (``owner``, never sent to
+# an older agent, which runs every job as itself); ``finished`` and report entries carry what the
+# attempt used (``usage``) and whether it was killed for its memory (``oom``), and a RUNNING entry
+# its GPUs.  All left out at their defaults: a version 5 agent joins without resources (memory
+# unknown, no GPUs, no gres) and is served as before.
 PROTOCOL_VERSION = 6
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
+RESOURCES_SINCE = 6  # the first version whose agents are sent gpus and send resources and usage
 OWNERS_SINCE = 6  # the first version whose agents are sent a job's owner
 PERMANENT_SINCE = 3  # the first version whose agents are told a refusal is permanent
 REFUSAL_CODES_SINCE = 5  # the first version whose agents are sent refusal codes
@@ -117,6 +123,21 @@ def _job_attempt(msg: Any) -> None:
     check_int("attempt", msg.attempt, minimum=1)
 
 
+def _check_extras(msg: Any) -> None:
+    """Version 6's fields of a finish or a report entry: usage, oom, GPU indices."""
+    if msg.usage is not None and not isinstance(msg.usage, Usage):
+        raise ValueError("usage must be a usage record")
+    if not isinstance(msg.oom, bool):
+        raise ValueError("oom must be a bool")
+    check_gpu_indices("gpus", getattr(msg, "gpus", ()))
+
+
+def check_gpu_indices(name: str, gpus: Any) -> None:
+    check_tuple_of(name, gpus, int)
+    if any(isinstance(i, bool) or not 0 <= i <= 1 << 20 for i in gpus) or list(gpus) != sorted(set(gpus)):
+        raise ValueError(f"{name} must list distinct GPU indices in order")
+
+
 def _outcome(msg: Any) -> None:
     check_opt_int("exit_code", msg.exit_code, minimum=-(1 << 31), maximum=(1 << 31) - 1)
     check_opt_int("signal", msg.signal, minimum=1, maximum=255)
@@ -139,6 +160,10 @@ class ReportEntry:
     finished_at: float | None = None
     uid: str | None = None  # the submission the agent's record belongs to (None: legacy, or no record)
     timed_out: bool = False  # version 4: FINISHED because its supervisor stopped it at the time limit
+    # Version 6: a FINISHED entry's usage and oom; a RUNNING (or FINISHED) entry's GPU indices.
+    usage: Usage | None = None
+    oom: bool = False
+    gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _job_attempt(self)
@@ -147,6 +172,9 @@ class ReportEntry:
             raise ValueError("timed_out must be a bool")
         if self.timed_out and self.status is not EntryStatus.FINISHED:
             raise ValueError("only a finished entry can have timed out")
+        _check_extras(self)
+        if (self.usage is not None or self.oom) and self.status is not EntryStatus.FINISHED:
+            raise ValueError("only a finished entry carries usage or oom")
         if not isinstance(self.status, EntryStatus):
             raise ValueError("status must be an EntryStatus")
         if self.status is EntryStatus.FINISHED:
@@ -161,24 +189,53 @@ class ReportEntry:
                self.finished_at]
         if self.uid is not None or self.timed_out:  # version 3: an 8th field; without a uid the row is as before
             row.append(self.uid)
+        if self.extras():  # version 6: uid, timed_out (either may be at its default) and a map
+            return row[:7] + [self.uid, self.timed_out, self.extras()]
         if self.timed_out:  # version 4: a 9th field, only when true
             row.append(True)
         return row
 
+    def extras(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.usage is not None:
+            out["usage"] = self.usage.to_dict()
+        if self.oom:
+            out["oom"] = True
+        if self.gpus:
+            out["gpus"] = list(self.gpus)
+        return out
+
     @classmethod
     def from_wire(cls, row: Any) -> "ReportEntry":
-        if not isinstance(row, (list, tuple)) or len(row) not in (7, 8, 9):
-            raise ValueError("a report entry is a list of 7 fields (8 with a uid, 9 when it timed out)")
+        if not isinstance(row, (list, tuple)) or len(row) not in (7, 8, 9, 10):
+            raise ValueError("a report entry is a list of 7 fields (8 with a uid, 9 when it timed out, "
+                             "10 with usage, oom or gpus)")
         job, attempt, status, code, sig, started, finished = row[:7]
         uid = row[7] if len(row) >= 8 else None
         if len(row) == 8 and uid is None:
             raise ValueError("a report entry's 8th field, the uid, must not be null")
         if len(row) == 9 and row[8] is not True:
             raise ValueError("a report entry's 9th field, timed_out, is only ever true")
+        extras: dict[str, Any] = {}
+        if len(row) == 10:
+            if not isinstance(row[8], bool):
+                raise ValueError("a report entry's 9th field, timed_out, must be a bool")
+            if not isinstance(row[9], dict) or not row[9] or not set(row[9]) <= {"usage", "oom", "gpus"}:
+                raise ValueError("a report entry's 10th field is a non-empty map of usage, oom, gpus")
+            extras = dict(row[9])
+            if "usage" in extras:
+                extras["usage"] = Usage.from_dict(extras["usage"])
+            if extras.get("oom", True) is not True:
+                raise ValueError("a report entry's oom is only ever true")
+            if "gpus" in extras:
+                if not isinstance(extras["gpus"], (list, tuple)) or not extras["gpus"]:
+                    raise ValueError("a report entry's gpus is a non-empty list")
+                extras["gpus"] = tuple(extras["gpus"])
         if status not in _STATUS_VALUES:
             raise ValueError(f"unknown entry status {status!r}")
         return cls(job=job, attempt=attempt, status=EntryStatus(status), exit_code=code, signal=sig,
-                   started_at=started, finished_at=finished, uid=uid, timed_out=len(row) == 9)
+                   started_at=started, finished_at=finished, uid=uid,
+                   timed_out=row[8] if len(row) >= 9 else False, **extras)
 
 
 _STATUS_VALUES = {s.value for s in EntryStatus}
@@ -221,9 +278,14 @@ class Join:
     instance: str | None = None  # random per agent process start, version 4: tells a copy of a state directory from a reconnect
     # An older copy of the agent's state directory presents an older one (model.names).
     generation: int | None = None  # the last join generation it stored (welcome's), version 4; 0: none yet; None: older
+    # Version 6: what the machine offers beyond its CPUs (``slots``) and what it cannot enforce;
+    # None: an older agent (memory unknown, no GPUs, no gres).
+    resources: NodeResources | None = None
 
     def __post_init__(self) -> None:
         check_str("agent", self.agent, max_len=100)
+        if self.resources is not None and not isinstance(self.resources, NodeResources):
+            raise ValueError("resources must be a resources record")
         if self.generation is not None:
             check_int("generation", self.generation, minimum=0, maximum=MAX_GENERATION)
         if self.identity is not None:
@@ -286,6 +348,8 @@ class Finished:
     started_at: float | None = None
     uid: str | None = None  # version 3: the submission the process ran for
     timed_out: bool = False  # version 4: its supervisor stopped the process at the job's time limit
+    usage: Usage | None = None  # version 6: what the attempt used, as its supervisor measured it
+    oom: bool = False  # version 6: killed for exceeding its memory limit
 
     def __post_init__(self) -> None:
         _job_attempt(self)
@@ -293,6 +357,7 @@ class Finished:
         check_opt_uid("uid", self.uid)
         if not isinstance(self.timed_out, bool):
             raise ValueError("timed_out must be a bool")
+        _check_extras(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -406,6 +471,7 @@ class Dispatch:
     spec: JobSpec
     uid: str | None = None  # version 3: the submission; sent only to agents that joined with version >= 3
     owner: Owner | None = None  # version 6: whom the job runs as (None: token mode, the agent's own user)
+    gpus: tuple[int, ...] = ()  # version 6: the agent's GPU indices this attempt was given (JobDispatched.gpus)
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
@@ -415,6 +481,7 @@ class Dispatch:
         check_opt_uid("uid", self.uid)
         if self.owner is not None and not isinstance(self.owner, Owner):
             raise ValueError("owner must be an Owner or None")
+        check_gpu_indices("gpus", self.gpus)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -566,9 +633,10 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 # submission's ``uid`` is left out while None, whatever the message.
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
-_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False}
-_OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None}
-_OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None}
+_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False, "usage": None, "oom": False}
+_OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None,
+                             "resources": None}
+_OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None, "gpus": ()}
 _OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None, "code": None}
 
@@ -580,10 +648,12 @@ def to_wire(msg: Message) -> dict[str, Any]:
         value = getattr(msg, name)
         if omitted is not None and name in omitted and value == omitted[name]:
             continue
-        if isinstance(value, JobSpec):
+        if isinstance(value, (JobSpec, NodeResources, Usage)):
             value = value.to_dict()
         elif isinstance(value, Owner):
             value = value.to_dict()
+        elif name == "gpus":
+            value = list(value)
         elif isinstance(value, enum.Enum):
             value = value.value
         elif name == "entries":
@@ -610,6 +680,14 @@ def _from_wire(data: Any, table: dict[str, type]) -> Message:
         kwargs["spec"] = JobSpec.from_dict(kwargs["spec"])
     if cls is Dispatch and kwargs.get("owner") is not None:
         kwargs["owner"] = Owner.from_dict(kwargs["owner"])
+    if kwargs.get("resources") is not None:
+        kwargs["resources"] = NodeResources.from_dict(kwargs["resources"])
+    if kwargs.get("usage") is not None:
+        kwargs["usage"] = Usage.from_dict(kwargs["usage"])
+    if "gpus" in kwargs:
+        if not isinstance(kwargs["gpus"], list):
+            raise ValueError("gpus must be a list")
+        kwargs["gpus"] = tuple(kwargs["gpus"])
     if "outcome" in kwargs:
         if kwargs["outcome"] not in _OUTCOME_VALUES:
             raise ValueError(f"unknown ack outcome {kwargs['outcome']!r}")

@@ -10,13 +10,16 @@ the daemon tells the operator so.  The views below are read-only: what
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
 from .jobs import JobState
+from .admission import beyond_every_agent, capacity_shortfall
 from .permissions import require
 from .policy import array_full, user_limit_refusal
+from .state import AgentInfo
 from .transaction import ControllerView, Transaction
 
 
@@ -98,10 +101,13 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
     agents = ctl.state.agents
     if not agents:
         return "no agent has joined"
-    big_enough = sorted(name for name, info in agents.items() if info.slots >= need)
+    big_enough = sorted(name for name, info in agents.items() if capacity_shortfall(info, job.spec) is None)
     if not big_enough:
-        largest = max(info.slots for info in agents.values())
-        return f"no agent has {need} slot{'s' if need != 1 else ''} (the largest has {largest})"
+        if job.spec.mem is None and not job.spec.gpus and not job.spec.gres:
+            largest = max(info.slots for info in agents.values())
+            return f"no agent has {need} slot{'s' if need != 1 else ''} (the largest has {largest})"
+        registered = [info for info in agents.values() if info.registered]
+        return f"no agent can run it: it needs {beyond_every_agent(registered, job.spec)}"
     why: list[str] = []
     for name in big_enough:
         info = agents[name]
@@ -114,9 +120,30 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
             why.append(f"agent {name} is drained")
         elif info.slots - info.used < need:
             why.append(f"agent {name} has {info.slots - info.used} of {info.slots} slots free")
+        elif (lacking := info.shortfall(job.spec)) is not None:
+            why.append(f"agent {name} lacks {lacking}")
         else:
             # A fitting agent is free: the job is placed in the next scheduling pass
             # unless jobs submitted before it take the room first.
             return f"agent {name} has room: waiting for the next scheduling pass"
     shown = "; ".join(why[:3]) + (f"; and {len(why) - 3} more" if len(why) > 3 else "")
-    return f"waiting for {need} free slot{'s' if need != 1 else ''}: {shown}"
+    if job.spec.mem is None and not job.spec.gpus and not job.spec.gres:
+        return f"waiting for {need} free slot{'s' if need != 1 else ''}: {shown}"
+    return f"waiting for {job.spec.resources_text()} free: {shown}"
+
+
+def node_resources(info: AgentInfo) -> dict[str, Any]:
+    """An agent's capacity and use beyond the state of its connection, for ``reckon nodes``."""
+    res = info.resources
+    return {
+        "cpus": info.slots,
+        "cpus_used": info.used,
+        "mem": res.mem if res is not None else None,  # None: it schedules no memory
+        "mem_used": info.mem_used,
+        "gpus": list(res.gpus) if res is not None else [],
+        "gpus_used": sorted(info.gpus_held),
+        "gres": [list(p) for p in res.gres] if res is not None else [],
+        "gres_used": sorted([k, v] for k, v in info.gres_used.items()),
+        "enforcer": res.enforcer if res is not None else None,  # None: an agent older than protocol 6
+        "unenforced": list(res.unenforced) if res is not None else None,
+    }

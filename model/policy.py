@@ -36,16 +36,17 @@ TIMEOUT_REASON = "timeout"  # JobRecord.reason of a job its supervisor stopped a
 
 
 def retry_due(spec: JobSpec, *, retried: int, exit_code: int | None, signal: int | None,
-              timed_out: bool, cancel_requested: bool) -> bool:
+              timed_out: bool, cancel_requested: bool, oom: bool = False) -> bool:
     """Whether a finished attempt is run again instead of ending the job FAILED.
 
     Retried: a non-zero exit (any, or one of ``retry_on_exit``) or, without
     ``retry_on_exit``, a death by signal.  Never retried: success, a cancelled
     job, an attempt stopped at its time limit (it would most likely time out
-    again), and a job that has used up its ``retries``.  A lost attempt is not
+    again), one killed for exceeding its memory (so would the next), and a job that has used up
+    its ``retries``.  A lost attempt is not
     a failure: it is requeued by the controller and does not count here.
     """
-    if cancel_requested or timed_out or retried >= spec.retries:
+    if cancel_requested or timed_out or oom or retried >= spec.retries:
         return False
     if signal is None and exit_code == 0:
         return False

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from . import messages as M
 from .jobs import JobSpec
-from .resources import Owner
+from .resources import Owner, Usage
 
 Key = tuple[str, int]
 
@@ -46,6 +46,12 @@ class LocalJob:
     uid: str | None = None  # the submission the dispatch was for (None: a version 1-2 controller sent none)
     timed_out: bool = False  # FINISHED: the supervisor stopped the process at the job's time limit
     owner: Owner | None = None  # whom the attempt runs as (Dispatch.owner; None: the agent's own user)
+    # Issue #20: the GPU indices the dispatch gave it (kept durably: they are reported while it
+    # runs, so a controller that lost the dispatch adopts it with the same GPUs); FINISHED: what
+    # it used, and whether it was killed for its memory.
+    gpus: tuple[int, ...] = ()
+    usage: Usage | None = None
+    oom: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -75,7 +81,7 @@ class LocalJob:
         assert self.status is LocalStatus.FINISHED and self.finished_at is not None
         return M.Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
                           finished_at=self.finished_at, started_at=self.started_at, uid=self.uid,
-                          timed_out=self.timed_out)
+                          timed_out=self.timed_out, usage=self.usage, oom=self.oom)
 
 
 class LocalRecords(MutableMapping[Key, LocalJob]):

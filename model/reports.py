@@ -56,7 +56,8 @@ def on_message(tx: Transaction, ev: E.MessageFromAgent) -> None:
 def on_finished(tx: Transaction, session: AgentSession, msg: M.Finished) -> None:
     entry = M.ReportEntry(job=msg.job, attempt=msg.attempt, status=M.EntryStatus.FINISHED,
                           exit_code=msg.exit_code, signal=msg.signal, started_at=msg.started_at,
-                          finished_at=msg.finished_at, uid=msg.uid, timed_out=msg.timed_out)
+                          finished_at=msg.finished_at, uid=msg.uid, timed_out=msg.timed_out,
+                          usage=msg.usage, oom=msg.oom)
     outcome = reconcile(tx, session, entry, queried=False, via="report")
     tx.send(session, lambda seq: M.Ack(seq=seq, job=msg.job, attempt=msg.attempt, outcome=outcome))
 
@@ -175,8 +176,17 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
         if status is M.EntryStatus.RUNNING:
             kill_entry(tx, session, entry)
         return M.AckOutcome.STALE_ATTEMPT
+    if not here and len(entry.gpus) != job.spec.gpus:
+        # The agent says it runs the job on another number of GPUs than it asks: not an attempt
+        # this controller could have placed, so not adopted (INV-GPU-ONCE); it is stopped.
+        tx.emit(E.Warn(message=f"not adopting job {job.id} attempt {entry.attempt} on {session.name}: it asks "
+                               f"{job.spec.gpus} GPU(s) and the agent reports {list(entry.gpus)}"))
+        if status is M.EntryStatus.RUNNING:
+            kill_entry(tx, session, entry)
+        return M.AckOutcome.STALE_ATTEMPT
     if not here:  # adoptable: the agent proves it ran an attempt we never placed
-        tx.apply(F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name, started_at=entry.started_at))
+        tx.apply(F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name, started_at=entry.started_at,
+                              gpus=entry.gpus))
     if status is M.EntryStatus.RUNNING:
         if entry.started_at is not None and job.started_at is None:
             tx.apply(F.JobStarted(job=job.id, attempt=job.attempt, started_at=entry.started_at))
@@ -184,8 +194,19 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
     assert entry.finished_at is not None
     tx.apply(F.JobFinished(job=job.id, attempt=job.attempt, exit_code=entry.exit_code,
                            signal=entry.signal, finished_at=entry.finished_at,
-                           started_at=entry.started_at, via=via, timed_out=entry.timed_out))
+                           started_at=entry.started_at, via=via, timed_out=entry.timed_out,
+                           usage=entry.usage, oom=entry.oom))
     return M.AckOutcome.APPLIED
+
+    info = tx.state.agents.get(session.name)
+    offered = info.resources.gpus if info is not None and info.resources is not None else ()
+    for index in entry.gpus:
+        if index not in offered:
+            return f"the agent offers no GPU {index}"
+        holder = info.gpus_held.get(index) if info is not None else None
+        if holder is not None:
+            return f"GPU {index} is held by job {holder}"
+    return None
 
 
 def kill_entry(tx: Transaction, session: AgentSession, entry: M.ReportEntry) -> None:

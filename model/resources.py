@@ -196,3 +196,44 @@ class Usage:
                    cpu_system=float(data["cpu_system"]) if type(data["cpu_system"]) is int else data["cpu_system"],
                    max_rss=data["max_rss"],
                    wall=float(data["wall"]) if type(data["wall"]) is int else data["wall"], source=data["source"])
+
+
+# ---- fitting a job's request into an agent (issue #20: resources beyond slots) -----------------
+#
+# One definition of "fits", shared by the state's apply (a dispatch that does not fit does not
+# apply), the controller's dispatch check, the scheduler, admission and ``why pending``.  A
+# request: CPUs (the spec's slots), memory in bytes (None: asks none), a GPU count and generic
+# counts.  A capacity: the same, with memory None meaning the agent does not schedule memory,
+# so it takes only jobs that ask none.
+
+
+def shortfall(*, cpus: int, mem: int | None, gpus: int, gres: tuple[tuple[str, int], ...],
+              free_cpus: int, free_mem: int | None, free_gpus: int, free_gres: dict[str, int]) -> str | None:
+    """The first dimension in which the request does not fit the free capacity, in words; None if it fits."""
+    if cpus > free_cpus:
+        return f"{cpus} CPU{'s' if cpus != 1 else ''} ({free_cpus} free)"
+    if mem is not None:
+        if free_mem is None:
+            return f"{format_size(mem)} of memory (the agent schedules no memory)"
+        if mem > free_mem:
+            return f"{format_size(mem)} of memory ({format_size(free_mem)} free)"
+    if gpus > free_gpus:
+        return f"{gpus} GPU{'s' if gpus != 1 else ''} ({free_gpus} free)"
+    for name, count in gres:
+        have = free_gres.get(name, 0)
+        if count > have:
+            return f"{count} {name} ({have} free)"
+    return None
+
+
+def lowest_free(gpus: tuple[int, ...], held: "set[int] | dict[int, str]", count: int) -> tuple[int, ...]:
+    """The ``count`` lowest of an agent's GPU indices that no running job holds (fewer if there are not enough)."""
+    if count <= 0:
+        return ()
+    picked: list[int] = []
+    for index in gpus:  # NodeResources.gpus is sorted: the first free ones are the lowest
+        if index not in held:
+            picked.append(index)
+            if len(picked) == count:
+                break
+    return tuple(picked)

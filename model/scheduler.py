@@ -31,6 +31,10 @@ class JobNote(NamedTuple):
     array: str | None = None  # the job's array id
     array_max: int | None = None  # the array's %MAX: at most this many of it RUNNING at once
     user: str | None = None  # the owner's name (the per-user limits count by it); None: token mode
+    # Issue #20: what it asks beyond slots (the spec's mem, gpus, gres).
+    mem: int | None = None
+    gpus: int = 0
+    gres: tuple[tuple[str, int], ...] = ()
 
 
 class AgentNote(NamedTuple):
@@ -40,6 +44,14 @@ class AgentNote(NamedTuple):
     connected: bool
     reconciling: bool
     drained: bool = False  # the operator drained it: no new placements
+    # Issue #20: what is free beyond slots (AgentInfo.free): memory (None: it schedules none), GPUs, gres.
+    free_mem: int | None = None
+    free_gpus: int = 0
+    free_gres: tuple[tuple[str, int], ...] = ()
+
+
+# What a pending job asks beyond slots, or None when it asks nothing more (most jobs: one test).
+Need = tuple[int | None, int, tuple[tuple[str, int], ...]] | None
 
 
 class UserLimits(NamedTuple):
@@ -83,6 +95,9 @@ class _AgentView:
     connected: bool
     reconciling: bool
     drained: bool
+    free_mem: int | None = None
+    free_gpus: int = 0
+    free_gres: tuple[tuple[str, int], ...] = ()
 
     @property
     def available(self) -> bool:
@@ -93,7 +108,8 @@ class Scheduler:
     """FIFO placement by free slots onto connected, non-reconciling, non-drained agents."""
 
     def __init__(self, limits: UserLimits = NO_LIMITS) -> None:
-        self._pending: dict[str, tuple[int, int, str | None]] = {}  # ready job -> (order, slots, throttled array)
+        # ready job -> (order, slots, throttled array, what it asks beyond slots)
+        self._pending: dict[str, tuple[int, int, str | None, Need]] = {}
         # FIFO queue with lazy deletion: entries of jobs no longer pending are
         # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
         self._queue: list[tuple[int, str]] = []
@@ -123,14 +139,15 @@ class Scheduler:
                 self._note_user(note)
             if note.state is JobState.PENDING and note.ready:
                 if note.job not in self._pending:
+                    need = (note.mem, note.gpus, note.gres) if note.mem is not None or note.gpus or note.gres else None
                     self._pending[note.job] = (note.order, note.slots,
-                                               note.array if note.array_max is not None else None)
+                                               note.array if note.array_max is not None else None, need)
                     heapq.heappush(self._queue, (note.order, note.job))
             else:
                 self._pending.pop(note.job, None)
         elif isinstance(note, AgentNote):
             self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling,
-                                                  note.drained)
+                                                  note.drained, note.free_mem, note.free_gpus, note.free_gres)
         elif isinstance(note, DispatchHold):
             self._held = note.held
         else:
@@ -181,8 +198,10 @@ class Scheduler:
         return iter(sorted(self._pending, key=lambda job: self._pending[job][0]))
 
     def place(self, limit: int | None = None) -> list[tuple[str, str]]:
-        """Propose (job, agent) pairs in FIFO order, first fit by free slots."""
+        """Propose (job, agent) pairs in FIFO order, first fit by free slots (and memory, GPUs, gres)."""
         free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
+        # Free memory, GPUs and gres per agent, copied when a job first asks for them in this call.
+        beyond: dict[str, list] = {}
         proposals: list[tuple[str, str]] = []
         if not free or self._held:
             return proposals
@@ -198,14 +217,14 @@ class Scheduler:
             if job in examined or self._pending.get(job, (None,))[0] != order:
                 continue  # a job that left the queue, or a second entry of one
             examined[job] = (order, job)
-            _, slots, array = self._pending[job]
+            _, slots, array, need = self._pending[job]
             if array is not None and array_load.get(array, 0) >= self._array_max[array]:
                 continue  # the array runs its %MAX already: the job waits for one to end
             user = self._user_of.get(job)
             if user is not None:
                 running, cpus = self.user_load(user)
-                extra = proposed.get(user, (0, 0))
-                if self._limits.refusal(user, running + extra[0], cpus + extra[1], slots) is not None:
+                mine = proposed.get(user, (0, 0))
+                if self._limits.refusal(user, running + mine[0], cpus + mine[1], slots) is not None:
                     # At the limit (by what runs, or with this call's proposals): parked, out of the FIFO.
                     # Each pass first puts back as many as the user's noted load leaves room for, so a
                     # refused proposal or an ended job lets them out again.
@@ -213,14 +232,14 @@ class Scheduler:
                     heapq.heappush(self._parked.setdefault(user, []), (order, job))
                     continue
             for name in sorted(free, key=lambda n: (-free[n], n)):
-                if free[name] >= slots:
+                if free[name] >= slots and (need is None or self._take(need, name, beyond)):
                     proposals.append((job, name))
                     if array is not None:
                         array_load[array] = array_load.get(array, 0) + 1
                     if user is not None:
-                        extra = proposed.setdefault(user, [0, 0])
-                        extra[0] += 1
-                        extra[1] += slots
+                        mine = proposed.setdefault(user, [0, 0])
+                        mine[0] += 1
+                        mine[1] += slots
                     free[name] -= slots
                     if not free[name]:
                         del free[name]
@@ -231,10 +250,31 @@ class Scheduler:
             heapq.heappush(queue, entry)
         return proposals
 
-    def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool]:
-        """(pending jobs in FIFO order, agent -> (slots, used, available), dispatch held)."""
+    def _take(self, need: Need, name: str, extra: dict[str, list]) -> bool:
+        """Whether ``need`` fits what is left of agent ``name`` in this call; if so, take it."""
+        assert need is not None
+        mem, gpus, gres = need
+        left = extra.get(name)
+        if left is None:
+            a = self._agents[name]
+            left = extra[name] = [a.free_mem, a.free_gpus, dict(a.free_gres)]
+        if mem is not None and (left[0] is None or mem > left[0]) or gpus > left[1]:
+            return False
+        if any(count > left[2].get(kind, 0) for kind, count in gres):
+            return False
+        if mem is not None:
+            left[0] -= mem
+        left[1] -= gpus
+        for kind, count in gres:
+            left[2][kind] -= count
+        return True
+
+    def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool, dict[str, tuple]]:
+        """(pending jobs in FIFO order, agent -> (slots, used, available), dispatch held,
+        agent -> (free memory, free GPUs, free gres))."""
         return (
             tuple(self._fifo()),
             {name: (a.slots, a.used, a.available) for name, a in self._agents.items()},
             self._held,
+            {name: (a.free_mem, a.free_gpus, a.free_gres) for name, a in self._agents.items()},
         )

@@ -18,6 +18,9 @@ from .errors import LocalProtocolError, ModelCorrupted
 from .messages import pair_hash, running_digest
 from .jobs import JobRecord, JobState, JobTransition, finish_transition, next_state
 from .policy import TIMEOUT_REASON, retry_due
+from .resources import NodeResources, shortfall
+
+OOM_REASON = "oom"  # JobRecord.reason of an attempt killed for exceeding its memory limit
 
 
 @dataclass(slots=True)
@@ -36,20 +39,47 @@ class AgentInfo:
     drained: bool = False  # the operator drained it (AgentDrained): no new dispatches until AgentResumed
     generation: int = 0  # the holder's last join generation (JoinGenerationIssued; 0: none yet)
     confirmed: int = 0  # the newest generation the holder has shown it stored (model.names)
+    # What it offers beyond CPUs, from its latest AgentRegistered (None: memory unknown, no GPUs, no gres).
+    resources: NodeResources | None = None
     used: int = 0  # slots of the RUNNING jobs placed here, kept by apply
     running: set[str] = field(default_factory=set)  # ids of RUNNING jobs placed here
     # running_digest() of the placed (job, attempt) pairs, kept up to date by
     # _place/_release once someone asked for it (heartbeats compare it with the
     # agent's).  None until then, so replay and restore pay no hashing.
     digest: int | None = field(default=None, compare=False)
+    # Issue #20: what the RUNNING jobs placed here hold beyond slots, kept by _place/_release.
+    mem_used: int = 0  # bytes their specs ask
+    # GPU index -> the RUNNING jobs holding it: one, but for an adopted attempt that really runs on
+    # a GPU a dispatch gave away meanwhile (a restored state did not know it): INV-GPU-ONCE.
+    gpus_held: dict[int, set[str]] = field(default_factory=dict)
+    gres_used: dict[str, int] = field(default_factory=dict)  # generic resource -> count held (no zeros)
 
     def row(self) -> list[Any]:
-        return list(_AGENT_KEY(self))
+        row = list(_AGENT_KEY(self))
+        if self.resources is not None:
+            row[_RESOURCES] = self.resources.to_dict()
+        return row
+
+    def free(self) -> tuple[int, int | None, int, dict[str, int]]:
+        """(CPUs, memory or None if it schedules none, GPUs, gres) free for new jobs."""
+        res = self.resources
+        if res is None:
+            return self.slots - self.used, None, 0, {}
+        mem = None if res.mem is None else res.mem - self.mem_used
+        gres = {name: count - self.gres_used.get(name, 0) for name, count in res.gres}
+        return self.slots - self.used, mem, sum(1 for index in res.gpus if index not in self.gpus_held), gres
+
+    def shortfall(self, spec: Any) -> str | None:
+        """The first dimension in which ``spec`` does not fit what is free here; None if it fits."""
+        cpus, mem, gpus, gres = self.free()
+        return shortfall(cpus=spec.slots, mem=spec.mem, gpus=spec.gpus, gres=spec.gres,
+                         free_cpus=cpus, free_mem=mem, free_gpus=gpus, free_gres=gres)
 
 
-AGENT_DERIVED = frozenset({"used", "running", "digest"})  # kept from the job table, not recorded
+AGENT_DERIVED = frozenset({"used", "running", "digest", "mem_used", "gpus_held", "gres_used"})  # kept from the job table
 AGENT_ROW: tuple[str, ...] = tuple(f.name for f in fields(AgentInfo) if f.name not in AGENT_DERIVED)
 _AGENT_KEY = attrgetter(*AGENT_ROW)
+_RESOURCES = AGENT_ROW.index("resources")
 # The state's own fields that are not records: in the digest (but facts_applied: how many facts
 # led here, not what the state is; equal states reached by different paths are equal) and the snapshot.
 STATE_SCALARS = ("next_job", "id_mark", "cluster", "facts_applied")
@@ -117,6 +147,9 @@ class ControllerState:
         placed: dict[str, set[str]] = {name: set() for name in self.agents}
         used: dict[str, int] = dict.fromkeys(self.agents, 0)
         user_running: dict[str, list[int]] = {}
+        mem_used: dict[str, int] = dict.fromkeys(self.agents, 0)
+        gpus_held: dict[str, dict[int, set[str]]] = {name: {} for name in self.agents}
+        gres_used: dict[str, dict[str, int]] = {name: {} for name in self.agents}
         for key, job in self.jobs.items():
             if job.id != key:
                 wrong.append(f"job {key} is filed under another id ({job.id})")
@@ -135,6 +168,15 @@ class ControllerState:
                 continue
             placed[job.agent].add(key)
             used[job.agent] += job.spec.slots
+            mem_used[job.agent] += job.spec.mem or 0
+            for name, count in job.spec.gres:
+                gres_used[job.agent][name] = gres_used[job.agent].get(name, 0) + count
+            # INV-GPU-ONCE: a RUNNING job holds as many GPUs as it asked.  (Whether two share one is
+            # a question of how each was placed, which the facts say: tests/model/resource_checks.py.)
+            if len(job.gpu_ids) != job.spec.gpus:
+                wrong.append(f"INV-GPU-ONCE: job {key} asks {job.spec.gpus} GPU(s) and holds {list(job.gpu_ids)}")
+            for index in job.gpu_ids:
+                gpus_held[job.agent].setdefault(index, set()).add(key)
             if job.spec.array_max is not None and job.spec.array_id is not None:
                 array_running[job.spec.array_id] = array_running.get(job.spec.array_id, 0) + 1
             if job.owner is not None:
@@ -157,6 +199,10 @@ class ControllerState:
             if info.running != placed[name] or info.used != used[name]:
                 wrong.append(f"agent {name} holds {sorted(info.running)} using {info.used} slot(s), "
                              f"recomputed {sorted(placed[name])} using {used[name]}")
+            if (info.mem_used, info.gpus_held, info.gres_used) != (mem_used[name], gpus_held[name],
+                                                                   gres_used[name]):
+                wrong.append(f"agent {name} holds {info.mem_used} bytes, GPUs {info.gpus_held}, gres "
+                             f"{info.gres_used}; recomputed {mem_used[name]}, {gpus_held[name]}, {gres_used[name]}")
             if info.digest is not None:
                 digest = running_digest((job_id, self.jobs[job_id].attempt) for job_id in placed[name])
                 if info.digest != digest:
@@ -187,6 +233,8 @@ def _place(state: ControllerState, job: JobRecord, agent: str) -> None:
     info = state.agent(agent)
     info.running.add(job.id)
     info.used += job.spec.slots
+    if job.spec.mem is not None or job.spec.gres or job.gpu_ids:
+        _hold(info, job, +1)
     if info.digest is not None:
         info.digest ^= pair_hash(job.id, job.attempt)
     job.agent = job.ran_on = agent
@@ -203,6 +251,8 @@ def _release(state: ControllerState, job: JobRecord) -> str:
     info = state.agents[job.agent]
     info.running.discard(job.id)
     info.used -= job.spec.slots
+    if job.spec.mem is not None or job.spec.gres or job.gpu_ids:
+        _hold(info, job, -1)
     if info.digest is not None:
         info.digest ^= pair_hash(job.id, job.attempt)
     agent, job.agent = job.agent, None
@@ -212,6 +262,52 @@ def _release(state: ControllerState, job: JobRecord) -> str:
         load = state.user_running[job.owner.user]
         load[0], load[1] = load[0] - 1, load[1] - job.spec.slots
     return agent
+
+
+def _hold(info: AgentInfo, job: JobRecord, sign: int) -> None:
+    """Take (+1) or give back (-1) what a RUNNING job holds beyond slots: memory, its GPUs, gres."""
+    info.mem_used += sign * (job.spec.mem or 0)
+    for index in job.gpu_ids:
+        if sign > 0:
+            info.gpus_held.setdefault(index, set()).add(job.id)
+        else:
+            holders = info.gpus_held.get(index)
+            if holders is not None:
+                holders.discard(job.id)
+                if not holders:
+                    del info.gpus_held[index]
+    for name, count in job.spec.gres:
+        left = info.gres_used.get(name, 0) + sign * count
+        if left:
+            info.gres_used[name] = left
+        else:
+            info.gres_used.pop(name, None)
+
+
+def _check_placement(state: ControllerState, job: JobRecord, agent: str, gpus: tuple[int, ...],
+                     *, fit: bool) -> None:
+    """A placement names as many GPUs as the job asks; a dispatch (``fit``) names GPUs of the agent
+    that no RUNNING job holds (INV-GPU-ONCE), and its memory and gres fit what is free there.  An
+    adoption records what the agent really runs, where it runs: only the count is checked."""
+    if len(gpus) != job.spec.gpus:
+        raise LocalProtocolError(f"job {job.id} asks {job.spec.gpus} GPU(s), its placement names {list(gpus)}")
+    info = state.agents.get(agent)
+    if not fit or (not gpus and job.spec.mem is None and not job.spec.gres):
+        return
+    if info is None:
+        raise LocalProtocolError(f"job {job.id} asks resources of agent {agent}, which the state does not know")
+    offered = info.resources.gpus if info.resources is not None else ()
+    for index in gpus:
+        if index not in offered:
+            raise LocalProtocolError(f"agent {agent} has no GPU {index} (it offers {list(offered)})")
+        if index in info.gpus_held:
+            raise LocalProtocolError(f"GPU {index} of agent {agent} is held by job "
+                                     f"{', '.join(sorted(info.gpus_held[index]))}")
+    _, mem, _, gres = info.free()
+    lacking = shortfall(cpus=0, mem=job.spec.mem, gpus=0, gres=job.spec.gres, free_cpus=0, free_mem=mem,
+                        free_gpus=0, free_gres=gres)
+    if lacking is not None:
+        raise LocalProtocolError(f"job {job.id} does not fit agent {agent}: it needs {lacking}")
 
 
 def _index_job(state: ControllerState, job: JobRecord) -> None:
@@ -258,7 +354,10 @@ def _dispatched(state: ControllerState, fact: F.JobDispatched) -> Changes:
     job = state.job(fact.job)
     if job.attempt != fact.attempt:
         raise LocalProtocolError(f"dispatch of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
+    next_state(job.state, JobTransition.DISPATCH)  # raises, changing nothing, if not allowed
+    _check_placement(state, job, fact.agent, fact.gpus, fit=True)
     job.state = next_state(job.state, JobTransition.DISPATCH)
+    job.gpu_ids = fact.gpus
     _place(state, job, fact.agent)
     return Changes(jobs=(job.id,), agents=(fact.agent,))
 
@@ -267,7 +366,12 @@ def _adopted(state: ControllerState, fact: F.JobAdopted) -> Changes:
     job = state.job(fact.job)
     if job.attempt != fact.attempt:
         raise LocalProtocolError(f"adoption of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
+    next_state(job.state, JobTransition.ADOPT)
+    # An adopted attempt runs already: its memory, gres and GPUs are what they are (a GPU a dispatch
+    # gave away meanwhile is shared until one of them ends; nothing more is placed on it).
+    _check_placement(state, job, fact.agent, fact.gpus, fit=False)
     job.state = next_state(job.state, JobTransition.ADOPT)
+    job.gpu_ids = fact.gpus
     _place(state, job, fact.agent)
     if fact.started_at is not None:
         job.started_at = fact.started_at
@@ -284,14 +388,19 @@ def _started(state: ControllerState, fact: F.JobStarted) -> Changes:
 
 def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
+    job.usage = fact.usage  # the latest finished attempt's, a retried one's too
     if retry_due(job.spec, retried=job.retried, exit_code=fact.exit_code, signal=fact.signal,
-                 timed_out=fact.timed_out, cancel_requested=job.cancel_requested):
+                 timed_out=fact.timed_out, cancel_requested=job.cancel_requested, oom=fact.oom):
         return _retry(state, job)
     transition = finish_transition(exit_code=fact.exit_code, signal=fact.signal, cancel_requested=job.cancel_requested)
+    if fact.oom and transition is JobTransition.FINISH_OK:
+        transition = JobTransition.FINISH_FAILED  # killed for its memory: never a success
     job.state = next_state(job.state, transition)
     job.exit_code, job.signal, job.finished_at = fact.exit_code, fact.signal, fact.finished_at
     if fact.timed_out and job.state is JobState.FAILED:
         job.reason = TIMEOUT_REASON
+    elif fact.oom and job.state is JobState.FAILED:
+        job.reason = OOM_REASON
     if fact.started_at is not None and job.started_at is None:
         job.started_at = fact.started_at
     agent = _release(state, job)
@@ -349,7 +458,7 @@ def _restarted(state: ControllerState, fact: F.JobRestarted) -> Changes:
         raise LocalProtocolError(f"restart of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
     job.state = next_state(job.state, JobTransition.RESTART)  # only a terminal job has this entry
     job.attempt += 1
-    job.started_at = job.finished_at = job.exit_code = job.signal = job.reason = None
+    job.started_at = job.finished_at = job.exit_code = job.signal = job.reason = job.usage = None
     job.cancel_requested = False
     job.retried = 0  # a new run: the retry budget starts again
     job.requeues += 1
@@ -379,12 +488,13 @@ def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
 def _registered(state: ControllerState, fact: F.AgentRegistered) -> Changes:
     existing = state.agents.get(fact.agent)
     if (existing is not None and existing.registered and existing.slots == fact.slots
-            and existing.identity == fact.identity):
+            and existing.identity == fact.identity and existing.resources == fact.resources):
         raise LocalProtocolError(f"agent {fact.agent} is already registered with {fact.slots} slots")
     info = state.agent(fact.agent)
     if info.identity != fact.identity:  # a new holder: its join generations start afresh
         info.generation = info.confirmed = 0
     info.slots, info.registered, info.identity = fact.slots, True, fact.identity
+    info.resources = fact.resources
     return Changes(agents=(fact.agent,))
 
 
@@ -478,7 +588,7 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
     # v1: agents were [name, slots, registered], without the identity; v2: agents without drained,
     # jobs had 14 fields, no id_mark; v3: agents without join generations.  Rows only ever grow at
     # their end (AgentInfo, JobRecord): restore reads every version's rows the same way.
-    data: dict[str, Any] = {"v": 4}
+    data: dict[str, Any] = {"v": 5}  # v4: no agent resources, no job gpu_ids or usage
     data.update((name, getattr(state, name)) for name in STATE_SCALARS)
     data["agents"] = [a.row() for a in state.agents.values()]
     data["jobs"] = [j.row() for j in state.jobs.values()]
@@ -487,14 +597,17 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
 
 def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running, the indexes) are recomputed."""
-    if data.get("v") not in (1, 2, 3, 4):
+    if data.get("v") not in (1, 2, 3, 4, 5):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
                             cluster=data.get("cluster"), id_mark=data.get("id_mark", 0))
     for row in data["agents"]:
         if not 3 <= len(row) <= len(AGENT_ROW):
             raise ValueError(f"an agent row has 3 to {len(AGENT_ROW)} fields, not {len(row)}")
-        info = AgentInfo(**dict(zip(AGENT_ROW, row)))
+        values = dict(zip(AGENT_ROW, row))
+        if values.get("resources") is not None:
+            values["resources"] = NodeResources.from_dict(values["resources"])
+        info = AgentInfo(**values)
         state.agents[info.name] = info
     for row in data["jobs"]:
         job = JobRecord.from_row(row)

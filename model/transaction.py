@@ -210,11 +210,13 @@ class Transaction(VolatileAccess):
             self.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
                                                        slots=job.spec.slots, agent=job.agent,
                                                        ready=ready(self.state, job), array=job.spec.array_id,
-                                                       array_max=job.spec.array_max,
+                                                       array_max=job.spec.array_max, mem=job.spec.mem,
+                                                       gpus=job.spec.gpus, gres=job.spec.gres,
                                                        user=job.owner.user if job.owner is not None else None)))
         for name in self.changed_agents:
             info = self.state.agents.get(name)
             session = self.sessions.get(name)
+            _, free_mem, free_gpus, free_gres = info.free() if info else (0, None, 0, {})
             self.commands.append(E.Notify(note=AgentNote(
                 agent=name,
                 slots=info.slots if info else 0,
@@ -222,6 +224,7 @@ class Transaction(VolatileAccess):
                 connected=bool(session and session.connected),
                 reconciling=bool(session and session.reconciling),
                 drained=bool(info and info.drained),
+                free_mem=free_mem, free_gpus=free_gpus, free_gres=tuple(sorted(free_gres.items())),
             )))
         self.changed_jobs.clear()
         self.changed_agents.clear()

@@ -33,6 +33,27 @@ def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"bad --retry-on-exit {args.retry_on_exit!r}: expected exit codes like 1,75") from None
     if args.after:
         fields["after"] = tuple(j.strip() for j in args.after.split(",") if j.strip())
+    fields.update(resource_fields(args))
+    return fields
+
+
+def resource_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The version 6 JobSpec fields of `reckon submit`'s --mem, --gpus, --gres; a bad one is one line."""
+    from reckon.model.resources import parse_gres, parse_size
+
+    fields: dict[str, Any] = {}
+    if getattr(args, "mem", None) is not None:
+        try:
+            fields["mem"] = parse_size(args.mem)
+        except ValueError as exc:
+            raise UsageError(f"invalid --mem: {exc}") from None
+    if getattr(args, "gpus", 0):
+        fields["gpus"] = args.gpus
+    if getattr(args, "gres", None):
+        try:
+            fields["gres"] = parse_gres(args.gres)
+        except ValueError as exc:
+            raise UsageError(f"invalid --gres: {exc}") from None
     return fields
 
 

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from reckon.daemon import wire
 from reckon.daemon.cli import batch
@@ -20,6 +21,7 @@ from reckon.daemon.client_common import (UsageError, client_ssl_context, refuse_
                                          resolve_auth, resolve_controller)
 from reckon.daemon.auth.client import ClientAuth
 from reckon.daemon.cli.client import SyncClient
+from reckon.model.resources import format_size
 
 
 def run_client_command(args: argparse.Namespace) -> int:
@@ -212,18 +214,56 @@ def _since(ts: float | None, now: float | None = None) -> str:
 
 def format_jobs(jobs: list[dict]) -> str:
     # USER last: the columns before it keep their places for the scripts that read them.
-    rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "EXIT", "SIGNAL", "FINISHED", "USER")]
+    rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "CPUS", "MEM", "GPUS", "EXIT", "SIGNAL", "FINISHED", "USER")]
     for j in jobs:
         rows.append((j["id"], j["name"][:24], j["state"], j["agent"] or "-", str(j["attempt"]),
+                     str(j.get("cpus", j["slots"])), format_size(j.get("mem")), _gpus(j),
                      "-" if j["exit_code"] is None else str(j["exit_code"]),
                      "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"]), j.get("user") or "-"))
     return _table(rows)
 
 
+def _gpus(job: dict) -> str:
+    """``2 (0,1)``: the count asked, and the indices given when there are some."""
+    count = job.get("gpus") or 0
+    if not count:
+        return "-"
+    ids = job.get("gpu_ids") or []
+    return f"{count} ({','.join(map(str, ids))})" if ids else str(count)
+
+
+def _used_of(used: Any, total: Any, size: bool = False) -> str:
+    if total is None:
+        return "-"
+    show = format_size if size else str
+    return f"{show(used) if used else 0}/{show(total)}"
+
+
 def format_nodes(nodes: list[dict]) -> str:
-    rows = [("NAME", "STATE", "USED/SLOTS", "SINCE")]
-    rows += [(n["name"], n["state"], f"{n['used']}/{n['slots']}", _since(n.get("since"))) for n in nodes]
-    return _table(rows)
+    """One row per agent: what it offers and what is in use, in every dimension; how it enforces it."""
+    rows = [("NAME", "STATE", "CPUS", "MEM", "GPUS", "GRES", "ENFORCER", "SINCE")]
+    notes = []
+    for n in nodes:
+        gres_used = dict(map(tuple, n.get("gres_used") or []))
+        gres = ",".join(f"{k}:{gres_used.get(k, 0)}/{v}" for k, v in n.get("gres") or []) or "-"
+        gpus = n.get("gpus") or []
+        rows.append((n["name"], n["state"], f"{n['used']}/{n['slots']}",
+                     _used_of(n.get("mem_used"), n.get("mem"), size=True),
+                     f"{len(n.get('gpus_used') or [])}/{len(gpus)}" if gpus else "-", gres,
+                     n.get("enforcer") or "-", _since(n.get("since"))))
+        if n.get("unenforced"):
+            notes.append(f"{n['name']}: cannot enforce: {', '.join(n['unenforced'])}")
+    return "\n".join([_table(rows), *notes])
+
+
+def _usage(usage: dict | None) -> str:
+    """``cpu 1.20s (user 1.00s, sys 0.20s), peak 52M, wall 2.0s (cgroup)``."""
+    if not usage:
+        return "-"
+    cpu = usage["cpu_user"] + usage["cpu_system"]
+    peak = format_size(usage["max_rss"]) if usage.get("max_rss") is not None else "-"
+    return (f"cpu {cpu:.2f}s (user {usage['cpu_user']:.2f}s, sys {usage['cpu_system']:.2f}s), peak {peak}, "
+            f"wall {usage['wall']:.1f}s ({usage['source']})")
 
 
 def _outcome(exit_code: int | None, signal: int | None) -> str:
@@ -241,13 +281,19 @@ def format_history(history: dict) -> str:
         lines.append("(older history was compacted by a controller snapshot: attempts before it are not shown)")
     else:
         lines.append(f"submitted {_when(history['submitted_at'])}")
-    rows = [("ATTEMPT", "AGENT", "STARTED", "FINISHED", "OUTCOME", "VIA", "ENDED", "REASON")]
+    rows = [("ATTEMPT", "AGENT", "STARTED", "FINISHED", "OUTCOME", "VIA", "ENDED", "CPU", "PEAK MEM", "REASON")]
     for a in history["attempts"]:
         placed = a["agent"] or "-"
         if a["placed"] == "adopted":
             placed += " (adopted)"
+        if a.get("gpus"):
+            placed += f" gpu {','.join(map(str, a['gpus']))}"
+        usage = a.get("usage") or {}
+        cpu = f"{usage['cpu_user'] + usage['cpu_system']:.2f}s" if usage else "-"
+        peak = format_size(usage.get("max_rss")) if usage else "-"
         rows.append((str(a["attempt"]), placed, _when(a["started_at"]), _when(a["finished_at"]),
-                     _outcome(a["exit_code"], a["signal"]), a["via"] or "-", a["ended"], a["reason"] or "-"))
+                     _outcome(a["exit_code"], a["signal"]), a["via"] or "-", a["ended"], cpu, peak,
+                     a["reason"] or "-"))
     lines.append(_table(rows))
     for e in history["events"]:
         attempt = "" if e["attempt"] is None else f" attempt {e['attempt']}"
@@ -280,8 +326,9 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def format_job(job: dict) -> str:
     keys = ("id", "name", "user", "state", "pending_reason", "agent", "attempt", "exit_code", "signal", "submitted_at",
-            "started_at", "finished_at", "command", "cwd", "slots", "stdout", "stderr", "reason", "held",
-            "time_limit", "retries", "retried", "after", "array_id", "array_index")
+            "started_at", "finished_at", "command", "cwd", "cpus", "mem", "gpus", "gres", "gpu_ids", "usage",
+            "stdout", "stderr", "reason", "held", "time_limit", "retries", "retried", "after", "array_id",
+            "array_index")
     lines = []
     for key in keys:
         value = job.get(key)
@@ -291,6 +338,18 @@ def format_job(job: dict) -> str:
             value = f"{value:.3f} ({_when(value)})"
         elif key in ("command", "after") and value is not None:
             value = " ".join(value) if key == "command" else ",".join(value) or None
+        elif key == "cpus" and value is None:
+            value = job.get("slots")  # a controller older than protocol 6
+        elif key == "mem" and value is not None:
+            value = format_size(value)
+        elif key in ("gpus", "gres", "gpu_ids", "usage") and not value:
+            continue  # asked none, given none, not measured: no line
+        elif key == "gres":
+            value = ",".join(f"{k}:{v}" for k, v in value)
+        elif key == "gpu_ids":
+            value = ",".join(map(str, value))
+        elif key == "usage":
+            value = _usage(value)
         label = "why pending" if key == "pending_reason" else key  # why a PENDING job waits
         lines.append(f"{label + ':':14}{'-' if value is None else value}")
     return "\n".join(lines)

@@ -399,7 +399,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                    "FILE in one request (all or none); print their ids, one per line.  With "
                                    "--array, one job per index; print every id, the array's id first.")
     p.add_argument("--name", help="the job's name (default: the command's file name)")
-    p.add_argument("--slots", type=int, default=1, help="slots the job takes on its agent (default 1)")
+    p.add_argument("--cpus", "--slots", dest="slots", type=int, default=1, metavar="N",
+                   help="CPUs the job takes on its agent (default 1; --slots is the older name)")
+    p.add_argument("--mem", metavar="SIZE",
+                   help="memory the job may use (512M, 4G; a bare number is MiB): it runs only where that much "
+                        "is free, and past it the job is killed (FAILED, reason oom) where the agent enforces it")
+    p.add_argument("--gpus", type=int, default=0, metavar="N",
+                   help="GPUs the job takes (the controller picks their indices: CUDA_VISIBLE_DEVICES, RECKON_GPUS)")
+    p.add_argument("--gres", action="append", default=[], metavar="NAME[:N]",
+                   help="a generic countable resource the agents declare (license:2; repeatable)")
     p.add_argument("--cwd", metavar="DIR", help="run in DIR on the agent (default: the current directory; "
                                                "a relative DIR is taken from the current directory)")
     p.add_argument("--env", type=_env_pair, action="append", default=[], metavar="K=V",
@@ -423,7 +431,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="run after all these jobs COMPLETED; if one ends FAILED or CANCELLED this job is "
                         "cancelled with the reason")
     p.add_argument("--queue-anyway", action="store_true",
-                   help="queue a job even if no registered agent has the slots to run it")
+                   help="queue a job even if no registered agent has the CPUs, memory, GPUs or gres to run it")
     p.add_argument("--json", action="store_true",
                    help="print the job object (with --file: the list of ids; with --array: the job objects)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command to run")

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _SIZES = (1, 10, 100, 1_000, 10_000, 100_000)
+_MEMORY = tuple(float(1 << shift) for shift in range(20, 41, 2))  # 1 MiB to 1 TiB, by 4x
 MAX_TRACKED_DISPATCHES = 1_000_000  # dispatch times kept for the start latency, at most
 
 
@@ -80,6 +81,14 @@ class ControllerMetrics:
                                       buckets=_SIZES, registry=registry)
         self.commit_seconds = Histogram("reckon_group_commit_seconds", "Group commit latency",
                                         buckets=_LATENCY, registry=registry)
+        # Accounting (issue #20): what finished attempts used.  Labelled by kind only, never by job,
+        # user or agent: a label per job id would grow without bound.
+        self.job_cpu = Counter("reckon_job_cpu_seconds", "CPU time of finished attempts, as their agents measured it",
+                               ["mode"], registry=registry)
+        self.job_peak_memory = Histogram("reckon_job_peak_memory_bytes", "Peak memory of each finished attempt",
+                                         buckets=_MEMORY, registry=registry)
+        self.oom_kills = Counter("reckon_jobs_oom_killed", "Attempts killed for exceeding their memory limit",
+                                 registry=registry)
         registry.register(_StateCollector(daemon))
         self._dispatched_at: dict[tuple[str, int], float] = {}
 
@@ -105,10 +114,22 @@ class ControllerMetrics:
                     self.dispatch_to_start.observe(max(0.0, fact.started_at - at))
                 self.finished.labels(via=fact.via or "unknown").inc()
                 self.finish_to_recorded.observe(max(0.0, now - fact.finished_at))
+                self._accounted(fact)
             elif kind in (F.JobRequeued, F.JobCancelConfirmed):
                 self._dispatched_at.pop((fact.job, fact.attempt), None)
                 if kind is F.JobRequeued:
                     self.requeues.inc()
+
+    def _accounted(self, fact: F.JobFinished) -> None:
+        if fact.oom:
+            self.oom_kills.inc()
+        usage = fact.usage
+        if usage is None:
+            return  # an agent older than protocol 6 measures nothing
+        self.job_cpu.labels(mode="user").inc(usage.cpu_user)
+        self.job_cpu.labels(mode="system").inc(usage.cpu_system)
+        if usage.max_rss is not None:
+            self.job_peak_memory.observe(usage.max_rss)
 
     def round_resolved(self, seconds: float, queried: int) -> None:
         self.round_seconds.observe(seconds)

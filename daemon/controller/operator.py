@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from reckon.model import events as E
 from reckon.model.errors import LocalProtocolError
 from reckon.model.history import job_history
-from reckon.model.nodes import pending_reason
+from reckon.model.nodes import node_resources, pending_reason
 from reckon.model.permissions import Caller
 
 from reckon.daemon.commands import facts_of
@@ -37,13 +37,19 @@ def node_objects(daemon: "DaemonHost") -> list[dict]:
         tracker.observe(name, state, slots=info.slots,
                         at=daemon.started_at if tracker.since(name) is None else None)
         out.append({"name": name, "state": state.value, "slots": info.slots, "used": info.used,
-                    "drained": info.drained, "since": tracker.since(name)})
+                    "drained": info.drained, "since": tracker.since(name), **node_resources(info)})
     return out
 
 
 async def _show(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
     job_id = str(request["job"])
-    return {"job": await daemon.call(call=lambda: job_with_reason(daemon, job_id))}
+    job = await daemon.call(call=lambda: job_with_reason(daemon, job_id))  # unknown job: a clear error
+    # Usage per attempt (issue #20 accounting), from the fact log as `history` reads it; "usage"
+    # is the latest finished attempt's.  Attempts before a pruning snapshot are not there.
+    facts = await daemon.store.facts_about(job_id)
+    job["attempts"] = [{"attempt": a["attempt"], "agent": a["agent"], "ended": a["ended"], "gpus": a["gpus"],
+                        "usage": a["usage"]} for a in job_history(job_id, facts).to_dict()["attempts"]]
+    return {"job": job}
 
 
 async def _nodes(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:

@@ -31,13 +31,13 @@ from reckon.model import events as E
 from reckon.model.agent import LocalJob, LocalStatus
 from reckon.model.jobs import JobSpec
 from reckon.model.messages import Finished
-from reckon.model.resources import Owner
+from reckon.model.resources import Owner, Usage
 
 from reckon.daemon.store.machine import MachineClaim, MachineId, decide
 from reckon.daemon.store.statelock import WrongStateDir
 from reckon.daemon.store.sqlite_thread import RowStatement, SqliteThread, StoreError, transaction
 
-SCHEMA_VERSION = 4  # 2: local_job.uid and outbox.uid (the submission a dispatch was for); 3: timed_out; 4: owner
+SCHEMA_VERSION = 4  # 2: local_job.uid and outbox.uid (the submission a dispatch was for); 3: timed_out; 4: extra
 _SCHEMA = (
     """CREATE TABLE local_job (
         job TEXT NOT NULL,
@@ -51,7 +51,7 @@ _SCHEMA = (
         acked INTEGER NOT NULL,    -- 0 / 1
         uid TEXT,                  -- the submission's uid (NULL: the controller sent none)
         timed_out INTEGER NOT NULL DEFAULT 0,  -- 0 / 1: stopped at its time limit by its supervisor
-        owner BLOB,                -- CBOR of Owner.to_dict(): whom it runs as (NULL: the agent's own user)
+        extra BLOB,                -- CBOR map of protocol 6's fields not at their defaults (owner, gpus, usage, oom), or NULL
         PRIMARY KEY (job, attempt))""",
     """CREATE TABLE outbox (
         job TEXT NOT NULL,
@@ -62,6 +62,7 @@ _SCHEMA = (
         started_at REAL,
         uid TEXT,
         timed_out INTEGER NOT NULL DEFAULT 0,
+        extra BLOB,                -- as local_job.extra (usage, oom)
         PRIMARY KEY (job, attempt))""",
     """CREATE TABLE meta (
         key TEXT PRIMARY KEY,      -- 'cluster': the controller history the records belong to;
@@ -76,25 +77,25 @@ _MIGRATIONS = {
     1: ("ALTER TABLE local_job ADD COLUMN uid TEXT", "ALTER TABLE outbox ADD COLUMN uid TEXT"),
     2: ("ALTER TABLE local_job ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE outbox ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0"),
-    3: ("ALTER TABLE local_job ADD COLUMN owner BLOB",),
+    3: ("ALTER TABLE local_job ADD COLUMN extra BLOB", "ALTER TABLE outbox ADD COLUMN extra BLOB"),
 }
 
-_RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out, owner"
-_OUTBOX_COLS = "job, attempt, exit_code, signal, finished_at, started_at, uid, timed_out"
+_RECORD_COLS = "job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out, extra"
+_OUTBOX_COLS = "job, attempt, exit_code, signal, finished_at, started_at, uid, timed_out, extra"
 # Each a statement over many rows (see RowStatement: one step per chunk, not per row).
 _PUT_RECORD = RowStatement(
     f"INSERT INTO local_job ({_RECORD_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     " ON CONFLICT (job, attempt) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
     "started_at = excluded.started_at, exit_code = excluded.exit_code, signal = excluded.signal, "
     "finished_at = excluded.finished_at, acked = excluded.acked, uid = excluded.uid, timed_out = excluded.timed_out, "
-    "owner = excluded.owner",
+    "extra = excluded.extra",
 )
 _DELETE_RECORD = RowStatement("DELETE FROM local_job WHERE (job, attempt) IN (VALUES ", "(?, ?)", ")")
 _PUT_OUTBOX = RowStatement(
-    f"INSERT INTO outbox ({_OUTBOX_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO outbox ({_OUTBOX_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
     " ON CONFLICT (job, attempt) DO UPDATE SET exit_code = excluded.exit_code, signal = excluded.signal, "
     "finished_at = excluded.finished_at, started_at = excluded.started_at, uid = excluded.uid, "
-    "timed_out = excluded.timed_out",
+    "timed_out = excluded.timed_out, extra = excluded.extra",
 )
 _DELETE_OUTBOX = RowStatement("DELETE FROM outbox WHERE (job, attempt) IN (VALUES ", "(?, ?)", ")")
 _PUT_META = RowStatement("INSERT INTO meta (key, value) VALUES ", "(?, ?)",
@@ -171,9 +172,8 @@ def _op(command: Any) -> tuple[RowStatement, tuple]:
         if not isinstance(r, LocalJob):
             raise TypeError(f"StoreRecord must carry a LocalJob, not {type(r).__name__}")
         spec = None if r.spec is None else cbor2.dumps(r.spec.to_dict())
-        owner = None if r.owner is None else cbor2.dumps(r.owner.to_dict())
         return _PUT_RECORD, (r.job, r.attempt, spec, r.status.value, r.started_at, r.exit_code, r.signal,
-                             r.finished_at, int(r.acked), r.uid, int(r.timed_out), owner)
+                             r.finished_at, int(r.acked), r.uid, int(r.timed_out), _extra(r))
     if isinstance(command, E.DeleteRecord):
         return _DELETE_RECORD, (command.job, command.attempt)
     if isinstance(command, E.OutboxPut):
@@ -181,7 +181,7 @@ def _op(command: Any) -> tuple[RowStatement, tuple]:
         if not isinstance(f, Finished):
             raise TypeError(f"OutboxPut must carry a Finished report, not {type(f).__name__}")
         return _PUT_OUTBOX, (f.job, f.attempt, f.exit_code, f.signal, f.finished_at, f.started_at, f.uid,
-                             int(f.timed_out))
+                             int(f.timed_out), _extra(f))
     if isinstance(command, E.OutboxDelete):
         return _DELETE_OUTBOX, (command.job, command.attempt)
     if isinstance(command, E.StoreCluster):
@@ -245,7 +245,7 @@ def _check_key(job: Any, attempt: Any) -> None:
 
 
 def _record(row: tuple, path: Path) -> LocalJob:
-    job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out, owner = row
+    job, attempt, spec, status, started_at, exit_code, signal, finished_at, acked, uid, timed_out, extra = row
     try:
         _check_key(job, attempt)
         if acked not in (0, 1):
@@ -254,7 +254,7 @@ def _record(row: tuple, path: Path) -> LocalJob:
             job=job, attempt=attempt, spec=None if spec is None else JobSpec.from_dict(cbor2.loads(spec)),
             status=LocalStatus(status), started_at=started_at, exit_code=exit_code, signal=signal,
             finished_at=finished_at, acked=bool(acked), uid=uid, timed_out=bool(timed_out),
-            owner=None if owner is None else Owner.from_dict(cbor2.loads(owner)),
+            **_read_extra(extra, ("owner", "gpus", "usage", "oom")),
         )
         if record.status is LocalStatus.FINISHED:
             _finished(record)  # validates the outcome fields the way the wire does
@@ -266,14 +266,44 @@ def _record(row: tuple, path: Path) -> LocalJob:
 def _finished(r: LocalJob) -> Finished:
     return Finished(job=r.job, attempt=r.attempt, exit_code=r.exit_code, signal=r.signal,
                     finished_at=r.finished_at, started_at=r.started_at, uid=r.uid,  # type: ignore[arg-type]
-                    timed_out=r.timed_out)
+                    timed_out=r.timed_out, usage=r.usage, oom=r.oom)
+
+
+def _extra(r: LocalJob | Finished) -> bytes | None:
+    """Protocol 6's fields of a record or a report, those not at their defaults, as one CBOR map."""
+    out: dict[str, Any] = {}
+    if getattr(r, "owner", None) is not None:
+        out["owner"] = r.owner.to_dict()  # type: ignore[union-attr]
+    if getattr(r, "gpus", ()):
+        out["gpus"] = list(r.gpus)  # type: ignore[union-attr]
+    if r.usage is not None:
+        out["usage"] = r.usage.to_dict()
+    if r.oom:
+        out["oom"] = True
+    return cbor2.dumps(out) if out else None
+
+
+def _read_extra(blob: bytes | None, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if blob is None:
+        return {}
+    data = cbor2.loads(blob)
+    if not isinstance(data, dict) or not set(data) <= set(allowed):
+        raise ValueError(f"extra is not a map of {', '.join(allowed)}")
+    if "gpus" in data:
+        data["gpus"] = tuple(data["gpus"])
+    if "usage" in data:
+        data["usage"] = Usage.from_dict(data["usage"])
+    if "owner" in data:
+        data["owner"] = Owner.from_dict(data["owner"])
+    return data
 
 
 def _report(row: tuple, path: Path) -> Finished:
-    job, attempt, exit_code, signal, finished_at, started_at, uid, timed_out = row
+    job, attempt, exit_code, signal, finished_at, started_at, uid, timed_out, extra = row
     try:
         _check_key(job, attempt)
         return Finished(job=job, attempt=attempt, exit_code=exit_code, signal=signal, finished_at=finished_at,
-                        started_at=started_at, uid=uid, timed_out=bool(timed_out))
+                        started_at=started_at, uid=uid, timed_out=bool(timed_out),
+                        **_read_extra(extra, ("usage", "oom")))
     except Exception as exc:
         raise StoreError(f"{path}: outbox entry ({job!r}, {attempt!r}) is corrupt: {exc}") from exc

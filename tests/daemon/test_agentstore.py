@@ -19,11 +19,14 @@ from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.agent import Agent, AgentConfig, LocalJob, LocalStatus
 from reckon.model.jobs import JobSpec
-from reckon.model.resources import Owner
+from reckon.model.resources import Owner, Usage
 from tests.daemon.store_helpers import hang_guard
 
 
 SPEC = JobSpec(name="build", command=("make", "-j4", ""), cwd="/src", env=(("CC", "gcc"), ("EMPTY", "")), slots=2)
+
+
+USAGE = Usage(cpu_user=1.25, cpu_system=0.5, max_rss=50 << 20, wall=2.0, source="cgroup")
 
 
 def records() -> list[LocalJob]:
@@ -38,7 +41,11 @@ def records() -> list[LocalJob]:
         LocalJob(job="6", attempt=1, spec=SPEC, status=LocalStatus.FINISHED, exit_code=-1, signal=None,
                  finished_at=14.0),
         LocalJob(job="7", attempt=2, spec=SPEC, started_at=15.0, uid="9c3e5a7f01b2d4e6"),
-        LocalJob(job="8", attempt=1, spec=SPEC, uid="9c3e5a7f01b2d4e7", owner=Owner(uid=1001, gid=100, user="alice")),
+        # Protocol 6: whom it runs as, the GPUs a dispatch gave, what a finished attempt used, an OOM kill.
+        LocalJob(job="8", attempt=1, spec=SPEC, started_at=16.0, gpus=(0, 3), uid="9c3e5a7f01b2d4e7",
+                 owner=Owner(uid=1001, gid=100, user="alice")),
+        LocalJob(job="9", attempt=1, spec=SPEC, status=LocalStatus.FINISHED, signal=9, finished_at=18.0,
+                 gpus=(1,), usage=USAGE, oom=True),
     ]
 
 
@@ -73,7 +80,8 @@ async def test_fresh_store_loads_empty(tmp_path):
 @hang_guard
 async def test_records_and_outbox_survive_reopen(tmp_path):
     outbox = [report("4", 2, exit_code=None, signal=9, finished_at=13.0), report("6", exit_code=-1, finished_at=14.0),
-              report("7", exit_code=255, started_at=1.5), report("8", uid="9c3e5a7f01b2d4e6")]
+              report("7", exit_code=255, started_at=1.5), report("8", uid="9c3e5a7f01b2d4e6"),
+              report("9", exit_code=None, signal=9, usage=USAGE, oom=True)]
     async with await AgentStore.open(tmp_path) as store:
         await store.apply([E.StoreRecord(record=r) for r in records()] + [E.OutboxPut(report=f) for f in outbox])
     async with await AgentStore.open(tmp_path) as store:

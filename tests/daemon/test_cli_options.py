@@ -174,3 +174,50 @@ def test_a_config_file_takes_a_duration_as_a_number_or_a_string(tmp_path):
     path.write_text('[controller]\nstate-dir = "/x"\nlost-after = "10m"\nround-timeout = 12.5\n')
     found = daemon_config.check(path, daemon_parsers(build_parser()))
     assert (found["controller"]["lost_after"], found["controller"]["round_timeout"]) == (600.0, 12.5)
+
+
+# ---- resources beyond slots (issue #20) ----
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--mem", "lots"], "reckon: invalid --mem: bad size 'lots': a number with an optional K, M, G or T suffix"),
+    (["--mem", "0"], "reckon: invalid --mem: bad size '0': it must be more than 0"),
+    (["--gres", "lic:x"], "reckon: invalid --gres: bad generic resource 'lic:x': NAME or NAME:COUNT"),
+    (["--gres", "gpu:1"], "reckon: invalid --gres: bad generic resource name 'gpu'"),
+    (["--gpus", "-1"], "reckon: invalid job: gpus must be"),
+])
+def test_a_bad_resource_is_one_line_and_status_2(argv, expected, capsys):
+    assert main(["submit", *argv, "--controller", "ws://127.0.0.1:1", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
+
+
+def test_cpus_mem_gpus_gres_make_the_spec_and_slots_is_the_older_name(tmp_path):
+    import argparse
+
+    from reckon.daemon.cli.jobs import job_spec
+    from reckon.daemon.cli.main import build_parser
+
+    def spec(*options: str) -> dict:
+        args = build_parser().parse_args(["submit", *options, "--", "true"])
+        assert isinstance(args, argparse.Namespace)
+        return job_spec(["true"], args, str(tmp_path))
+
+    asked = spec("--cpus", "2", "--mem", "1.5G", "--gpus", "1", "--gres", "lic:2", "--gres", "fpga")
+    assert (asked["slots"], asked["mem"], asked["gpus"], asked["gres"]) == (2, 3 << 29, 1, [["fpga", 1], ["lic", 2]])
+    assert spec("--slots", "3")["slots"] == 3
+    assert {"mem", "gpus", "gres"}.isdisjoint(spec())  # left out at their defaults, as an older CLI sent it
+
+
+def test_nodes_show_every_dimension_and_what_cannot_be_enforced():
+    from reckon.daemon.cli.jobs import format_nodes
+
+    node = {"name": "gpu1", "state": "MIXED", "slots": 8, "used": 3, "since": None, "mem": 16 << 30,
+            "mem_used": 4 << 30, "gpus": [0, 1], "gpus_used": [0], "gres": [["lic", 2]], "gres_used": [["lic", 1]],
+            "enforcer": "none", "unenforced": ["cpus", "mem"]}
+    old = {"name": "old", "state": "IDLE", "slots": 4, "used": 0, "since": None}  # a version 5 agent
+    lines = format_nodes([node, old]).splitlines()
+    assert lines[0].split() == ["NAME", "STATE", "CPUS", "MEM", "GPUS", "GRES", "ENFORCER", "SINCE"]
+    assert lines[1].split()[:7] == ["gpu1", "MIXED", "3/8", "4G/16G", "1/2", "lic:1/2", "none"]
+    assert lines[2].split()[:7] == ["old", "IDLE", "0/4", "-", "-", "-", "-"]
+    assert lines[3] == "gpu1: cannot enforce: cpus, mem"

@@ -10,7 +10,7 @@ import trio
 
 from reckon.daemon.agent.attempts import ExitStatus
 from reckon.daemon.agent.runner import JobRunner
-from reckon.daemon.store.agent import AgentStore
+from reckon.daemon.store.agent import SCHEMA_VERSION, AgentStore
 from reckon.model import events as E
 from reckon.model.records import LocalJob, LocalStatus
 
@@ -80,4 +80,4 @@ async def test_the_agent_store_keeps_timed_out_and_upgrades_older_stores(tmp_pat
         async with await AgentStore.open(tmp_path / "old") as store:
             records, outbox = await store.load()
         assert [r.timed_out for r in records] == [False] and [f.timed_out for f in outbox] == [False]
-        assert await raw(tmp_path / "old" / "agent.db", "PRAGMA user_version") == [(3,)]
+        assert await raw(tmp_path / "old" / "agent.db", "PRAGMA user_version") == [(SCHEMA_VERSION,)]

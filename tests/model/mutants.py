@@ -151,7 +151,18 @@ KILL_BY_JOB = Mutant("K1", "agent: a Kill kills every running attempt of its job
                      "out.extend(E.KillProcess(job=key[0], attempt=key[1]) for key, held in self.records.items() "
                      "if key[0] == msg.job and held.status is LocalStatus.RUNNING)")
 
-ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,)}
+# Issue #20's resources: the shared fit forgets the memory in use (the scheduler, the dispatch
+# check and apply all use AgentInfo.free), and a running job's GPUs are not marked held (the
+# lowest-free pick then gives a GPU twice).  INV-NO-OVERCOMMIT and INV-GPU-ONCE must catch them.
+RESOURCES = (
+    Mutant("R1", "state: the free memory of an agent ignores what its running jobs hold", "reckon.model.state",
+           "AgentInfo", "free", "mem = None if res.mem is None else res.mem - self.mem_used",
+           "mem = None if res.mem is None else res.mem"),
+    Mutant("R2", "state: a placed job's GPUs are not marked held", "reckon.model.state", None, "_hold",
+           "info.gpus_held.setdefault(index, set()).add(job.id)", "pass"),
+)
+
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES}
 
 UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
                 "test_explore_bite.py", "test_checks_bite.py")

@@ -417,3 +417,27 @@ def test_bite_round_timeout_taken_as_not_fatal(monkeypatch):
 
     monkeypatch.setitem(A.REFUSAL_RETRY, M.RefusalCode.ROUND_TIMEOUT, A.Retry.CARRY_ON)
     assert_bites("INV-REFUSAL-RETRY")
+
+
+# R1 (the fit forgets the memory held) is caught by INV-NO-OVERCOMMIT here too, but only after
+# about six minutes of examples on this budget: test_resources.py bites it in a few steps instead.
+@pytest.mark.parametrize("mutant, caught_by", [
+    ("R2", "INV-STATE-VALID"),  # the GPU holdings drift from the RUNNING jobs' gpu_ids
+])
+def test_bite_resources(monkeypatch, mutant, caught_by):
+    """Issue #20: break the GPU holdings the lowest-free pick reads."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
+    assert_bites(caught_by)
+
+
+def test_bite_gpu_given_twice(monkeypatch):
+    """Issue #20: the dispatch picks GPUs without looking at what is held, and apply no longer
+    refuses a held one: INV-GPU-ONCE (the machine's own check and validate_state's) sees a GPU
+    given to two RUNNING jobs of one agent."""
+    from reckon.model import job_ops
+
+    monkeypatch.setattr(S, "_check_placement", lambda *args, **kwargs: None)
+    monkeypatch.setattr(job_ops, "lowest_free", lambda gpus, held, count: tuple(gpus[:count]))
+    assert_bites("INV-GPU-ONCE")

@@ -19,7 +19,7 @@ import pytest
 from reckon.model import facts as F
 from reckon.model import state as S
 from reckon.model.jobs import JobRecord, JobSpec, JobState
-from reckon.model.resources import Owner
+from reckon.model.resources import NodeResources, Owner, Usage
 from reckon.model.state import AgentInfo, ControllerState
 
 from tests.model.harness import spec
@@ -40,13 +40,16 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
         "used": "derived from the RUNNING jobs placed here (validate_state)",
         "running": "derived from the RUNNING jobs placed here (validate_state)",
         "digest": "a cache of running_digest over the placed attempts (validate_state)",
+        "mem_used": "derived from the RUNNING jobs placed here (validate_state)",
+        "gpus_held": "derived from the RUNNING jobs' gpu_ids (validate_state)",
+        "gres_used": "derived from the RUNNING jobs placed here (validate_state)",
     },
     JobRecord: {},
 }
 # Fields allowed out of the snapshot: the derived ones, which restore rebuilds.
 OUT_OF_SNAPSHOT: dict[type, set[str]] = {
     ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays", "user_running"},
-    AgentInfo: {"used", "running", "digest"},
+    AgentInfo: {"used", "running", "digest", "mem_used", "gpus_held", "gres_used"},
     JobRecord: set(),
 }
 
@@ -81,6 +84,12 @@ def other_value(value: Any, annotation: str) -> Any:
         return dataclasses.replace(value, slots=value.slots + 1)
     if isinstance(value, Owner):
         return dataclasses.replace(value, uid=value.uid + 7, user=value.user + "x")
+    if isinstance(value, tuple):
+        return value + (7,)
+    if value is None and "Usage" in annotation:
+        return Usage(cpu_user=1.5, cpu_system=0.25, max_rss=1 << 20, wall=2.0, source="rusage")
+    if value is None and "NodeResources" in annotation:
+        return NodeResources(mem=1 << 30, gpus=(0, 1), gres=(("license", 2),))
     if value is None:
         if "Owner" in annotation:
             return Owner(uid=1007, gid=1007, user="alice")

@@ -51,7 +51,10 @@ from reckon.model.errors import LocalProtocolError, ModelCorrupted, PermissionDe
 from reckon.model.permissions import Caller, check, owner_of
 from reckon.model.policy import ready, user_limit_refusal
 from reckon.model.jobs import JobSpec, JobState
+from reckon.model.resources import NodeResources, Usage
 from reckon.model.scheduler import Scheduler
+
+from tests.model import resource_checks
 
 AGENT_NAMES = ("a1", "a2", "a3")
 # (exit_code, signal) of a process end: success, failures, killed by a signal.
@@ -60,6 +63,18 @@ KILL_SIGNAL = 9
 KILL_GRACE_STEPS = 2  # time steps a slowly killed process outlives its kill (the explorer's kill_slowly)
 TIME_STEPS = (0.5, 1.0, 2.5, 6.0, 31.0, 301.0)
 TERMINAL_FACTS = (F.JobFinished, F.JobCancelled, F.JobCancelConfirmed)
+# What an agent's machine offers beyond CPUs (issue #20): None is an agent that schedules no
+# memory and has no GPUs or gres (what a version 5 agent says); the rest mix the dimensions.
+_G = 1 << 30
+AGENT_RESOURCES = (
+    None,
+    NodeResources(mem=2 * _G, gpus=(0, 1), gres=(("lic", 2),), enforcer="cgroup-v1"),
+    NodeResources(mem=_G, gpus=(3,), unenforced=("cpus", "mem"), enforcer="none"),
+    NodeResources(mem=None, gpus=(0, 2, 5), gres=(("lic", 1),)),
+)
+# What a job asks beyond CPUs: most ask nothing more.
+JOB_ASKS = ({}, {}, {"mem": _G // 2}, {"mem": _G}, {"gpus": 1}, {"gpus": 2, "mem": _G // 2},
+            {"gres": (("lic", 1),)}, {"gpus": 1, "gres": (("lic", 2),)})
 INDEX = st.integers(min_value=0, max_value=1 << 16)
 # Who asks (issue #20): token mode (None: may do everything, its jobs have no owner), two users, an operator.
 CALLERS = (None, Caller(uid=1001, gid=1001, user="alice"), Caller(uid=1002, gid=1002, user="bob"),
@@ -107,6 +122,15 @@ class Proc:
     finished_at: float | None = None
     uid: str | None = None  # the submission it runs for (the agent record's uid)
     dying: int = 0  # killed, in its grace period: the time steps it still lives (0: not dying)
+    oom: bool = False  # it was killed for exceeding its memory limit
+
+    @property
+    def usage(self) -> Usage | None:
+        """What its supervisor measured: a value of its own, so a usage given to another attempt shows."""
+        if self.finished_at is None:
+            return None
+        return Usage(cpu_user=float(self.pid), cpu_system=0.5, max_rss=self.pid << 20,
+                     wall=max(0.0, self.finished_at - self.started_at), source="rusage")
 
     @property
     def ended(self) -> bool:
@@ -156,9 +180,10 @@ class ReckonMachine(RuleBasedStateMachine):
         start_grace=st.sampled_from([0.0, 15.0]),
         max_running=st.sampled_from([None, None, 1, 2]),
         max_cpus=st.sampled_from([None, None, 2, 3]),
+        resources=st.lists(st.sampled_from(AGENT_RESOURCES), min_size=3, max_size=3),
     )
     def setup(self, n_agents, slots, ctrl_page, agent_page, round_timeout, lost_after, recent_window, retry_max,
-              initial_jobs, start_grace=15.0, max_running=None, max_cpus=None):
+              initial_jobs, start_grace=15.0, max_running=None, max_cpus=None, resources=(None, None, None)):
         self.now = 100.0
         self.start_grace = start_grace  # the controller's rejoin grace after each start (0: no start gate)
         self.id_mark_file = 0  # the daemon's id mark file: outside the log, a rollback keeps it
@@ -180,11 +205,11 @@ class ReckonMachine(RuleBasedStateMachine):
         self._controller_starts()
         self.names = AGENT_NAMES[:n_agents]
         self.sides: dict[str, Side] = {}
-        for i, (name, n) in enumerate(zip(self.names, slots)):
+        for i, (name, n, offers) in enumerate(zip(self.names, slots, resources)):
             # Every other agent has a durable identity (version 3), the others none (versions 1, 2).
             cfg = AgentConfig(name=name, slots=n, page_size=agent_page, recent_window=recent_window,
                               retry_initial=1.0, retry_max=retry_max, heartbeat_interval=2.0,
-                              identity=f"{i + 1:032x}" if i % 2 == 0 else None)
+                              identity=f"{i + 1:032x}" if i % 2 == 0 else None, resources=offers)
             self.sides[name] = Side(name=name, config=cfg, agent=Agent(cfg))
         self.wire: list[Wire] = []
         self.uid = 0
@@ -594,7 +619,7 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _exited(self, p: Proc) -> E.ProcessExited:
         return E.ProcessExited(job=p.job, attempt=p.attempt, exit_code=p.exit_code, signal=p.signal,
-                               finished_at=p.finished_at, now=self.now)
+                               finished_at=p.finished_at, now=self.now, usage=p.usage, oom=p.oom)
 
     def _check_reported_outcome(self, agent: str, job: str, attempt: int, outcome: tuple) -> None:
         truths = [p.outcome for p in self.procs if p.agent == agent and p.ended and (p.job, p.attempt) == (job, attempt)]
@@ -790,9 +815,10 @@ class ReckonMachine(RuleBasedStateMachine):
 
     # ---- rules: work ----------------------------------------------------------------
 
-    def _submit(self, slots: int, command: tuple, retries: int = 0, caller: Caller | None = None) -> None:
+    def _submit(self, slots: int, command: tuple, retries: int = 0, caller: Caller | None = None,
+                asks: dict | None = None) -> None:
         spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots,
-                       retries=retries)
+                       retries=retries, **(asks or {}))
         self.submissions += 1
         uid = f"{self.submissions:016x}"
         self.owners[uid] = owner_of(caller)
@@ -801,10 +827,10 @@ class ReckonMachine(RuleBasedStateMachine):
 
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
           command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2),
-          retries=st.sampled_from((0, 0, 1, 2)), caller=CALLER)
-    def submit(self, slots, command, retries, caller=None):
+          retries=st.sampled_from((0, 0, 1, 2)), caller=CALLER, asks=st.sampled_from(JOB_ASKS))
+    def submit(self, slots, command, retries, caller=None, asks=None):
         for n in slots:
-            self._submit(n, tuple(command), retries, caller)
+            self._submit(n, tuple(command), retries, caller, asks)
 
     @precondition(lambda self: self.controller.state.jobs)
     @rule(i=INDEX, action=st.sampled_from(("hold", "release", "requeue")), caller=CALLER)
@@ -873,12 +899,13 @@ class ReckonMachine(RuleBasedStateMachine):
         self._deliver_all()
 
     @precondition(lambda self: any(p.alive for p in self.procs))
-    @rule(i=INDEX, outcome=st.sampled_from(OUTCOMES))
-    def process_ends(self, i, outcome):
+    @rule(i=INDEX, outcome=st.sampled_from(OUTCOMES), oom=st.sampled_from((False, False, False, True)))
+    def process_ends(self, i, outcome, oom=False):
         alive = [p for p in self.procs if p.alive]
         p = alive[i % len(alive)]
         p.alive = False
-        p.exit_code, p.signal = outcome
+        p.exit_code, p.signal = (None, KILL_SIGNAL) if oom else outcome
+        p.oom = oom
         p.finished_at = self.now
         side = self.sides[p.agent]
         if side.agent is not None:
@@ -1192,6 +1219,14 @@ class ReckonMachine(RuleBasedStateMachine):
             assert got in truths, (
                 f"INV-TRUE-OUTCOME: job {job.id} attempt {job.attempt} recorded {got}, world observed {truths}")
             assert job.terminal, f"INV-TRUE-OUTCOME: job {job.id} has an outcome but is {job.state.value}"
+            # Its usage and an OOM kill are the same process's (issue #20 accounting).
+            ends = [p for p in self.procs if p.ended and (p.agent, p.job, p.attempt) == (where, job.id, job.attempt)
+                    and p.outcome == got]
+            assert job.usage in [p.usage for p in ends], (
+                f"INV-TRUE-OUTCOME: job {job.id} attempt {job.attempt} recorded usage {job.usage}, "
+                f"world measured {[p.usage for p in ends]}")
+            if job.state is JobState.FAILED and any(p.oom for p in ends):
+                assert job.reason == "oom", f"INV-TRUE-OUTCOME: job {job.id} was OOM-killed, reason {job.reason!r}"
 
     @invariant()
     def inv_outcome_owner(self):
@@ -1353,6 +1388,19 @@ class ReckonMachine(RuleBasedStateMachine):
             assert dispatched <= info.slots, f"INV-CAPACITY: {name} has {dispatched} dispatched slots of {info.slots}"
             if all(how.get((j.id, j.attempt)) is F.JobDispatched for j in jobs):
                 assert info.used <= info.slots, f"INV-CAPACITY: {name} uses {info.used} of {info.slots}"
+
+    @invariant()
+    def inv_no_overcommit(self):
+        """INV-NO-OVERCOMMIT: every agent's RUNNING jobs fit its CPUs, memory, GPUs and gres
+        (tests/model/resource_checks.py, independent of the model's own fit)."""
+        found = resource_checks.no_overcommit(self.controller.state, self.log)
+        assert not found, "; ".join(found)
+
+    @invariant()
+    def inv_gpu_once(self):
+        """INV-GPU-ONCE: no GPU held by two RUNNING jobs of one agent; gpu_ids as the placing fact says."""
+        found = resource_checks.gpu_once(self.controller.state, self.log)
+        assert not found, "; ".join(found)
 
     @invariant()
     def inv_single_owner(self):
@@ -1535,8 +1583,8 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _pending_that_fits(self) -> bool:
         state = self.controller.state
-        return any(self._may_start(job) and not info.drained and info.slots - info.used >= job.spec.slots
-                   for job in state.jobs.values() for info in state.agents.values())
+        return any(self._may_start(job) and not info.drained and resource_checks.would_fit(state, name, job)
+                   for job in state.jobs.values() for name, info in state.agents.items())
 
     def _may_start(self, job: Any) -> bool:
         """Ready, and not waiting for its owner's per-user limits (which a quiet cluster may hold it to)."""
@@ -1630,8 +1678,9 @@ class ReckonMachine(RuleBasedStateMachine):
             if not self._may_start(job):  # a held job waits for its release, another for its owner's limit
                 continue
             for name, info in state.agents.items():
-                assert info.drained or info.slots - info.used < job.spec.slots, (  # a drained agent takes none
-                    f"INV-LIVENESS-SCHEDULES: pending job {job.id} ({job.spec.slots} slots) fits on {name} "
+                # A drained agent takes none; the fit is in every dimension (CPUs, memory, GPUs, gres).
+                assert info.drained or not resource_checks.would_fit(state, name, job), (
+                    f"INV-LIVENESS-SCHEDULES: pending job {job.id} ({job.spec.resources_text()}) fits on {name} "
                     f"({info.used}/{info.slots} used) but was not dispatched")
         for p in self.procs:
             if p.alive:

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 from reckon.model import facts as F
 from reckon.model.jobs import JobRecord, JobState
+from reckon.model.state import ControllerState
+
+from tests.model import resource_checks
 
 from tests.sim.world import Process, World, submission_of
 
@@ -37,6 +40,10 @@ class Checker:
         """What must hold after every step, faults or not."""
         return [*self.run_at_most_once(facts), *self.true_outcome(jobs), *self.true_start_time(jobs),
                 *self.terminal_stable(jobs)]
+
+    def resources(self, state: ControllerState, facts: list[F.Fact]) -> list[str]:
+        """INV-NO-OVERCOMMIT and INV-GPU-ONCE on the controller's live state (tests/model/resource_checks.py)."""
+        return [*resource_checks.no_overcommit(state, facts), *resource_checks.gpu_once(state, facts)]
 
     def run_at_most_once(self, facts: list[F.Fact]) -> list[str]:
         """INV-SIM-RUN-AT-MOST-ONCE: a submission runs at most once, unless the operator allowed it

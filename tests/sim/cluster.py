@@ -35,7 +35,7 @@ from reckon.model.state import apply
 
 from tests.sim.net import Network, serve_connection
 from tests.sim.patches import SeededSecrets, SimWall
-from tests.sim.world import World, job_spec
+from tests.sim.world import AGENT_RESOURCES, World, job_spec
 
 log = logging.getLogger("reckon.sim")
 
@@ -183,7 +183,7 @@ class SimAgent:
         return AgentOptions(name=self.name, slots=slots, state_dir=self.state_dir,
                             controller=f"ws://{self.host}.sim", token=TOKEN, executor="null",
                             reconnect_initial=0.1, reconnect_max=1.0, kill_grace=1.0, pong_timeout=self.pong_timeout,
-                            model=dict(AGENT_MODEL),
+                            model=dict(AGENT_MODEL, resources=AGENT_RESOURCES),
                             **({} if self.machine_file is None else {"machine_id_files": (self.machine_file,)}))
 
     async def start(self, nursery: trio.Nursery, slots: int) -> None:

@@ -252,7 +252,10 @@ async def _safety(cluster: Cluster, checker: Checker) -> list[str]:
     await cluster.controller.call(call=lambda: None)  # what it decided so far is durable
     if cluster.deaths() or not cluster.controller.up:
         return cluster.deaths()
-    return checker.safety(_jobs(cluster), await cluster.controller.facts())
+    facts = await cluster.controller.facts()
+    daemon = cluster.controller.daemon
+    resources = checker.resources(daemon.model.state, facts) if daemon is not None else []
+    return checker.safety(_jobs(cluster), facts) + resources
 
 
 async def _do(cluster: Cluster, faults: trio.Nursery, step: Step, *, spare_launches: bool) -> None:

@@ -123,6 +123,15 @@ def test_crashes_and_restarts_keep_the_promise() -> None:
     holds(S.run(Scenario(seed=2, steps=steps, reset_in_handshake=RESETS_IN_HANDSHAKE)))
 
 
+def test_jobs_asking_gpus_memory_and_gres_share_the_agents_without_overcommit(*, bug_id: str | None = None) -> None:
+    """Issue #20: more jobs asking GPUs, memory and a license than the agents have at once (each
+    offers 2 GPUs, 1G, one license; tests/sim/world.py), through an agent restart and a controller
+    restart: nothing is over-committed, no GPU is given twice, and every job still runs."""
+    steps = (*(Submit(20.0, 0) for _ in range(10)), Wait(3.0), AgentRestart("a1", 5.0), Wait(10.0),
+             ControllerRestart(down=5.0, backup=False), *(Submit(3.0, 0) for _ in range(5)), Wait(60.0))
+    holds(S.run(Scenario(seed=5, steps=steps, reset_in_handshake=RESETS_IN_HANDSHAKE)), bug_id=bug_id)
+
+
 def test_the_checks_see_a_run_twice() -> None:
     """Bite: the run-twice check is not vacuous (a world where one submission ran twice)."""
     from tests.sim.checks import Checker

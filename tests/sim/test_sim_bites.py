@@ -105,3 +105,14 @@ def test_bite_a_derived_index_that_drifts_stops_the_run(monkeypatch):
                                reset_in_handshake=T.RESETS_IN_HANDSHAKE))
     with pytest.raises(T.BugReproduced, match="ModelCorrupted.*agent a1 holds"):
         T.holds(found, bug_id="INV-SIM-NO-DAEMON-DEATH", detail="ModelCorrupted")
+
+
+def test_bite_a_gpu_given_twice(monkeypatch):
+    """Issue #20: the dispatch picks GPUs without looking at what is held, and apply no longer
+    refuses a held one: the simulation's INV-GPU-ONCE sees a GPU of one agent given twice."""
+    from reckon.model import job_ops
+
+    monkeypatch.setattr(state_model, "_check_placement", lambda *args, **kwargs: None)
+    monkeypatch.setattr(job_ops, "lowest_free", lambda gpus, held, count: tuple(gpus[:count]))
+    with pytest.raises(T.BugReproduced, match="INV-GPU-ONCE"):
+        T.test_jobs_asking_gpus_memory_and_gres_share_the_agents_without_overcommit(bug_id="INV-GPU-ONCE")

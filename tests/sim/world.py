@@ -30,13 +30,22 @@ import trio
 from reckon.daemon.agent.attempts import AlreadyLaunched, ExitStatus, check_key
 from reckon.model import messages as M
 from reckon.model.jobs import JobSpec
+from reckon.model.resources import NodeResources
 
 Key = tuple[str, int]
 
 
+# What a simulated agent's machine offers beyond CPUs (issue #20), and what its jobs ask, by
+# submission: every job fits one agent alone, so none waits forever, but they compete.
+AGENT_RESOURCES = NodeResources(mem=1 << 30, gpus=(0, 1), gres=(("lic", 1),), enforcer="none",
+                                unenforced=("cpus", "gpus", "kill", "mem", "pids"))
+JOB_ASKS = ({}, {"gpus": 1, "mem": 256 << 20}, {"gpus": 1}, {"gres": (("lic", 1),)}, {"mem": 768 << 20})
+
+
 def job_spec(submission: int, duration: float, exit_code: int) -> JobSpec:
     """The spec of a simulated job: what its process will do, and which submission it is."""
-    return JobSpec(name=f"sim-{submission}", command=("sim", str(submission), repr(duration), str(exit_code)))
+    return JobSpec(name=f"sim-{submission}", command=("sim", str(submission), repr(duration), str(exit_code)),
+                   **JOB_ASKS[submission % len(JOB_ASKS)])
 
 
 def submission_of(spec: JobSpec) -> int:
