@@ -431,13 +431,3 @@ def test_bite_resources(monkeypatch, mutant, caught_by):
     mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
     assert_bites(caught_by)
 
-
-def test_bite_gpu_given_twice(monkeypatch):
-    """Issue #20: the dispatch picks GPUs without looking at what is held, and apply no longer
-    refuses a held one: INV-GPU-ONCE (the machine's own check and validate_state's) sees a GPU
-    given to two RUNNING jobs of one agent."""
-    from reckon.model import job_ops
-
-    monkeypatch.setattr(S, "_check_placement", lambda *args, **kwargs: None)
-    monkeypatch.setattr(job_ops, "lowest_free", lambda gpus, held, count: tuple(gpus[:count]))
-    assert_bites("INV-GPU-ONCE")
