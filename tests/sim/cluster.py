@@ -33,6 +33,8 @@ from reckon.model.controller import Controller, ControllerConfig
 from reckon.model.errors import LocalProtocolError
 from reckon.model.state import apply
 
+from reckon.daemon.agent.resources import Declared
+
 from tests.sim.net import Network, serve_connection
 from tests.sim.patches import SeededSecrets, SimWall
 from tests.sim.world import AGENT_RESOURCES, World, job_spec
@@ -183,7 +185,10 @@ class SimAgent:
         return AgentOptions(name=self.name, slots=slots, state_dir=self.state_dir,
                             controller=f"ws://{self.host}.sim", token=TOKEN, executor="null",
                             reconnect_initial=0.1, reconnect_max=1.0, kill_grace=1.0, pong_timeout=self.pong_timeout,
-                            model=dict(AGENT_MODEL, resources=AGENT_RESOURCES),
+                            model=AGENT_MODEL,
+                            # What the operator declares, as `reckon agent --mem --gpus --gres` would.
+                            declared=Declared(mem=AGENT_RESOURCES.mem, gpus=AGENT_RESOURCES.gpus,
+                                              gres=AGENT_RESOURCES.gres),
                             **({} if self.machine_file is None else {"machine_id_files": (self.machine_file,)}))
 
     async def start(self, nursery: trio.Nursery, slots: int) -> None:
