@@ -21,6 +21,7 @@ Slurm's figures on the same machine, for comparison, are in docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -112,7 +113,9 @@ async def cli_run(args: argparse.Namespace, base: Path, mode: str, auth: str = "
     auth_args = ["--auth", "munge", "--munge-socket", socket] if auth == "munge" else []
     try:
         await cluster.start_controller("--rejoin-grace", "0", *auth_args)
-        await cluster.start_agent("agent-1", args.slots, "--executor", args.executor, *auth_args)
+        # On a munge cluster the bench's jobs are its caller's: run as root, they need --allow-root-jobs.
+        root_jobs = ["--allow-root-jobs"] if auth == "munge" and os.geteuid() == 0 else []
+        await cluster.start_agent("agent-1", args.slots, "--executor", args.executor, *auth_args, *root_jobs)
         # As an installed package has it: bytecode compiled once, not on every call (the run's
         # own cache, so a PYTHONDONTWRITEBYTECODE environment or a read-only tree changes nothing).
         env = {k: v for k, v in os.environ.items() if not k.startswith("RECKON_") and k != "PYTHONDONTWRITEBYTECODE"}

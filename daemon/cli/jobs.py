@@ -217,7 +217,7 @@ def format_jobs(jobs: list[dict]) -> str:
     rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "CPUS", "MEM", "GPUS", "EXIT", "SIGNAL", "FINISHED", "USER")]
     for j in jobs:
         rows.append((j["id"], j["name"][:24], j["state"], j["agent"] or "-", str(j["attempt"]),
-                     str(j.get("cpus", j["slots"])), format_size(j.get("mem")), _gpus(j),
+                     str(j.get("cpus") or j.get("slots") or "-"), format_size(j.get("mem")), _gpus(j),
                      "-" if j["exit_code"] is None else str(j["exit_code"]),
                      "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"]), j.get("user") or "-"))
     return _table(rows)

@@ -254,7 +254,8 @@ async def test_a_version_1_store_is_upgraded_and_keeps_its_rows(tmp_path):
 @pytest.mark.parametrize("sql, message", [
     ("UPDATE local_job SET spec = x'ff' WHERE job = '2'", r"local job record \('2', 3\) is corrupt"),
     ("UPDATE local_job SET status = 'exploded' WHERE job = '1'", r"local job record \('1', 1\) is corrupt"),
-    ("UPDATE local_job SET owner = x'a0' WHERE job = '8'", r"local job record \('8', 1\) is corrupt"),
+    # extra: a CBOR map whose owner is 1, not an owner's map
+    ("UPDATE local_job SET extra = x'a1656f776e657201' WHERE job = '8'", r"local job record \('8', 1\) is corrupt"),
     ("UPDATE local_job SET acked = 7 WHERE job = '3'", r"local job record \('3', 1\) is corrupt"),
     ("UPDATE local_job SET exit_code = NULL WHERE job = '3'", r"local job record \('3', 1\) is corrupt"),
     ("UPDATE outbox SET finished_at = 'soon'", r"outbox entry \('4', 2\) is corrupt"),
