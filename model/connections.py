@@ -26,6 +26,11 @@ def on_join(tx: Transaction, ev: E.AgentJoined) -> None:
         refuse_join(tx, ev.conn, f"protocol version {join.version} not supported (supported: "
                     f"{sorted(M.SUPPORTED_VERSIONS)})", join.version, M.RefusalCode.VERSION)
         return
+    if join.version < tx.config.min_agent_version:
+        refuse_join(tx, ev.conn, f"protocol version {join.version} cannot run jobs as their owners: this cluster "
+                    f"authenticates users and needs agents of version {tx.config.min_agent_version} or newer "
+                    f"(upgrade reckon on {join.agent})", join.version, M.RefusalCode.VERSION)
+        return
     session = tx.sessions.get(join.agent)
     info = tx.state.agents.get(join.agent)
     refusal = names.name_refusal(tx, join, session, info)

@@ -50,8 +50,14 @@ class ControllerConfig:
     # scheduler starts no job past its owner's limit (model/scheduler.py UserLimits).
     max_running_per_user: int | None = None
     max_cpus_per_user: int | None = None
+    # The oldest agent protocol that may join.  A cluster whose jobs have owners (MUNGE) needs
+    # version 6 (messages.OWNERS_SINCE): an older agent is never told a job's owner and would run
+    # it as itself, root included.
+    min_agent_version: int = 1
 
     def __post_init__(self) -> None:
+        if type(self.min_agent_version) is not int or not 1 <= self.min_agent_version <= M.PROTOCOL_VERSION:
+            raise ValueError(f"min_agent_version must be in 1..{M.PROTOCOL_VERSION}")
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
             raise ValueError(f"page_size must be in 1..{M.MAX_PAGE_ENTRIES}")
         if not self.round_timeout > 0:

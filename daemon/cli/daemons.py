@@ -121,6 +121,7 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     from reckon.daemon.controller.options import VALIDATE_STATE_ENV
     from reckon.daemon.controller.server import ControllerOptions, serve_controller
     from reckon.model.controller import ControllerConfig
+    from reckon.model.messages import OWNERS_SINCE
 
     from reckon.daemon.store.interface import check_store_url
 
@@ -145,7 +146,9 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
         agent_user=args.agent_user, store=args.store, advertise=args.advertise, lease=args.lease,
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after, max_running_per_user=args.max_running_per_user,
-                               max_cpus_per_user=args.max_cpus_per_user),
+                               max_cpus_per_user=args.max_cpus_per_user,
+                               # Users' jobs run as their owners: no agent that would not know whom.
+                               min_agent_version=OWNERS_SINCE if mode == "munge" else 1),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,
         rejoin_grace=max(args.rejoin_grace, 0.0), metrics=args.metrics, tls_cert=args.tls_cert, tls_key=args.tls_key,
         validate_state=os.environ.get(VALIDATE_STATE_ENV, "") == "1",

@@ -300,3 +300,22 @@ def test_a_users_backlog_is_parked_once_not_walked_by_every_pass() -> None:
     h.schedule()
     assert running_of(h, "alice") == [alice[1], alice[2]]
     assert not {job for _, job in h.scheduler._queue} & set(alice[3:])
+
+
+def test_a_cluster_of_owners_refuses_agents_that_would_not_know_whom_a_job_runs_as() -> None:
+    """min_agent_version (6 on a MUNGE cluster): a version 5 agent is never told a job's owner
+    (Dispatch.owner is left out for it) and would run alice's job as itself, root included."""
+    h = Harness(controller_config=ControllerConfig(min_agent_version=M.OWNERS_SINCE))
+    before = h.controller.state.digest()
+    commands = h.controller.handle(E.AgentJoined(conn=5, join=M.Join(agent="old", slots=4, version=5),
+                                                 token=b"t" * M.TOKEN_BYTES, now=0.0))
+    [error] = sends_of(commands, M.Error)
+    assert "cannot run jobs as their owners" in error.reason and error.code is M.RefusalCode.VERSION
+    assert error.permanent and facts_of(commands) == [] and h.controller.state.digest() == before
+    # A version 6 agent joins; without the floor, a version 5 one does too (token mode).
+    h.join("a1")
+    assert "a1" in h.controller.state.agents
+    assert not sends_of(Harness().controller.handle(E.AgentJoined(
+        conn=5, join=M.Join(agent="old", slots=4, version=5), token=b"t" * M.TOKEN_BYTES, now=0.0)), M.Error)
+    with pytest.raises(ValueError, match="min_agent_version"):
+        ControllerConfig(min_agent_version=M.PROTOCOL_VERSION + 1)
