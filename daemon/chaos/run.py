@@ -27,7 +27,7 @@ import trio
 
 from reckon.daemon.controller.options import VALIDATE_STATE_ENV
 from reckon.daemon.auth.client import ClientAuth
-from reckon.daemon.auth.munge import MungeError
+from reckon.daemon.auth.munge import MungeError, resolve_socket
 from reckon.daemon.client import Client, ClientError
 from reckon.daemon.cli.demo import count_finish_facts
 from reckon.daemon.procs import LocalCluster
@@ -99,10 +99,10 @@ class ChaosRun:
         credential comes from ``munge`` run as that user (munged takes the uid from the socket)."""
         if not self.config.users:
             return None
-        socket = self.config.munge_socket
+        socket = resolve_socket(self.config.munge_socket)  # --munge-socket, else $RECKON_MUNGE_SOCKET, else munged's
         if user is None:
             return ClientAuth("munge", munge_socket=socket)
-        argv = ["runuser", "-u", user, "--", "munge", "--no-input", *(("--socket", socket) if socket else ())]
+        argv = ["runuser", "-u", user, "--", "munge", "--no-input", "--socket", socket]
 
         def encode() -> str:
             done = subprocess.run(argv, capture_output=True, timeout=30)
