@@ -326,6 +326,24 @@ class AgentResumed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobAttemptsReserved:
+    """No dispatch of ``job`` may carry an attempt up to ``upto`` again: an agent
+    reported attempt ``upto`` of this submission, which this history never
+    issued (its state was restored from an older copy).  Its outcome was
+    answered as stale, so the agent let it go; issuing that (job, attempt)
+    again would make the agent take the new dispatch for the old one."""
+
+    KIND: ClassVar[str] = "job_attempts_reserved"
+    VERSION: ClassVar[int] = 1
+    job: str
+    upto: int
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        check_int("upto", self.upto, minimum=1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobIdsReserved:
     """No submit may reuse any id up to ``upto``: an agent reported ids this
     history never issued (its state was rolled back), or the controller started
@@ -371,7 +389,7 @@ Fact = Union[
     JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
     AgentDrained, AgentResumed,
     JobHeld, JobReleased, JobRestarted,
-    IdMarkRaised, JoinGenerationIssued,
+    IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -380,7 +398,7 @@ FACT_TYPES: dict[str, type] = {
         JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
         AgentDrained, AgentResumed,
         JobHeld, JobReleased, JobRestarted,
-        IdMarkRaised, JoinGenerationIssued,
+        IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved,
     )
 }
 

@@ -275,6 +275,9 @@ class JobRecord:
     # JobDispatched (or JobAdopted) fact recorded them; what the latest finished attempt used.
     gpu_ids: tuple[int, ...] = ()
     usage: Usage | None = None
+    # The highest attempt an agent reported that this history never issued (JobAttemptsReserved):
+    # the job's attempts continue above it.  0: none.
+    attempts_reserved: int = 0
 
     @property
     def terminal(self) -> bool:

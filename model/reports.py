@@ -13,7 +13,7 @@ from . import facts as F
 from . import messages as M
 from ._check import MAX_NAME
 from .errors import RemoteProtocolError
-from .jobs import JobState
+from .jobs import JobRecord, JobState
 from .resync import ResyncRound
 from .session import AgentSession
 from .transaction import Transaction, silence_clock
@@ -173,12 +173,14 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
             tx.attempt_lost(job, "unrecognized by agent")
         return M.AckOutcome.STALE_ATTEMPT
     if not here and not adoptable:
+        reserve_attempt(tx, job, entry)
         if status is M.EntryStatus.RUNNING:
             kill_entry(tx, session, entry)
         return M.AckOutcome.STALE_ATTEMPT
     if not here and len(entry.gpus) != job.spec.gpus:
         # The agent says it runs the job on another number of GPUs than it asks: not an attempt
         # this controller could have placed, so not adopted (INV-GPU-ONCE); it is stopped.
+        reserve_attempt(tx, job, entry)
         tx.emit(E.Warn(message=f"not adopting job {job.id} attempt {entry.attempt} on {session.name}: it asks "
                                f"{job.spec.gpus} GPU(s) and the agent reports {list(entry.gpus)}"))
         if status is M.EntryStatus.RUNNING:
@@ -207,6 +209,16 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
         if holder is not None:
             return f"GPU {index} is held by job {holder}"
     return None
+
+
+def reserve_attempt(tx: Transaction, job: JobRecord, entry: M.ReportEntry) -> None:
+    """An attempt of this submission that this history has not issued yet, reported from a lost
+    one (our state was restored from an older copy): it is answered as stale, so the agent lets
+    its outcome go, and it must never be issued again (INV-ACK-MEANS-RECORDED): a dispatch of
+    that (job, attempt) would be taken by the agent for the one it holds, and never run."""
+    issuable = entry.attempt > job.attempt or (job.state is JobState.PENDING and entry.attempt == job.attempt)
+    if issuable and entry.attempt > job.attempts_reserved:
+        tx.apply(F.JobAttemptsReserved(job=job.id, upto=entry.attempt))
 
 
 def kill_entry(tx: Transaction, session: AgentSession, entry: M.ReportEntry) -> None:

@@ -408,12 +408,34 @@ def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     return Changes(jobs=(job.id, *state.dependants.get(job.id, ())), agents=(agent,))
 
 
+def _next_attempt(job: JobRecord) -> int:
+    """The attempt after the current one, above every attempt a lost history used (JobAttemptsReserved)."""
+    return max(job.attempt, job.attempts_reserved) + 1
+
+
+def _attempts_reserved(state: ControllerState, fact: F.JobAttemptsReserved) -> Changes:
+    job = state.job(fact.job)
+    if job.terminal or fact.upto <= job.attempts_reserved:
+        raise LocalProtocolError(f"job {fact.job} is terminal or has attempts up to {job.attempts_reserved} "
+                                 f"reserved already, not below {fact.upto}")
+    if job.state is JobState.PENDING and fact.upto < job.attempt:
+        raise LocalProtocolError(f"job {fact.job} is PENDING at attempt {job.attempt}: {fact.upto} is no "
+                                 f"attempt it could still issue")
+    if job.state is JobState.RUNNING and fact.upto <= job.attempt:
+        raise LocalProtocolError(f"job {fact.job} runs attempt {job.attempt}: {fact.upto} is no attempt "
+                                 f"it could still issue")
+    job.attempts_reserved = fact.upto
+    if job.state is JobState.PENDING:  # the next dispatch carries the attempt above it
+        job.attempt = fact.upto + 1
+    return Changes(jobs=(job.id,))
+
+
 def _retry(state: ControllerState, job: JobRecord) -> Changes:
     """The attempt failed and the retry policy wants another: its outcome stays
     in its JobFinished fact, the job goes back to PENDING as attempt + 1."""
     job.state = next_state(job.state, JobTransition.RETRY)
     released = _release(state, job)
-    job.attempt += 1
+    job.attempt = _next_attempt(job)
     job.started_at = None
     job.retried += 1
     return Changes(jobs=(job.id,), agents=(released,))
@@ -457,7 +479,7 @@ def _restarted(state: ControllerState, fact: F.JobRestarted) -> Changes:
     if job.attempt != fact.attempt:
         raise LocalProtocolError(f"restart of job {fact.job} names attempt {fact.attempt}, job is at {job.attempt}")
     job.state = next_state(job.state, JobTransition.RESTART)  # only a terminal job has this entry
-    job.attempt += 1
+    job.attempt = _next_attempt(job)
     job.started_at = job.finished_at = job.exit_code = job.signal = job.reason = job.usage = None
     job.cancel_requested = False
     job.retried = 0  # a new run: the retry budget starts again
@@ -479,7 +501,7 @@ def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
     job.state = next_state(job.state, JobTransition.REQUEUE)
     agent = _release(state, job)  # no allocation survives into the next attempt
-    job.attempt += 1
+    job.attempt = _next_attempt(job)
     job.started_at = None
     job.requeues += 1
     return Changes(jobs=(job.id,), agents=(agent,))
@@ -565,6 +587,7 @@ _APPLY: dict[type, Any] = {
     F.AgentRegistered: _registered,
     F.AgentForgotten: _forgotten,
     F.JobIdsReserved: _ids_reserved,
+    F.JobAttemptsReserved: _attempts_reserved,
     F.AgentDrained: _drained,
     F.AgentResumed: _resumed,
     F.JobHeld: _held,

@@ -50,6 +50,9 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
     F.AgentDrained: lambda f: f"agent {f.agent} drained: no new jobs there; running jobs finish",
     F.AgentResumed: lambda f: f"agent {f.agent} resumed: it takes new jobs again",
     F.JobIdsReserved: None,  # the server explains it as a warning
+    F.JobAttemptsReserved: lambda f: (f"job {f.job}: an agent holds attempt {f.upto}, which this controller never "
+                                      f"issued (was its state restored from an older copy?): its attempts "
+                                      f"continue above it"),
     F.IdMarkRaised: None,  # bookkeeping: a block of job ids reserved (model/startup.py)
     F.JoinGenerationIssued: None,  # bookkeeping at each join (model/names.py); the join has its own line
     F.JobHeld: lambda f: f"job {f.job} held: not dispatched until released",

@@ -45,6 +45,7 @@ SAMPLES = [
     F.JobRestarted(job="1", attempt=3),
     F.IdMarkRaised(upto=1000),
     F.JoinGenerationIssued(agent="a1", generation=3, confirmed=2),
+    F.JobAttemptsReserved(job="1", upto=3),
 ]
 
 
