@@ -17,6 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import tests.model.mutants as mutants
+from reckon.model.jobs import JobState
+from tests.model.swarm import SWARM, SwarmMachine
+
 _CHILD = """
 import sys
 import pytest
@@ -70,9 +76,25 @@ def test_swarm_bite_heartbeat_never_comparable():
     assert_swarm_finds("N5", "INV-LIVENESS-AGREE")
 
 
-def test_swarm_bite_cancel_not_repeated_after_round():
+def test_swarm_bite_cancel_not_repeated_after_round(monkeypatch):
     """N6: a cancel requested while the agent was away is not repeated once its round resolves:
-    the process runs on (INV-LIVENESS-CANCEL was added for it; nothing else noticed).  500 examples:
-    the 300 of the ci budget stopped reaching it after this session's model changes (issue #9's
-    start gate, the agent's older-round queries), a reminder that a derandomized sample is one sample."""
-    assert_swarm_finds("N6", "INV-LIVENESS-CANCEL", examples=500)
+    the process runs on (INV-LIVENESS-CANCEL was added for it; nothing else noticed).  A directed
+    run of the swarm machine's own rules: the search reached it at 300 examples, then at 500, then
+    not at all once the rules drew users and resources (a derandomized sample is one sample)."""
+    def away_cancel_rejoin() -> None:
+        m = SwarmMachine()
+        m.setup(enabled=[False] * len(SWARM), busy=1, n_agents=1, slots=[1, 1, 1], ctrl_page=1, agent_page=1,
+                round_timeout=5.0, lost_after=None, recent_window=300.0, retry_max=4.0, initial_jobs=[],
+                start_grace=0.0)
+        [job] = m.controller.state.jobs.values()
+        assert job.state is JobState.RUNNING
+        m.disconnect(i=0, lose_in_flight=True)  # the agent is away ...
+        m.cancel(i=0, running_only=True)  # ... when its job's cancel is requested
+        m.rejoin(i=0, deliver_join=True, then_schedule=False)
+        m.work()
+        m.teardown()
+
+    away_cancel_rejoin()  # the model as it is: the kill is sent once the round resolves
+    mutants.apply(mutants.ALL["N6"], setattr_=monkeypatch.setattr, setitem=monkeypatch.setitem)
+    with pytest.raises(AssertionError, match="INV-LIVENESS-CANCEL"):
+        away_cancel_rejoin()
