@@ -395,16 +395,22 @@ class Cgroup:
             return {"cpu_user": stat["user_usec"] / 1e6, "cpu_system": stat.get("system_usec", 0) / 1e6,
                     "max_rss": peak}
         d = self.dirs.get("cpuacct")
-        user = system = None
+        total = user = system = None
         if d is not None:
+            total = _read_int(os.path.join(d, "cpuacct.usage"))
             user = _read_int(os.path.join(d, "cpuacct.usage_user"))
             system = _read_int(os.path.join(d, "cpuacct.usage_sys"))
-        if user is None or system is None:
+        if total is None or user is None or system is None:
             return None
+        # cpuacct.usage is the scheduler's exact runtime; usage_user/usage_sys are sampled at each
+        # tick, and on a busy machine their sum strays from it (by a quarter, seen here).  The
+        # total is the exact one, split in the samples' proportion.
+        sampled = user + system
+        user_share = user / sampled if sampled else 1.0
         peak = None
         if "memory" in self.dirs:
             peak = _read_int(os.path.join(self.dirs["memory"], "memory.max_usage_in_bytes"))
-        return {"cpu_user": user / 1e9, "cpu_system": system / 1e9, "max_rss": peak}
+        return {"cpu_user": total * user_share / 1e9, "cpu_system": total * (1 - user_share) / 1e9, "max_rss": peak}
 
     def remove(self) -> bool:
         """Delete the (empty) cgroup; True when it is gone.  A cgroup that still has tasks stays
