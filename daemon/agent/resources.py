@@ -103,13 +103,18 @@ def detect_gpus() -> tuple[int, ...]:
         return ()
 
 
+class ResourceConfigError(ValueError):
+    """The operator's resource options cannot work on this machine (found at start, as the memory
+    may be detected): one line, a usage error."""
+
+
 def machine(declared: Declared, enforcement: dict) -> tuple[int, NodeResources, list[tuple[str, str]]]:
     """This agent's CPUs (its slots), its NodeResources, and the (level, line)s to log at start."""
     cpus = declared.cpus if declared.cpus is not None else detect_cpus()
     mem = declared.mem if declared.mem is not None else detect_mem()
     if mem is not None:
         if declared.reserve_mem >= mem:
-            raise ValueError(f"--reserve-mem {format_size(declared.reserve_mem)} leaves no memory of "
+            raise ResourceConfigError(f"--reserve-mem {format_size(declared.reserve_mem)} leaves no memory of "
                              f"{format_size(mem)} for jobs")
         mem -= declared.reserve_mem
     gpus = declared.gpus if declared.gpus is not None else detect_gpus()
