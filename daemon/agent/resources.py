@@ -132,6 +132,10 @@ def machine(declared: Declared, enforcement: dict) -> tuple[int, NodeResources, 
     lines = [("info", f"resources: {cpus} CPUs ({said(declared.cpus)}), {format_size(mem)} memory "
                       f"({said(declared.mem)}, {format_size(declared.reserve_mem) if declared.reserve_mem else 'none'}"
                       f" reserved), {gpu_text} ({said(declared.gpus)}){gres_text}; enforced with {resources.enforcer}")]
+    machine_mem = detect_mem() if declared.mem is not None else None
+    if machine_mem is not None and declared.mem > machine_mem:  # the operator's word stands, but is flagged
+        lines.append(("warning", f"--mem {format_size(declared.mem)} is more than this machine's "
+                                 f"{format_size(machine_mem)}: jobs may be placed here that it cannot hold"))
     if resources.unenforced:
         reasons = []
         if enforcement.get("why"):
