@@ -131,6 +131,11 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     if mode == "munge" and (args.token_file or os.environ.get("RECKON_TOKEN_FILE") or os.environ.get("RECKON_TOKEN")):
         raise UsageError("--auth munge needs no token: drop --token-file, $RECKON_TOKEN_FILE and $RECKON_TOKEN "
                          "(clients and agents send a MUNGE credential instead)")
+    for option, limit in (("--max-running-per-user", args.max_running_per_user),
+                          ("--max-cpus-per-user", args.max_cpus_per_user)):
+        if mode == "token" and limit is not None:  # token mode's jobs have no owner: it would limit nothing
+            raise UsageError(f"{option} goes with --auth munge (in token mode jobs have no owner, so a per-user "
+                             "limit would limit nothing)")
     if args.store is None and args.state_dir is None:
         raise UsageError("reckon controller needs --state-dir (SQLite) or --store postgresql://...")
     try:
