@@ -535,7 +535,11 @@ async def _run(options: AgentOptions, task_status) -> None:
         real = options.executor not in ("null", "hold")
         # In the loop, not a thread: quick (a few mkdirs, leftovers killed), and before anything runs.
         enforced = machine_resources.enforcement(options.name, identity, running, use_cgroups=options.cgroups and real)
-        slots, resources, lines = machine_resources.machine(replace(options.declared, cpus=options.slots), enforced)
+        try:
+            slots, resources, lines = machine_resources.machine(replace(options.declared, cpus=options.slots), enforced)
+        except machine_resources.ResourceConfigError:
+            machine_resources.release_enforcement(enforced)
+            raise
         for level, line in (lines + [("info", agent_line(options.allow_root_jobs))]) if real else ():
             getattr(log, level)("%s", line)  # what it cannot enforce here, and whom it runs jobs as
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.

@@ -103,13 +103,18 @@ def detect_gpus() -> tuple[int, ...]:
         return ()
 
 
+class ResourceConfigError(ValueError):
+    """The operator's resource options cannot work on this machine (found at start, as the memory
+    may be detected): one line, a usage error."""
+
+
 def machine(declared: Declared, enforcement: dict) -> tuple[int, NodeResources, list[tuple[str, str]]]:
     """This agent's CPUs (its slots), its NodeResources, and the (level, line)s to log at start."""
     cpus = declared.cpus if declared.cpus is not None else detect_cpus()
     mem = declared.mem if declared.mem is not None else detect_mem()
     if mem is not None:
         if declared.reserve_mem >= mem:
-            raise ValueError(f"--reserve-mem {format_size(declared.reserve_mem)} leaves no memory of "
+            raise ResourceConfigError(f"--reserve-mem {format_size(declared.reserve_mem)} leaves no memory of "
                              f"{format_size(mem)} for jobs")
         mem -= declared.reserve_mem
     gpus = declared.gpus if declared.gpus is not None else detect_gpus()
@@ -127,6 +132,10 @@ def machine(declared: Declared, enforcement: dict) -> tuple[int, NodeResources, 
     lines = [("info", f"resources: {cpus} CPUs ({said(declared.cpus)}), {format_size(mem)} memory "
                       f"({said(declared.mem)}, {format_size(declared.reserve_mem) if declared.reserve_mem else 'none'}"
                       f" reserved), {gpu_text} ({said(declared.gpus)}){gres_text}; enforced with {resources.enforcer}")]
+    machine_mem = detect_mem() if declared.mem is not None else None
+    if machine_mem is not None and declared.mem > machine_mem:  # the operator's word stands, but is flagged
+        lines.append(("warning", f"--mem {format_size(declared.mem)} is more than this machine's "
+                                 f"{format_size(machine_mem)}: jobs may be placed here that it cannot hold"))
     if resources.unenforced:
         reasons = []
         if enforcement.get("why"):

@@ -34,6 +34,13 @@ class AuthConfigError(Exception):
     """The authentication options cannot work (an unknown group or user, munge with a token): one line."""
 
 
+class UnnamableUser(Exception):
+    """The caller's account has a name that is not UTF-8 (useradd takes any bytes): every job,
+    fact and reply names its owner in UTF-8, so such a caller is refused at the handshake."""
+
+    kind = "user-name"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Admission:
     """The handshake's outcome: ``refused`` is the one-line reason (HTTP 401) and ``kind`` the
@@ -124,7 +131,7 @@ class Authenticator:
                                      "(the client needs --auth munge and a munged on its machine)", kind="missing")
         try:
             caller = await trio.to_thread.run_sync(self._caller, credential)
-        except munge.MungeError as exc:
+        except (munge.MungeError, UnnamableUser) as exc:
             return Admission(refused=str(exc), kind=exc.kind)
         if request.path.startswith("/agent") and caller.uid not in self.agent_uids:
             allowed = "root" + (f" or {self.agent_user}" if self.agent_user else "")
@@ -142,6 +149,11 @@ class Authenticator:
 def caller_for(uid: int, gid: int, operators_gid: int | None) -> Caller:
     """The caller of a decoded credential: its name on this machine, and whether it is an operator."""
     user = user_name(uid)
+    try:
+        user.encode("utf-8")
+    except UnicodeEncodeError:  # pwd decodes the name's bytes with surrogateescape
+        raise UnnamableUser(f"uid {uid}'s user name {os.fsencode(user)!r} is not UTF-8: reckon names every job's "
+                            "owner in UTF-8 and takes no request from this account (rename it)") from None
     operator = uid == 0
     if not operator and operators_gid is not None:
         groups = {gid}

@@ -26,6 +26,7 @@ from reckon.daemon.listen import CannotListen
 from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
 from reckon.daemon.store.interface import SteppedDown
 from reckon.daemon.store.sqlite_thread import StoreError
+from reckon.daemon.agent.resources import ResourceConfigError
 from reckon.daemon.store.machine import CopiedStateDir, read_machine_id
 from reckon.daemon.store.statelock import StateDirBusy, StateDirUnusable, WrongStateDir
 
@@ -33,10 +34,10 @@ PING_TIMEOUT = 10.0  # agent --ping-timeout's default with one controller URL
 HA_PING_TIMEOUT = 3.0  # ... and with several (controllers on PostgreSQL): agent_ping_timeout
 # An operator's mistake at start: a one-line reason and exit status 1 (a step-down too) ...
 _ONE_LINE_ERRORS = (ClientError, StateDirBusy, StateDirUnusable, WrongStateDir, CannotListen, SteppedDown, StoreError,
-                    MungeError, AuthConfigError)
+                    MungeError, AuthConfigError, ResourceConfigError)
 # ... or 2 for a directory the operator must change (another machine's; one that cannot be created or written),
 # or authentication options that cannot work together (an unknown operators' group).
-_USAGE_ERRORS = (CopiedStateDir, StateDirUnusable, AuthConfigError)
+_USAGE_ERRORS = (CopiedStateDir, StateDirUnusable, AuthConfigError, ResourceConfigError)
 
 
 def _sole(group: BaseExceptionGroup, kinds: type | tuple[type, ...]) -> BaseException | None:
@@ -130,6 +131,11 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     if mode == "munge" and (args.token_file or os.environ.get("RECKON_TOKEN_FILE") or os.environ.get("RECKON_TOKEN")):
         raise UsageError("--auth munge needs no token: drop --token-file, $RECKON_TOKEN_FILE and $RECKON_TOKEN "
                          "(clients and agents send a MUNGE credential instead)")
+    for option, limit in (("--max-running-per-user", args.max_running_per_user),
+                          ("--max-cpus-per-user", args.max_cpus_per_user)):
+        if mode == "token" and limit is not None:  # token mode's jobs have no owner: it would limit nothing
+            raise UsageError(f"{option} goes with --auth munge (in token mode jobs have no owner, so a per-user "
+                             "limit would limit nothing)")
     if args.store is None and args.state_dir is None:
         raise UsageError("reckon controller needs --state-dir (SQLite) or --store postgresql://...")
     try:

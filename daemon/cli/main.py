@@ -140,18 +140,29 @@ def _size(value: str) -> int:
 
 def _gpu_indices(value: str) -> tuple[int, ...]:
     items = [v.strip() for v in value.split(",") if v.strip()] if value.strip() != "none" else []
-    if not all(v.isdigit() for v in items) or len(set(items)) != len(items):
+    if not all(v.isascii() and v.isdigit() for v in items):
         raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1 (or none), got {value!r}")
-    return tuple(sorted(int(v) for v in items))
+    indices = [int(v) for v in items]  # by value: "0,00" names GPU 0 twice
+    for index in indices:
+        if indices.count(index) > 1:
+            raise argparse.ArgumentTypeError(f"GPU {index} is named twice in {value!r}")
+    return tuple(sorted(indices))
 
 
 def _gres_list(value: str) -> tuple[tuple[str, int], ...]:
     from reckon.model.resources import parse_gres
 
     try:
-        return parse_gres([v.strip() for v in value.split(",") if v.strip()])
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        gres = parse_gres(items)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    # A machine's count is said once (a submit's repeated --gres add up; an agent's would be a typo).
+    names = [item.partition(":")[0] for item in items]
+    for name in names:
+        if names.count(name) > 1:
+            raise argparse.ArgumentTypeError(f"{name} is named twice in {value!r} (give its count once)")
+    return gres
 
 
 def _umask(value: str) -> int:

@@ -13,7 +13,7 @@ import trio
 
 from reckon.daemon.agent import cgroups, resources
 from reckon.daemon.agent.daemon import AgentOptions, run_agent
-from reckon.model.resources import NodeResources
+from reckon.model.resources import NodeResources, format_size
 
 from tests.unixusers import unix_users  # noqa: F401 - the fixture
 
@@ -106,3 +106,14 @@ async def test_the_agent_says_at_start_what_it_cannot_enforce(tmp_path, caplog):
     assert daemon.model.config.resources.unenforced == ("cpus", "kill", "mem", "pids")
     assert "cannot enforce: cpus, kill, mem, pids (cgroups are off (--no-cgroups))" in said
     assert any(line.startswith("jobs run as their owners; jobs of root are refused") for line in said)
+
+
+def test_a_declared_memory_above_the_machines_is_said_at_start():
+    detected = resources.detect_mem()
+    _, offered, lines = resources.machine(resources.Declared(cpus=1, mem=2 * detected, gpus=()), ALL)
+    assert offered.mem == 2 * detected  # the operator's word stands ...
+    warning = next(line for level, line in lines if level == "warning" and "--mem" in line)  # ... and is flagged
+    assert warning.startswith(f"--mem {format_size(2 * detected)} is more than this machine's "
+                              f"{format_size(detected)}"), warning
+    _, _, lines = resources.machine(resources.Declared(cpus=1, mem=detected // 2, gpus=()), ALL)
+    assert not any("--mem" in line for _, line in lines)

@@ -192,6 +192,23 @@ def test_a_bad_resource_is_one_line_and_status_2(argv, expected, capsys):
     assert err.startswith(expected) and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["--gpus", "0,0"], "reckon: agent: argument --gpus: GPU 0 is named twice in '0,0'"),
+    (["--gpus", "0,00"], "reckon: agent: argument --gpus: GPU 0 is named twice in '0,00'"),
+    (["--gpus", "a"], "reckon: agent: argument --gpus: expected GPU indices such as 0,1 (or none), got 'a'"),
+    (["--gres", "license:2,license:3"], "reckon: agent: argument --gres: license is named twice in "
+                                        "'license:2,license:3' (give its count once)"),
+])
+def test_an_agent_declaring_a_gpu_or_a_gres_twice_is_one_line_and_status_2(argv, expected, capsys, tmp_path):
+    state = tmp_path / "agent"
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        main(["agent", "--name", "x", "--state-dir", str(state), "--controller", "ws://127.0.0.1:1", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
+    assert not state.exists()  # refused before anything starts
+
+
 def test_cpus_mem_gpus_gres_make_the_spec_and_slots_is_the_older_name(tmp_path):
     import argparse
 

@@ -3,6 +3,7 @@ and every refusal is one line of a named kind, through libmunge and through the 
 
 from __future__ import annotations
 
+import os
 import pwd
 import subprocess
 import time
@@ -131,3 +132,38 @@ def test_a_supplementary_member_of_the_operators_group_is_an_operator(user_in_gr
     assert gid != operators_gid  # a supplementary group, not its primary one
     assert caller_for(uid, gid, operators_gid).operator
     assert not caller_for(uid, gid, None).operator
+
+
+@pytest.fixture
+def non_utf8_user():
+    """A real user whose name is not UTF-8 (useradd takes the bytes), removed after.  Needs root."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.fail("this test creates a Unix user (useradd): run it as root")
+    name = b"rk20\xe9" + str(os.getpid() % 100000).encode()
+    subprocess.run([b"useradd", b"--no-create-home", b"--user-group", name], check=True, capture_output=True)
+    try:
+        yield os.fsdecode(name), pwd.getpwnam(os.fsdecode(name))
+    finally:
+        subprocess.run([b"userdel", name], capture_output=True)
+
+
+def test_a_user_whose_name_is_not_utf8_is_refused_in_one_line_at_the_handshake(munged, non_utf8_user):
+    import trio
+
+    from reckon.daemon.auth.handshake import Authenticator, UnnamableUser
+
+    name, entry = non_utf8_user
+    with pytest.raises(UnnamableUser) as refused:
+        caller_for(entry.pw_uid, entry.pw_gid, None)
+    line = str(refused.value)
+    assert f"uid {entry.pw_uid}" in line and "UTF-8" in line and "\n" not in line, line
+    line.encode("utf-8")  # the refusal itself can be sent and logged
+
+    credential = subprocess.run([b"runuser", b"-u", os.fsencode(name), b"--", b"munge", b"--no-input", b"--socket",
+                                 munged.socket.encode()], capture_output=True, check=True, timeout=30).stdout
+    request = type("Request", (), {"headers": [(b"Authorization", b"MUNGE " + credential.strip())],
+                                   "path": "/client"})()
+    admission = trio.run(Authenticator("munge", munge_socket=munged.socket).admit, request)
+    assert (admission.caller, admission.kind, admission.refused) == (None, "user-name", line)

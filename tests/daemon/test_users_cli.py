@@ -59,3 +59,16 @@ def test_the_per_user_limits_are_options_and_config_keys(tmp_path):
     path.write_text('[controller]\nstate-dir = "/x"\nmax-running-per-user = 4\nmax-cpus-per-user = 8\n')
     found = daemon_config.check(path, daemon_parsers(build_parser()))
     assert (found["controller"]["max_running_per_user"], found["controller"]["max_cpus_per_user"]) == (4, 8)
+
+
+@pytest.mark.parametrize("option", ["--max-running-per-user", "--max-cpus-per-user"])
+def test_a_per_user_limit_in_token_mode_is_refused_in_one_line(option, tmp_path, capsys):
+    """Token mode's jobs have no owner: a per-user limit there would limit nothing, silently."""
+    from reckon.daemon.cli.main import main
+
+    state = tmp_path / "controller"
+    assert main(["controller", "--auth", "token", "--listen", "127.0.0.1:0", "--state-dir", str(state),
+                 option, "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"reckon: {option} goes with --auth munge") and err.count("\n") == 1, err
+    assert not state.exists()

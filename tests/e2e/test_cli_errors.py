@@ -155,3 +155,16 @@ def test_a_frozen_controller_times_out_with_its_name(cluster, answer_handshake, 
         assert expected in reason and url in reason and "1s" in reason, reason
     finally:
         frozen.close()
+
+
+def test_a_reserve_of_all_the_memory_is_one_line_and_leaves_no_cgroup(cluster):
+    """--reserve-mem at least the machine's memory is found at start (the memory may be detected):
+    one line, status 2, and the agent's base cgroups are gone again."""
+    import glob
+
+    name = f"reserve{os.getpid()}"
+    result = cluster.run("agent", "--name", name, "--state-dir", str(cluster.base / "agent-reserve"),
+                         "--controller", "ws://127.0.0.1:1", "--mem", "2G", "--reserve-mem", "4G", "--slots", "1")
+    reason = _reason(cluster, result, 2)
+    assert reason == "reckon: --reserve-mem 4G leaves no memory of 2G for jobs", reason
+    assert not glob.glob(f"/sys/fs/cgroup/*/reckon*/{name}-*") and not glob.glob(f"/sys/fs/cgroup/*/{name}-*")
