@@ -343,7 +343,8 @@ def _custom_outputs(req: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
         if path is None:
             continue
         try:
-            opened[key] = os.open(path, _OUT_FLAGS, 0o644)
+            # The attempt's own mode (--output-mode, 0600): on a shared cluster no other user reads it.
+            opened[key] = os.open(path, _OUT_FLAGS, req.get("mode", _PRIVATE))
         except OSError as e:
             for fd in opened.values():
                 os.close(fd)

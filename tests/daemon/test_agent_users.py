@@ -151,3 +151,24 @@ async def test_gpus_are_in_the_jobs_environment(tmp_path, unix_users):
             out2, _ = runner.log_paths("2", 1)
     assert out1.read_text() == "1,3|1,3\n"
     assert out2.read_text() == "unset|unset\n"
+
+
+async def test_an_output_file_the_job_names_is_its_owners_alone(open_dir, unix_users):
+    """--output in a directory every user may write (a shared scratch space): created 0600 (the
+    attempt's own files' mode), so another user's job cannot read it."""
+    import dataclasses
+
+    alice, bob = unix_users.alice, unix_users.bob
+    shared = open_dir / "scratch"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    named = shared / "alice.out"
+    with trio.fail_after(HANG):
+        async with JobRunner(open_dir / "state") as runner:
+            spec = dataclasses.replace(sh("echo secret of alice", cwd=str(alice.home)), output=str(named))
+            assert (await run(runner, "1", spec, alice.owner())).exit_code == 0
+            status = await run(runner, "2", sh(f"cat {named}", cwd=str(bob.home)), bob.owner())
+            _, bob_err = runner.log_paths("2", 1)
+    st = named.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode), named.read_text()) == (alice.uid, 0o600, "secret of alice\n")
+    assert status.exit_code != 0 and "Permission denied" in bob_err.read_text()
