@@ -48,12 +48,13 @@ def parse_size(text: str) -> int:
 
 
 def format_size(value: int | None) -> str:
-    """``4G``, ``512M``, ``1536K``: the largest unit that divides evenly, else one decimal of G/M."""
+    """``4G``, ``512M``, ``768K``: the largest unit that divides evenly (K only below a mebibyte),
+    else one decimal of the largest unit it reaches (a machine's 24683584K reads 23.5G)."""
     if value is None:
         return "-"
     for suffix in ("T", "G", "M", "K"):
         unit = _SIZE_UNITS[suffix]
-        if value >= unit and value % unit == 0:
+        if value >= unit and value % unit == 0 and (suffix != "K" or value < _SIZE_UNITS["M"]):
             return f"{value // unit}{suffix}"
     for suffix in ("T", "G", "M"):
         unit = _SIZE_UNITS[suffix]
