@@ -260,7 +260,8 @@ class _Commands:
     def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser | _Unbuilt:
         if self.only is None or self.only == name:
             return self.sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
-        self.sub.add_parser(name, help=kwargs.get("help"))  # type: ignore[arg-type]
+        # The command run is known (``command_of``): the others are not even named, since each
+        # name costs a parser of its own, and only `reckon --help` (only=None) lists them.
         return _Unbuilt()
 
 
@@ -538,11 +539,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = config_sub.add_parser("check", help="validate a TOML config file; exit status 2 names the bad key")
     p.add_argument("file", type=path, help="the TOML file ([controller] and/or [agent] tables)")
 
-    from reckon.daemon.bench.options import add_parser as add_bench_parser
-    from reckon.daemon.chaos.options import add_parser as add_chaos_parser
+    if only in (None, "bench"):  # the tools' options are imported only for them (or the whole help)
+        from reckon.daemon.bench.options import add_parser as add_bench_parser
 
-    add_bench_parser(sub, verbose)
-    add_chaos_parser(sub, verbose)
+        add_bench_parser(sub, verbose)
+    if only in (None, "chaos"):
+        from reckon.daemon.chaos.options import add_parser as add_chaos_parser
+
+        add_chaos_parser(sub, verbose)
     return parser
 
 
@@ -551,7 +555,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def daemon_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    return {name: commands[name] for name in DAEMONS}
+    return {name: commands[name] for name in DAEMONS if name in commands}  # a parser built for one command has that one
 
 
 def refuse_non_utf8(argv: list[str]) -> None:
