@@ -23,9 +23,8 @@ from .errors import RemoteProtocolError
 from .jobs import JobSpec
 from .output import MAX_OUTPUT_CHUNK, OutputStatus, OutputStream
 # EntryStatus and ReportEntry are part of this module's vocabulary (M.EntryStatus, M.ReportEntry).
-from .report_entry import (EntryStatus, ReportEntry, check_extras, check_gpu_indices, check_job_attempt,  # noqa: F401
-                           check_outcome)
-from .resources import NodeResources, Owner, Usage
+from .report_entry import EntryStatus, ReportEntry, check_extras, check_job_attempt, check_outcome  # noqa: F401
+from .resources import NodeResources, Owner, Usage, check_gpu_indices
 
 # 2: a frame may carry several messages (a CBOR array; the daemon's wire), and
 # a round's resync_done acknowledges the completions its report carried.  A

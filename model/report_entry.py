@@ -7,8 +7,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, check_tuple_of
-from .resources import Usage
+from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time
+from .resources import Usage, check_gpu_indices
 
 
 class EntryStatus(enum.Enum):
@@ -29,12 +29,6 @@ def check_extras(msg: Any) -> None:
     if not isinstance(msg.oom, bool):
         raise ValueError("oom must be a bool")
     check_gpu_indices("gpus", getattr(msg, "gpus", ()))
-
-
-def check_gpu_indices(name: str, gpus: Any) -> None:
-    check_tuple_of(name, gpus, int)
-    if any(isinstance(i, bool) or not 0 <= i <= 1 << 20 for i in gpus) or list(gpus) != sorted(set(gpus)):
-        raise ValueError(f"{name} must list distinct GPU indices in order")
 
 
 def check_outcome(msg: Any) -> None:

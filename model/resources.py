@@ -22,6 +22,7 @@ from ._check import check_int, check_str, check_time, check_tuple_of, require_ke
 
 MAX_MEM = 1 << 60  # bytes: an exbibyte, far beyond any machine
 MAX_GPUS = 1024  # per job and per agent
+MAX_GPU_INDEX = MAX_GPUS * 16  # the largest index a machine may name
 MAX_GRES_NAMES = 64  # generic resource kinds per job or agent
 MAX_GRES_COUNT = 1 << 30
 MAX_UNIX_ID = (1 << 32) - 2  # (uid_t)-1 is "no id" to the kernel
@@ -61,6 +62,17 @@ def format_size(value: int | None) -> str:
         if value >= unit:
             return f"{value / unit:.1f}{suffix}"
     return f"{value}B"
+
+
+def check_gpu_indices(name: str, gpus: Any) -> None:
+    """GPU indices (an agent's, a dispatch's, a report's): at most MAX_GPUS, each once, in order."""
+    check_tuple_of(name, gpus, int)
+    if len(gpus) > MAX_GPUS:
+        raise ValueError(f"{name} lists more than {MAX_GPUS} devices")
+    for index in gpus:
+        check_int(f"{name} index", index, minimum=0, maximum=MAX_GPU_INDEX)
+    if list(gpus) != sorted(set(gpus)):
+        raise ValueError(f"{name} must list each GPU index once, in order")
 
 
 def check_gres(name: str, value: Any) -> None:
@@ -134,13 +146,7 @@ class NodeResources:
     def __post_init__(self) -> None:
         if self.mem is not None:
             check_int("mem", self.mem, minimum=0, maximum=MAX_MEM)
-        check_tuple_of("gpus", self.gpus, int)
-        if len(self.gpus) > MAX_GPUS:
-            raise ValueError(f"gpus lists more than {MAX_GPUS} devices")
-        for index in self.gpus:
-            check_int("gpu index", index, minimum=0, maximum=MAX_GPUS * 16)
-        if list(self.gpus) != sorted(set(self.gpus)):
-            raise ValueError("gpus must list each index once, in order")
+        check_gpu_indices("gpus", self.gpus)
         check_gres("gres", self.gres)
         check_tuple_of("unenforced", self.unenforced, str)
         if not LIMIT_KINDS.issuperset(self.unenforced) or list(self.unenforced) != sorted(set(self.unenforced)):
