@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install fuzz check-deep clean postgres-bin munge-bin bench-failover bench-cli-munge
+.PHONY: test test-long demo install fuzz check-deep clean postgres-bin munge-bin bench-failover bench-cli-munge
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,11 @@ munge-bin:
 # set order any more (tests/model/test_hash_order.py; the bites give the same results under other
 # seeds), so this only pins what test code might still iterate; `make fuzz` varies both.
 test: $(STAMP) postgres-bin munge-bin
-	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not long and not browser"
+
+# The slow checks (marker `long`): longer searches and runs than `make test` affords.
+test-long: $(STAMP) postgres-bin munge-bin
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m long
 
 fuzz: $(STAMP)
 	RECKON_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/model tests/sim -p no:cacheprovider

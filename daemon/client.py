@@ -1,6 +1,6 @@
 """The trio client of the controller's `/client` endpoint (dev mode, the demo, the benchmarks, chaos).
 
-The command line uses the blocking twin, ``daemon/cli/client.py``; both take
+The command line uses the blocking twin, ``daemon/blocking/client.py``; both take
 the configuration, the error texts and the leader search from ``daemon/client_common.py``:
 ``url`` may list several controllers (``ws://a:7420,ws://b:7420``, one leads
 on PostgreSQL), and both clients find the leader the same way.

@@ -1,4 +1,4 @@
-"""What every client of the controller shares: the blocking CLI client (daemon/cli/client.py),
+"""What every client of the controller shares: the blocking CLI client (daemon/blocking/client.py),
 the trio client (daemon/client.py) and the agent (daemon/agent/).
 
 The configuration a client resolves (controller URLs, token, CA), the TLS context that checks the

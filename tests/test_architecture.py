@@ -44,6 +44,9 @@ LAYERS: dict[str, int] = {
     "reckon/": 4,
     "daemon/client.py": 4,
     "daemon/cli/": 4,
+    "daemon/blocking/": 4,
+    "daemon/slurm/": 4,
+    "daemon/http/": 4,
     # 5. tools: benchmarks, chaos runs, the demo, doc generators, local process clusters
     "daemon/procs.py": 5,
     "daemon/cli/demo.py": 5,

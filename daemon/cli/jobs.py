@@ -1,7 +1,7 @@
 """The client commands of `reckon` (submit, jobs, show, cancel, nodes, forget, history, drain, resume): blocking, no trio.
 
 Each is one connection to the controller's `/client` endpoint through
-``daemon.cli.client.SyncClient``.  What they print is a contract (scripts
+``daemon.blocking.client.SyncClient``.  What they print is a contract (scripts
 parse it): ``submit`` prints ids alone, one per line (``--file``: one line
 per job, in the file's order); ``--json`` prints the controller's objects
 unchanged (``submit --file --json``: the list of ids).
@@ -20,7 +20,7 @@ from reckon.daemon.cli import batch
 from reckon.daemon.client_common import (UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
                                          resolve_auth, resolve_controller)
 from reckon.daemon.auth.client import ClientAuth
-from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.blocking.client import SyncClient
 from reckon.model.resources import format_size
 
 

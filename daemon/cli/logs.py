@@ -21,7 +21,7 @@ import time
 
 from reckon.daemon.client_common import ClientError
 from reckon.daemon.auth.client import ClientAuth
-from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.blocking.client import SyncClient
 
 FOLLOW_POLL = 0.5  # seconds between reads while a followed attempt writes nothing new
 

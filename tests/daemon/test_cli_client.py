@@ -1,4 +1,4 @@
-"""The CLI's blocking client over `wss://` (daemon/cli/client.py): TLS with a given CA, the token, a reply.
+"""The CLI's blocking client over `wss://` (daemon/blocking/client.py): TLS with a given CA, the token, a reply.
 
 The `opsec` work wires `--ca` into the CLI; here the client's own seam, an
 ``ssl.SSLContext``, is exercised against a small TLS WebSocket peer in a thread.
@@ -19,7 +19,7 @@ import cbor2
 import pytest
 
 from reckon.daemon.client_common import ClientError
-from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.blocking.client import SyncClient
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 

@@ -15,7 +15,7 @@ from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import open_websocket_url
 
 from reckon.daemon import wire
-from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.blocking.client import SyncClient
 from reckon.daemon.client import Client
 from reckon.daemon.controller.server import ControllerOptions, serve_controller
 from reckon.daemon.store.interface import SteppedDown

@@ -17,8 +17,8 @@ import pytest
 
 from reckon.daemon.auth import munge
 from reckon.daemon.auth.client import ClientAuth
-from reckon.daemon.cli import websocket as ws
-from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.blocking import websocket as ws
+from reckon.daemon.blocking.client import SyncClient
 from reckon.daemon.client_common import ClientError
 from tests.munged import Munged
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reckon.daemon.auth.client import ClientAuth
-from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.blocking.client import SyncClient
 from reckon.daemon.client_common import ClientError
 
 from tests.e2e.conftest import TERMINAL, alive, wait_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reckon.daemon.cli.client import SyncClient
+from reckon.daemon.blocking.client import SyncClient
 from reckon.daemon.client_common import ClientError
 from reckon.daemon.auth.client import ClientAuth
 from tests.e2e.test_munge import as_uid, munge_cluster  # noqa: F401 - the fixture

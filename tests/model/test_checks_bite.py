@@ -290,6 +290,7 @@ def test_bite_extra_job_guard_regresses_terminal(monkeypatch):
     assert_bites("INV-TERMINAL-STABLE", "INV-FACTS-NO-DUPLICATE", "INV-ACK-MEANS-RECORDED")
 
 
+@pytest.mark.long  # a search of about 40 s: `make test-long`
 def test_bite_report_applied_twice(monkeypatch):
     """Seed 002: a reassembled report must reach resync_apply_report() exactly once."""
     apply_report = R.apply_report

@@ -3,7 +3,7 @@
 `reckon submit` in a shell loop pays its start-up on every call, and most of
 that was importing trio, trio-websocket and the controller's model (issue
 #10: 0.43 s a submit).  This client is a blocking socket and a minimal
-WebSocket client (``daemon/cli/websocket.py``; why not wsproto: there): one
+WebSocket client (``daemon/blocking/websocket.py``; why not wsproto: there): one
 connection, one request at a time, every wait bounded by ``timeout``.  ``daemon/client.py`` is its trio twin
 for dev mode, the demo and the benchmarks; both share the encoding
 (``daemon.wire``) and the texts of ``daemon/client_common.py``, so an error reads the same from either.
@@ -17,7 +17,7 @@ from typing import Any
 
 from reckon.daemon import wire
 from reckon.daemon.auth.client import ClientAuth
-from reckon.daemon.cli import websocket as ws
+from reckon.daemon.blocking import websocket as ws
 from reckon.daemon.client_common import (EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader, UsageError,
                                          auth_headers, closed, no_handshake, no_reply, parse_controller_url,
                                          parse_controller_urls, plain_to_tls_text, refused, reply_of, request_bytes,
