@@ -22,7 +22,7 @@ from reckon.model.permissions import Caller
 
 from reckon.daemon import wire
 from reckon.daemon.commands import facts_of, submitted_ids
-from reckon.daemon.controller import job_ops, operator
+from reckon.daemon.controller import job_ops, operator, query
 from reckon.daemon.controller.logs import output_paths_of
 
 log = logging.getLogger("reckon.controller")
@@ -51,6 +51,8 @@ class ClientRequests:
 
     async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:
         op = request.get("op")
+        if op == "query":  # squeue, sacct, the HTTP API: from the index, no turn of the loop (query.py)
+            return query.query(self, request)
         if op in operator.OPS:  # show, nodes, drain, resume, history
             return await operator.OPS[op](self, request, caller)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py

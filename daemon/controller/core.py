@@ -32,6 +32,7 @@ from reckon.daemon.controller.connections import AgentConnections, AgentConn
 from reckon.daemon.controller.effects import CommandEffects
 from reckon.daemon.controller.logs import OutputRelay
 from reckon.daemon.controller.metrics import ControllerMetrics
+from reckon.daemon.controller.query import QueryIndex
 from reckon.daemon.controller.work import WorkItem
 from reckon.daemon.refusals import RefusalLog
 from reckon.daemon.store.interface import ControllerStore
@@ -69,6 +70,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         self.before_release: Callable[[], None] = lambda: None  # raises if this controller may not (ha.py)
         self.grace_timer = startup.GraceTimer()
         self.mark_hold = False  # the id mark file says a restored copy's whole-grace hold lasts (startup.commit)
+        self.queries = QueryIndex.of(self)  # the replayed (committed) jobs; startup.commit keeps it
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
