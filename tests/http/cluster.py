@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+import ssl
+
 import httpx
 import trio
 
@@ -64,6 +66,7 @@ async def cluster(tmp_path: Path, *, agent: bool = True, token: str | None = "t0
                 munge_socket=munge_socket, cgroups=False, kill_grace=2.0, ca=ca))
         default = {"Authorization": f"Bearer {token}"} if token and auth == "token" else {}
         async with httpx.AsyncClient(base_url=url, headers={**default, **(headers or {})},
-                                     verify=str(ca) if ca else True, timeout=DEADLINE) as client:
+                                     verify=ssl.create_default_context(cafile=str(ca)) if ca else True,
+                                     timeout=DEADLINE) as client:
             yield Cluster(url=url, ws_url=ws_url, daemon=served, client=client)
         nursery.cancel_scope.cancel()
