@@ -8,8 +8,10 @@
 const API = "api/v1";
 const KEY = "reckon.token";
 const OUTPUT_TAIL = 65536;  // bytes of a job's output shown (its end)
+const RECENT = 3600;  // seconds: the queue shows live jobs and those that ended this recently
+const JOB_OPTIONAL = [2, 5, 6, 8], NODE_OPTIONAL = [4, 5];  // columns a phone leaves out (class opt)
 let selected = null;
-let failing = false;
+let controllerNow = null;  // the controller's clock, from its last query reply (no skew with ours)
 
 if (location.hash.startsWith("#token=")) {
   sessionStorage.setItem(KEY, decodeURIComponent(location.hash.slice(7)));
@@ -69,7 +71,7 @@ function jobRow(job) {
   const cells = [job.id, job.name, job.user ?? "", null, job.agent ?? "", job.attempt, job.cpus ?? job.slots, exit,
                  when(job.submitted_at)];
   cells.forEach((value, i) => {
-    const td = el("td", i === 3 ? null : value);
+    const td = el("td", i === 3 ? null : value, JOB_OPTIONAL.includes(i) ? "opt" : "");
     if (i === 3) td.append(badge(job.held ? "HELD" : job.state));
     tr.append(td);
   });
@@ -84,7 +86,7 @@ function nodeRow(node) {
   const gpus = (node.gpus || []).length ? (node.gpus_used || []).length + " / " + node.gpus.length : "";
   [node.name, null, (node.cpus_used ?? node.used) + " / " + (node.cpus ?? node.slots), mem, gpus, when(node.since)]
     .forEach((value, i) => {
-      const td = el("td", i === 1 ? null : value);
+      const td = el("td", i === 1 ? null : value, NODE_OPTIONAL.includes(i) ? "opt" : "");
       if (i === 1) td.append(badge(node.state));
       tr.append(td);
     });
@@ -125,16 +127,19 @@ async function showJob(id) {
 
 async function refresh() {
   try {
-    const [{jobs}, {nodes}, {status}] = await Promise.all([api("/jobs"), api("/nodes"), api("/status")]);
+    // The query op answers from the controller's index, off its core loop (cheap to poll).
+    const since = (controllerNow ?? Date.now() / 1000) - RECENT;
+    const [{jobs, now}, {nodes}, {status}] = await Promise.all([api("/query?since=" + since.toFixed(3)),
+                                                                api("/nodes"), api("/status")]);
+    controllerNow = now;
     jobs.sort((a, b) => Number(b.id.split("_")[0]) - Number(a.id.split("_")[0]) || (a.id < b.id ? -1 : 1));
     fill("#jobs", jobs.map(jobRow), "#jobs-empty");
     fill("#nodes", nodes.map(nodeRow), "#nodes-empty");
     const counts = Object.entries(status.jobs || {}).map(([k, v]) => `${v} ${k.toLowerCase()}`).join(", ");
     document.getElementById("summary").textContent =
-      `${jobs.length} job(s)${counts ? ": " + counts : ""}; ${nodes.length} node(s)`;
+      `${counts || "no jobs"}; ${nodes.length} node(s)`;
     if (selected !== null) await showJob(selected);
     document.getElementById("error").hidden = true;
-    failing = false;
   } catch (e) {
     const box = document.getElementById("error");
     box.textContent = e.status === 401
@@ -142,7 +147,6 @@ async function refresh() {
         "make MUNGE credentials, use the API with curl)"
       : "cannot reach the controller: " + e.message;
     box.hidden = false;
-    failing = true;
   }
   document.body.dataset.refreshed = String(Date.now());
 }
