@@ -68,8 +68,8 @@ def parse_param(param: Param, text: str) -> Any:
     try:
         return int(text) if param.kind == "integer" else float(text)
     except ValueError:
-        raise HttpError(400, f"query parameter {param.name} must be {'an integer' if param.kind == 'integer' else 'a number'}, "
-                             f"got {text!r}") from None
+        what = "an integer" if param.kind == "integer" else "a number"
+        raise HttpError(400, f"query parameter {param.name} must be {what}, got {text!r}") from None
 
 
 # ---- the routes' own builds ---------------------------------------------------------------

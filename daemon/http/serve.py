@@ -44,7 +44,8 @@ async def serve_http(backend: Backend, host: str, port: int, *, tls_cert: Path |
         for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
             sock.listen(config.backlog)  # (worker_serve listens only on sockets it made itself)
     except (OSError, OverflowError) as exc:
-        raise CannotListen(f"cannot listen on {host}:{port} (--http): {getattr(exc, 'strerror', None) or exc}") from None
+        reason = getattr(exc, "strerror", None) or exc
+        raise CannotListen(f"cannot listen on {host}:{port} (--http): {reason}") from None
     app = wrap_app(HttpApp(backend, version), config.wsgi_max_body_size, "asgi")
     bound = (sockets.secure_sockets or sockets.insecure_sockets)[0].getsockname()[1]
     scheme = "https" if config.ssl_enabled else "http"
@@ -53,4 +54,8 @@ async def serve_http(backend: Backend, host: str, port: int, *, tls_cert: Path |
         def started(self, value: object = None) -> None:
             task_status.started(f"{scheme}://{host if ':' not in host else f'[{host}]'}:{bound}")
 
-    await worker_serve(app, config, sockets=sockets, task_status=_Status())
+    try:
+        await worker_serve(app, config, sockets=sockets, task_status=_Status())
+    finally:  # hypercorn wraps these sockets but leaves closing them to whoever made them
+        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
+            sock.close()

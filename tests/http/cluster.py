@@ -5,11 +5,10 @@ all on loopback inside the test's trio run; and an httpx client to it."""
 from __future__ import annotations
 
 import contextlib
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
-
-import ssl
 
 import httpx
 import trio
