@@ -12,13 +12,14 @@ The status page's files need no credential (they hold no data); the page's API c
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import mimetypes
 from importlib import resources
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from reckon.daemon.http import routes
 from reckon.daemon.http.backend import Backend, HttpError, error_of
@@ -88,6 +89,7 @@ class HttpApp:
                                  f"its document at {routes.API}/openapi.json)")
         route, path_params = found
         query = _query(scope)
+        _refuse_cross_site(scope)
         admission = await self.backend.admit(handshake_of(scope))  # before its body is read
         if admission.refused is not None:
             raise HttpError(401, admission.refused)
@@ -103,6 +105,32 @@ class HttpApp:
         if route.finish is not None:
             reply = route.finish(fields, reply)
         return 200, json.dumps(reply, default=_jsonable).encode(), b"application/json"
+
+
+def _header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1").strip()
+    return None
+
+
+def _refuse_cross_site(scope: dict) -> None:
+    """What a browser lets any web page send must not act here: a request that another site's
+    page made (its ``Origin`` is not this host) is refused (403), and so is a request without
+    credentials that names this host by a DNS name (a rebinding page posing as this origin:
+    that only matters where no token is configured and loopback is trusted, 401)."""
+    host = _header(scope, b"host") or ""
+    origin = _header(scope, b"origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
+        raise HttpError(403, f"cross-origin request refused: Origin {origin} is not this API's host {host}")
+    if _header(scope, b"authorization") is None and _header(scope, MUNGE_HEADER) is None:
+        name = urlsplit(f"//{host}").hostname or ""
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            if name != "localhost" and name:
+                raise HttpError(401, f"a request without credentials must name this host by its address, not "
+                                     f"{name!r} (with no token configured only loopback is trusted)") from None
 
 
 def _error(message: str) -> bytes:

@@ -166,3 +166,24 @@ async def test_the_status_page_and_the_document_need_no_credential():
 def test_a_query_parameter_that_does_not_parse_names_itself():
     with pytest.raises(HttpError, match="query parameter held must be true or false"):
         routes.parse_param(routes.Param("held", "boolean", ""), "maybe")
+
+
+async def test_what_another_site_makes_a_browser_send_is_refused():
+    backend = FakeBackend()
+    app = HttpApp(backend)
+    post = routes.API + "/jobs/1/cancel"
+    got, reply = await request(app, "POST", post, headers=[("host", "127.0.0.1:7421"),
+                                                           ("origin", "http://evil.example")])
+    assert got == 403 and "cross-origin request refused" in reply["error"]
+    got, reply = await request(app, "POST", post, headers=[("host", "127.0.0.1:7421"), ("origin", "null")])
+    assert got == 403
+    # A page rebound to loopback under its own name: same origin, but no credential and a DNS name.
+    got, reply = await request(app, "POST", post, headers=[("host", "evil.example:7421"),
+                                                           ("origin", "http://evil.example:7421")])
+    assert got == 401 and "must name this host by its address" in reply["error"]
+    assert backend.calls == []
+    for headers in ([("host", "127.0.0.1:7421"), ("origin", "http://127.0.0.1:7421")],  # the page itself
+                    [("host", "[::1]:7421")], [("host", "localhost:7421")],
+                    [("host", "ctl.example:7421"), ("authorization", "Bearer x")]):  # a credential, any name
+        got, reply = await request(app, "POST", post, headers=headers)
+        assert got == 200, (headers, reply)
