@@ -23,18 +23,16 @@ RECKON = [sys.executable, "-m", "reckon.daemon.cli"]
 
 
 def test_the_controller_serves_the_api_beside_its_websocket(tmp_path):
-    proc = subprocess.Popen([*RECKON, "controller", "--state-dir", str(tmp_path / "c"), "--listen", "127.0.0.1:0",
-                             "--http", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "controller.log"  # a file, not a pipe: a full pipe would stall the controller's logging
+    with log.open("w") as out:
+        proc = subprocess.Popen([*RECKON, "controller", "--state-dir", str(tmp_path / "c"), "--listen", "127.0.0.1:0",
+                                 "--http", "127.0.0.1:0"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        url, seen, deadline = None, [], time.monotonic() + DEADLINE
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            found = re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)/api/v1/", line)
-            url = found.group(1) if found else None
-        assert url is not None, "".join(seen)
+        url, deadline = None, time.monotonic() + DEADLINE
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            found = re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)/api/v1/", log.read_text())
+            url = found.group(1) if found else time.sleep(0.05)
+        assert url is not None, log.read_text()
         status = httpx.get(url + "/api/v1/status", timeout=DEADLINE)  # loopback, no token configured: admitted
         assert status.status_code == 200 and status.json()["status"]["pid"] == proc.pid
     finally:
@@ -45,7 +43,6 @@ def test_the_controller_serves_the_api_beside_its_websocket(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            proc.stdout.close()
 
 
 def test_a_taken_http_port_is_one_line_and_exit_1(tmp_path):

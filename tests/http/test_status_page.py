@@ -66,6 +66,7 @@ async def test_the_status_page_shows_the_job_and_the_node(tmp_path):
             assert node is not None and "IDLE" in node.group(1) and "0 / 2" in node.group(1), dom
             assert re.search(r'<pre id="output">hello from the status page\s*</pre>', dom), dom
             assert re.search(r'<p id="error" class="error" hidden', dom), dom  # no error shown
+            assert 'name="viewport" content="width=device-width' in dom  # laid out for a phone (status.css)
 
             shot = tmp_path / "status-page.png"
             taken = await trio.to_thread.run_sync(run_browser, binary, "--virtual-time-budget=5000",

@@ -93,8 +93,16 @@ function nodeRow(node) {
   return tr;
 }
 
+let shown = {key: null, job: null};  // the selected job's `show` reply, and what it was read at
+
 async function showJob(id) {
-  const {job} = await api("/jobs/" + encodeURIComponent(id));
+  // The job's fields from the query index every refresh (cheap); its attempts (`show`, which
+  // reads the fact log) again only when its state or attempt changed.
+  const [brief] = (await api("/query?ids=" + encodeURIComponent(id))).jobs;
+  if (brief === undefined) throw new Error("unknown job " + id);
+  const key = [id, brief.state, brief.attempt, brief.held].join("|");
+  if (shown.key !== key) shown = {key, job: (await api("/jobs/" + encodeURIComponent(id))).job};
+  const job = {...shown.job, ...brief, attempts: shown.job.attempts, pending_reason: shown.job.pending_reason};
   document.getElementById("job").hidden = false;
   document.getElementById("job-id").textContent = job.id;
   const fields = [["name", job.name], ["state", job.state], ["user", job.user], ["command", (job.command || []).join(" ")],
