@@ -117,7 +117,10 @@ class QueryIndex:
                users: list[str] | None = None, states: list[str] | None = None,
                since: float | None = None, until: float | None = None,
                limit: int | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-        """(the matching job objects in submit order, the ids asked for that name no job)."""
+        """(the matching job objects in submit order, the ids asked for that name no job).
+
+        The objects are the index's own, shared by every reply: a caller never changes one (the
+        index replaces an object when its job changes, so a reply being encoded stays whole)."""
         unknown: list[str] = []
         sets: list[Iterable[str]] = []
         if ids is not None:

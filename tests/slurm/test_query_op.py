@@ -123,3 +123,19 @@ async def test_a_known_job_is_never_missing_across_compaction_and_restart(tmp_pa
             assert _ids(reply) == [*jobs, *members] and "unknown" not in reply
             assert {j["id"]: j["state"] for j in reply["jobs"]} == before
             assert _ids(await _query(rig, names=["j1"])) == [jobs[1]]
+
+
+async def test_the_query_op_on_the_wire_and_a_big_reply_encoded_off_the_loop(tmp_path, monkeypatch):
+    from reckon.daemon.controller import clients
+
+    monkeypatch.setattr(clients, "BIG_REPLY", 2)  # three jobs: the worker thread's path
+    with trio.fail_after(60):
+        async with controller(tmp_path) as rig:
+            ids = [await _submit(rig, "w") for _ in range(3)]
+            client, _ = await rig.connect("/client")
+            await client.send({"op": "query", "names": ["w"]})
+            reply = await client.receive()
+            assert reply["ok"] and [j["id"] for j in reply["jobs"]] == ids
+            await client.send({"op": "query", "states": ["DONE"]})
+            reply = await client.receive()
+            assert not reply["ok"] and reply["error"].startswith("unknown state 'DONE'")
