@@ -28,11 +28,13 @@ class SlurmCommandError(Exception):
 
 
 def connect() -> SyncClient:
-    """A client of the controller the environment names: ``with connect() as client:`` connects."""
+    """A connected client of the controller the environment names (the caller closes it)."""
     url = resolve_controller(None)
     auth = resolve_auth(None, None, None)
     tls = client_ssl_context(resolve_ca(None)) if any(u.strip().startswith("wss:") for u in url.split(",")) else None
-    return SyncClient(url, auth, timeout=TIMEOUT, ssl_context=tls)
+    client = SyncClient(url, auth, timeout=TIMEOUT, ssl_context=tls)
+    client.connect()
+    return client
 
 
 def run(main: Callable[[list[str]], Any], argv: list[str] | None = None) -> int:

@@ -86,8 +86,11 @@ def main(argv: list[str]) -> int:
     partitions = set(C.split_list(str(opts["partitions"]))) if "partitions" in opts else None
     accounts = set(C.split_list(str(opts["accounts"]))) if "accounts" in opts else None
     states = sorted({S.RECKON_STATE[s] for s in wanted}) if wanted is not None else None
-    with connect() as client:
+    client = connect()
+    try:
         reply = client.call("query", ids=ids, names=names, users=users, states=states, since=since, until=until)
+    finally:
+        client.close()
     rows = []
     for job in reply["jobs"]:
         if ((wanted is None or S.slurm_state(job) in wanted)

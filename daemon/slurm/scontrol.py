@@ -95,13 +95,19 @@ def main(argv: list[str]) -> int:
         if "=" in what:  # show JobId=5
             what, _, first = what.partition("=")
             names = [first, *names]
-        with connect() as client:
+        client = connect()
+        try:
             sys.stdout.write(_show(client, what, names, bool(opts.get("oneliner"))))
+        finally:
+            client.close()
         return 0
     if command in ("hold", "uhold", "release", "requeue"):
         op = "hold" if command == "uhold" else command
-        with connect() as client:
+        client = connect()
+        try:
             return _act(client, op, args)
+        finally:
+            client.close()
     raise SlurmCommandError(f"invalid keyword: {rest[0]} (reckon's scontrol: show, hold, release, requeue)", 2)
 
 

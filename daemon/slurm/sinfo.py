@@ -48,8 +48,11 @@ def main(argv: list[str]) -> int:
     if "partitions" in opts and PARTITION not in C.split_list(str(opts["partitions"])):
         nodes: list[dict] = []
     else:
-        with connect() as client:
+        client = connect()
+        try:
             nodes = client.call("nodes")["nodes"]
+        finally:
+            client.close()
     if "nodes" in opts:
         names = set(C.split_list(str(opts["nodes"])))
         nodes = [n for n in nodes if n["name"] in names]

@@ -80,8 +80,11 @@ def main(argv: list[str]) -> int:
     partitions = set(C.split_list(str(opts["partitions"]))) if "partitions" in opts else None
     accounts = set(C.split_list(str(opts["accounts"]))) if "accounts" in opts else None
     states = sorted({S.RECKON_STATE[s] for s in wanted}) if wanted is not None else None
-    with connect() as client:
+    client = connect()
+    try:
         reply = client.call("query", ids=ids, names=names, users=users, states=states)
+    finally:
+        client.close()
     jobs = [j for j in reply["jobs"] if (wanted is None or S.slurm_state(j) in wanted)
             and (partitions is None or S.partition(j) in partitions)
             and (accounts is None or S.label(j, "account") in accounts)]
