@@ -40,6 +40,11 @@ def _caller(ev: object) -> None:
 # None is token mode (whoever holds the token may do everything, and jobs have no owner).
 
 
+def _hold(ev: object) -> None:
+    if not isinstance(ev.hold, bool):  # type: ignore[attr-defined]
+        raise ValueError("hold must be a bool")
+
+
 # ---- controller events ---------------------------------------------------
 
 
@@ -127,6 +132,7 @@ class SubmitJob:
     # Queue it even if no registered agent could run it (model/admission.py).
     queue_anyway: bool = False
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: the job starts held, in the same fact group as its submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -136,6 +142,7 @@ class SubmitJob:
         check_opt_uid("uid", self.uid)
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +154,7 @@ class SubmitBatch:
     uids: tuple[str, ...]  # one fresh uid per job, in order (the daemon draws them)
     queue_anyway: bool = False  # queue even if no registered agent could ever run a job (model/admission.py)
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: every job starts held, in the same fact group as the submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -164,6 +172,7 @@ class SubmitBatch:
             raise ValueError("uids must be distinct")
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +185,7 @@ class SubmitArray:
     uids: tuple[str, ...] | None = None  # one fresh uid per job, in index order (None: callers that predate uids)
     queue_anyway: bool = False  # queue even if no registered agent could ever run the jobs (model/admission.py)
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: every job starts held, in the same fact group as the submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -193,6 +203,7 @@ class SubmitArray:
                 check_opt_uid("uid", uid)
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -61,8 +61,15 @@ from .resources import NodeResources, Owner, Usage, check_gpu_indices
 # attempt used (``usage``) and whether it was killed for its memory (``oom``), and a RUNNING entry
 # its GPUs.  All left out at their defaults: a version 5 agent joins without resources (memory
 # unknown, no GPUs, no gres) and is served as before.
-PROTOCOL_VERSION = 6
-SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
+# 7 (issue #21, Slurm's commands): a job spec may carry a batch script, a warning signal before
+# its time limit, an output open mode, after_any / after_not_ok dependencies, labels and
+# slurm_env (left out at their defaults); a job using any of them is dispatched only to agents
+# of version >= 7.  The controller may send a ``signal`` message (a signal to a RUNNING job's
+# processes now), only to agents of version >= 7.
+PROTOCOL_VERSION = 7
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
+SPEC7_SINCE = 7  # the first version whose agents run jobs using the version 7 spec fields
+SIGNAL_SINCE = 7  # the first version whose agents are sent ``signal``
 RESOURCES_SINCE = 6  # the first version whose agents are sent gpus and send resources and usage
 OWNERS_SINCE = 6  # the first version whose agents are sent a job's owner
 PERMANENT_SINCE = 3  # the first version whose agents are told a refusal is permanent
