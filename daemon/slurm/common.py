@@ -16,7 +16,7 @@ import sys
 
 from reckon.daemon.client_common import ClientError, UsageError
 
-TIMEOUT = 10.0  # seconds for connecting, then for each request ($RECKON_TIMEOUT overrides)
+TIMEOUT = 30.0  # seconds for connecting, then for each request ($RECKON_SLURM_TIMEOUT overrides)
 
 # Linux's signal numbers (x86, arm, riscv: the generic table).  Not from the signal module:
 # importing it builds an enum of every signal, a cost each sbatch and scancel would pay.
@@ -56,9 +56,10 @@ def connect():  # -> SyncClient (not annotated: the import stays inside)
     auth = resolve_auth(None, None, None)
     tls = client_ssl_context(resolve_ca(None)) if any(u.strip().startswith("wss:") for u in url.split(",")) else None
     try:
-        timeout = float(os.environ.get("RECKON_TIMEOUT") or TIMEOUT)
+        timeout = float(os.environ.get("RECKON_SLURM_TIMEOUT") or TIMEOUT)
     except ValueError:
-        raise UsageError(f"$RECKON_TIMEOUT must be a number of seconds, got {os.environ['RECKON_TIMEOUT']!r}") from None
+        raise UsageError("$RECKON_SLURM_TIMEOUT must be a number of seconds, got "
+                         f"{os.environ['RECKON_SLURM_TIMEOUT']!r}") from None
     client = SyncClient(url, auth, timeout=timeout, ssl_context=tls)
     client.connect()
     return client
@@ -68,22 +69,59 @@ def warn(prog: str, text: str) -> None:
     sys.stderr.write(f"{prog}: warning: {text}\n")
 
 
-def run(prog: str, main, argv: list[str] | None = None) -> int:
-    """Run ``main(argv)``; its failures as Slurm prints them (``sbatch: error: ...``) and exit 1."""
+def run(main, argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run ``main(argv)`` (default: ``sys.argv[1:]``); a known failure is one line on stderr as Slurm
+    prints it (``sbatch: error: ...``) and its exit status: Slurm's 1 (2 for a bad controller URL or
+    token setting, as ``reckon``'s usage errors).  ``prog``: default the command's file name."""
+    if prog is None:
+        name = sys.argv[0].rpartition("/")[2] if sys.argv and sys.argv[0] not in ("", "-c") else "slurm"
+        prog = name.removesuffix(".py")
     argv = sys.argv[1:] if argv is None else argv
     try:
         status = main(argv)
         sys.stdout.flush()
-        return status
+        return int(status or 0)
     except (SlurmCommandError, ClientError) as exc:
-        sys.stdout.flush()
-        sys.stderr.write(f"{prog}: error: {exc}\n")
-        return getattr(exc, "status", 1)
-    except BrokenPipeError:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+        for line in str(exc).splitlines() or [""]:
+            sys.stderr.write(f"{prog}: error: {line}\n")
+        if isinstance(exc, SlurmCommandError):
+            return exc.status
+        return 2 if isinstance(exc, UsageError) else 1
+    except BrokenPipeError:  # `... | head`: the reader left; no flush at exit onto the closed pipe
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):
             pass
-        return 141
+        return 0
     except KeyboardInterrupt:
         return 130
+
+
+def query(client, *, ids: list[str] | None = None, names: list[str] | None = None, users: list[str] | None = None,
+          states: list[str] | None = None) -> list[dict]:
+    """The ``query`` op's jobs (ids: ``123``, an array's id for all its members, ``123_4``); from a
+    controller without it (before protocol 7), the ``jobs`` op's list, filtered here the same way."""
+    try:
+        return client.call("query", ids=ids, names=names, users=users, states=states)["jobs"]
+    except ClientError as exc:
+        if "unknown op" not in str(exc):
+            raise
+    wanted = set(ids or ())
+    out = []
+    for job in client.call("jobs")["jobs"]:
+        array = job.get("array_id")
+        if ids is not None and not (job["id"] in wanted or array in wanted
+                                    or (array is not None and f"{array}_{job.get('array_index')}" in wanted)):
+            continue
+        if names is not None and job.get("name") not in names:
+            continue
+        if users is not None and job.get("user") not in users:
+            continue
+        if states is not None and job["state"] not in states:
+            continue
+        out.append(job)
+    return out

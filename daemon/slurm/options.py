@@ -145,7 +145,7 @@ SRUN: list[tuple[str, str | None, int, str, str]] = sorted(
         ("input", "i", 1, HANDLED, "the task's stdin: all, none, 0 or a file (in a job)"),
         ("jobid", None, 1, REFUSED, "srun runs in its own job (SLURM_JOB_ID) or submits one"),
         ("kill-on-bad-exit", "K", 2, HANDLED, "accepted (one task)"),
-        ("label", "l", 0, HANDLED, "accepted (one task: every line is task 0's)"),
+        ("label", "l", 0, WARNED, "one task: lines are not prefixed with its number"),
         ("mpi", None, 1, WARNED, "reckon runs one task: no MPI wire-up"),
         ("multi-prog", None, 0, REFUSED, "reckon runs one task"),
         ("no-allocate", "Z", 0, REFUSED, "srun runs in a job"),
