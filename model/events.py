@@ -254,7 +254,8 @@ class ReleaseJob:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequeueJob:
-    """A user asks a finished job to run again as a new attempt (``reckon requeue``)."""
+    """A user asks a job to run again as a new attempt (``reckon requeue``): a finished one at
+    once; a RUNNING one (version 7) once its attempt, stopped as for a cancel, has ended."""
 
     job: str
     now: float
@@ -264,6 +265,26 @@ class RequeueJob:
         _caller(self)
         check_str("job", self.job)
         check_time("now", self.now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalJob:
+    """A user sends a signal to a RUNNING job's processes now (``reckon signal``; version 7).
+    Not a fact: nothing durable changes, the agent is told (``Signal``)."""
+
+    job: str
+    signal: int
+    now: float
+    batch_only: bool = False  # the top process only; else every process of the job
+    caller: Caller | None = None  # who asks (None: token mode)
+
+    def __post_init__(self) -> None:
+        _caller(self)
+        check_str("job", self.job)
+        check_int("signal", self.signal, minimum=1, maximum=64)
+        check_time("now", self.now)
+        if not isinstance(self.batch_only, bool):
+            raise ValueError("batch_only must be a bool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -413,7 +434,7 @@ class StartGraceEnded:
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
     DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
-    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob,
+    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob, SignalJob,
     ControllerStarted, StartGraceEnded,
 ]
 
@@ -577,6 +598,16 @@ class KillProcess:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SignalProcess:
+    """Agent (version 7): send ``signal`` to the attempt's processes now (its supervisor does)."""
+
+    job: str
+    attempt: int
+    signal: int
+    batch_only: bool = False  # the top process only; else every process of the job
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoreRecord:
     """Agent: write this local job record durably (insert or replace)."""
 
@@ -621,6 +652,6 @@ class StoreGeneration:
 
 
 Command = Union[
-    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess, StoreRecord,
-    DeleteRecord, OutboxPut, OutboxDelete, StoreCluster, StoreGeneration,
+    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess,
+    SignalProcess, StoreRecord, DeleteRecord, OutboxPut, OutboxDelete, StoreCluster, StoreGeneration,
 ]

@@ -235,7 +235,9 @@ class JobSpec:
     @property
     def uses_v7(self) -> bool:
         """Whether any version 7 field is set: such a job runs only on agents of version >= 7."""
-        return any(getattr(self, key) != default for key, default in V7_SPEC_DEFAULTS.items())
+        # Spelled out, not a loop over V7_SPEC_DEFAULTS: asked for every job note (test_spec7 keeps them in step).
+        return (self.script is not None or self.warn_signal is not None or self.open_mode is not None
+                or bool(self.after_any or self.after_not_ok or self.labels) or self.slurm_env)
 
     @property
     def dependencies(self) -> tuple[str, ...]:
@@ -386,6 +388,8 @@ class JobRecord:
     # The highest attempt an agent reported that this history never issued (JobAttemptsReserved):
     # the job's attempts continue above it.  0: none.
     attempts_reserved: int = 0
+    # Version 7: a user requeued the RUNNING attempt (JobRequeueRequested); set only while RUNNING.
+    requeue_requested: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -442,6 +446,7 @@ class JobRecord:
             "warn_batch_only": self.spec.warn_batch_only,
             "slurm_env": self.spec.slurm_env,
             "script": self.spec.script is not None,  # whether it runs a batch script (its text stays out)
+            "requeue_requested": self.requeue_requested,
         }
 
     def snapshot_key(self) -> tuple:

@@ -381,6 +381,28 @@ class Kill:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Signal:
+    """Version 7: send ``signal`` now to the RUNNING attempt's processes (``reckon signal``,
+    ``scancel --signal``): the top process only with ``batch_only``, else every process of the job."""
+
+    TYPE: ClassVar[str] = "signal"
+    seq: int
+    job: str
+    attempt: int
+    signal: int  # a signal number, 1..64
+    batch_only: bool = False
+    uid: str | None = None  # only the process of this submission (as Kill's)
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        check_job_attempt(self)
+        check_int("signal", self.signal, minimum=1, maximum=64)
+        if not isinstance(self.batch_only, bool):
+            raise ValueError("batch_only must be a bool")
+        check_opt_uid("uid", self.uid)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ack:
     TYPE: ClassVar[str] = "ack"
     seq: int
@@ -498,7 +520,7 @@ Message = Union[AgentMessage, ControllerMessage]
 TO_CONTROLLER: dict[str, type] = {c.TYPE: c for c in (Join, ResyncReport, Started, Finished, Heartbeat,
                                                        DispatchRefused, OutputChunk)}
 TO_AGENT: dict[str, type] = {c.TYPE: c for c in (Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error,
-                                                  OutputRead)}
+                                                  OutputRead, Signal)}
 
 
 def _field_names(cls: type) -> tuple[str, ...]:
@@ -521,6 +543,7 @@ _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None
 _OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None, "gpus": ()}
 _OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None, "code": None}
+_OMITTED_AT_DEFAULT[Signal] = {"uid": None, "batch_only": False}
 
 
 def to_wire(msg: Message) -> dict[str, Any]:

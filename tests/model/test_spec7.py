@@ -104,3 +104,190 @@ def test_v7_output_patterns():
     assert output_path("o/%x", job="1", attempt=1, cwd="/d", base_dir=None, name="nm") == "/d/o/nm"
     with pytest.raises(ValueError, match="unknown pattern %t"):
         check_pattern("output", "%t")
+
+
+# ---- the controller model: dependencies, requeue of a running job, hold, versions, signal ------
+
+from reckon.model import facts as F  # noqa: E402
+from reckon.model.controller import Controller, ControllerConfig  # noqa: E402
+from reckon.model.errors import LocalProtocolError, PermissionDenied  # noqa: E402
+from reckon.model.jobs import JobState  # noqa: E402
+from reckon.model.nodes import pending_reason  # noqa: E402
+from reckon.model.permissions import Caller  # noqa: E402
+from reckon.model.scheduler import Scheduler  # noqa: E402
+from reckon.model.state import apply  # noqa: E402
+
+from tests.model.harness import Harness, sends_of  # noqa: E402
+
+
+def _submit(h: Harness, **kw) -> str:
+    job_id = h.controller.state.next_job_id()
+    hold = kw.pop("hold", False)
+    h.controller_handle(E.SubmitJob(spec=JobSpec(name=f"j{job_id}", command=("true",), **kw), now=h.now,
+                                    uid=h.uid(), hold=hold))
+    return job_id
+
+
+def _run(h: Harness, job: str) -> int:
+    assert (job, "a1") in h.schedule()
+    h.pump()
+    return h.job(job).attempt
+
+
+def _end(h: Harness, job: str, *, exit_code: int | None = 0, signal: int | None = None) -> None:
+    attempt = h.job(job).attempt
+    h.agents["a1"].processes.discard((job, attempt))
+    h.agent_handle("a1", E.ProcessExited(job=job, attempt=attempt, exit_code=exit_code, signal=signal,
+                                         finished_at=h.now, now=h.now))
+    h.pump()
+
+
+def _cluster() -> Harness:
+    h = Harness()
+    h.join("a1")
+    return h
+
+
+@pytest.mark.parametrize("kind, dep_exit, runs", [
+    ("after_any", 0, True), ("after_any", 3, True),
+    ("after_not_ok", 3, True), ("after_not_ok", 0, False),
+])
+def test_after_any_and_after_not_ok(kind, dep_exit, runs):
+    h = _cluster()
+    dep = _submit(h)
+    waiter = _submit(h, **{kind: (dep,)})
+    assert h.schedule() == [(dep, "a1")]  # the waiter is not ready while its dependency runs
+    h.pump()
+    assert "after_" in pending_reason(h.controller, waiter)
+    _end(h, dep, exit_code=dep_exit)
+    if runs:
+        assert _run(h, waiter) == 1
+    else:
+        assert h.job(waiter).state is JobState.CANCELLED
+        assert h.job(waiter).reason == f"dependency {dep} ended COMPLETED (after_not_ok)"
+    h.assert_views_agree()
+    h.assert_replay_agrees()
+
+
+def test_a_cancelled_pending_dependency_releases_after_any_and_after_not_ok():
+    h = _cluster()
+    dep = _submit(h, hold=True)
+    anyone, not_ok, ok = _submit(h, after_any=(dep,)), _submit(h, after_not_ok=(dep,)), _submit(h, after=(dep,))
+    h.cancel(dep)
+    assert h.job(ok).state is JobState.CANCELLED  # after (afterok) can never be met
+    assert sorted(j for j, _ in h.schedule()) == sorted([anyone, not_ok])
+    h.assert_replay_agrees()
+
+
+def test_after_not_ok_of_a_completed_job_is_refused_at_submit():
+    h = _cluster()
+    dep = _submit(h)
+    _run(h, dep)
+    _end(h, dep)
+    with pytest.raises(LocalProtocolError, match="will never fail"):
+        h.controller.handle(E.SubmitJob(spec=JobSpec(name="w", command=("true",), after_not_ok=(dep,)), now=h.now))
+    with pytest.raises(LocalProtocolError, match="unknown job '99' in after_any"):
+        h.controller.handle(E.SubmitJob(spec=JobSpec(name="w", command=("true",), after_any=("99",)), now=h.now))
+
+
+def test_hold_at_submit_is_in_the_same_fact_group():
+    h = _cluster()
+    commands = h.controller_handle(E.SubmitJob(spec=JobSpec(name="w", command=("true",)), now=h.now,
+                                               uid=h.uid(), hold=True))
+    appends = [c for c in commands if isinstance(c, E.Append)]
+    assert len(appends) == 1 and [type(f) for f in appends[0].facts][-2:] == [F.JobSubmitted, F.JobHeld]
+    assert h.job("1").held and h.schedule() == []
+    arr = h.controller_handle(E.SubmitArray(spec=JobSpec(name="a", command=("true",)), array=parse_array("0-2"),
+                                            now=h.now, hold=True))
+    assert sum(isinstance(f, F.JobHeld) for c in arr if isinstance(c, E.Append) for f in c.facts) == 3
+    h.controller_handle(E.SubmitBatch(specs=(JobSpec(name="b", command=("true",)),), uids=(h.uid(),), now=h.now,
+                                      hold=True))
+    assert all(job.held for job in h.controller.state.jobs.values()) and h.schedule() == []
+    h.assert_replay_agrees()
+
+
+def test_requeue_of_a_running_job_stops_it_and_runs_it_again_not_as_a_retry():
+    h = _cluster()
+    job = _submit(h, retries=1)
+    _run(h, job)
+    commands = h.controller_handle(E.RequeueJob(job=job, now=h.now))
+    assert [type(f) for f in h.log[-1:]] == [F.JobRequeueRequested]
+    assert [(k.job, k.attempt) for k in sends_of(commands, M.Kill)] == [(job, 1)]
+    assert h.job(job).state is JobState.RUNNING and h.job(job).requeue_requested
+    assert h.controller_handle(E.RequeueJob(job=job, now=h.now)) == []  # asked twice: once
+    h.pump()
+    _end(h, job, signal=15)  # the kill's outcome is the attempt's, never the job's
+    record = h.job(job)
+    assert (record.state, record.attempt, record.requeues, record.retried) == (JobState.PENDING, 2, 1, 0)
+    assert (record.exit_code, record.signal, record.requeue_requested) == (None, None, False)
+    assert _run(h, job) == 2
+    _end(h, job)
+    assert (h.job(job).state, h.job(job).requeues) == (JobState.COMPLETED, 1)
+    h.assert_replay_agrees()
+
+
+def test_a_cancel_after_a_requeue_request_wins():
+    h = _cluster()
+    job = _submit(h)
+    _run(h, job)
+    h.controller_handle(E.RequeueJob(job=job, now=h.now))
+    commands = h.cancel(job)
+    assert sends_of(commands, M.Kill) == []  # the requeue's kill is on its way already
+    _end(h, job, signal=15)
+    assert h.job(job).state is JobState.CANCELLED and h.job(job).requeues == 0
+    with pytest.raises(LocalProtocolError, match="being cancelled"):
+        job2 = _submit(h)
+        _run(h, job2)
+        h.cancel(job2)
+        h.controller.handle(E.RequeueJob(job=job2, now=h.now))
+    h.assert_replay_agrees()
+
+
+def test_a_requeued_attempt_lost_with_its_agent_is_requeued_once():
+    h = _cluster()
+    job = _submit(h)
+    _run(h, job)
+    h.controller_handle(E.RequeueJob(job=job, now=h.now))
+    state = h.controller.state
+    apply(state, F.JobRequeued(job=job, attempt=1, reason="lost"))
+    assert (state.jobs[job].state, state.jobs[job].requeues, state.jobs[job].requeue_requested) == (
+        JobState.PENDING, 1, False)
+
+
+def test_v7_jobs_go_only_to_agents_of_version_7():
+    ctrl, sched = Controller(ControllerConfig()), Scheduler()
+
+    def feed(commands):
+        for c in commands:
+            if isinstance(c, E.Notify):
+                sched.notify(c.note)
+        return commands
+
+    feed(ctrl.handle(E.AgentJoined(conn=1, join=M.Join(agent="old", slots=8, version=6), token=b"\1" * 16,
+                                   now=1.0)))
+    feed(ctrl.handle(E.SubmitJob(spec=JobSpec(name="s", command=("x",), script="#!/bin/sh\n"), now=2.0)))
+    feed(ctrl.handle(E.SubmitJob(spec=JobSpec(name="p", command=("true",)), now=2.0)))
+    assert sched.place() == [("2", "old")]
+    feed(ctrl.handle(E.DispatchProposed(job="1", agent="old", now=3.0)))  # a stale proposal: refused
+    assert ctrl.state.jobs["1"].state is JobState.PENDING
+    feed(ctrl.handle(E.AgentJoined(conn=2, join=M.Join(agent="new", slots=8, version=7), token=b"\2" * 16,
+                                   now=4.0)))
+    assert ("1", "new") in sched.place()
+
+
+def test_signal_goes_to_the_running_attempt_and_is_no_fact():
+    h = _cluster()
+    job = _submit(h)
+    with pytest.raises(LocalProtocolError, match="only a RUNNING job can be signalled"):
+        h.controller.handle(E.SignalJob(job=job, signal=10, now=h.now))
+    _run(h, job)
+    facts = len(h.log)
+    commands = h.controller_handle(E.SignalJob(job=job, signal=10, batch_only=True, now=h.now))
+    assert len(h.log) == facts and not any(isinstance(c, E.Append) for c in commands)
+    [sent] = sends_of(commands, M.Signal)
+    assert (sent.job, sent.attempt, sent.signal, sent.batch_only) == (job, 1, 10, True)
+    out = h.deliver_to_agent("a1")
+    assert [c for c in out if isinstance(c, E.SignalProcess)] == [
+        E.SignalProcess(job=job, attempt=1, signal=10, batch_only=True)]
+    with pytest.raises(PermissionDenied):
+        h.controller.handle(E.SignalJob(job=job, signal=10, now=h.now, caller=Caller(user="mallory", uid=1001, gid=1001)))
