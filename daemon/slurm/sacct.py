@@ -18,6 +18,7 @@ from reckon.daemon.slurm import cmdline as C
 from reckon.daemon.slurm import formats as S
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 
+PROG = "sacct"
 OPTIONS = {
     "-j": ("jobs", True), "--jobs": ("jobs", True), "-X": ("allocations", False),
     "--allocations": ("allocations", False), "-n": ("noheader", False), "--noheader": ("noheader", False),
@@ -50,7 +51,7 @@ def states_of(text: str) -> set[str]:
     return out
 
 
-def main(argv: list[str]) -> int:
+def _main(argv: list[str]) -> int:
     now = time.time()
     try:
         opts, rest = C.parse_argv(argv, OPTIONS)
@@ -106,5 +107,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The command (default: ``sys.argv[1:]``); its exit status (daemon/slurm/launchers.py runs it)."""
+    return run(_main, argv, PROG)
+
+
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(main())

@@ -16,6 +16,7 @@ from reckon.daemon.slurm import cmdline as C
 from reckon.daemon.slurm import layouts as L
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 
+PROG = "scontrol"
 OPTIONS = {
     "-o": ("oneliner", False), "--oneliner": ("oneliner", False), "-d": ("details", False),
     "--details": ("details", False), "-a": ("all", False), "--all": ("all", False), "-h": ("help", False),
@@ -75,7 +76,7 @@ def _act(client, op: str, names: list[str]) -> int:
     return failed
 
 
-def main(argv: list[str]) -> int:
+def _main(argv: list[str]) -> int:
     try:
         opts, rest = C.parse_argv(argv, OPTIONS)
     except C.UsageProblem as exc:
@@ -111,5 +112,10 @@ def main(argv: list[str]) -> int:
     raise SlurmCommandError(f"invalid keyword: {rest[0]} (reckon's scontrol: show, hold, release, requeue)", 2)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The command (default: ``sys.argv[1:]``); its exit status (daemon/slurm/launchers.py runs it)."""
+    return run(_main, argv, PROG)
+
+
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(main())

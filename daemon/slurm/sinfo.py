@@ -13,6 +13,7 @@ from reckon.daemon.slurm import layouts as L
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 from reckon.daemon.slurm.formats import PARTITION
 
+PROG = "sinfo"
 OPTIONS = {
     "-o": ("format", True), "--format": ("format", True), "-h": ("noheader", False),
     "--noheader": ("noheader", False), "-N": ("node", False), "--Node": ("node", False), "-p": ("partitions", True),
@@ -28,7 +29,7 @@ USAGE = "Usage: sinfo [-o format] [-h] [-N] [-p partition] [-n nodes] [-t states
 DEAD = ("DISCONNECTED", "LOST")
 
 
-def main(argv: list[str]) -> int:
+def _main(argv: list[str]) -> int:
     try:
         opts, rest = C.parse_argv(argv, OPTIONS)
         if rest:
@@ -72,5 +73,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The command (default: ``sys.argv[1:]``); its exit status (daemon/slurm/launchers.py runs it)."""
+    return run(_main, argv, PROG)
+
+
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(main())

@@ -15,6 +15,7 @@ from reckon.daemon.slurm import cmdline as C
 from reckon.daemon.slurm import formats as S
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 
+PROG = "squeue"
 OPTIONS = {
     "-j": ("jobs", True), "--jobs": ("jobs", True), "-u": ("users", True), "--user": ("users", True),
     "-n": ("names", True), "--name": ("names", True), "-t": ("states", True), "--states": ("states", True),
@@ -45,7 +46,7 @@ def slurm_states(text: str) -> set[str] | None:
     return out
 
 
-def main(argv: list[str]) -> int:
+def _main(argv: list[str]) -> int:
     try:
         opts, rest = C.parse_argv(argv, OPTIONS)
         if rest:
@@ -97,5 +98,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The command (default: ``sys.argv[1:]``); its exit status (daemon/slurm/launchers.py runs it)."""
+    return run(_main, argv, PROG)
+
+
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(main())
