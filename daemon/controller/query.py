@@ -83,6 +83,22 @@ class QueryIndex:
         if named:
             self.boundaries += 1
 
+    def check(self, daemon: Any) -> None:
+        """Raise if the index differs from one built anew from the job table (``validate_state``
+        runs, after a commit, when the two must agree).  Output paths are left out: they follow
+        the agents' log directories, which change with a join and no fact."""
+        fresh = QueryIndex.of(daemon)
+
+        def bare(jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+            return {k: {f: v for f, v in o.items() if f not in ("stdout", "stderr")} for k, o in jobs.items()}
+
+        for name in ("order", "arrays", "names", "users", "states"):
+            if getattr(fresh, name) != getattr(self, name):
+                raise RuntimeError(f"the query index's {name} differ from the job table's")
+        if bare(fresh.jobs) != bare(self.jobs):
+            wrong = next((k for k in fresh.jobs if bare({k: fresh.jobs[k]}) != bare({k: self.jobs.get(k, {})})), "?")
+            raise RuntimeError(f"the query index's job {wrong} differs from the job table's")
+
     def _put(self, obj: dict[str, Any]) -> None:
         job_id = obj["id"]
         old = self.jobs.get(job_id)

@@ -39,11 +39,6 @@ async def _array(rig, count: int, name: str = "arr") -> list[str]:
     return [f.job for c in commands if isinstance(c, E.Append) for f in c.facts if type(f).__name__ == "JobSubmitted"]
 
 
-def _fresh(rig) -> dict:
-    """The index built anew from the model's table: what the kept one must equal."""
-    return QueryIndex.of(rig.daemon).jobs
-
-
 async def test_filters_arrays_and_unknown_ids(tmp_path):
     with trio.fail_after(60):
         async with controller(tmp_path) as rig:
@@ -72,7 +67,7 @@ async def test_filters_arrays_and_unknown_ids(tmp_path):
             assert _ids(await _query(rig, until=submitted - 1)) == []
             assert a in _ids(await _query(rig, since=time.time() + 3600))  # still pending: not ended
             assert b not in _ids(await _query(rig, since=time.time() + 3600))
-            assert _fresh(rig) == rig.daemon.queries.jobs
+            rig.daemon.queries.check(rig.daemon)
 
 
 @pytest.mark.parametrize("request_, error", [
@@ -102,7 +97,7 @@ async def test_a_query_during_a_commit_sees_the_state_before_the_batch(tmp_path)
                 assert _ids(await _query(rig)) == [first]  # answered while the loop waits on the commit
                 gate.release()
             assert len(_ids(await _query(rig))) == 2
-            assert _fresh(rig) == rig.daemon.queries.jobs
+            rig.daemon.queries.check(rig.daemon)
 
 
 async def test_a_known_job_is_never_missing_across_compaction_and_restart(tmp_path):
@@ -116,7 +111,7 @@ async def test_a_known_job_is_never_missing_across_compaction_and_restart(tmp_pa
             assert rig.store.facts_since_snapshot == 0
             after = _ids(await _query(rig, ids=[*jobs, members[0]]))
             assert after == [*jobs, *members]
-            assert _fresh(rig) == rig.daemon.queries.jobs
+            rig.daemon.queries.check(rig.daemon)
             before = {j["id"]: j["state"] for j in (await _query(rig))["jobs"]}
         async with controller(tmp_path) as rig:  # a restart: the index is rebuilt from the snapshot
             reply = await _query(rig, ids=[*jobs, members[0]])
@@ -139,3 +134,19 @@ async def test_the_query_op_on_the_wire_and_a_big_reply_encoded_off_the_loop(tmp
             await client.send({"op": "query", "states": ["DONE"]})
             reply = await client.receive()
             assert not reply["ok"] and reply["error"].startswith("unknown state 'DONE'")
+
+
+async def test_the_index_check_bites(tmp_path):
+    with trio.fail_after(60):
+        async with controller(tmp_path) as rig:
+            job = await _submit(rig)
+            index = rig.daemon.queries
+            index.check(rig.daemon)
+            index.jobs[job] = {**index.jobs[job], "held": True}  # a change the index missed
+            with pytest.raises(RuntimeError, match=f"the query index's job {job} differs"):
+                index.check(rig.daemon)
+            index._put(QueryIndex.of(rig.daemon).jobs[job])
+            index.check(rig.daemon)
+            del index.states["PENDING"][job]
+            with pytest.raises(RuntimeError, match="the query index's states differ"):
+                index.check(rig.daemon)
