@@ -150,3 +150,26 @@ async def test_the_index_check_bites(tmp_path):
             del index.states["PENDING"][job]
             with pytest.raises(RuntimeError, match="the query index's states differ"):
                 index.check(rig.daemon)
+
+
+def test_a_time_window_walks_live_and_recently_ended_jobs_and_matches_a_walk_of_all():
+    index = QueryIndex()
+
+    def put(job_id: str, state: str, finished: float | None, submitted: float = 0.0) -> None:
+        index._put({"id": job_id, "array_id": None, "name": "n", "user": None, "state": state,
+                    "finished_at": finished, "submitted_at": submitted})
+
+    for k in range(1, 41):
+        put(str(k), "PENDING", None, submitted=k)
+    for k in range(1, 31):  # ended out of order, as agents' clocks report them
+        put(str(k), "COMPLETED" if k % 3 else "CANCELLED", float(100 + (k * 7) % 30) if k % 5 else None, submitted=k)
+    put("4", "PENDING", None, submitted=4)  # requeued: its entry in ``ended`` is stale now
+    put("6", "RUNNING", None, submitted=6)
+    put("7", "FAILED", 200.0, submitted=7)  # ended again, later
+    for since in (-1.0, 0.0, 5.0, 100.0, 110.0, 129.0, 150.0, 300.0):
+        for until in (None, 10.0, 35.0):
+            walked = [o["id"] for o in index.jobs.values() if
+                      (until is None or o["submitted_at"] <= until) and
+                      (o["state"] in ("PENDING", "RUNNING") or
+                       (o["finished_at"] if o["finished_at"] is not None else o["submitted_at"]) >= since)]
+            assert [o["id"] for o in index.answer(since=since, until=until)[0]] == walked, (since, until)
