@@ -15,12 +15,18 @@ class UsageProblem(ValueError):
 # ---- the command line ----------------------------------------------------------------------------
 
 
-def parse_argv(argv: list[str], options: dict[str, tuple[str, bool]]) -> tuple[dict[str, object], list[str]]:
+def parse_argv(argv: list[str], options: dict[str, tuple[str, bool]],
+               lists: frozenset[str] = frozenset()) -> tuple[dict[str, object], list[str]]:
     """Slurm's getopt_long spellings: ``-j 1``, ``-j1``, ``--jobs=1``, ``--jobs 1``, ``-hX``, a
     unique prefix of a long option.  ``options``: spelling (``-j``, ``--jobs``) -> (key, takes a value).
-    A repeated option's last value wins (a repeated flag is just set).  (values by key, operands)."""
+    A repeated option's last value wins, but for the keys in ``lists``, whose values add up
+    (``sacct -j 1 -j 2``, as submitit calls it, is ``-j 1,2``).  (values by key, operands)."""
     values: dict[str, object] = {}
     rest: list[str] = []
+
+    def put(key: str, value: str) -> None:
+        values[key] = f"{values[key]},{value}" if key in lists and key in values else value
+
     longs = [o for o in options if o.startswith("--")]
     i = 0
     while i < len(argv):
@@ -43,7 +49,7 @@ def parse_argv(argv: list[str], options: dict[str, tuple[str, bool]]) -> tuple[d
                     if i >= len(argv):
                         raise UsageProblem(f"option '{name}' requires an argument")
                     value, i = argv[i], i + 1
-                values[key] = value
+                put(key, value)
             elif eq:
                 raise UsageProblem(f"option '{name}' doesn't allow an argument")
             else:
@@ -61,7 +67,7 @@ def parse_argv(argv: list[str], options: dict[str, tuple[str, bool]]) -> tuple[d
                         if i >= len(argv):
                             raise UsageProblem(f"option requires an argument -- '{arg[j]}'")
                         value, i = argv[i], i + 1
-                    values[key] = value
+                    put(key, value)
                     break
                 values[key] = True
                 j += 1

@@ -277,14 +277,14 @@ def squeue_value(code: str, row: dict, now: float) -> str:
     job = row
     state = slurm_state(job)
     if code == "i":
-        return row.get("_squeue_id") or job_id(job)
+        return row.get("_slurm_id") or job_id(job)
     if code == "A":
         return job["id"]
     if code == "F":
         return job["array_id"] if job.get("array_id") is not None else job["id"]
     if code == "K":
-        if row.get("_squeue_tasks"):
-            return row["_squeue_tasks"]
+        if row.get("_slurm_tasks"):
+            return row["_slurm_tasks"]
         return str(job["array_index"]) if job.get("array_id") is not None else "N/A"
     if code == "j":
         return job["name"]
@@ -355,14 +355,16 @@ def squeue_value(code: str, row: dict, now: float) -> str:
     raise AssertionError(code)  # parse_squeue_format admits only the codes above
 
 
-def squeue_rows(jobs: list[dict], expand: bool) -> list[dict]:
-    """The jobs as squeue lists them: without ``expand`` (``-r``), an array's PENDING members on one
+def array_rows(jobs: list[dict], expand: bool) -> list[dict]:
+    """The jobs as squeue and sacct list them: without ``expand`` (``-r``), an array's PENDING members on one
     row ``123_[1-3,5%2]``, where its first pending member was."""
     if expand:
         return jobs
     pending: dict[str, list[dict]] = {}
     for job in jobs:
-        if job.get("array_id") is not None and job["state"] == "PENDING" and not job.get("held"):
+        # Slurm splits a member off the array's pending record once it starts (or is held)
+        if (job.get("array_id") is not None and job["state"] == "PENDING" and not job.get("held")
+                and job.get("started_at") is None and job.get("attempt", 1) == 1):
             pending.setdefault(job["array_id"], []).append(job)
     rows: list[dict] = []
     for job in jobs:
@@ -375,7 +377,7 @@ def squeue_rows(jobs: list[dict], expand: bool) -> list[dict]:
         tasks = compress_indices([m["array_index"] for m in group])
         if job.get("array_max"):
             tasks += f"%{job['array_max']}"
-        rows.append({**job, "_squeue_id": f"{job['array_id']}_[{tasks}]", "_squeue_tasks": tasks})
+        rows.append({**job, "_slurm_id": f"{job['array_id']}_[{tasks}]", "_slurm_tasks": tasks})
     return rows
 
 
@@ -457,7 +459,7 @@ def sacct_value(name: str, row: dict, now: float) -> str | None:
     job, step = row["job"], row["step"]
     state = slurm_state(job)
     if name in ("JobID", "JobIDRaw"):
-        base = job_id(job) if name == "JobID" else job["id"]
+        base = (job.get("_slurm_id") or job_id(job)) if name == "JobID" else job["id"]
         return base if step is None else f"{base}.{step}"
     if name == "JobName":
         return job["name"] if step is None else step

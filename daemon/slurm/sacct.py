@@ -36,6 +36,7 @@ OPTIONS = {
     "--version": ("version", False), "--delimiter": ("delimiter", True), "-M": ("clusters", True),
     "--clusters": ("clusters", True),
 }
+LISTS = frozenset({"jobs", "names", "users", "states", "format", "partitions", "accounts"})  # Slurm appends
 USAGE = ("Usage: sacct [-j jobs] [-X] [-n] [-P|-p] [-o fields] [-S time] [-E time] [--name names] "
          "[-u users] [-s states] [-b] [-e]")
 
@@ -54,7 +55,7 @@ def states_of(text: str) -> set[str]:
 def _main(argv: list[str]) -> int:
     now = time.time()
     try:
-        opts, rest = C.parse_argv(argv, OPTIONS)
+        opts, rest = C.parse_argv(argv, OPTIONS, LISTS)
         if rest:
             raise C.UsageProblem(f"unrecognized argument '{rest[0]}'")
         if opts.get("help"):
@@ -92,12 +93,12 @@ def _main(argv: list[str]) -> int:
         reply = client.call("query", ids=ids, names=names, users=users, states=states, since=since, until=until)
     finally:
         client.close()
+    jobs = [job for job in reply["jobs"] if (wanted is None or S.slurm_state(job) in wanted)
+            and (partitions is None or S.partition(job) in partitions)
+            and (accounts is None or S.label(job, "account") in accounts)]
     rows = []
-    for job in reply["jobs"]:
-        if ((wanted is None or S.slurm_state(job) in wanted)
-                and (partitions is None or S.partition(job) in partitions)
-                and (accounts is None or S.label(job, "account") in accounts)):
-            rows += S.sacct_rows(job, allocations=bool(opts.get("allocations")), now=reply["now"])
+    for job in S.array_rows(jobs, expand=False):  # an array's pending members: one record, as Slurm's
+        rows += S.sacct_rows(job, allocations=bool(opts.get("allocations")), now=reply["now"])
     lines = S.sacct_lines(rows, fields, reply["now"], header=not opts.get("noheader"), parsable=parsable)
     delimiter = opts.get("delimiter")
     if delimiter and parsable is not None:

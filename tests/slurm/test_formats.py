@@ -51,13 +51,13 @@ def test_squeue_default_format_and_collapsed_pending_array():
     jobs = [job("5"), job("6", "PENDING", array_id="6", array_index=1, array_max=2),
             job("7", "PENDING", array_id="6", array_index=2, array_max=2),
             job("8", "PENDING", array_id="6", array_index=3, array_max=2)]
-    lines = S.squeue_lines(S.squeue_rows(jobs, expand=False), S.parse_squeue_format(S.SQUEUE_DEFAULT), NOW)
+    lines = S.squeue_lines(S.array_rows(jobs, expand=False), S.parse_squeue_format(S.SQUEUE_DEFAULT), NOW)
     assert lines == [
         "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)",
         "                 5    reckon      job    alice  R       0:50      1 a1",
         "         6_[1-3%2]    reckon      job    alice PD       0:00      1 (Resources)",
     ]
-    expanded = S.squeue_lines(S.squeue_rows(jobs, expand=True), S.parse_squeue_format("%i %t %A %F %K"), NOW,
+    expanded = S.squeue_lines(S.array_rows(jobs, expand=True), S.parse_squeue_format("%i %t %A %F %K"), NOW,
                               header=False)
     assert expanded == ["5 R 5 5 N/A", "6_1 PD 6 6 1", "6_2 PD 7 6 2", "6_3 PD 8 6 3"]
 
@@ -165,3 +165,19 @@ def test_scontrol_show_job_and_config():
     config = L.show_config(NOW, "ws://127.0.0.1:7420", 2).splitlines()
     assert config[0].startswith("Configuration data as of ")
     assert "ClusterName             = reckon" in config and any(c.startswith("MaxArraySize ") for c in config)
+
+
+def test_sacct_collapses_an_arrays_pending_members_as_submitit_reads_them():
+    jobs = [job("6", "RUNNING", array_id="6", array_index=1, array_max=2),
+            job("7", "PENDING", array_id="6", array_index=2, array_max=2),
+            job("8", "PENDING", array_id="6", array_index=3, array_max=2),
+            job("9", "PENDING", array_id="6", array_index=5, array_max=2, held=True)]
+    rows = [r for j in S.array_rows(jobs, expand=False) for r in S.sacct_rows(j, allocations=True, now=NOW)]
+    assert S.sacct_lines(rows, S.parse_sacct_format("JobID,JobIDRaw,State"), NOW, header=False, parsable="|2") == [
+        "6_1|6|RUNNING", "6_[2-3%2]|7|PENDING", "6_5|9|PENDING"]
+
+
+def test_repeated_list_options_add_up():
+    options = {"-j": ("jobs", True), "-o": ("format", True)}
+    assert C.parse_argv(["-j", "1", "-j", "2,3", "-o", "a", "-o", "b"], options, frozenset({"jobs"}))[0] == {
+        "jobs": "1,2,3", "format": "b"}

@@ -44,8 +44,13 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
         assert out.split("\n")[:-1] == [f"{done} CD", f"{failed} F", f"{running} R"]
         out = slurm(cluster, "sacct", "-X", "--noheader", "--format=jobid,state%20", "--job", ",".join(known))
         rows = [line.split() for line in out.splitlines()]
-        assert [r[0] for r in rows] == [done, failed, running, f"{first}_1", f"{first}_2", f"{first}_3"]
-        assert [r[1] for r in rows][:2] == ["COMPLETED", "FAILED"] and len(rows) == 6
+        # The array's members that never ran are one record, 6_[2-3%1], as Slurm's accounting has them.
+        assert [r[0] for r in rows] == [done, failed, running, f"{first}_1", f"{first}_[2-3%1]"]
+        assert [r[1] for r in rows] == ["COMPLETED", "FAILED", rows[2][1], "RUNNING", "PENDING"]
+        # submitit asks with one -j per id.
+        out = slurm(cluster, "sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", done, "-j", failed)
+        assert [line.split("|")[0] for line in out.splitlines()] == [
+            "JobID", done, f"{done}.batch", f"{done}.extern", failed, f"{failed}.batch", f"{failed}.extern"]
 
     parsl_views()
     # squeue's default: live jobs only, the array's pending members on one line.
