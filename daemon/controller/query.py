@@ -23,6 +23,7 @@ by the core loop, not by a walk of the job table in the loop:
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from typing import Any, Iterable
@@ -62,6 +63,10 @@ class QueryIndex:
         self.names: dict[str, dict[str, None]] = {}
         self.users: dict[str, dict[str, None]] = {}
         self.states: dict[str, dict[str, None]] = {s: {} for s in STATES}
+        # (when it ended, its order, id) of every job that reached a terminal state, sorted: a
+        # query ``since`` T walks the live jobs and those that ended after T, not the history.
+        # An entry goes stale when its job runs again (a requeue); answer() checks each.
+        self.ended: list[tuple[float, int, str]] = []
         self.boundaries = 0  # commit boundaries seen (how many times ``committed`` changed anything)
 
     @classmethod
@@ -83,6 +88,24 @@ class QueryIndex:
         if named:
             self.boundaries += 1
 
+    def check(self, daemon: Any) -> None:
+        """Raise if the index differs from one built anew from the job table (``validate_state``
+        runs, after a commit, when the two must agree).  Output paths are left out: they follow
+        the agents' log directories, which change with a join and no fact."""
+        fresh = QueryIndex.of(daemon)
+
+        def bare(jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+            return {k: {f: v for f, v in o.items() if f not in ("stdout", "stderr")} for k, o in jobs.items()}
+
+        for name in ("order", "arrays", "names", "users", "states"):
+            if getattr(fresh, name) != getattr(self, name):
+                raise RuntimeError(f"the query index's {name} differ from the job table's")
+        if not set(fresh.ended) <= set(self.ended):
+            raise RuntimeError("the query index's ended jobs miss some of the job table's")
+        if bare(fresh.jobs) != bare(self.jobs):
+            wrong = next((k for k in fresh.jobs if bare({k: fresh.jobs[k]}) != bare({k: self.jobs.get(k, {})})), "?")
+            raise RuntimeError(f"the query index's job {wrong} differs from the job table's")
+
     def _put(self, obj: dict[str, Any]) -> None:
         job_id = obj["id"]
         old = self.jobs.get(job_id)
@@ -97,6 +120,8 @@ class QueryIndex:
             del self.states[old["state"]][job_id]
         self.states[obj["state"]][job_id] = None
         self.jobs[job_id] = obj
+        if obj["state"] not in LIVE and (old is None or old["state"] in LIVE or _ended(old) != _ended(obj)):
+            bisect.insort(self.ended, (_ended(obj), self.order[job_id], job_id))
 
     # ---- answering ------------------------------------------------------------------
 
@@ -117,7 +142,10 @@ class QueryIndex:
                users: list[str] | None = None, states: list[str] | None = None,
                since: float | None = None, until: float | None = None,
                limit: int | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-        """(the matching job objects in submit order, the ids asked for that name no job)."""
+        """(the matching job objects in submit order, the ids asked for that name no job).
+
+        The objects are the index's own, shared by every reply: a caller never changes one (the
+        index replaces an object when its job changes, so a reply being encoded stays whole)."""
         unknown: list[str] = []
         sets: list[Iterable[str]] = []
         if ids is not None:
@@ -140,6 +168,11 @@ class QueryIndex:
             first, rest = sets[0], [s if isinstance(s, dict) else dict.fromkeys(s) for s in sets[1:]]
             candidates = [j for j in first if all(j in s for s in rest)]
             candidates.sort(key=self.order.__getitem__)
+        elif since is not None:  # live jobs, and those that ended since
+            start = bisect.bisect_left(self.ended, (since, -1, ""))
+            recent = {job_id: None for _, _, job_id in self.ended[start:]}
+            candidates = [*self.states["PENDING"], *self.states["RUNNING"], *recent]
+            candidates = sorted(set(candidates), key=self.order.__getitem__)
         else:
             candidates = list(self.jobs)
         out = []
@@ -153,16 +186,21 @@ class QueryIndex:
         return out, unknown
 
 
+LIVE = ("PENDING", "RUNNING")
+
+
+def _ended(obj: dict[str, Any]) -> float:
+    """When a terminal job ended: its finish, or its submission for one cancelled before it ran."""
+    return obj["finished_at"] if obj["finished_at"] is not None else obj["submitted_at"]
+
+
 def _in_window(obj: dict[str, Any], since: float | None, until: float | None) -> bool:
     """Whether the job was known between ``since`` and ``until``: submitted by ``until``, and
     not ended before ``since`` (a live job has not ended; a job cancelled before it ran ended at
     its submission, as ``history --since`` counts it)."""
     if until is not None and obj["submitted_at"] > until:
         return False
-    if since is None or obj["state"] in ("PENDING", "RUNNING"):
-        return True
-    ended = obj["finished_at"] if obj["finished_at"] is not None else obj["submitted_at"]
-    return ended >= since
+    return since is None or obj["state"] in LIVE or _ended(obj) >= since
 
 
 # ---- the op ---------------------------------------------------------------------------------

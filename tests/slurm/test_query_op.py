@@ -39,11 +39,6 @@ async def _array(rig, count: int, name: str = "arr") -> list[str]:
     return [f.job for c in commands if isinstance(c, E.Append) for f in c.facts if type(f).__name__ == "JobSubmitted"]
 
 
-def _fresh(rig) -> dict:
-    """The index built anew from the model's table: what the kept one must equal."""
-    return QueryIndex.of(rig.daemon).jobs
-
-
 async def test_filters_arrays_and_unknown_ids(tmp_path):
     with trio.fail_after(60):
         async with controller(tmp_path) as rig:
@@ -72,7 +67,7 @@ async def test_filters_arrays_and_unknown_ids(tmp_path):
             assert _ids(await _query(rig, until=submitted - 1)) == []
             assert a in _ids(await _query(rig, since=time.time() + 3600))  # still pending: not ended
             assert b not in _ids(await _query(rig, since=time.time() + 3600))
-            assert _fresh(rig) == rig.daemon.queries.jobs
+            rig.daemon.queries.check(rig.daemon)
 
 
 @pytest.mark.parametrize("request_, error", [
@@ -102,7 +97,7 @@ async def test_a_query_during_a_commit_sees_the_state_before_the_batch(tmp_path)
                 assert _ids(await _query(rig)) == [first]  # answered while the loop waits on the commit
                 gate.release()
             assert len(_ids(await _query(rig))) == 2
-            assert _fresh(rig) == rig.daemon.queries.jobs
+            rig.daemon.queries.check(rig.daemon)
 
 
 async def test_a_known_job_is_never_missing_across_compaction_and_restart(tmp_path):
@@ -116,10 +111,65 @@ async def test_a_known_job_is_never_missing_across_compaction_and_restart(tmp_pa
             assert rig.store.facts_since_snapshot == 0
             after = _ids(await _query(rig, ids=[*jobs, members[0]]))
             assert after == [*jobs, *members]
-            assert _fresh(rig) == rig.daemon.queries.jobs
+            rig.daemon.queries.check(rig.daemon)
             before = {j["id"]: j["state"] for j in (await _query(rig))["jobs"]}
         async with controller(tmp_path) as rig:  # a restart: the index is rebuilt from the snapshot
             reply = await _query(rig, ids=[*jobs, members[0]])
             assert _ids(reply) == [*jobs, *members] and "unknown" not in reply
             assert {j["id"]: j["state"] for j in reply["jobs"]} == before
             assert _ids(await _query(rig, names=["j1"])) == [jobs[1]]
+
+
+async def test_the_query_op_on_the_wire_and_a_big_reply_encoded_off_the_loop(tmp_path, monkeypatch):
+    from reckon.daemon.controller import clients
+
+    monkeypatch.setattr(clients, "BIG_REPLY", 2)  # three jobs: the worker thread's path
+    with trio.fail_after(60):
+        async with controller(tmp_path) as rig:
+            ids = [await _submit(rig, "w") for _ in range(3)]
+            client, _ = await rig.connect("/client")
+            await client.send({"op": "query", "names": ["w"]})
+            reply = await client.receive()
+            assert reply["ok"] and [j["id"] for j in reply["jobs"]] == ids
+            await client.send({"op": "query", "states": ["DONE"]})
+            reply = await client.receive()
+            assert not reply["ok"] and reply["error"].startswith("unknown state 'DONE'")
+
+
+async def test_the_index_check_bites(tmp_path):
+    with trio.fail_after(60):
+        async with controller(tmp_path) as rig:
+            job = await _submit(rig)
+            index = rig.daemon.queries
+            index.check(rig.daemon)
+            index.jobs[job] = {**index.jobs[job], "held": True}  # a change the index missed
+            with pytest.raises(RuntimeError, match=f"the query index's job {job} differs"):
+                index.check(rig.daemon)
+            index._put(QueryIndex.of(rig.daemon).jobs[job])
+            index.check(rig.daemon)
+            del index.states["PENDING"][job]
+            with pytest.raises(RuntimeError, match="the query index's states differ"):
+                index.check(rig.daemon)
+
+
+def test_a_time_window_walks_live_and_recently_ended_jobs_and_matches_a_walk_of_all():
+    index = QueryIndex()
+
+    def put(job_id: str, state: str, finished: float | None, submitted: float = 0.0) -> None:
+        index._put({"id": job_id, "array_id": None, "name": "n", "user": None, "state": state,
+                    "finished_at": finished, "submitted_at": submitted})
+
+    for k in range(1, 41):
+        put(str(k), "PENDING", None, submitted=k)
+    for k in range(1, 31):  # ended out of order, as agents' clocks report them
+        put(str(k), "COMPLETED" if k % 3 else "CANCELLED", float(100 + (k * 7) % 30) if k % 5 else None, submitted=k)
+    put("4", "PENDING", None, submitted=4)  # requeued: its entry in ``ended`` is stale now
+    put("6", "RUNNING", None, submitted=6)
+    put("7", "FAILED", 200.0, submitted=7)  # ended again, later
+    for since in (-1.0, 0.0, 5.0, 100.0, 110.0, 129.0, 150.0, 300.0):
+        for until in (None, 10.0, 35.0):
+            walked = [o["id"] for o in index.jobs.values() if
+                      (until is None or o["submitted_at"] <= until) and
+                      (o["state"] in ("PENDING", "RUNNING") or
+                       (o["finished_at"] if o["finished_at"] is not None else o["submitted_at"]) >= since)]
+            assert [o["id"] for o in index.answer(since=since, until=until)[0]] == walked, (since, until)
