@@ -15,7 +15,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
-import mimetypes
 from importlib import resources
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
@@ -29,6 +28,8 @@ log = logging.getLogger("reckon.http")
 MAX_BODY = 16 << 20  # a submit of many specs, each script up to 4 MiB, fits the WebSocket's frames too
 MUNGE_HEADER = b"x-reckon-munge"
 STATIC = {"/": "index.html", "/status.css": "status.css", "/status.js": "status.js"}
+_KINDS = {"html": b"text/html; charset=utf-8", "css": b"text/css; charset=utf-8",
+          "js": b"text/javascript; charset=utf-8"}
 _SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
                      (b"cache-control", b"no-store")]
 
@@ -79,8 +80,8 @@ class HttpApp:
     async def _answer(self, scope: dict, receive: Receive) -> tuple[int, bytes, bytes]:
         method, path = scope["method"], scope["path"]
         if path in self.files and method in ("GET", "HEAD"):
-            kind = mimetypes.guess_type(STATIC[path])[0] or "application/octet-stream"
-            return 200, self.files[path], f"{kind}; charset=utf-8".encode()
+            kind = _KINDS[STATIC[path].rsplit(".", 1)[1]]  # fixed: nosniff refuses a script of another type
+            return 200, self.files[path], kind
         if path == routes.API + "/openapi.json" and method in ("GET", "HEAD"):
             return 200, self.document, b"application/json"
         found = routes.match(method, path)

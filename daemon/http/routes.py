@@ -90,6 +90,16 @@ def _logs_text(fields: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def _array_members(fields: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    """GET /arrays/ID: the query of that id, which must name an array."""
+    [array] = fields["ids"]
+    if reply.get("unknown"):
+        raise HttpError(404, f"unknown job {array!r}")
+    if any(job.get("array_id") != array for job in reply.get("jobs", ())):
+        raise HttpError(409, f"job {array} is not an array")
+    return reply
+
+
 _STATE = Param("state", "string", "only jobs in this state (PENDING, RUNNING, COMPLETED, ...)")
 _USER = Param("user", "string", "only this user's jobs")
 _SPEC = {"$ref": "#/components/schemas/JobSpec"}
@@ -123,7 +133,7 @@ ROUTES: tuple[Route, ...] = (
               "spec": _SPEC, "array": {"type": "string", "description": "indices, e.g. 1-100%8"},
               "hold": {"type": "boolean"}, "queue_anyway": {"type": "boolean"}}}),
     Route("GET", "/arrays/{job}", "query", "The jobs of an array",
-          build=lambda path, query, body: ("query", {"ids": [path["job"]]})),
+          build=lambda path, query, body: ("query", {"ids": [path["job"]]}), finish=_array_members),
     Route("GET", "/query", "query", "Jobs by id, name, user, state and time, live or finished", query=(
         Param("ids", "list", "job ids, comma-separated (an array's id: all its jobs)"),
         Param("names", "list", "job names, comma-separated"),

@@ -60,6 +60,8 @@ async def test_every_route_on_a_real_cluster(tmp_path):
             array = (await api.post("/api/v1/arrays", json={"spec": NEVER, "array": "1-3", "queue_anyway": True})).json()
             members = (await api.get(f"/api/v1/arrays/{array['array']}")).json()["jobs"]
             assert sorted(j["id"] for j in members) == sorted(array["jobs"])
+            assert (await api.get("/api/v1/arrays/999")).status_code == 404
+            assert (await api.get(f"/api/v1/arrays/{job}")).json() == {"error": f"job {job} is not an array"}
             queried = (await api.get("/api/v1/query", params={"ids": f"{job},{second}"})).json()
             assert sorted(j["id"] for j in queried["jobs"]) == sorted([job, second]) and queried["now"] > 0
             by_state = (await api.get("/api/v1/query", params={"states": "COMPLETED"})).json()["jobs"]
