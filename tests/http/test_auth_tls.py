@@ -27,13 +27,17 @@ def credential_as(user: str, socket: str) -> str:
     return done.stdout.strip()
 
 
-async def test_munge_mode_credentials_replays_and_permissions(tmp_path, munged):
-    if os.geteuid() != 0:
-        pytest.skip("munge mode's permission check needs root (to make another user's credential)")
+def _has_user(name: str) -> bool:
     try:
-        pwd.getpwnam("nobody")
+        pwd.getpwnam(name)
     except KeyError:
-        pytest.skip("no user nobody on this machine to make a non-operator's credential")
+        return False
+    return True
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to make another user's MUNGE credential")
+@pytest.mark.skipif(not _has_user("nobody"), reason="no user nobody here to make a non-operator's credential")
+async def test_munge_mode_credentials_replays_and_permissions(tmp_path, munged):
     socket = munged.socket
 
     def root() -> dict[str, str]:

@@ -27,13 +27,6 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 HELLO = {"name": "hello", "command": ["sh", "-c", "echo hello from the status page"], "slots": 1}
 
 
-def chromium() -> str:
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        pytest.skip("chromium is not installed (make test-browser installs Debian's chromium when root)")
-    return binary
-
-
 def run_browser(binary: str, *args: str) -> subprocess.CompletedProcess:
     profile = tempfile.mkdtemp(prefix="reckon-chromium-")
     try:
@@ -43,14 +36,24 @@ def run_browser(binary: str, *args: str) -> subprocess.CompletedProcess:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-async def test_the_status_page_shows_the_job_and_the_node(tmp_path):
-    binary = chromium()
+@pytest.fixture
+def chromium() -> str:
+    """Chromium's binary, once it has shown it starts here; else the test skips, saying why (a sync
+    fixture: a skip raised inside the trio run loses its reason)."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.skip("chromium is not installed (make test-browser installs Debian's chromium when root)")
     try:
-        probe = await trio.to_thread.run_sync(run_browser, binary, "--dump-dom", "about:blank")
+        probe = run_browser(binary, "--dump-dom", "about:blank")
     except subprocess.TimeoutExpired:
         pytest.skip("chromium does not start here (no page within the deadline)")
     if probe.returncode != 0 or "<html" not in probe.stdout:
         pytest.skip(f"chromium does not start here (exit {probe.returncode})")
+    return binary
+
+
+async def test_the_status_page_shows_the_job_and_the_node(tmp_path, chromium):
+    binary = chromium
     with trio.fail_after(DEADLINE * 4):
         async with cluster(tmp_path) as c:
             await c.until(lambda: _joined(c), "the agent joined")
