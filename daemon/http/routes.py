@@ -227,6 +227,10 @@ def openapi(version: str = "0") -> dict[str, Any]:
             operation["requestBody"] = {"required": route.body_required,
                                         "content": {"application/json": {"schema": route.body}}}
         paths.setdefault(API + route.path, {})[route.method.lower()] = operation
+    paths[API + "/openapi.json"] = {"get": {
+        "operationId": "openapi_document", "summary": "This document", "tags": ["controller"], "security": [],
+        "responses": {"200": {"description": "the OpenAPI 3.1 document",
+                              "content": {"application/json": {"schema": _ANY_OBJECT}}}}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "reckon HTTP API", "version": version,
