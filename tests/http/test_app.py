@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from openapi_spec_validator import validate
 
-from reckon.daemon.http import routes
+from reckon.daemon.http import app as app_module, routes
 from reckon.daemon.http.app import HttpApp, handshake_of
 from reckon.daemon.http.backend import HttpError, Unavailable, error_of
 from reckon.model.errors import LocalProtocolError, PermissionDenied
@@ -187,3 +187,12 @@ async def test_what_another_site_makes_a_browser_send_is_refused():
                     [("host", "ctl.example:7421"), ("authorization", "Bearer x")]):  # a credential, any name
         got, reply = await request(app, "POST", post, headers=headers)
         assert got == 200, (headers, reply)
+
+
+async def test_a_big_reply_is_the_same_json_off_the_event_loop():
+    class Many(FakeBackend):
+        async def call(self, op, fields, caller):
+            return {"jobs": [{"id": str(i), "data": b"x"} for i in range(app_module.BIG_REPLY + 1)]}
+
+    got, reply = await request(HttpApp(Many()), "GET", routes.API + "/jobs")
+    assert got == 200 and len(reply["jobs"]) == app_module.BIG_REPLY + 1 and reply["jobs"][-1]["data"] == "x"
