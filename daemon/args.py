@@ -8,7 +8,7 @@ reader what the option reads (daemon/cli/config.py).
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 
 if TYPE_CHECKING:
     from pathlib import Path

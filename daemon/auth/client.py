@@ -8,7 +8,10 @@ shared token, or nothing (loopback).  Light to import: the CLI pays it on every 
 from __future__ import annotations
 
 import os
-from typing import Callable
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+
+if TYPE_CHECKING:  # typing costs a CLI call its import
+    from typing import Callable
 
 from reckon.daemon.auth import munge
 
