@@ -48,23 +48,20 @@ def _head(major: int, n: int, out: bytearray) -> None:
 
 
 def _encode(value: object, out: bytearray) -> None:
-    kind = type(value)
-    if kind is str:
-        data = value.encode("utf-8")  # type: ignore[attr-defined]
+    if isinstance(value, str):
+        data = value.encode("utf-8")
         _head(3, len(data), out)
         out += data
     elif value is None:
         out.append(0xF6)
-    elif value is True:
-        out.append(0xF5)
-    elif value is False:
-        out.append(0xF4)
-    elif kind is int:
-        if value >= 0:  # type: ignore[operator]
-            _head(0, value, out)  # type: ignore[arg-type]
+    elif isinstance(value, bool):  # before int: bool is one
+        out.append(0xF5 if value else 0xF4)
+    elif isinstance(value, int):
+        if value >= 0:
+            _head(0, value, out)
         else:
-            _head(1, -1 - value, out)  # type: ignore[operator]
-    elif kind is float:
+            _head(1, -1 - value, out)
+    elif isinstance(value, float):
         if value != value or value in (_INF, -_INF):  # as cbor2 writes them: half floats
             out += b"\xf9\x7e\x00" if value != value else b"\xf9\x7c\x00" if value > 0 else b"\xf9\xfc\x00"
         else:
@@ -72,20 +69,20 @@ def _encode(value: object, out: bytearray) -> None:
 
             out.append(0xFB)
             out += struct.pack(">d", value)
-    elif kind is dict:
-        _head(5, len(value), out)  # type: ignore[arg-type]
-        for key, item in value.items():  # type: ignore[attr-defined]
+    elif isinstance(value, dict):
+        _head(5, len(value), out)
+        for key, item in value.items():
             _encode(key, out)
             _encode(item, out)
-    elif kind is list or kind is tuple:
-        _head(4, len(value), out)  # type: ignore[arg-type]
-        for item in value:  # type: ignore[attr-defined]
+    elif isinstance(value, (list, tuple)):
+        _head(4, len(value), out)
+        for item in value:
             _encode(item, out)
-    elif kind is bytes or kind is bytearray:
-        _head(2, len(value), out)  # type: ignore[arg-type]
-        out += value  # type: ignore[operator]
+    elif isinstance(value, (bytes, bytearray)):
+        _head(2, len(value), out)
+        out += value
     else:
-        raise CBORError(f"cannot encode a {kind.__name__} as CBOR")
+        raise CBORError(f"cannot encode a {type(value).__name__} as CBOR")
 
 
 def loads(data: bytes) -> object:
@@ -184,7 +181,7 @@ def _simple(info: int, data: bytes, at: int) -> tuple[object, int]:
 
 def _indefinite(major: int, data: bytes, at: int) -> tuple[object, int]:
     if major in (2, 3):
-        parts = []
+        parts: list[bytes | str] = []
         while True:
             part, at = _decode(data, at)
             if part is _BREAK:
@@ -193,14 +190,14 @@ def _indefinite(major: int, data: bytes, at: int) -> tuple[object, int]:
                 raise CBORError("undecodable CBOR: a chunk of another type in an indefinite string")
             parts.append(part)
     if major == 4:
-        items = []
+        items: list[object] = []
         while True:
             item, at = _decode(data, at)
             if item is _BREAK:
                 return items, at
             items.append(item)
     if major == 5:
-        out = {}
+        out: dict[object, object] = {}
         while True:
             key, at = _decode(data, at)
             if key is _BREAK:

@@ -99,7 +99,7 @@ class Client:
     def spec(self, command: Sequence[str], *, name: str | None = None, cpus: int = 1, mem: int | str | None = None,
              gpus: int = 0, gres: Iterable[str] | Mapping[str, int] = (), time_limit: float | str | None = None,
              retries: int = 0, retry_on_exit: Iterable[int] = (), cwd: str | None = None,
-             env: Mapping[str, str] | Iterable[tuple[str, str]] | None = None, output: str | None = None,
+             env: dict[str, str] | Iterable[tuple[str, str]] | None = None, output: str | None = None,
              error: str | None = None, after: Iterable[JobRef] = (), **fields: Any) -> dict[str, Any]:
         """The wire dict of a job (what ``submit`` sends): see ``submit`` for the arguments."""
         if isinstance(command, (str, bytes)):
@@ -117,7 +117,7 @@ class Client:
     def submit(self, command: Sequence[str], *, name: str | None = None, cpus: int = 1, mem: int | str | None = None,
                gpus: int = 0, gres: Iterable[str] | Mapping[str, int] = (), time_limit: float | str | None = None,
                retries: int = 0, retry_on_exit: Iterable[int] = (), cwd: str | None = None,
-               env: Mapping[str, str] | Iterable[tuple[str, str]] | None = None, output: str | None = None,
+               env: dict[str, str] | Iterable[tuple[str, str]] | None = None, output: str | None = None,
                error: str | None = None, after: Iterable[JobRef] = (), hold: bool = False,
                queue_anyway: bool = False, **fields: Any) -> Job:
         """Submit one job; its ``Job`` as the controller recorded it (PENDING).
