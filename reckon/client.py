@@ -78,6 +78,7 @@ class Client:
         wss = any(u.strip().startswith("wss:") for u in self.controller.split(","))
         self._tls = client_ssl_context(resolve_ca(ca)) if wss else None
         self.timeout = timeout
+        self._query = True  # whether the controller may have the query op (learnt on first refusal)
         SyncClient(self.controller, None)  # the URLs checked now: a UsageError before any call
 
     def __repr__(self) -> str:
@@ -194,10 +195,21 @@ class Client:
         return [Job(j) for j in self.call("jobs", state=state, user=user)["jobs"]]
 
     def _jobs_of(self, ids: list[str]) -> list[Job]:
-        """These jobs, in this order, on one connection (a ``show`` each, or one listing for many)."""
-        if len(ids) > 20:
+        """These jobs, in this order: one ``query`` (a controller that has the op), else a ``show``
+        each on one connection, or one whole listing for many."""
+        listed: list[dict[str, Any]] | None = None
+        if len(ids) > 1 and self._query:
+            try:
+                listed = self.call("query", ids=ids)["jobs"]
+            except Refused as exc:
+                if "unknown op" not in str(exc):
+                    raise
+                self._query = False  # a controller before the query op: not asked again
+        if listed is None and len(ids) > 20:
             wanted = set(ids)
-            found = {j["id"]: j for j in self.call("jobs")["jobs"] if j["id"] in wanted}
+            listed = [j for j in self.call("jobs")["jobs"] if j["id"] in wanted]
+        if listed is not None:
+            found = {j["id"]: j for j in listed}
             missing = [i for i in ids if i not in found]
             if missing:
                 raise Refused(f"the controller does not list job(s) {', '.join(missing[:10])}")
