@@ -10,11 +10,11 @@ the search for the leader among several controllers.  Light to import: no trio, 
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 
 from reckon.daemon import cborlite
 from reckon.daemon.auth.client import ClientAuth, CredentialError, auth_of, resolve_mode
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -18,9 +18,9 @@ controller logs a refused peer once per kind.
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 
-if TYPE_CHECKING:  # typing costs a CLI call its import
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a CLI call's import; mypy knows the name)
+if TYPE_CHECKING:
     from typing import Any
 
 LIBRARY = "libmunge.so.2"

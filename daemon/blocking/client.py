@@ -5,8 +5,8 @@ that was importing trio, trio-websocket and the controller's model (issue
 #10: 0.43 s a submit).  This client is a blocking socket and a minimal
 WebSocket client (``daemon/blocking/websocket.py``; why not wsproto: there): one
 connection, one request at a time, every wait bounded by ``timeout``.  ``daemon/client.py`` is its trio twin
-for dev mode, the demo and the benchmarks; both share the encoding
-(the client's CBOR, ``daemon/cborlite.py``) and the texts of ``daemon/client_common.py``, so an error reads the same from either.
+for dev mode, the demo and the benchmarks; both share the texts of ``daemon/client_common.py``, so an
+error reads the same from either.  Requests and replies go through the client's CBOR (``daemon/cborlite.py``).
 """
 
 from __future__ import annotations

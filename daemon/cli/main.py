@@ -16,12 +16,12 @@ import argparse
 import re  # argparse imports it anyway
 import sys
 
+from reckon.daemon.args import path
+from reckon.daemon.durations import duration, duration_or_zero, since
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
-
-from reckon.daemon.args import path
-from reckon.daemon.durations import duration, duration_or_zero, since
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
