@@ -71,7 +71,9 @@ class Client:
                  auth: str | None = None, munge_socket: str | None = None, ca: str | os.PathLike[str] | None = None,
                  timeout: float = 10.0) -> None:
         self.controller = resolve_controller(controller)
-        if token is not None and (auth or os.environ.get("RECKON_AUTH") or "token") == "token":
+        if token is not None:
+            if (auth or os.environ.get("RECKON_AUTH") or "token") != "token":
+                raise UsageError("token is for auth='token' (munge mode sends a MUNGE credential, not a token)")
             self._auth = ClientAuth(mode="token", token=token)
         else:
             self._auth = resolve_auth(auth, munge_socket, token_file)

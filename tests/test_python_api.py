@@ -47,6 +47,8 @@ def test_settings_resolve_as_the_command_line_resolves_them(monkeypatch, tmp_pat
     token.write_text("s3cret\n")
     assert reckon.Client(token_file=str(token))._auth.token == "s3cret"
     assert reckon.Client(token="given")._auth.token == "given"
+    with pytest.raises(reckon.UsageError, match="token is for auth='token'"):
+        reckon.Client(token="given", auth="munge")
     with pytest.raises(reckon.ReckonError, match="cannot read token file"):
         reckon.Client(token_file=str(tmp_path / "none"))
 
