@@ -108,7 +108,11 @@ class Client:
         if isinstance(command, (str, bytes)):
             raise UsageError(f"command is a list of words, such as ['sh', '-c', {command!r}], not a string")
         try:
-            return job_spec(list(command), name=name, cwd=os.path.abspath(cwd) if cwd else os.getcwd(),
+            here = os.path.abspath(cwd) if cwd else os.getcwd()
+        except FileNotFoundError:  # the current directory was removed
+            raise UsageError("the current directory no longer exists: give cwd (absolute)") from None
+        try:
+            return job_spec(list(command), name=name, cwd=here,
                             env=dict(env) if isinstance(env, dict) else list(env or ()), cpus=cpus, mem=mem,
                             gpus=gpus, gres=dict(gres) if isinstance(gres, dict) else list(gres),
                             time_limit=_seconds(time_limit, "time_limit"), retries=retries,
