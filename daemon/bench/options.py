@@ -82,5 +82,16 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--lease", type=duration, default=5.0, help="the controllers' --lease, seconds (default 5)")
     q.add_argument("--slots", type=int, default=2, help="slots per agent, all filled with jobs (default 2)")
 
+    q = bench("poll", "job throughput while P clients poll squeue/sacct-style queries; the poll latency and "
+                      "the controller's CPU per poll")
+    q.add_argument("--jobs", type=int, default=10_000, help="jobs per run (default 10000)")
+    q.add_argument("--agents", type=int, default=2, help="null-executor agents (default 2)")
+    q.add_argument("--slots", type=int, default=64, help="slots per agent (default 64)")
+    q.add_argument("--clients", type=int, default=50, help="polling clients (default 50)")
+    q.add_argument("--rate", type=float, default=10.0, help="polls per second of each client (default 10)")
+    q.add_argument("--modes", nargs="+", choices=("fresh", "kept", "http"), default=["fresh", "kept", "http"],
+                   help="fresh: a connection per poll (as each squeue process); kept: one per client; http: "
+                        "GET /api/v1/query with keep-alive (default: all three)")
+
     q = bench("memory", "controller resident memory per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

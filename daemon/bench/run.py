@@ -369,6 +369,12 @@ def _run_bench(args: argparse.Namespace) -> int:
         figures, failover_lines = run_failover_bench(args, quiet)
         out.update(figures)
         lines += failover_lines
+    elif args.bench == "poll":
+        from reckon.daemon.bench.poll import run_poll_bench
+
+        figures, poll_lines = run_poll_bench(args, quiet)
+        out.update(figures)
+        lines += poll_lines
     elif args.bench == "memory":
         out["sizes"] = []
         for n in args.jobs:
