@@ -41,17 +41,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Awaitable, Callable
 
 import trio
 
 from reckon.daemon.bench.figures import summary, summary_text
-from reckon.daemon.bench.run import TERMINAL, _counts, _cpu_seconds, _spec, _submit, _wait, _with_cluster
 from reckon.daemon.client import Client
 from reckon.daemon.procs import LocalCluster
 
@@ -59,6 +61,8 @@ MODES = ("fresh", "kept", "http")
 SHAPES = ("squeue", "sacct")  # client k polls in shape SHAPES[k % 2]
 WINDOW = 2 * 86400.0  # Snakemake's sacct --starttime: two days back
 POLL_TIMEOUT = 30.0  # seconds: one poll (connect, request, reply) on a loaded machine
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+HANG_GUARD = 1800.0  # seconds: no run may take longer
 
 
 # ---- the poller process -------------------------------------------------------------------
@@ -186,6 +190,25 @@ def poller_main() -> int:
 # ---- one run ------------------------------------------------------------------------------
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _wait(predicate: Callable[[], Awaitable[bool]], what: str, timeout: float = 900.0) -> None:
+    with trio.move_on_after(timeout):
+        while not await predicate():
+            await trio.sleep(0.05)
+        return
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+async def _terminal(client: Client) -> int:
+    counts = (await client.call("status"))["status"]["jobs"]
+    return sum(counts.get(s, 0) for s in TERMINAL)
+
+
 def _plans(ids: list[str], clients: int) -> list[dict[str, Any]]:
     """Client k's jobs are every ``clients``-th id from k (named ``poll-k`` at submit)."""
     return [{"shape": SHAPES[k % len(SHAPES)], "name": f"poll-{k}", "ids": ids[k::clients]}
@@ -215,7 +238,8 @@ async def poll_run(args: argparse.Namespace, mode: str | None) -> dict[str, Any]
                     nodes = (await client.call("nodes"))["nodes"]
                     return sum(n["state"] == "IDLE" for n in nodes) == args.agents
                 await _wait(all_joined, "agents to join")
-                specs = [_spec(["true"], name=f"poll-{i % args.clients}") for i in range(args.jobs)]
+                specs = [{"name": f"poll-{i % args.clients}", "command": ["true"], "cwd": None, "env": [],
+                          "slots": 1} for i in range(args.jobs)]
                 if mode is not None:  # started (interpreter, imports) before the clock
                     with open(cluster.log_path("pollers"), "ab") as log:
                         poller = subprocess.Popen([sys.executable, "-m", "reckon.daemon.bench.poll"],
@@ -223,7 +247,7 @@ async def poll_run(args: argparse.Namespace, mode: str | None) -> dict[str, Any]
                 pid = cluster.pid("controller")
                 cpu0 = _cpu_seconds(pid)
                 t0 = time.perf_counter()
-                ids = await _submit(client, specs)
+                ids = (await client.call("submit_many", specs=specs))["jobs"]
                 if poller is not None:
                     config = {"mode": mode, "ws": cluster.url, "http": http, "rate": args.rate,
                               "clients": _plans(ids, args.clients)}
@@ -232,13 +256,12 @@ async def poll_run(args: argparse.Namespace, mode: str | None) -> dict[str, Any]
                     poller.stdin.flush()
 
                 async def done() -> bool:
-                    counts = await _counts(client)
-                    return sum(counts.get(s, 0) for s in TERMINAL) >= args.jobs
-                await _wait(done, "all jobs to finish", interval=0.05)
+                    return await _terminal(client) >= args.jobs
+                await _wait(done, "all jobs to finish")
                 elapsed = time.perf_counter() - t0
                 figures: dict[str, Any] = {"jobs_per_s": args.jobs / elapsed,
                                            "controller_cpu_s": _cpu_seconds(pid) - cpu0}
-                failed = (await _counts(client)).get("FAILED", 0)
+                failed = (await client.call("status"))["status"]["jobs"].get("FAILED", 0)
                 if failed:
                     raise RuntimeError(f"{failed} benchmark job(s) failed: see the agents' logs")
             if poller is not None:
@@ -254,7 +277,17 @@ async def poll_run(args: argparse.Namespace, mode: str | None) -> dict[str, Any]
             if poller is not None and poller.poll() is None:
                 poller.kill()
                 poller.wait()
-    return await _with_cluster(args.keep, body)
+    base = Path(tempfile.mkdtemp(prefix="reckon-bench-poll-"))
+    cluster = LocalCluster(base)
+    try:
+        with trio.fail_after(HANG_GUARD):
+            return await body(cluster)
+    finally:
+        cluster.stop_all()
+        if args.keep:
+            print(f"(kept {base})", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 # ---- the bench ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import logging
 import os
 import secrets
 import time
+from functools import partial
 
 import trio
 from trio_websocket import ConnectionClosed as WSClosed
@@ -23,6 +24,7 @@ from reckon.model.permissions import Caller
 
 from reckon.daemon import wire
 from reckon.daemon.commands import facts_of, submitted_ids
+from reckon.daemon.encoded import cbor_reply
 from reckon.daemon.controller import job_ops, operator, query
 from reckon.daemon.controller.logs import output_paths_of
 
@@ -50,13 +52,17 @@ class ClientRequests:
             except (ProtocolError, ValueError, TypeError, KeyError) as exc:
                 reply = {"ok": False, "error": str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"}
             jobs = reply.get("jobs")
+            # A query's objects are the index's: each encoded once, while it is the same object
+            # (daemon/encoded.py; squeue and sacct poll the same jobs many times a second).
+            encode = (partial(cbor_reply, objects=self.encoded_jobs) if reply["ok"] and request.get("op") == "query"
+                      else wire.dumps)
             if isinstance(jobs, list) and len(jobs) > BIG_REPLY:
                 # Encoding 10,000 job objects takes ~0.1 s: off the event loop, so the core loop's
                 # batches go on meanwhile.  Safe: the objects are the query index's (replaced on a
                 # change, never changed: query.py) or this reply's own.
-                data = await trio.to_thread.run_sync(wire.dumps, reply)
+                data = await trio.to_thread.run_sync(encode, reply)
             else:
-                data = wire.dumps(reply)
+                data = encode(reply)
             await ws.send_message(data)
 
     async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:

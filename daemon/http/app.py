@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+from functools import partial
 from importlib import resources
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
@@ -22,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import trio
 
+from reckon.daemon.encoded import EncodedObjects, json_objects, json_reply
 from reckon.daemon.http import routes
 from reckon.daemon.http.backend import Backend, HttpError, error_of
 
@@ -58,6 +60,7 @@ class HttpApp:
 
     def __init__(self, backend: Backend, version: str = "0") -> None:
         self.backend = backend
+        self.encoded_jobs = json_objects(_jsonable)  # the query op's job objects as JSON
         self.document = json.dumps(routes.openapi(version)).encode()
         self.files = {path: resources.files("reckon.daemon.http").joinpath("static", name).read_bytes()
                       for path, name in STATIC.items()}
@@ -108,6 +111,8 @@ class HttpApp:
             raise error from None
         if route.finish is not None:
             reply = route.finish(fields, reply)
+        elif op == "query":  # the index's objects, each encoded once while it is the same (daemon/encoded.py)
+            return 200, await _encode(reply, self.encoded_jobs), b"application/json"
         return 200, await _encode(reply), b"application/json"
 
 
@@ -137,15 +142,16 @@ def _refuse_cross_site(scope: dict) -> None:
                                      f"{name!r} (with no token configured only loopback is trusted)") from None
 
 
-async def _encode(reply: dict[str, Any]) -> bytes:
+async def _encode(reply: dict[str, Any], objects: EncodedObjects | None = None) -> bytes:
     """The reply as JSON; a big one (10,000 job objects take ~0.2 s) on a worker thread, so the
     controller's core loop, in this process and on this event loop, goes on meanwhile, as the
     WebSocket endpoint does (clients.py BIG_REPLY).  Safe: the job objects are this reply's own or
     the query index's, which replaces an object on a change and never changes one."""
+    encode = _dumps if objects is None else partial(json_reply, objects=objects, default=_jsonable)
     jobs = reply.get("jobs")
     if isinstance(jobs, list) and len(jobs) > BIG_REPLY:
-        return await trio.to_thread.run_sync(_dumps, reply)
-    return _dumps(reply)
+        return await trio.to_thread.run_sync(encode, reply)
+    return encode(reply)
 
 
 def _dumps(reply: dict[str, Any]) -> bytes:
