@@ -92,9 +92,9 @@ class _Poller:
     def run(self, stop: threading.Event, offset: float) -> None:
         try:
             next_at = time.monotonic() + offset  # the clients' ticks spread over one period
-            while self.active and not stop.is_set():
-                if stop.wait(max(0.0, next_at - time.monotonic())):
-                    break
+            while self.active:
+                if stop.wait(max(0.0, next_at - time.monotonic())) and self.latencies:
+                    break  # (every client polls at least once, however short the run)
                 t0 = time.perf_counter()
                 jobs = self.poll(self.fields())
                 self.latencies.append(time.perf_counter() - t0)

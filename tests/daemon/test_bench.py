@@ -134,3 +134,31 @@ def test_cli_bench_without_munged_says_so_in_one_line(tmp_path):
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"reckon: bench cli --auth both needs a munged: munged at {tmp_path / 'none'} cannot be "
                            "reached (is munged running there? --munge-socket names another): "), line
+
+
+def test_poll_alone_and_polled_in_every_mode():
+    """The one end-to-end check of `bench poll`: each mode polls (squeue and sacct shapes), no poll
+    fails or misses a job (the bench raises), and the figures are there."""
+    out = bench("poll", "--jobs", "60", "--agents", "1", "--slots", "8", "--clients", "4", "--rate", "5")
+    assert (out["jobs"], out["clients"]) == (60, 4)
+    _sane(out["alone_jobs_per_s"])
+    assert set(out["modes"]) == {"fresh", "kept", "http"}
+    for figures in out["modes"].values():
+        for key in ("jobs_per_s", "polls_per_s", "latency_median_s", "latency_p99_s", "client_cpu_per_poll_s"):
+            _sane(figures[key])
+        assert figures["latency_median_s"]["median"] <= figures["latency_p99_s"]["median"]
+
+
+def test_poll_plans_deal_the_jobs_out_and_a_missing_job_fails_the_poller():
+    from reckon.daemon.bench.poll import _Poller, _plans
+
+    plans = _plans([str(i) for i in range(1, 11)], 3)
+    assert [p["ids"] for p in plans] == [["1", "4", "7", "10"], ["2", "5", "8"], ["3", "6", "9"]]
+    assert [p["shape"] for p in plans] == ["squeue", "sacct", "squeue"]
+    poller = _Poller({"mode": "kept", "ws": "ws://127.0.0.1:1", "rate": 10.0}, plans[0])
+    poller.seen([{"id": "1", "state": "COMPLETED"}, {"id": "4", "state": "RUNNING"},
+                 {"id": "7", "state": "PENDING"}, {"id": "10", "state": "FAILED"}])
+    assert poller.active == ["4", "7"]  # Parsl asks no more about a finished job
+    assert poller.fields()["ids"] == ["4", "7"]
+    with pytest.raises(RuntimeError, match="7"):  # Parsl would take it as COMPLETED
+        poller.seen([{"id": "4", "state": "RUNNING"}])
