@@ -61,6 +61,10 @@ from .resources import NodeResources, Owner, Usage, check_gpu_indices
 # attempt used (``usage``) and whether it was killed for its memory (``oom``), and a RUNNING entry
 # its GPUs.  All left out at their defaults: a version 5 agent joins without resources (memory
 # unknown, no GPUs, no gres) and is served as before.
+# 7 (issue #20's remainder): ``finished`` and report entries of an attempt the agent refused to
+# start (its owner has no account there, root without --allow-root-jobs, a cwd it cannot enter:
+# exit 126/127) say why (``not_run``, at most 300 characters), left out while None.  An agent
+# needs a controller of at least its version, so an older controller never receives it.
 PROTOCOL_VERSION = 6
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 RESOURCES_SINCE = 6  # the first version whose agents are sent gpus and send resources and usage
@@ -225,6 +229,7 @@ class Finished:
     timed_out: bool = False  # version 4: its supervisor stopped the process at the job's time limit
     usage: Usage | None = None  # version 6: what the attempt used, as its supervisor measured it
     oom: bool = False  # version 6: killed for exceeding its memory limit
+    not_run: str | None = None  # version 7: the agent refused to start it (exit 126/127), and why
 
     def __post_init__(self) -> None:
         check_job_attempt(self)
@@ -508,7 +513,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 # submission's ``uid`` is left out while None, whatever the message.
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
-_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False, "usage": None, "oom": False}
+_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False, "usage": None, "oom": False, "not_run": None}
 _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None,
                              "resources": None}
 _OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None, "gpus": ()}

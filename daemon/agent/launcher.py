@@ -64,7 +64,9 @@ A command that cannot be executed (not found, not executable, bad cwd, an
 owner this machine has no account for or may not run as, a cgroup that
 cannot be made) finishes like in a shell: exit code 127 when something does
 not exist (ENOENT), 126 otherwise, with the explanation in the job's stderr
-file.
+file and in the status record's ``not_run`` (at most 300 characters; ``reckon
+show`` prints it as the job's reason).  A request with ``refuse`` (the agent's
+own refusal, e.g. a job without an owner on a munge cluster) ends that way too.
 
 Wire (both directions: one JSON object per line, UTF-8):
 
@@ -139,6 +141,7 @@ _RESET_SIGNALS = tuple(
 _FORWARD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
 _OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_NOT_RUN_CHARS = 300  # of a refusal's reason in the status record (model.report_entry.MAX_NOT_RUN)
 _PRIVATE = 0o600  # .run files, and output files when a request names no mode
 
 
@@ -278,7 +281,7 @@ class _CannotRun(Exception):
 
 def _status_record(key: list, exit_code: int | None, sig: int | None, started_at: float, finished_at: float,
                    job_pid: int | None, timed_out: bool = False, usage: dict | None = None,
-                   oom: bool = False) -> dict:
+                   oom: bool = False, not_run: str | None = None) -> dict:
     record = {"v": 1, "kind": "status", "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
               "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid}
     if timed_out:  # only when true: records of jobs without a limit stay as they were
@@ -287,6 +290,8 @@ def _status_record(key: list, exit_code: int | None, sig: int | None, started_at
         record["usage"] = usage
     if oom:  # the kernel's OOM killer acted in the attempt's cgroup (its memory limit)
         record["oom"] = True
+    if not_run:  # nothing ran: why (for `reckon show`, beside the job's stderr)
+        record["not_run"] = not_run[:_NOT_RUN_CHARS]
     return record
 
 
@@ -408,6 +413,8 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     acct = None
     cgroup = None
     try:
+        if req.get("refuse"):  # the agent's own refusal (a job without an owner on a munge cluster)
+            raise _CannotRun(None, str(req["refuse"]))
         owner = req.get("user")  # None: token mode, the job runs as the agent's user
         if owner is not None:
             try:
@@ -468,7 +475,8 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
             pass
         if cgroup is not None:
             cgroup.remove()
-        append_record(run_fd, jobs_dir, _status_record(key, code, None, started_at, time.time(), None), durable=True)
+        append_record(run_fd, jobs_dir, _status_record(key, code, None, started_at, time.time(), None,
+                                                       not_run=e.message), durable=True)
         return 0
     state["pid"] = job_pid
     if state["pending"]:

@@ -76,7 +76,7 @@ from reckon.model.resources import Owner
 from reckon.daemon.agent.output import custom_outputs, note_custom_outputs
 
 from reckon.daemon.agent import cgroups as _cgroups, launcher as _launcher
-from reckon.daemon.agent.users import DEFAULT_UMASK
+from reckon.daemon.agent.users import DEFAULT_UMASK, ownerless_refusal
 from reckon.daemon.agent.attempts import (
     AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, pidinfo_current, proc_alive, read_json,
     status_from, check_key,
@@ -93,7 +93,8 @@ class JobRunner(Supervision):
 
     def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE,
                  cgroups: dict | None = None, pids_max: int | None = _cgroups.DEFAULT_PIDS_MAX,
-                 allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK) -> None:
+                 allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK,
+                 refuse_ownerless: bool = False) -> None:
         self.kill_grace = kill_grace  # the supervisor's SIGTERM-to-SIGKILL wait at a job's time limit
         # What cgroups.detect() found (None or version None: no cgroups, as before); pids_max: each
         # attempt's pids limit (None: none).  Owners: root's jobs only with allow_root_jobs; umask.
@@ -101,6 +102,9 @@ class JobRunner(Supervision):
         self.pids_max = pids_max
         self.allow_root_jobs = allow_root_jobs
         self.umask = umask
+        # A root agent on a munge cluster: a job without an owner (queued in token mode) would run
+        # as root; its supervisor refuses it (exit 126, not_run) unless --allow-root-jobs.
+        self.refuse_ownerless = refuse_ownerless
         self.state_dir = Path(state_dir).absolute()
         self.jobs_dir = self.state_dir / "jobs"
         self.output_mode = output_mode  # of the jobs' .stdout/.stderr files
@@ -225,6 +229,8 @@ class JobRunner(Supervision):
             request["user"] = {"uid": owner.uid, "gid": owner.gid, "user": owner.user,
                                "allow_root": self.allow_root_jobs}
             request["umask"] = self.umask
+        elif self.refuse_ownerless:
+            request["refuse"] = ownerless_refusal()
         if self.cgroups is not None:
             request["cgroup"] = _cgroups.plan(self.cgroups, job, attempt, mem=spec.mem, cpus=spec.slots,
                                               pids_max=self.pids_max)
