@@ -113,9 +113,12 @@ class ClientRequests:
         return obj
 
     def job_objects(self, state: str | None, user: str | None = None) -> list[dict]:
-        return [j.to_dict() for j in self.model.state.jobs.values()
-                if (state is None or j.state.value == state)
-                and (user is None or (j.owner is not None and j.owner.user == user))]
+        found = [j.to_dict() for j in self.model.state.jobs.values()
+                 if (state is None or j.state.value == state)
+                 and (user is None or (j.owner is not None and j.owner.user == user))]
+        if user is not None and not found:
+            operator.refuse_unknown_user(self, user)  # a typo is one line, not an empty table
+        return found
 
     def status(self) -> dict:
         counts: dict[str, int] = {}

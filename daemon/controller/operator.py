@@ -7,6 +7,7 @@ fact is durable.  History is read from the fact log on the store's thread.
 
 from __future__ import annotations
 
+import pwd
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -82,6 +83,20 @@ async def _resume(daemon: "DaemonHost", request: dict, caller: Caller | None = N
     return await _drain_or_resume(daemon, request, False, caller)
 
 
+def refuse_unknown_user(daemon: "DaemonHost", user: str) -> None:
+    """For ``jobs --user U`` / ``history --user U`` that found nothing: a name with no account on
+    this machine and no job in the table is a typo, said in one line, not an empty table.  A user
+    known by a job (whose account lives elsewhere) is not refused."""
+    try:
+        pwd.getpwnam(user)
+        return
+    except (KeyError, ValueError):  # ValueError: a NUL in the name
+        pass
+    if any(job.owner is not None and job.owner.user == user for job in daemon.model.state.jobs.values()):
+        return
+    raise LocalProtocolError(f"no user {user}: no account of that name here and no job of theirs")
+
+
 def user_history(daemon: "DaemonHost", user: str | None, since: float | None) -> list[dict]:
     """The finished jobs of ``user`` (every user's: None) that ended at or after ``since``, oldest
     end first, each with its latest attempt's usage (``"usage"``, when the agent measured it).
@@ -94,6 +109,8 @@ def user_history(daemon: "DaemonHost", user: str | None, since: float | None) ->
         if since is None or ended >= since:
             found.append((ended, order, job.to_dict()))
     found.sort(key=lambda entry: entry[:2])
+    if user is not None and not found:
+        refuse_unknown_user(daemon, user)
     return [obj for _, _, obj in found]
 
 
