@@ -112,6 +112,27 @@ async def test_the_agent_says_at_start_what_it_cannot_enforce(tmp_path, caplog):
            "as their owners with --auth munge" in said
 
 
+async def test_a_root_munge_agent_refuses_jobs_without_an_owner_unless_allowed(tmp_path, caplog, munged):
+    """The wiring of the refusal the runner tests (test_agent_users.py): on a munge cluster a root
+    agent's runner refuses owner-less jobs, with --allow-root-jobs it does not."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (a root agent)", pytrace=False)
+    caplog.set_level(logging.INFO, logger="reckon")
+    refused = []
+    for allow in (False, True):
+        options = AgentOptions(name="n1", slots=1, state_dir=tmp_path / f"agent-{allow}", controller="ws://127.0.0.1:9",
+                               cgroups=False, declared=resources.Declared(mem=GB, gpus=()), auth="munge",
+                               munge_socket=munged.socket, allow_root_jobs=allow)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                daemon = await nursery.start(run_agent, options)
+                refused.append(daemon.runner.refuse_ownerless)
+                nursery.cancel_scope.cancel()
+    assert refused == [True, False]
+    assert ("jobs run as their owners; jobs of root, and jobs without an owner, are refused (no --allow-root-jobs)"
+            in [r.getMessage() for r in caplog.records])
+
+
 def test_a_munge_agent_says_whom_it_runs_jobs_as():
     from reckon.daemon.agent.users import agent_line
 
