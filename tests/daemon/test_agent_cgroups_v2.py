@@ -145,6 +145,8 @@ async def test_v2_a_job_is_born_in_its_cgroup_and_a_cancel_kills_a_double_forked
             await _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
             sleeper = int(pid_file.read_text())
             await _wait_for(lambda: Path(f"/proc/{sleeper}/comm").read_text() == "sleep\n")
+            # The supervisor writes its pid record just after the job started: the job may be first.
+            await _wait_for(lambda: runner._records(("1", 1))[0] is not None)
             members = set(map(int, (job_dir / "cgroup.procs").read_text().split()))
             info, _ = runner._records(("1", 1))
             assert {sleeper, info["job_pid"]} <= members
