@@ -64,8 +64,8 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
         "JobID|State|NodeList", f"{done}|COMPLETED|a1", f"{done}.batch|COMPLETED|a1", f"{done}.extern|COMPLETED|a1"]
     # Snakemake: a window of time and a name.
     start = time.strftime("%Y-%m-%dT%H:00", time.localtime(time.time() - 7200))
-    assert slurm(cluster, "sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State", "--starttime",
-                 start, "--endtime", "now", "--name", "wf") == f"{done}|COMPLETED\n{failed}|FAILED\n"
+    assert slurm(cluster, "sacct", "-X", "--parsable2", "--clusters", "all", "--noheader", "--format=JobIdRaw,State",
+                 "--starttime", start, "--endtime", "now", "--name", "wf") == f"{done}|COMPLETED\n{failed}|FAILED\n"
     # dask-jobqueue's tests: sinfo -o %C (allocated/idle/other/total CPUs).
     assert slurm(cluster, "sinfo", "-o", "%C").splitlines() == ["CPUS(A/I/O/T)", "2/0/0/2"]
     assert slurm(cluster, "sinfo", "-h", "-o", "%P").strip() == "reckon*"
