@@ -86,7 +86,8 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
 
     # scontrol requeue of a RUNNING job: stopped, and run again as attempt 2.
     slurm(cluster, "scontrol", "requeue", running)
-    wait_for(lambda: cluster.job(running)["attempt"] == 2, what="the requeued job's second attempt")
+    wait_for(lambda: (lambda j: j["attempt"] == 2 and j["state"] == "RUNNING")(cluster.job(running)),
+             what="the requeued job's second attempt running")
     # A controller restart after the pruning snapshots: still every job, in the same states.
     assert len(list((cluster.controller_dir).glob("controller.db*"))) >= 1
     cluster.stop("controller")
