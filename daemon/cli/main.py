@@ -348,6 +348,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "long (default 15; 0: dispatch at once)")
     p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
     p.add_argument("--tls-key", type=path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument("--http", type=_listen, default=None, metavar="HOST:PORT",
+                   help="serve the HTTP/JSON API (/api/v1/) and the status page (/) there too, with the same "
+                        "auth and TLS (docs/http-api.md; default: off)")
     _daemon_files(p)
 
     p = sub.add_parser("agent", parents=[verbose, controller, token, auth, ca, metrics],

@@ -18,7 +18,7 @@ import trio
 
 from reckon.model import events as E
 from reckon.model.controller import Controller
-from reckon.model.errors import LocalProtocolError, ModelCorrupted, ProtocolError, RemoteProtocolError
+from reckon.model.errors import LocalProtocolError, ModelCorrupted, PermissionDenied, ProtocolError, RemoteProtocolError
 from reckon.model import messages as M
 from reckon.model.facts import Fact
 from reckon.model.state import snapshot
@@ -87,7 +87,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         async with recv:
             work: WorkItem = await recv.receive()
         if work.error is not None:
-            raise LocalProtocolError(work.error)
+            raise (PermissionDenied if work.denied else LocalProtocolError)(work.error)
         return work.result
 
     async def core_loop(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -158,7 +158,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
             raise
         except LocalProtocolError as exc:
             self._unchanged_since(applied, deciding, exc)
-            work.error = str(exc)
+            work.error, work.denied = str(exc), isinstance(exc, PermissionDenied)
         except RemoteProtocolError as exc:
             self._unchanged_since(applied, deciding, exc)
             conn = getattr(work.event, "conn", None)
