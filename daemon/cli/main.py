@@ -13,12 +13,15 @@ model's controller or the servers; the daemons (daemon/cli/daemons.py) do.
 from __future__ import annotations
 
 import argparse
-import re
+import re  # argparse imports it anyway
 import sys
-from typing import Any, NoReturn
 
 from reckon.daemon.args import path
 from reckon.daemon.durations import duration, duration_or_zero, since
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
