@@ -49,7 +49,6 @@ def signal_number(text: str) -> int:
 
 def connect():  # -> SyncClient (not annotated: the import stays inside)
     """One connection to the controller, reused for every request of the command."""
-    from reckon.daemon.blocking.client import SyncClient
     from reckon.daemon.client_common import client_ssl_context, resolve_auth, resolve_ca, resolve_controller
 
     url = resolve_controller(None)
@@ -60,9 +59,23 @@ def connect():  # -> SyncClient (not annotated: the import stays inside)
     except ValueError:
         raise UsageError("$RECKON_SLURM_TIMEOUT must be a number of seconds, got "
                          f"{os.environ['RECKON_SLURM_TIMEOUT']!r}") from None
-    client = SyncClient(url, auth, timeout=timeout, ssl_context=tls)
+    client = _connected_class()(url, auth, timeout=timeout, ssl_context=tls)
     client.connect()
     return client
+
+
+def _connected_class():
+    from reckon.daemon.blocking.client import SyncClient
+
+    class Connected(SyncClient):
+        """Connected already: ``with connect() as client`` does not connect a second time."""
+
+        def __enter__(self) -> "Connected":
+            if self._ws is None:
+                self.connect()
+            return self
+
+    return Connected
 
 
 def warn(prog: str, text: str) -> None:
