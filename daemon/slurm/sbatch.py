@@ -18,7 +18,7 @@ import sys
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
 from reckon.daemon.slurm import values
-from reckon.daemon.slurm.common import SlurmCommandError, connect, run, warn
+from reckon.daemon.slurm.common import SlurmCommandError, connect, query, run, warn
 
 PROG = "sbatch"
 MAX_SCRIPT = 4 << 20  # bytes (model.jobs.MAX_SCRIPT, Slurm's default max_script_size)
@@ -278,6 +278,7 @@ def _main(argv: list[str]) -> int:
                    default_name=default_name)
     spec["env"].append(["SLURM_SUBMIT_HOST", os.uname().nodename])
     with connect() as client:
+        expand_dependencies(client, spec)
         job_id, members = submit(client, spec, array, hold="hold" in opts)
         if "parsable" in opts:
             sys.stdout.write(f"{job_id}\n")
@@ -300,6 +301,28 @@ def check_array(text: str) -> str:
     if not all(p.isdigit() for p in parts) or (colon and not dash):
         raise SlurmCommandError(f"Invalid job array specification: {text!r} (START-END[:STEP][%MAX])")
     return text.strip()
+
+
+def expand_dependencies(client, spec: dict) -> None:
+    """Slurm's dependency ids in reckon's: an array's id means every member (reckon's ``after``
+    would name its first job alone), ``123_4`` the member's own id.  One ``query`` for all."""
+    keys = [k for k in values.DEPENDENCY_KEYS.values() if spec.get(k)]
+    if not keys:
+        return
+    named = sorted({d for k in keys for d in spec[k]})
+    found: dict[str, list[str]] = {}
+    for job in query(client, ids=named):
+        array = job.get("array_id")
+        for name in (job["id"], array, f"{array}_{job.get('array_index')}" if array is not None else None):
+            if name in named and job["id"] not in found.setdefault(name, []):
+                found[name].append(job["id"])
+    for key in keys:
+        ids: list[str] = []
+        for dep in spec[key]:
+            for job in found.get(dep) or [dep]:  # unknown: the controller refuses it in one line
+                if job not in ids:
+                    ids.append(job)
+        spec[key] = ids
 
 
 def submit(client, spec: dict, array: str | None, *, hold: bool) -> tuple[str, list[str]]:

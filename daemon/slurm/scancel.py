@@ -155,7 +155,9 @@ def _main(argv: list[str]) -> int:
     if not ids and not filters:
         raise SlurmCommandError("No job identification provided")
     sig = signal_number(opts["signal"] or "") if opts.get("signal") is not None else None
-    batch = "batch" in opts
+    # -b: the batch shell only; -f (or neither): the whole job, batch shell included.  Slurm without
+    # either signals the steps but not the batch shell; reckon's signal op has no such mode.
+    batch = "batch" in opts and "full" not in opts
     if batch and sig is None:
         sig = 9  # Slurm: -b alone sends SIGKILL to the batch shell
     quiet = "quiet" in opts
