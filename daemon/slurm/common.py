@@ -31,9 +31,20 @@ SIGNALS = {
 class SlurmCommandError(Exception):
     """One line for the user, printed as ``PROG: error: TEXT``; ``status`` the exit code (Slurm: 1)."""
 
-    def __init__(self, text: str, status: int = 1) -> None:
+    def __init__(self, text: str, status: int = 1, prefix: str = "error: ") -> None:
         super().__init__(text)
         self.status = status
+        self.prefix = prefix
+
+
+def invalid(text: str) -> SlurmCommandError:
+    """A value Slurm would not parse: its exit status is 255, as Slurm's (exit(-1))."""
+    return SlurmCommandError(text, 255)
+
+
+def bad_option(prog: str, text: str) -> SlurmCommandError:
+    """getopt's own complaint, as Slurm's commands print it (no ``error:``), exit status 255."""
+    return SlurmCommandError(f"{text}\nTry \"{prog} --help\" for more information", 255, prefix="")
 
 
 def signal_number(text: str) -> int:
@@ -43,7 +54,7 @@ def signal_number(text: str) -> int:
         return int(word)
     number = SIGNALS.get(word[3:] if word.startswith("SIG") else word)
     if number is None:
-        raise SlurmCommandError(f"Invalid signal specification: {text!r}")
+        raise invalid(f"Invalid signal specification: {text!r}")
     return number
 
 
@@ -99,8 +110,11 @@ def run(main, argv: list[str] | None = None, prog: str | None = None) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             pass
-        for line in str(exc).splitlines() or [""]:
-            sys.stderr.write(f"{prog}: error: {line}\n")
+        prefix = getattr(exc, "prefix", "error: ")
+        lines = str(exc).splitlines() or [""]
+        sys.stderr.write(f"{prog}: {prefix}{lines[0]}\n")
+        for line in lines[1:]:  # getopt's "Try ... --help" line stands alone, as Slurm prints it
+            sys.stderr.write(f"{line}\n" if not prefix else f"{prog}: {prefix}{line}\n")
         if isinstance(exc, SlurmCommandError):
             return exc.status
         return 2 if isinstance(exc, UsageError) else 1

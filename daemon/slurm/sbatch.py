@@ -18,7 +18,7 @@ import sys
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
 from reckon.daemon.slurm import values
-from reckon.daemon.slurm.common import SlurmCommandError, connect, query, run, warn
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, query, run, warn
 
 PROG = "sbatch"
 MAX_SCRIPT = 4 << 20  # bytes (model.jobs.MAX_SCRIPT, Slurm's default max_script_size)
@@ -47,7 +47,7 @@ def parse_args(words: list[str], *, permute: bool = False) -> tuple[dict[str, st
     try:
         parsed, operands = getopt.parse(words, _GETOPT, permute=permute)
     except getopt.OptionError as exc:
-        raise SlurmCommandError(f"{exc}\nTry \"sbatch --help\" for more information") from None
+        raise bad_option(PROG, str(exc)) from None
     return merge(parsed), operands
 
 
@@ -120,7 +120,7 @@ def _count(opts: dict[str, str | None], name: str) -> int | None:
     if value is None:
         return None
     if not value.strip().isdigit() or int(value) < 1:
-        raise SlurmCommandError(f"Invalid --{name} specification: {value!r}")
+        raise invalid(f"Invalid --{name} specification: {value!r}")
     return int(value)
 
 
@@ -189,7 +189,7 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
         spec.update(values.parse_dependency(opts["dependency"] or ""))
     kill = (opts.get("kill-on-invalid-dep") or "yes").strip().lower()
     if kill not in ("yes", "no"):
-        raise SlurmCommandError(f"Invalid --kill-on-invalid-dep specification: {kill!r} (yes or no)")
+        raise invalid(f"Invalid --kill-on-invalid-dep specification: {kill!r} (yes or no)")
     if kill == "no" and opts.get("kill-on-invalid-dep") is not None:
         warn(prog, "--kill-on-invalid-dep=no: reckon cancels a job whose dependency can never be met")
     if "no-requeue" in opts:
@@ -198,7 +198,7 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
     mode = opts.get("open-mode")
     if mode is not None:
         if mode not in ("append", "truncate"):
-            raise SlurmCommandError(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
+            raise invalid(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
         spec["open_mode"] = mode
         spec["env"].append(["SLURM_OPEN_MODE", mode[0]])  # as sbatch sets it: srun's steps follow it
     output = opts.get("output")
@@ -299,7 +299,7 @@ def check_array(text: str) -> str:
     high, colon, step = rest.partition(":")
     parts = [low] + ([high] if dash else []) + ([step] if colon else []) + ([limit] if pct else [])
     if not all(p.isdigit() for p in parts) or (colon and not dash):
-        raise SlurmCommandError(f"Invalid job array specification: {text!r} (START-END[:STEP][%MAX])")
+        raise invalid(f"Invalid job array specification: {text!r} (START-END[:STEP][%MAX])")
     return text.strip()
 
 

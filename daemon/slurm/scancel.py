@@ -17,7 +17,8 @@ import os
 import sys
 
 from reckon.daemon.slurm import argv as getopt
-from reckon.daemon.slurm.common import ClientError, SlurmCommandError, connect, query, run, signal_number
+from reckon.daemon.slurm.common import (ClientError, SlurmCommandError, bad_option, connect, invalid, query, run,
+                                        signal_number)
 
 PROG = "scancel"
 OPTIONS = [
@@ -40,7 +41,7 @@ def parse_args(argv: list[str]) -> tuple[dict[str, str | None], list[str]]:
     try:
         parsed, operands = getopt.parse(argv, OPTIONS, permute=True)
     except getopt.OptionError as exc:
-        raise SlurmCommandError(f"{exc}\nTry \"scancel --help\" for more information") from None
+        raise bad_option(PROG, str(exc)) from None
     opts = dict(parsed)
     if "jobname" in opts:
         opts["name"] = opts.pop("jobname")
@@ -56,10 +57,10 @@ def job_ids(operands: list[str]) -> list[str]:
     for operand in operands:
         for word in _split(operand):
             if "." in word:
-                raise SlurmCommandError(f"Invalid job id {word}: reckon's jobs have no steps")
+                raise invalid(f"Invalid job id {word}: reckon's jobs have no steps")
             base, us, index = word.partition("_")
             if not base.isdigit():
-                raise SlurmCommandError(f"Invalid job id {word}")
+                raise invalid(f"Invalid job id {word}")
             if not us:
                 ids.append(base)
             elif index.startswith("[") and index.endswith("]"):
@@ -67,7 +68,7 @@ def job_ids(operands: list[str]) -> list[str]:
             elif index.isdigit():
                 ids.append(f"{base}_{index}")
             else:
-                raise SlurmCommandError(f"Invalid job id {word}")
+                raise invalid(f"Invalid job id {word}")
     return ids
 
 
@@ -90,7 +91,7 @@ def _indices(text: str, word: str) -> list[int]:
         low, dash, high = part.partition("-")
         high, _, step = high.partition(":")
         if not low.isdigit() or (dash and not high.isdigit()) or (step and not step.isdigit()):
-            raise SlurmCommandError(f"Invalid job id {word}")
+            raise invalid(f"Invalid job id {word}")
         out.extend(range(int(low), int(high if dash else low) + 1, int(step or 1)))
     return out
 

@@ -17,7 +17,7 @@ import sys
 
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
-from reckon.daemon.slurm.common import SlurmCommandError, connect, run, warn
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, run, warn
 
 PROG = "srun"
 _OPTIONS = table.by_name(table.SRUN)
@@ -36,7 +36,7 @@ def parse_args(words: list[str]) -> tuple[dict[str, str | None], list[str]]:
     try:
         parsed, operands = getopt.parse(words, _GETOPT, permute=False)
     except getopt.OptionError as exc:
-        raise SlurmCommandError(f"{exc}\nTry \"srun --help\" for more information") from None
+        raise bad_option(PROG, str(exc)) from None
     return merge(parsed), operands
 
 
@@ -110,7 +110,7 @@ def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
             raise SlurmCommandError(f"cannot change directory to {chdir}: {exc.strerror or exc}") from None
     mode = opts.get("open-mode") or ("append" if env.get("SLURM_OPEN_MODE", "").startswith("a") else "truncate")
     if mode not in ("append", "truncate"):
-        raise SlurmCommandError(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
+        raise invalid(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "append" else os.O_TRUNC)
     out = opts.get("output")
     err = opts.get("error")
