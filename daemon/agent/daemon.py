@@ -219,6 +219,10 @@ class AgentDaemon:
                     self._launching[(cmd.job, cmd.attempt)] = True  # _start carries it out
                 else:
                     await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
+            elif isinstance(cmd, E.SignalProcess):  # version 7: `reckon signal`, `scancel --signal`
+                reached = self.runner.send_signal(cmd.job, cmd.attempt, cmd.signal, batch_only=cmd.batch_only)
+                log.info("job %s attempt %s: signal %d sent to %d process(es)", cmd.job, cmd.attempt, cmd.signal,
+                         reached)
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
         await self._send_frames(conn, sends)
@@ -547,7 +551,8 @@ async def _run(options: AgentOptions, task_status) -> None:
                   if not real
                   else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode,
                                  cgroups=enforced, pids_max=options.job_pids_max,
-                                 allow_root_jobs=options.allow_root_jobs, umask=options.job_umask))
+                                 allow_root_jobs=options.allow_root_jobs, umask=options.job_umask,
+                                 controller=options.controller))
         async with runner:
             config = AgentConfig(name=options.name, slots=slots, identity=identity,
                                  instance=secrets.token_hex(16),  # this process: model/names.py
