@@ -87,6 +87,10 @@ def test_submitit_and_snakemake_shapes_wait_and_hold(cluster):
         assert "warn" in (logs / f"{array}_{index}_0_log.err").read_text()
     shown = cluster.job(members[0]["id"])
     assert shown["labels"] == {"wckey": "submitit"} and shown["time_limit"] == 300
+    # A dependency on the array means all of its jobs (reckon's `after` of the first alone would not).
+    out = _run(cluster, bin_dir, "sbatch", "--parsable", f"--dependency=afterok:{array}", "--wrap", "true")
+    assert out.returncode == 0, out
+    assert sorted(cluster.job(out.stdout.strip())["after"]) == sorted(j["id"] for j in members)
 
     # Snakemake's slurm executor: --parsable, --export=ALL, --comment, the command by --wrap.
     log = cluster.base / "rule.log"
@@ -165,3 +169,19 @@ def test_scancel_ids_array_members_names_and_unknown_ids(cluster):
     out = _run(cluster, bin_dir, "scancel", "--name", "sleeper", "-t", "PENDING,RUNNING")
     assert out.returncode == 0, out
     cluster.wait_jobs(list(members.values()), ("CANCELLED",))
+
+    # Signals: scancel -b --signal to the batch shell now; --signal=B:SIG@SECS before the time limit.
+    script = cluster.base / "trap.sh"
+    script.write_text("#!/bin/sh\ntrap 'echo got $1 >> \"$1.sig\"; exit 0' USR1\ntouch \"$1.ready\"\n"
+                      "while :; do sleep 0.1; done\n")
+    out = _run(cluster, bin_dir, "sbatch", "--parsable", str(script), "now")
+    now = out.stdout.strip()
+    cluster.wait_for(lambda: (cluster.base / "now.ready").exists(), what="the trap is set")
+    out = _run(cluster, bin_dir, "scancel", now, "-b", "--signal", "USR1")
+    assert (out.returncode, out.stderr) == (0, ""), out
+    assert cluster.wait_job(now, ("COMPLETED",))["exit_code"] == 0
+    assert (cluster.base / "now.sig").read_text() == "got now\n"
+    out = _run(cluster, bin_dir, "sbatch", "--parsable", "-t", "0:04", "--signal=B:USR1@3", str(script), "warn")
+    warned = out.stdout.strip()
+    assert cluster.wait_job(warned, ("COMPLETED",))["exit_code"] == 0, cluster.job(warned)
+    assert (cluster.base / "warn.sig").read_text() == "got warn\n"
