@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 
-from reckon.daemon.client_common import ClientError, UsageError
 
 TIMEOUT = 30.0  # seconds for connecting, then for each request ($RECKON_SLURM_TIMEOUT overrides)
 
@@ -60,7 +59,8 @@ def signal_number(text: str) -> int:
 
 def connect():  # -> SyncClient (not annotated: the import stays inside)
     """One connection to the controller, reused for every request of the command."""
-    from reckon.daemon.client_common import client_ssl_context, resolve_auth, resolve_ca, resolve_controller
+    from reckon.daemon.client_common import (UsageError, client_ssl_context, resolve_auth, resolve_ca,
+                                             resolve_controller)
 
     url = resolve_controller(None)
     auth = resolve_auth(None, None, None)
@@ -105,7 +105,12 @@ def run(main, argv: list[str] | None = None, prog: str | None = None) -> int:
         status = main(argv)
         sys.stdout.flush()
         return int(status or 0)
-    except (SlurmCommandError, ClientError) as exc:
+    except Exception as exc:
+        # client_common's errors (unreachable, refused, a bad URL); not imported unless a command
+        # connected (srun inside a job never does: it pays for no socket stack).
+        client = sys.modules.get("reckon.daemon.client_common")
+        if not isinstance(exc, SlurmCommandError) and (client is None or not isinstance(exc, client.ClientError)):
+            raise
         try:
             sys.stdout.flush()
         except BrokenPipeError:
@@ -117,7 +122,7 @@ def run(main, argv: list[str] | None = None, prog: str | None = None) -> int:
             sys.stderr.write(f"{line}\n" if not prefix else f"{prog}: {prefix}{line}\n")
         if isinstance(exc, SlurmCommandError):
             return exc.status
-        return 2 if isinstance(exc, UsageError) else 1
+        return 2 if isinstance(exc, client.UsageError) else 1
     except BrokenPipeError:  # `... | head`: the reader left; no flush at exit onto the closed pipe
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -132,6 +137,8 @@ def query(client, *, ids: list[str] | None = None, names: list[str] | None = Non
           states: list[str] | None = None) -> list[dict]:
     """The ``query`` op's jobs (ids: ``123``, an array's id for all its members, ``123_4``); from a
     controller without it (before protocol 7), the ``jobs`` op's list, filtered here the same way."""
+    from reckon.daemon.client_common import ClientError
+
     try:
         return client.call("query", ids=ids, names=names, users=users, states=states)["jobs"]
     except ClientError as exc:

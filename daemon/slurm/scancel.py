@@ -17,8 +17,8 @@ import os
 import sys
 
 from reckon.daemon.slurm import argv as getopt
-from reckon.daemon.slurm.common import (ClientError, SlurmCommandError, bad_option, connect, invalid, query, run,
-                                        signal_number)
+from reckon.daemon.client_common import ClientError
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, query, run, signal_number
 
 PROG = "scancel"
 OPTIONS = [
