@@ -9,17 +9,16 @@ their directory comes first on the jobs' PATH.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import HANG, cluster, hang_guard, hermetic_env, reckon_argv  # noqa: F401 (fixtures)
 
-pytestmark = pytest.mark.e2e
+# With tests/e2e's group (tests/conftest.py): one real cluster at a time on the e2e worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
 
 def _commands(cluster) -> Path:
