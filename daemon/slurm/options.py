@@ -125,7 +125,7 @@ SBATCH: list[tuple[str, str | None, int, str, str]] = sorted(_COMMON + [
     ("ignore-pbs", None, 0, HANDLED, "accepted (#PBS lines are never read)"),
     ("input", "i", 1, REFUSED, "a batch job's stdin is /dev/null"),
     ("kill-on-invalid-dep", None, 1, HANDLED, "yes: reckon cancels a job whose dependency cannot be met"),
-    ("no-requeue", None, 0, HANDLED, "a lost job is not run again"),
+    ("no-requeue", None, 0, WARNED, "a job lost with its node runs again; each attempt is recorded"),
     ("parsable", None, 0, HANDLED, "prints ID (or ID;cluster)"),
     ("requeue", None, 0, HANDLED, "a lost job runs again (reckon's default)"),
     ("test-only", None, 0, REFUSED, "reckon does not estimate start times"),

@@ -35,15 +35,15 @@ _GETOPT = table.table(table.SBATCH)
 HANDLED = frozenset({
     *LABELS, "array", "chdir", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
     "gpus-per-node", "gpus-per-task", "gres", "help", "hold", "ignore-pbs", "job-name", "kill-on-invalid-dep",
-    "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "no-requeue", "nodes", "ntasks", "ntasks-per-core",
+    "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "nodes", "ntasks", "ntasks-per-core",
     "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "parsable", "quiet",
     "requeue", "signal", "time", "usage", "verbose", "version", "wait", "wrap",
 })
 
 
 def parse_args(words: list[str], *, permute: bool = False) -> tuple[dict[str, str | None], list[str]]:
-    """The options of a command line (or of a script's ``#SBATCH`` words): the last of each wins;
-    a refused option raises; a warned one is kept under its name (``warnings`` lists them)."""
+    """The options of a command line (or of a script's ``#SBATCH`` words) and its operands: the
+    last of each option wins (refuse_and_warn judges them once the script's are merged in)."""
     try:
         parsed, operands = getopt.parse(words, _GETOPT, permute=permute)
     except getopt.OptionError as exc:
@@ -159,6 +159,8 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
     cpus = max(cpus, _count(opts, "mincpus") or 1)
     spec["slots"] = cpus
     mem = None
+    if sum(opts.get(name) is not None for name in ("mem", "mem-per-cpu", "mem-per-gpu")) > 1:
+        raise invalid("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.")
     for name, factor in (("mem", 1), ("mem-per-cpu", cpus), ("mem-per-gpu", gpus)):
         if opts.get(name) is not None:
             if name == "mem-per-gpu" and not gpus:
@@ -192,9 +194,6 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
         raise invalid(f"Invalid --kill-on-invalid-dep specification: {kill!r} (yes or no)")
     if kill == "no" and opts.get("kill-on-invalid-dep") is not None:
         warn(prog, "--kill-on-invalid-dep=no: reckon cancels a job whose dependency can never be met")
-    if "no-requeue" in opts:
-        warn(prog, "--no-requeue is ignored by reckon (a job lost with its node runs again; its attempts "
-                   "are recorded)")
     mode = opts.get("open-mode")
     if mode is not None:
         if mode not in ("append", "truncate"):

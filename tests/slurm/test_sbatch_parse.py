@@ -178,6 +178,7 @@ def test_specs_the_model_accepts():
     (["-n", "4"], "--ntasks=4: reckon runs one task per job (at most 1)"),
     (["--ntasks-per-node=2"], "--ntasks-per-node=2: reckon runs one task per job (at most 1)"),
     (["--mem-per-gpu=1G"], "--mem-per-gpu needs GPUs (--gpus, --gres=gpu:N)"),
+    (["--mem=1G", "--mem-per-cpu=1G"], "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."),
 ])
 def test_multi_node_asks_are_refused_naming_the_limit(words, error):
     with pytest.raises(SlurmCommandError) as info:
