@@ -171,7 +171,9 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
             time.sleep(POLL)
         if said and "quiet" not in opts:
             sys.stderr.write(f"srun: job {job} has been allocated resources\n")
-        _stream(client, job)
+        # A stream sent to a file (-o, -e) is not also shown here, as with Slurm's srun.
+        _stream(client, job, stdout=opts.get("output") is None, stderr=opts.get("error") is None
+                and opts.get("output") is None)
         return _outcome(client, job, "quiet" in opts)
     except KeyboardInterrupt:
         if job is not None:
@@ -185,22 +187,33 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
         client.close()
 
 
-def _stream(client, job: str) -> None:
-    """The job's stdout here and its stderr to stderr, until the attempt has ended (logs --follow)."""
+def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
+    """The job's stdout here and its stderr to stderr, until the attempt has ended: ``reckon logs
+    --follow``'s code, one follower per stream (the stderr one on a thread of its own)."""
     import threading
     from types import SimpleNamespace
 
     from reckon.daemon.cli.logs import run_logs
 
-    def follow(stderr: bool) -> None:
-        args = SimpleNamespace(job=job, stderr=stderr, follow=True, attempt=None, timeout=client.timeout)
-        run_logs(args, client.url, client.auth, client.ssl_context,
-                 out=sys.stderr.buffer if stderr else sys.stdout.buffer)
+    failed: list[BaseException] = []
 
-    errors = threading.Thread(target=follow, args=(True,), daemon=True)
-    errors.start()
-    follow(False)
-    errors.join()
+    def follow(errors: bool) -> None:
+        args = SimpleNamespace(job=job, stderr=errors, follow=True, attempt=None, timeout=client.timeout)
+        try:
+            run_logs(args, client.url, client.auth, client.ssl_context,
+                     out=sys.stderr.buffer if errors else sys.stdout.buffer)
+        except Exception as exc:  # the controller's one line (output deleted, agent too old): told once below
+            failed.append(exc)
+
+    thread = threading.Thread(target=follow, args=(True,), daemon=True) if stderr else None
+    if thread is not None:
+        thread.start()
+    if stdout:
+        follow(False)
+    if thread is not None:
+        thread.join()
+    if failed:
+        warn(PROG, f"the job's output could not be shown: {failed[0]}")
 
 
 def _outcome(client, job: str, quiet: bool) -> int:
