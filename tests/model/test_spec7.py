@@ -268,6 +268,7 @@ def test_v7_jobs_go_only_to_agents_of_version_7():
     feed(ctrl.handle(E.SubmitJob(spec=JobSpec(name="s", command=("x",), script="#!/bin/sh\n"), now=2.0)))
     feed(ctrl.handle(E.SubmitJob(spec=JobSpec(name="p", command=("true",)), now=2.0)))
     assert sched.place() == [("2", "old")]
+    assert "speaks protocol 6: this job needs 7" in pending_reason(ctrl, "1")
     feed(ctrl.handle(E.DispatchProposed(job="1", agent="old", now=3.0)))  # a stale proposal: refused
     assert ctrl.state.jobs["1"].state is JobState.PENDING
     feed(ctrl.handle(E.AgentJoined(conn=2, join=M.Join(agent="new", slots=8, version=7), token=b"\2" * 16,
