@@ -94,15 +94,21 @@ def job_processes(job_pid: int, cgroup_pids: list[int] | None = None) -> set[int
 
 def send(job_pid: int, sig: int, *, top: bool, rest: bool, cgroup_pids: list[int] | None = None) -> int:
     """Send ``sig`` to the job's top process (``top``) and/or every other process of it
-    (``rest``); the number of processes it reached."""
-    targets = set()
-    if rest:
-        targets = job_processes(job_pid, cgroup_pids)
-        targets.discard(job_pid)
-    if top:
-        targets.add(job_pid)
-    reached = 0
-    for pid in sorted(targets):
+    (``rest``); how many signals it sent (a process group counts once).  The whole job is its
+    process group at once (``killpg``: no fork in flight escapes it) and what of its cgroup left it."""
+    if top and rest:
+        targets = [pid for pid in cgroup_pids or () if _pgrp(pid) != job_pid]
+        try:
+            os.killpg(job_pid, sig)
+            reached = 1
+        except OSError:
+            reached = 0
+    elif rest:
+        targets = sorted(job_processes(job_pid, cgroup_pids) - {job_pid})
+        reached = 0
+    else:
+        targets, reached = [job_pid] if top else [], 0
+    for pid in targets:
         try:
             os.kill(pid, sig)
             reached += 1
