@@ -14,6 +14,9 @@ path in it either), and it is gone from the disk as soon as the job runs, whatev
 the agent or of the supervisor afterwards.  ``forget`` of the attempt removes one left by a
 launch that never ran.
 
+**The time limit** (version 4) is the supervisor's SIGALRM timer, armed here: the warning (if
+any), SIGTERM at the limit, SIGKILL after the grace.
+
 **Signals.**  ``job_processes`` is every process of the job: its process group, and its
 cgroup when it has one (what left the group with ``setsid``).  The warning signal
 (``--signal``) goes either to the top process (the batch shell: Slurm's ``B:``) or to every
@@ -24,6 +27,8 @@ batch shell).
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 SCRIPT = ".script"  # the suffix of an attempt's script file in the agent's jobs/ directory
 SCRIPT_MODE = 0o700
@@ -89,18 +94,80 @@ def job_processes(job_pid: int, cgroup_pids: list[int] | None = None) -> set[int
 
 def send(job_pid: int, sig: int, *, top: bool, rest: bool, cgroup_pids: list[int] | None = None) -> int:
     """Send ``sig`` to the job's top process (``top``) and/or every other process of it
-    (``rest``); the number of processes it reached."""
-    targets = set()
-    if rest:
-        targets = job_processes(job_pid, cgroup_pids)
-        targets.discard(job_pid)
-    if top:
-        targets.add(job_pid)
-    reached = 0
-    for pid in sorted(targets):
+    (``rest``); how many signals it sent (a process group counts once).  The whole job is its
+    process group at once (``killpg``: no fork in flight escapes it) and what of its cgroup left it."""
+    if top and rest:
+        targets = [pid for pid in cgroup_pids or () if _pgrp(pid) != job_pid]
+        try:
+            os.killpg(job_pid, sig)
+            reached = 1
+        except OSError:
+            reached = 0
+    elif rest:
+        targets = sorted(job_processes(job_pid, cgroup_pids) - {job_pid})
+        reached = 0
+    else:
+        targets, reached = [job_pid] if top else [], 0
+    for pid in targets:
         try:
             os.kill(pid, sig)
             reached += 1
         except OSError:
             pass
     return reached
+
+
+# ---- the supervisor's timer: the warning, then the time limit -------------------------------
+
+
+def arm_time_limit(req: dict, started_at: float, state: dict) -> None:
+    """SIGALRM at the job's time limit: SIGTERM its process group, then SIGKILL after the grace.
+
+    Counted from ``started_at`` (the launcher's clock when it forked us), with
+    an interval timer: a job stopped and continued, or a slow fork, does not
+    stretch the limit.  The handler runs between the supervisor's system calls
+    (``waitid`` is restarted after it, PEP 475).
+    """
+    limit = req.get("limit")
+    if limit is None:
+        return
+    grace = max(float(req.get("grace", 10.0)), 0.0)
+    deadline = started_at + float(limit)
+    warn_req = req.get("warn")
+    state["warned"] = warn_req is None
+
+    def on_alarm(signum: int, frame: object) -> None:
+        pid = state["pid"]
+        if not state["warned"]:  # the warning (--signal) first, then the limit itself
+            state["warned"] = True
+            signal.setitimer(signal.ITIMER_REAL, max(deadline - time.time(), 0.001))
+            if pid:
+                warn(state, warn_req)
+            else:
+                state["warn_due"] = True  # the job is not started yet: warned right after it is
+            return
+        if state["timed_out"]:
+            sig = signal.SIGKILL  # the grace is over
+        else:
+            state["timed_out"] = True
+            sig = signal.SIGTERM
+            signal.setitimer(signal.ITIMER_REAL, grace or 0.001)
+        if pid:
+            try:
+                os.killpg(pid, sig)
+            except OSError:
+                pass
+        elif state["pending"] != signal.SIGKILL:
+            state["pending"] = sig
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    first = deadline - (float(warn_req["before"]) if warn_req is not None else 0.0)
+    signal.setitimer(signal.ITIMER_REAL, max(first - time.time(), 0.001))
+
+
+def warn(state: dict, asked: dict) -> None:
+    """The warning signal (``asked``: the request's ``warn``) to the job's top process, or to the rest."""
+    cgroup = state.get("cgroup")
+    batch_only = asked.get("batch_only") is True
+    send(state["pid"], int(asked["sig"]), top=batch_only, rest=not batch_only,
+         cgroup_pids=cgroup.pids() if cgroup is not None and not batch_only else None)

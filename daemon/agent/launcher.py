@@ -31,7 +31,7 @@ child turns into the job's **supervisor**:
   process left in it is killed, its usage and OOM kills read, and it is removed;
 * forwards SIGTERM / SIGINT / SIGHUP to the job's process group (and turns
   SIGUSR1 into a SIGKILL of it);
-* enforces the job's time limit (``limit`` seconds after it started): SIGTERM
+* enforces the job's time limit (``limit`` seconds after it started; its timer: batchjobs.py): SIGTERM
   to the job's process group at the limit, SIGKILL ``grace`` seconds later,
   and ``"timed_out": true`` in the status record.  The supervisor does it, not
   the agent, so the limit holds while the agent is down or restarting;
@@ -308,58 +308,6 @@ def _usage(cgroup, rusage, started_at: float, finished_at: float) -> dict:
             "wall": wall, "source": "rusage"}
 
 
-def _arm_time_limit(req: dict, started_at: float, state: dict) -> None:
-    """SIGALRM at the job's time limit: SIGTERM its process group, then SIGKILL after the grace.
-
-    Counted from ``started_at`` (the launcher's clock when it forked us), with
-    an interval timer: a job stopped and continued, or a slow fork, does not
-    stretch the limit.  The handler runs between the supervisor's system calls
-    (``waitid`` is restarted after it, PEP 475).
-    """
-    limit = req.get("limit")
-    if limit is None:
-        return
-    grace = max(float(req.get("grace", 10.0)), 0.0)
-    deadline = started_at + float(limit)
-    warn = req.get("warn")
-    state["warned"] = warn is None
-
-    def on_alarm(signum: int, frame: object) -> None:
-        pid = state["pid"]
-        if not state["warned"]:  # the warning (--signal) first, then the limit itself
-            state["warned"] = True
-            signal.setitimer(signal.ITIMER_REAL, max(deadline - time.time(), 0.001))
-            if pid:
-                _warn(state, warn)
-            else:
-                state["warn_due"] = True  # the job is not started yet: warned right after it is
-            return
-        if state["timed_out"]:
-            sig = signal.SIGKILL  # the grace is over
-        else:
-            state["timed_out"] = True
-            sig = signal.SIGTERM
-            signal.setitimer(signal.ITIMER_REAL, grace or 0.001)
-        if pid:
-            try:
-                os.killpg(pid, sig)
-            except OSError:
-                pass
-        elif state["pending"] != signal.SIGKILL:
-            state["pending"] = sig
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    first = deadline - (float(warn["before"]) if warn is not None else 0.0)
-    signal.setitimer(signal.ITIMER_REAL, max(first - time.time(), 0.001))
-
-
-def _warn(state: dict, warn: dict) -> None:
-    cgroup = state.get("cgroup")
-    batch_only = warn.get("batch_only") is True
-    _batch.send(state["pid"], int(warn["sig"]), top=batch_only, rest=not batch_only,
-                cgroup_pids=cgroup.pids() if cgroup is not None and not batch_only else None)
-
-
 def _custom_outputs(req: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
     """The job's --output / --error files in place of the attempt's own (appended to, like
     ``sbatch --open-mode=append``, or truncated first with ``truncate``); a file that cannot be
@@ -418,7 +366,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     # before its handlers are in place; now they are.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD_SIGNALS)
 
-    _arm_time_limit(req, started_at, state)
+    _batch.arm_time_limit(req, started_at, state)
     key = req["k"]
     base = req["base"]
     jobs_dir = os.path.dirname(base)
@@ -518,7 +466,7 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
         os.close(script_fd)  # the job holds its own copy: the script lives exactly as long as it needs
     state["pid"], state["cgroup"] = job_pid, cgroup
     if state.pop("warn_due", False):
-        _warn(state, req["warn"])
+        _batch.warn(state, req["warn"])
     if state["pending"]:
         try:
             os.killpg(job_pid, state["pending"])
