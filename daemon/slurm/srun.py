@@ -27,7 +27,7 @@ HANDLED = frozenset({"chdir", "error", "export", "help", "input", "job-name", "o
                      "unbuffered", "usage", "verbose", "version", "disable-status", "exact", "kill-on-bad-exit",
                      "overlap", "whole"})
 NO_ARRAY_INDEX = "4294967294"
-POLL = 0.25  # seconds between looks at a job that has not started yet
+POLL = (0.02, 0.5)  # seconds between looks at a job not started (or not ended) yet: first, growing to
 
 
 def parse_args(words: list[str]) -> tuple[dict[str, str | None], list[str]]:
@@ -159,16 +159,15 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
     try:
         job = client.call("submit", spec=spec)["job"]["id"]
         said = False
+        pause = POLL[0]
         while True:
             obj = client.call("show", job=job)["job"]
             if obj["state"] != "PENDING":
                 break
-            if not said and "quiet" not in opts:
+            if not said and pause >= 0.1 and "quiet" not in opts:  # a job that starts at once: no line
                 sys.stderr.write(f"srun: job {job} queued and waiting for resources\n")
                 said = True
-            import time
-
-            time.sleep(POLL)
+            pause = _sleep(pause)
         if said and "quiet" not in opts:
             sys.stderr.write(f"srun: job {job} has been allocated resources\n")
         # A stream sent to a file (-o, -e) is not also shown here, as with Slurm's srun.
@@ -216,15 +215,22 @@ def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
         warn(PROG, f"the job's output could not be shown: {failed[0]}")
 
 
-def _outcome(client, job: str, quiet: bool) -> int:
-    """The job's exit code once it has ended (128 + a signal), as srun exits."""
+def _sleep(pause: float) -> float:
+    """Wait ``pause`` seconds; the next, longer pause (a quick job is seen quickly, a long one polled rarely)."""
     import time
 
+    time.sleep(pause)
+    return min(pause * 1.5, POLL[1])
+
+
+def _outcome(client, job: str, quiet: bool) -> int:
+    """The job's exit code once it has ended (128 + a signal), as srun exits."""
+    pause = POLL[0]
     while True:
         obj = client.call("show", job=job)["job"]
         if obj["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
             break
-        time.sleep(POLL)
+        pause = _sleep(pause)
     code, sig = obj.get("exit_code"), obj.get("signal")
     if obj["state"] == "COMPLETED":
         return 0
