@@ -33,7 +33,7 @@ _OPTIONS = table.by_name(table.SBATCH)
 _GETOPT = table.table(table.SBATCH)
 # The options spec_of reads; a test checks it against the table's HANDLED entries.
 HANDLED = frozenset({
-    *LABELS, "array", "chdir", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
+    *LABELS, "array", "chdir", "cluster", "clusters", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
     "gpus-per-node", "gpus-per-task", "gres", "help", "hold", "ignore-pbs", "job-name", "kill-on-invalid-dep",
     "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "nodes", "ntasks", "ntasks-per-core",
     "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "parsable", "quiet",
@@ -127,9 +127,11 @@ def _count(opts: dict[str, str | None], name: str) -> int | None:
 def spec_of(opts: dict[str, str | None], script: str | None, command: list[str], *, environ: dict[str, str],
             cwd: str, array: bool, default_name: str, prog: str = PROG) -> dict:
     """The job spec (the wire's dict, JobSpec.to_dict's shape) of the merged options."""
-    for name in ("nodes",):
+    for name in ("cluster", "clusters"):
         if opts.get(name) is not None:
-            values.parse_nodes(opts[name] or "")
+            values.check_clusters(opts[name] or "", f"--{name}")
+    if opts.get("nodes") is not None:
+        values.parse_nodes(opts["nodes"] or "")
     for name in ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket"):
         if opts.get(name) is not None:
             values.parse_one(name, opts[name] or "")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import sys
 
-from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.client_common import ClientError
+from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, query, run, signal_number
+from reckon.daemon.slurm.values import check_clusters
 
 PROG = "scancel"
 OPTIONS = [
@@ -28,8 +29,8 @@ OPTIONS = [
     ("reservation", "R", 1), ("sibling", None, 1), ("signal", "s", 1), ("state", "t", 1), ("usage", None, 0),
     ("user", "u", 1), ("verbose", "v", 0), ("version", "V", 0), ("wckey", None, 1),
 ]
-REFUSED = {"interactive": "reckon's scancel does not ask", "clusters": "reckon is one cluster",
-           "sibling": "reckon is one cluster", "cron": "reckon has no crontab jobs"}
+REFUSED = {"interactive": "reckon's scancel does not ask", "sibling": "reckon is one cluster",
+           "cron": "reckon has no crontab jobs"}
 LIVE = ("PENDING", "RUNNING")  # the states scancel acts on
 # Slurm's state names and compact codes -> reckon's (the others match no live reckon job).
 STATES = {"PENDING": "PENDING", "PD": "PENDING", "RUNNING": "RUNNING", "R": "RUNNING"}
@@ -48,6 +49,8 @@ def parse_args(argv: list[str]) -> tuple[dict[str, str | None], list[str]]:
     for name, why in REFUSED.items():
         if name in opts:
             raise SlurmCommandError(f"--{name} is not supported by reckon ({why})")
+    if opts.get("clusters") is not None:  # Snakemake cancels with --clusters=all
+        check_clusters(opts["clusters"] or "")
     return opts, operands
 
 

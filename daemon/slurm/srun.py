@@ -23,7 +23,7 @@ PROG = "srun"
 _OPTIONS = table.by_name(table.SRUN)
 _GETOPT = table.table(table.SRUN)
 # What srun reads itself; the other HANDLED options are sbatch.spec_of's (a job outside one).
-HANDLED = frozenset({"chdir", "error", "export", "help", "input", "job-name", "open-mode", "output", "quiet",
+HANDLED = frozenset({"cluster", "clusters", "chdir", "error", "export", "help", "input", "job-name", "open-mode", "output", "quiet",
                      "unbuffered", "usage", "verbose", "version", "disable-status", "exact", "kill-on-bad-exit",
                      "overlap", "whole"})
 NO_ARRAY_INDEX = "4294967294"
@@ -267,6 +267,9 @@ def _main(argv: list[str]) -> int:
     if os.environ.get("SLURM_JOB_ID"):
         from reckon.daemon.slurm import values
 
+        for name in ("cluster", "clusters"):
+            if opts.get(name) is not None:
+                values.check_clusters(opts[name] or "", f"--{name}")
         if opts.get("nodes") is not None:
             values.parse_nodes(opts["nodes"] or "")
         if opts.get("ntasks") is not None:

@@ -162,6 +162,17 @@ def parse_signal(text: str) -> tuple[int, int, bool]:
     return signal_number(sig), int(secs) if at else 60, batch
 
 
+CLUSTER = "reckon"  # the name the jobs see (SLURM_CLUSTER_NAME)
+
+
+def check_clusters(text: str, what: str = "--clusters") -> None:
+    """``-M all`` or ``-M reckon`` (Snakemake's ``scancel ... --clusters=all``); another cluster is refused."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    other = [n for n in names if n not in ("all", CLUSTER)]
+    if not names or other:
+        raise SlurmCommandError(f"{what}={text}: reckon is one cluster, named {CLUSTER} (or give all)")
+
+
 def parse_nodes(text: str) -> None:
     """``-N 1`` (or ``1-N``, which Slurm may meet with one node); more than one node is refused."""
     low = text.strip().partition("-")[0]

@@ -171,6 +171,7 @@ def test_specs_the_model_accepts():
     assert default["output"] == default["error"] == "slurm-%j.out" and default["slots"] == 1
     assert _spec([], array=True)["output"] == "slurm-%A_%I.out"
     assert _spec(["--cpus-per-gpu=3", "--gpus-per-node=2", "--mem-per-gpu=100"])["slots"] == 6
+    assert _spec(["--clusters=reckon", "--cluster", "all"])["slots"] == 1
 
 
 @pytest.mark.parametrize("words, error", [
@@ -178,6 +179,7 @@ def test_specs_the_model_accepts():
     (["-n", "4"], "--ntasks=4: reckon runs one task per job (at most 1)"),
     (["--ntasks-per-node=2"], "--ntasks-per-node=2: reckon runs one task per job (at most 1)"),
     (["--mem-per-gpu=1G"], "--mem-per-gpu needs GPUs (--gpus, --gres=gpu:N)"),
+    (["--cluster=other"], "--cluster=other: reckon is one cluster, named reckon (or give all)"),
     (["--mem=1G", "--mem-per-cpu=1G"], "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."),
 ])
 def test_multi_node_asks_are_refused_naming_the_limit(words, error):
@@ -272,3 +274,11 @@ def test_sbatch_is_light(module):
     heavy = [m for m in result["modules"] if m.split(".")[0] in ("trio", "argparse", "dataclasses", "gettext")
              or (m.startswith("reckon.model.") and m != "reckon.model.errors")]
     assert heavy == []
+
+
+def test_docs_name_every_warned_and_refused_sbatch_option():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
+    missing = [o[0] for o in table.SBATCH if o[3] != table.HANDLED and f"--{o[0]}" not in text]
+    assert missing == []

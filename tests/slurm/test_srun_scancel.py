@@ -72,6 +72,9 @@ def test_scancel_ids():
         {"signal": "USR2", "batch": None, "name": "x"}, ["123"])  # options after ids: submitit's order
     with pytest.raises(SlurmCommandError, match="--interactive is not supported"):
         scancel.parse_args(["-i", "1"])
+    assert scancel.parse_args(["1", "2", "--clusters=all"])[1] == ["1", "2"]  # Snakemake's cancel
+    with pytest.raises(SlurmCommandError, match="reckon is one cluster, named reckon"):
+        scancel.parse_args(["1", "-M", "other"])
 
 
 def test_scancel_with_nothing_named_is_slurms_error(capsys):
