@@ -180,7 +180,7 @@ def test_scancel_ids_array_members_names_and_unknown_ids(cluster):
     assert (out.returncode, out.stderr) == (0, ""), out
     assert cluster.wait_job(now, ("COMPLETED",))["exit_code"] == 0
     assert (cluster.base / "now.sig").read_text() == "got now\n"
-    out = _run(cluster, bin_dir, "sbatch", "--parsable", "-t", "0:04", "--signal=B:USR1@3", str(script), "warn")
+    out = _run(cluster, bin_dir, "sbatch", "--parsable", "-t", "0:05", "--signal=B:USR1@3", str(script), "warn")
     warned = out.stdout.strip()
     assert cluster.wait_job(warned, ("COMPLETED",))["exit_code"] == 0, cluster.job(warned)
     assert (cluster.base / "warn.sig").read_text() == "got warn\n"
