@@ -146,6 +146,8 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise SlurmCommandError("the current directory no longer exists") from None
+    if opts.get("input") not in (None, "none"):
+        warn(PROG, "--input is ignored outside a job by reckon (a job's stdin is /dev/null)")
     spec = sbatch.spec_of(opts, None, command, environ=sbatch._environ(), cwd=cwd, array=False,
                           default_name=os.path.basename(command[0]) or command[0], prog=PROG)
     for key in ("output", "error"):  # the terminal's, unless asked for a file
