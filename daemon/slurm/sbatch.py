@@ -281,8 +281,9 @@ def _main(argv: list[str]) -> int:
     with connect() as client:
         expand_dependencies(client, spec)
         job_id, members = submit(client, spec, array, hold="hold" in opts)
-        if "parsable" in opts:
-            sys.stdout.write(f"{job_id}\n")
+        if "parsable" in opts:  # ID;CLUSTER when a cluster was named, as Slurm's
+            cluster = f";{values.CLUSTER}" if "clusters" in opts or "cluster" in opts else ""
+            sys.stdout.write(f"{job_id}{cluster}\n")
         elif "quiet" not in opts:
             sys.stdout.write(f"Submitted batch job {job_id}\n")
         sys.stdout.flush()
