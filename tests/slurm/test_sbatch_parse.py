@@ -263,15 +263,14 @@ print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
 """
 
 
-@pytest.mark.parametrize("module", ["sbatch"])
-def test_sbatch_is_light(module):
-    """A whole sbatch (spec built, connection refused on port 1): no trio, no argparse, no json,
-    nothing of the model but what the shared client floor takes (daemon/wire.py: model.errors)."""
+def test_sbatch_is_light():
+    """A whole sbatch (spec built, connection refused on port 1): no trio, no argparse, nothing
+    of the model but what the shared client floor takes (daemon/wire.py: model.errors)."""
     env = {"RECKON_CONTROLLER": "ws://127.0.0.1:1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, env=env)
     result = json.loads(out.stdout)
     assert result["status"] == 1 and "sbatch: error: controller unreachable" in out.stderr, out
-    heavy = [m for m in result["modules"] if m.split(".")[0] in ("trio", "argparse", "dataclasses", "gettext")
+    heavy = [m for m in result["modules"] if m.split(".")[0] in ("trio", "argparse")
              or (m.startswith("reckon.model.") and m != "reckon.model.errors")]
     assert heavy == []
 
