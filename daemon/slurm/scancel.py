@@ -143,6 +143,14 @@ def resolve(client, word: str) -> str:
     return jobs[0]["id"]
 
 
+def members(client, word: str) -> list[str]:
+    """The jobs ``word`` names for a signal: itself, an array member, or an array's running jobs."""
+    jobs = query(client, ids=[word])
+    if len(jobs) <= 1:
+        return [resolve(client, word) if not jobs else jobs[0]["id"]]
+    return [j["id"] for j in jobs if j["state"] == "RUNNING"]
+
+
 def _main(argv: list[str]) -> int:
     opts, operands = parse_args(argv)
     if "help" in opts or "usage" in opts:
@@ -173,11 +181,11 @@ def _main(argv: list[str]) -> int:
             targets = [(word, word) for word in ids]
         for shown, job in targets:
             try:
-                job = resolve(client, job)
                 if sig is None:
-                    client.call("cancel", job=job)
+                    client.call("cancel", job=resolve(client, job))  # an array's id: the cancel op takes all
                 else:
-                    client.call("signal", job=job, signal=sig, batch_only=batch)
+                    for member in members(client, job):  # the signal op takes one job: each running member
+                        client.call("signal", job=member, signal=sig, batch_only=batch)
             except ClientError as exc:
                 status = 1
                 if not quiet:
