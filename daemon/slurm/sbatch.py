@@ -278,9 +278,17 @@ def _main(argv: list[str]) -> int:
     spec = spec_of(opts, script, [name, *args], environ=_environ(), cwd=cwd, array=array is not None,
                    default_name=default_name)
     spec["env"].append(["SLURM_SUBMIT_HOST", os.uname().nodename])
-    with connect() as client:
+    client = None
+    try:
+        client = connect()
         expand_dependencies(client, spec)
         job_id, members = submit(client, spec, array, hold="hold" in opts)
+    except Exception as exc:  # unreachable, refused: in Slurm's words, with the controller's reason
+        if client is not None:
+            client.close()
+        _submission_failed(exc)
+        raise
+    with client:
         if "parsable" in opts:  # ID;CLUSTER when a cluster was named, as Slurm's
             cluster = f";{values.CLUSTER}" if "clusters" in opts or "cluster" in opts else ""
             sys.stdout.write(f"{job_id}{cluster}\n")
@@ -290,6 +298,15 @@ def _main(argv: list[str]) -> int:
         if "wait" in opts:
             return wait(client, members)
     return 0
+
+
+def _submission_failed(exc: Exception) -> None:
+    """Raise ``exc`` (a client error) as Slurm says it: ``Batch job submission failed: REASON``."""
+    from reckon.daemon.client_common import ClientError, UsageError
+
+    if isinstance(exc, ClientError):
+        raise SlurmCommandError(f"Batch job submission failed: {exc}",
+                                2 if isinstance(exc, UsageError) else 1) from None
 
 
 def check_array(text: str) -> str:

@@ -28,7 +28,8 @@ def test_the_command_writes_seven_launchers_and_prints_the_path_line(tmp_path):
     sbatch = _run(target / "sbatch", "--version")
     assert (sbatch.returncode, sbatch.stdout) == (0, "slurm 22.05.0 (reckon)\n"), sbatch
     refused = _run(target / "sbatch", "--wrap", "true")  # port 1: the controller is unreachable, in one line
-    assert refused.returncode == 1 and refused.stderr.startswith("sbatch: error: controller unreachable"), refused
+    assert refused.returncode == 1 and refused.stderr.startswith(
+        "sbatch: error: Batch job submission failed: controller unreachable"), refused
     bad = _run(target / "scancel", "--nope")
     assert bad.returncode == 255 and bad.stderr == ("scancel: unrecognized option '--nope'\n"
                                                     "Try \"scancel --help\" for more information\n"), bad
