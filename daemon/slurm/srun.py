@@ -27,6 +27,7 @@ HANDLED = frozenset({"cluster", "clusters", "chdir", "error", "export", "help", 
                      "unbuffered", "usage", "verbose", "version", "disable-status", "exact", "kill-on-bad-exit",
                      "overlap", "whole"})
 NO_ARRAY_INDEX = "4294967294"
+MISSING_GRACE = 10.0  # seconds a just-started attempt's output file may be missing (see _stream)
 POLL = (0.02, 0.5)  # seconds between looks at a job not started (or not ended) yet: first, growing to
 
 
@@ -199,12 +200,23 @@ def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
     failed: list[BaseException] = []
 
     def follow(errors: bool) -> None:
+        import time
+
         args = SimpleNamespace(job=job, stderr=errors, follow=True, attempt=None, timeout=client.timeout)
-        try:
-            run_logs(args, client.url, client.auth, client.ssl_context,
-                     out=sys.stderr.buffer if errors else sys.stdout.buffer)
-        except Exception as exc:  # the controller's one line (output deleted, agent too old): told once below
-            failed.append(exc)
+        out = _Counted(sys.stderr.buffer if errors else sys.stdout.buffer)
+        deadline = time.monotonic() + MISSING_GRACE
+        while True:
+            try:
+                run_logs(args, client.url, client.auth, client.ssl_context, out=out)
+                return
+            except Exception as exc:  # the controller's one line (output deleted, agent too old): told below
+                # The agent makes an attempt's .stderr a moment after its .stdout; a read between the
+                # two says the file is gone.  Nothing shown yet: look again, for a while.
+                if "is gone" in str(exc) and not out.count and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                failed.append(exc)
+                return
 
     thread = threading.Thread(target=follow, args=(True,), daemon=True) if stderr else None
     if thread is not None:
@@ -215,6 +227,21 @@ def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
         thread.join()
     if failed:
         warn(PROG, f"the job's output could not be shown: {failed[0]}")
+
+
+class _Counted:
+    """A binary stream that counts what went through it (whether a follower showed anything yet)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def _sleep(pause: float) -> float:
