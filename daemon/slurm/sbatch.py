@@ -386,11 +386,11 @@ def wait(client, ids: list[str]) -> int:
     pause = WAIT_POLL[0]
     done: dict[str, dict] = {}
     while True:
-        for job in ids:
-            if job not in done:
-                obj = client.call("show", job=job)["job"]
-                if obj["state"] in TERMINAL:
-                    done[job] = obj
+        if len(ids) == 1:
+            jobs = [client.call("show", job=ids[0])["job"]]
+        else:  # an array: all of its jobs in one query (its id, the first job's, names them all)
+            jobs = query(client, ids=[ids[0]])
+        done.update((j["id"], j) for j in jobs if j["id"] in ids and j["state"] in TERMINAL)
         if len(done) == len(ids):
             break
         time.sleep(pause)

@@ -109,6 +109,8 @@ def test_submitit_and_snakemake_shapes_wait_and_hold(cluster):
     out = _run(cluster, bin_dir, "sbatch", "-W", "--mail-type=END", "--wrap", "exit 3")
     assert out.returncode == 3, out
     assert out.stderr == "sbatch: warning: --mail-type is ignored by reckon (reckon sends no mail)\n"
+    out = _run(cluster, bin_dir, "sbatch", "-W", "--array=1-2", "--wrap", "exit $SLURM_ARRAY_TASK_ID")
+    assert out.returncode == 2, out  # an array: the highest exit code of its jobs
     # -H: held at submit; refused and multi-node options are one line, nothing submitted.
     out = _run(cluster, bin_dir, "sbatch", "-H", "--parsable", "--wrap", "true")
     held = out.stdout.strip()
