@@ -183,13 +183,13 @@ async def test_a_signal_now_reaches_the_top_process_or_the_whole_job(tmp_path, b
         async with JobRunner(tmp_path / "state") as runner:
             await runner.start("1", 1, batch(script))
             await wait_for(tmp_path / "up")
-            assert runner.send_signal("1", 1, signal.SIGUSR1, batch_only=batch_only) >= 1
+            assert await runner.send_signal("1", 1, signal.SIGUSR1, batch_only=batch_only) >= 1
             await wait_for(tmp_path / "top")
             if batch_only:
                 assert not (tmp_path / "child").exists()  # the child was not signalled: it never writes
                 await runner.kill("1", 1, grace=0.1)
             e = await Exits(runner).get("1")
-            assert runner.send_signal("1", 1, signal.SIGUSR1) == 0  # over: nothing to signal
+            assert await runner.send_signal("1", 1, signal.SIGUSR1) == 0  # over: nothing to signal
     if not batch_only:
         assert e.exit_code == 0 and (tmp_path / "child").read_text() == "child\n"
 
