@@ -308,7 +308,8 @@ class AgentDaemon:
             self._launching.pop(key, None)
 
     async def _signal(self, cmd: E.SignalProcess) -> None:
-        reached = await self.runner.send_signal(cmd.job, cmd.attempt, cmd.signal, batch_only=cmd.batch_only)
+        reached = await self.runner.send_signal(cmd.job, cmd.attempt, cmd.signal, batch_only=cmd.batch_only,
+                                                full=cmd.full)
         log.info("job %s attempt %s: signal %d sent (%d)", cmd.job, cmd.attempt, cmd.signal, reached)
 
     async def _hang_up(self) -> None:
