@@ -109,7 +109,7 @@ def on_signal(tx: Transaction, ev: E.SignalJob) -> None:
                                  f"signals need {M.SIGNAL_SINCE} (upgrade reckon there)")
     uid = session.uid_for(job.uid)
     tx.send(session, lambda seq: M.Signal(seq=seq, job=job.id, attempt=job.attempt, signal=ev.signal,
-                                          batch_only=ev.batch_only, uid=uid))
+                                          batch_only=ev.batch_only, uid=uid, full=ev.full))
 
 
 def on_cancel_array(tx: Transaction, ev: E.CancelJob) -> None:

@@ -220,9 +220,7 @@ class AgentDaemon:
                 else:
                     await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
             elif isinstance(cmd, E.SignalProcess):  # version 7: `reckon signal`, `scancel --signal`
-                reached = self.runner.send_signal(cmd.job, cmd.attempt, cmd.signal, batch_only=cmd.batch_only)
-                log.info("job %s attempt %s: signal %d sent to %d process(es)", cmd.job, cmd.attempt, cmd.signal,
-                         reached)
+                nursery.start_soon(self._signal, cmd)  # it may wait a moment for the job's pid record
             else:
                 raise TypeError(f"agent cannot execute {cmd!r}")
         await self._send_frames(conn, sends)
@@ -308,6 +306,11 @@ class AgentDaemon:
                 await self.runner.kill(cmd.job, cmd.attempt, grace=self.options.kill_grace)
         finally:
             self._launching.pop(key, None)
+
+    async def _signal(self, cmd: E.SignalProcess) -> None:
+        reached = await self.runner.send_signal(cmd.job, cmd.attempt, cmd.signal, batch_only=cmd.batch_only,
+                                                full=cmd.full)
+        log.info("job %s attempt %s: signal %d sent (%d)", cmd.job, cmd.attempt, cmd.signal, reached)
 
     async def _hang_up(self) -> None:
         conn = self._conn

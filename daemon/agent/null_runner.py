@@ -54,7 +54,8 @@ class NullRunner:
     async def kill(self, job: str, attempt: int, grace: float = 10.0) -> None:
         check_key(job, attempt)
 
-    def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False) -> int:
+    async def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False,
+                          full: bool = False) -> int:
         check_key(job, attempt)
         return 0  # no processes
 

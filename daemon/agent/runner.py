@@ -275,22 +275,36 @@ class JobRunner(Supervision):
             run.escalation = trio.CancelScope(deadline=math.inf)
             self._nursery.start_soon(self._escalate, key, run, run.escalation)
 
-    def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False) -> int:
-        """Send ``sig`` to the running attempt's processes now (version 7, ``reckon signal``): the
-        top process only with ``batch_only``, else every process of the job (its process group
-        and cgroup), as ``scancel --signal`` without ``-b``.  The number reached (0: not running here)."""
+    async def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False,
+                          full: bool = False, wait: float = 10.0) -> int:
+        """Send ``sig`` to the running attempt's processes now (version 7, ``reckon signal``), as
+        scancel does: the top process only with ``batch_only`` (``-b``), every process of the job
+        (its process group and cgroup) with ``full`` (``-f``), else every process but the top one
+        (the job's steps).  How many signals it sent (0: not running here).
+
+        The supervisor writes the job's pid record just after it started the job, so a job may
+        run (and be asked about) a moment before it: waited for, at most ``wait`` seconds."""
         check_key(job, attempt)
-        if (job, attempt) not in self._running:
+        key = (job, attempt)
+        with trio.move_on_after(wait):
+            while key in self._running:
+                info, status = self._records(key)
+                if status is not None:
+                    return 0  # over: nothing of it to signal
+                if info is not None:
+                    break
+                await trio.sleep(0.01)
+        if key not in self._running:
             return 0
-        info, status = self._records((job, attempt))
+        info, status = self._records(key)
         if status is not None or not pidinfo_current(info) or not proc_alive(info.get("job_pid"), info.get("job_start")):
-            return 0  # over, or not started yet: nothing of it to signal
+            return 0  # over, or not started
         pid = info["job_pid"]
         cgroup_pids = None
         if not batch_only and self.cgroups is not None:
             planned = _cgroups.plan(self.cgroups, job, attempt, mem=None, cpus=None, pids_max=None)
             cgroup_pids = _cgroups.Cgroup(planned).pids() if planned is not None else None
-        return _batch.send(pid, sig, top=True, rest=not batch_only, cgroup_pids=cgroup_pids)
+        return _batch.send(pid, sig, top=batch_only or full, rest=not batch_only, cgroup_pids=cgroup_pids)
 
     async def _escalate(self, key: Key, run: RunningAttempt, scope: trio.CancelScope) -> None:
         with scope:

@@ -52,8 +52,10 @@ def run_client_command(args: argparse.Namespace) -> int:
             batch.write_job_state(out, client.call(args.command, job=args.job)["job"])
         elif args.command == "signal":
             sig = batch.parse_signal(args.sig)
-            job = client.call("signal", job=args.job, signal=sig, batch_only=args.batch)["job"]
-            out.write(f"signal {sig} sent to job {job['id']}{' (its top process)' if args.batch else ''}\n")
+            job = client.call("signal", job=args.job, signal=sig, batch_only=args.batch,
+                              full=not args.batch and not args.steps)["job"]
+            which = " (its top process)" if args.batch else " (all but its top process)" if args.steps else ""
+            out.write(f"signal {sig} sent to job {job['id']}{which}\n")
         elif args.command == "forget":
             result = client.call("forget", agent=args.node)
             out.write(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "

@@ -487,7 +487,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="send a signal now to a RUNNING job's processes (all of them; --batch: the top one)")
     p.add_argument("job", help="the job's id")
     p.add_argument("sig", metavar="SIGNAL", help="a signal name or number: USR1, SIGTERM, 10")
-    p.add_argument("--batch", action="store_true", help="only the job's top process (the batch shell)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--batch", action="store_true", help="only the job's top process (the batch shell)")
+    target.add_argument("--steps", action="store_true",
+                        help="every process but the top one (scancel --signal's default: the steps)")
 
     p = sub.add_parser("whoami", parents=[client],
                        help="who the controller takes you for: your user and uid as it decoded them, and "

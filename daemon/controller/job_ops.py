@@ -4,11 +4,13 @@ RUNNING job (the model's), ``hold`` at submit, and ``signal``.  Each is one mode
 event through the core loop (``ControllerDaemon.call``): the model decides, the
 reply is sent once the facts are durable.  Kept out of clients.py, which routes to here.
 
-``signal``: ``{"op": "signal", "job": ID, "signal": int, "batch_only": bool}`` sends the
-signal now to a RUNNING job's processes, through its agent (version 7): with ``batch_only``
-to the top process (the batch shell) only, else to every process of the job, the top one
-included, as ``scancel --signal`` without ``--batch`` signals all of a job's steps (reckon's
-one-node job has them all in one process group and cgroup).  No fact: nothing durable changes.
+``signal``: ``{"op": "signal", "job": ID, "signal": int, "batch_only": bool, "full": bool}``
+sends the signal now to a RUNNING job's processes, through its agent (version 7).  The targets
+are scancel's (Slurm 21.08 and later: "by default, signals other than SIGKILL are not sent to
+the batch step"): neither flag, every process of the job but its top one (the job's steps, not
+the batch shell, which would die of a USR2 it does not trap); ``batch_only`` (``-b``) the top
+process only; ``full`` (``-f``) every process, the top one included (what ``reckon signal``
+sends by default).  No fact: nothing durable changes.
 """
 
 from __future__ import annotations
@@ -45,13 +47,13 @@ async def run(server: "DaemonHost", op: str, request: dict, caller: Caller | Non
         return await _submit_array(server, request, caller)
     job_id = str(request["job"])
     if op == "signal":
-        sig, batch_only = request["signal"], request.get("batch_only", False)
+        sig, batch_only, full = request["signal"], request.get("batch_only", False), request.get("full", False)
         if type(sig) is not int or not 1 <= sig <= 64:
             raise ValueError(f"signal must be a signal number 1..64, got {sig!r}")
-        if not isinstance(batch_only, bool):
-            raise ValueError("batch_only must be true or false")
-        await server.call(event=E.SignalJob(job=job_id, signal=sig, batch_only=batch_only, now=time.time(),
-                                            caller=caller))
+        if not isinstance(batch_only, bool) or not isinstance(full, bool):
+            raise ValueError("batch_only and full must be true or false")
+        await server.call(event=E.SignalJob(job=job_id, signal=sig, batch_only=batch_only, full=full,
+                                            now=time.time(), caller=caller))
         return {"job": await server.call(call=lambda: server.job_object(job_id))}
     await server.call(event=_JOB_EVENTS[op](job=job_id, now=time.time(), caller=caller))
     return {"job": await server.call(call=lambda: server.job_object(job_id))}

@@ -175,23 +175,27 @@ async def test_the_warning_signal_comes_before_the_time_limit(tmp_path, batch_on
         assert (e.exit_code, e.timed_out) == (0, False)
 
 
-@pytest.mark.parametrize("batch_only", [True, False])
-async def test_a_signal_now_reaches_the_top_process_or_the_whole_job(tmp_path, batch_only):
-    # The top's trap waits for its child: only a signal to the whole job ends it by itself.
+@pytest.mark.parametrize("target, gets", [({"batch_only": True}, {"top"}), ({"full": True}, {"top", "child"}),
+                                          ({}, {"child"})])
+async def test_a_signal_now_reaches_what_scancel_would(tmp_path, target, gets):
+    """batch_only: the top process; full: every process; neither: all but the top (the steps)."""
+    # The top's trap waits for its child: only a signal that reaches the child ends the job by itself.
     script = _TRAPS.format(d=tmp_path).replace("exit 0' USR1", "wait; exit 0' USR1", 1)
     with trio.fail_after(HANG):
         async with JobRunner(tmp_path / "state") as runner:
             await runner.start("1", 1, batch(script))
             await wait_for(tmp_path / "up")
-            assert runner.send_signal("1", 1, signal.SIGUSR1, batch_only=batch_only) >= 1
-            await wait_for(tmp_path / "top")
-            if batch_only:
+            assert await runner.send_signal("1", 1, signal.SIGUSR1, **target) >= 1
+            for name in gets:
+                await wait_for(tmp_path / name)
+            if "child" not in gets:
                 assert not (tmp_path / "child").exists()  # the child was not signalled: it never writes
                 await runner.kill("1", 1, grace=0.1)
             e = await Exits(runner).get("1")
-            assert runner.send_signal("1", 1, signal.SIGUSR1) == 0  # over: nothing to signal
-    if not batch_only:
-        assert e.exit_code == 0 and (tmp_path / "child").read_text() == "child\n"
+            assert await runner.send_signal("1", 1, signal.SIGUSR1) == 0  # over: nothing to signal
+    assert {name for name in ("top", "child") if (tmp_path / name).exists()} == gets
+    if "child" in gets:
+        assert e.exit_code == 0
 
 
 def test_job_processes_finds_the_process_group(tmp_path):

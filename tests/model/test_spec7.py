@@ -290,6 +290,8 @@ def test_signal_goes_to_the_running_attempt_and_is_no_fact():
     out = h.deliver_to_agent("a1")
     assert [c for c in out if isinstance(c, E.SignalProcess)] == [
         E.SignalProcess(job=job, attempt=1, signal=10, batch_only=True)]
+    with pytest.raises(ValueError, match="not both"):
+        E.SignalJob(job=job, signal=10, batch_only=True, full=True, now=h.now)
     with pytest.raises(PermissionDenied):
         h.controller.handle(E.SignalJob(job=job, signal=10, now=h.now, caller=Caller(user="mallory", uid=1001, gid=1001)))
 

@@ -158,7 +158,8 @@ class WorldRunner:
         self._running.add((job, attempt))
         return proc.started_at
 
-    def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False) -> int:
+    async def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False,
+                          full: bool = False) -> int:
         check_key(job, attempt)
         return 0  # the simulated processes take no signals but the kill's
 
