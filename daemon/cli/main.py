@@ -13,12 +13,15 @@ model's controller or the servers; the daemons (daemon/cli/daemons.py) do.
 from __future__ import annotations
 
 import argparse
-import re
+import re  # argparse imports it anyway
 import sys
-from typing import Any, NoReturn
 
 from reckon.daemon.args import path
 from reckon.daemon.durations import duration, duration_or_zero, since
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
@@ -349,6 +352,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "long (default 15; 0: dispatch at once)")
     p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
     p.add_argument("--tls-key", type=path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument("--http", type=_listen, default=None, metavar="HOST:PORT",
+                   help="serve the HTTP/JSON API (/api/v1/) and the status page (/) there too, with the same "
+                        "auth and TLS (docs/http-api.md; default: off)")
     _daemon_files(p)
 
     p = sub.add_parser("agent", parents=[verbose, controller, token, auth, ca, metrics],

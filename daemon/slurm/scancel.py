@@ -1,8 +1,9 @@
 """`scancel`: cancel or signal jobs as Slurm's scancel does (issue #21).
 
 ``scancel [OPTIONS] [JOB[_INDEX] ...]``: each job is cancelled (an array's id: all its jobs;
-``123_4``: that member).  ``-s/--signal SIG`` signals instead (the ``signal`` op: every process
-of the job; with ``-b/--batch`` the batch shell only).  The filters (``-n/--name``,
+``123_4``: that member).  ``-s/--signal SIG`` signals instead (the ``signal`` op): the job's
+steps (every process but the batch shell); with ``-b/--batch`` the batch shell only; with
+``-f/--full`` every process.  The filters (``-n/--name``,
 ``-u/--user``, ``--me``, ``-t/--state``, ``-p/--partition``, ``-A/--account``, ``-q/--qos``,
 ``--wckey``, ``-R/--reservation``, ``-w/--nodelist``) pick the jobs through the ``query`` op,
 and with ids, narrow them.  Options permute (``scancel 123 --signal USR2``: submitit).
@@ -167,9 +168,10 @@ def _main(argv: list[str]) -> int:
     if not ids and not filters:
         raise SlurmCommandError("No job identification provided")
     sig = signal_number(opts["signal"] or "") if opts.get("signal") is not None else None
-    # -b: the batch shell only; -f (or neither): the whole job, batch shell included.  Slurm without
-    # either signals the steps but not the batch shell; reckon's signal op has no such mode.
-    batch = "batch" in opts and "full" not in opts
+    # Slurm's targets (the signal op's too): neither flag, the job's steps (every process but the
+    # batch shell); -b the batch shell only; -f every process, the batch shell included (-b ignored).
+    full = "full" in opts
+    batch = "batch" in opts and not full
     if batch and sig is None:
         sig = 9  # Slurm: -b alone sends SIGKILL to the batch shell
     quiet = "quiet" in opts
@@ -185,7 +187,7 @@ def _main(argv: list[str]) -> int:
                     client.call("cancel", job=resolve(client, job))  # an array's id: the cancel op takes all
                 else:
                     for member in members(client, job):  # the signal op takes one job: each running member
-                        client.call("signal", job=member, signal=sig, batch_only=batch)
+                        client.call("signal", job=member, signal=sig, batch_only=batch, full=full)
             except ClientError as exc:
                 status = 1
                 if not quiet:

@@ -182,6 +182,17 @@ def test_scancel_ids_array_members_names_and_unknown_ids(cluster):
     assert (out.returncode, out.stderr) == (0, ""), out
     assert cluster.wait_job(now, ("COMPLETED",))["exit_code"] == 0
     assert (cluster.base / "now.sig").read_text() == "got now\n"
+    # Without -b: the job's steps (here the srun the batch shell waits for), not the batch shell.
+    steps = cluster.base / "steps.sh"
+    steps.write_text("#!/bin/sh\nsrun sh -c \"trap 'echo step >> step.sig; exit 0' USR1; touch step.ready; "
+                     "while :; do sleep 0.1; done\"\necho shell-lived >> step.sig\n")
+    out = _run(cluster, bin_dir, "sbatch", "--parsable", str(steps))
+    stepped = out.stdout.strip()
+    cluster.wait_for(lambda: (cluster.base / "step.ready").exists(), what="the step's trap is set")
+    out = _run(cluster, bin_dir, "scancel", "--signal=USR1", stepped)
+    assert (out.returncode, out.stderr) == (0, ""), out
+    assert cluster.wait_job(stepped, ("COMPLETED",))["exit_code"] == 0
+    assert (cluster.base / "step.sig").read_text() == "step\nshell-lived\n"
     out = _run(cluster, bin_dir, "sbatch", "--parsable", "-t", "0:05", "--signal=B:USR1@3", str(script), "warn")
     warned = out.stdout.strip()
     assert cluster.wait_job(warned, ("COMPLETED",))["exit_code"] == 0, cluster.job(warned)
