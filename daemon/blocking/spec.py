@@ -138,9 +138,9 @@ def job_spec(command: list[str] | tuple[str, ...], *, name: str | None = None, c
         spec["retry_on_exit"] = codes
     deps = [after] if isinstance(after, str) else list(after)
     if len(deps) > MAX_AFTER:
-        raise ValueError(f"after names more than {MAX_AFTER} jobs")
+        raise ValueError(f"the dependencies name more than {MAX_AFTER} jobs")
     if len(set(deps)) != len(deps):
-        raise ValueError("after names a job twice")
+        raise ValueError("the dependencies name a job twice")
     if deps:
         spec["after"] = deps
     if output is not None:

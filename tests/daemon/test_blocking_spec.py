@@ -70,7 +70,7 @@ def test_the_dict_is_the_models_wire_form(fields):
 @pytest.mark.parametrize("fields, message", [
     ({"cpus": 0}, "slots must be >= 1, got 0"), ({"gpus": -1}, "gpus must be >= 0, got -1"),
     ({"retries": 1001}, "retries must be <= 1000"), ({"retry_on_exit": [1]}, "retry_on_exit needs retries > 0"),
-    ({"time_limit": 0}, "time_limit must be a number of seconds"), ({"after": ["1", "1"]}, "after names a job twice"),
+    ({"time_limit": 0}, "time_limit must be a number of seconds"), ({"after": ["1", "1"]}, "the dependencies name a job twice"),
     ({"mem": "lots"}, "bad size 'lots'"), ({"mem": 0}, "mem must be >= 1"), ({"cpus": True}, "slots must be an integer"),
 ])
 def test_a_bad_field_is_the_models_one_line(fields, message):
