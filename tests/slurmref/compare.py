@@ -1,0 +1,89 @@
+"""Comparing one command's normalised output with Slurm's golden (pure; used by
+test_against_slurm.py, unit-tested in test_normalise.py).
+
+Each mismatch is one line, ``<phase>/<file>: <what>: reckon <x> | slurm <y>``, so a
+KNOWN_DIFFERENCES pattern (fnmatch) can excuse it with a reason:
+
+- tables and parsable output: the header line exactly; then the rows as a multiset (order is
+  not compared: Slurm sorts by priority and submit time, which differ run to run);
+- scontrol's Key=Value output: per job record (the records in order), key by key: a key Slurm
+  prints that reckon does not (``missing``), one reckon prints that Slurm does not (``extra``),
+  and values that differ;
+- text: line by line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import Counter
+from pathlib import Path
+
+
+def read_golden(path: Path) -> tuple[str, list[str]]:
+    """(the command line after `$ `, the normalised output lines)."""
+    first, *lines = path.read_text().splitlines()
+    assert first.startswith("$ "), f"{path}: no command line"
+    return first[2:], lines
+
+
+def records(lines: list[str]) -> list[dict[str, str]]:
+    """scontrol words (normalise.py's keyvalue: one Key=Value a line) grouped by record: a record
+    starts at its first key (JobId=, PartitionName=, or the first line of show config)."""
+    out: list[dict[str, str]] = []
+    for word in lines:
+        key, _, value = word.partition("=")
+        if not out or key in ("JobId", "PartitionName", "NodeName") or key in out[-1]:
+            out.append({})
+        out[-1][key] = value
+    return out
+
+
+def compare(name: str, kind: str, reckon: list[str], slurm: list[str]) -> list[str]:
+    if kind == "keyvalue":
+        return _compare_records(name, records(reckon), records(slurm))
+    if kind in ("table", "parsable"):
+        head_r, head_s = (reckon[:1] or [""])[0], (slurm[:1] or [""])[0]
+        out = [] if head_r == head_s else [f"{name}: header: reckon {head_r!r} | slurm {head_s!r}"]
+        body_r = [ln for ln in reckon[1:] if not set(ln.strip()) <= {"-", " "}]
+        body_s = [ln for ln in slurm[1:] if not set(ln.strip()) <= {"-", " "}]
+        dash_r = [ln for ln in reckon[1:] if ln.strip() and set(ln.strip()) <= {"-", " "}]
+        dash_s = [ln for ln in slurm[1:] if ln.strip() and set(ln.strip()) <= {"-", " "}]
+        if dash_r != dash_s:
+            out.append(f"{name}: rule line: reckon {dash_r!r} | slurm {dash_s!r}")
+        return out + _compare_rows(name, body_r, body_s)
+    if kind.endswith("noheader"):
+        return _compare_rows(name, reckon, slurm)
+    out = []
+    for i in range(max(len(reckon), len(slurm))):
+        r = reckon[i] if i < len(reckon) else None
+        s = slurm[i] if i < len(slurm) else None
+        if r != s:
+            out.append(f"{name}: line {i + 1}: reckon {r!r} | slurm {s!r}")
+    return out
+
+
+def _compare_rows(name: str, reckon: list[str], slurm: list[str]) -> list[str]:
+    r, s = Counter(reckon), Counter(slurm)
+    only_r, only_s = sorted((r - s).elements()), sorted((s - r).elements())
+    return ([f"{name}: row: reckon {row!r} | slurm (none)" for row in only_r]
+            + [f"{name}: row: reckon (none) | slurm {row!r}" for row in only_s])
+
+
+def _compare_records(name: str, reckon: list[dict[str, str]], slurm: list[dict[str, str]]) -> list[str]:
+    out = []
+    if len(reckon) != len(slurm):
+        out.append(f"{name}: records: reckon {len(reckon)} | slurm {len(slurm)}")
+    for i, (r, s) in enumerate(zip(reckon, slurm)):
+        where = f"{name}: record {i + 1}"
+        for key in s:
+            if key not in r:
+                out.append(f"{where}: missing {key}: reckon (none) | slurm {s[key]!r}")
+            elif r[key] != s[key]:
+                out.append(f"{where}: {key}: reckon {r[key]!r} | slurm {s[key]!r}")
+        out += [f"{where}: extra {key}: reckon {r[key]!r} | slurm (none)" for key in r if key not in s]
+    return out
+
+
+def unexplained(mismatches: list[str], known: dict[str, str]) -> list[str]:
+    """The mismatches no KNOWN_DIFFERENCES pattern covers."""
+    return [m for m in mismatches if not any(fnmatch.fnmatchcase(m, pattern) for pattern in known)]
