@@ -6,9 +6,9 @@ KNOWN_DIFFERENCES pattern (fnmatch) can excuse it with a reason:
 
 - tables and parsable output: the header line exactly; then the rows as a multiset (order is
   not compared: Slurm sorts by priority and submit time, which differ run to run);
-- scontrol's Key=Value output: per job record (the records in order), key by key: a key Slurm
-  prints that reckon does not (``missing``), one reckon prints that Slurm does not (``extra``),
-  and values that differ;
+- scontrol's Key=Value output: record by record (matched by JobId=/PartitionName=), key by
+  key: a key Slurm prints that reckon does not (``missing``), one reckon prints that Slurm does
+  not (``extra``), and values that differ;
 - text: line by line.
 """
 
@@ -26,15 +26,17 @@ def read_golden(path: Path) -> tuple[str, list[str]]:
     return first[2:], lines
 
 
-def records(lines: list[str]) -> list[dict[str, str]]:
-    """scontrol words (normalise.py's keyvalue: one Key=Value a line) grouped by record: a record
-    starts at its first key (JobId=, PartitionName=, or the first line of show config)."""
-    out: list[dict[str, str]] = []
+def records(lines: list[str]) -> dict[str, dict[str, str]]:
+    """scontrol words (normalise.py's keyvalue: one Key=Value a line) grouped by record, by the
+    record's name: a record starts at JobId=, PartitionName= or NodeName= (show config is one)."""
+    out: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
     for word in lines:
         key, _, value = word.partition("=")
-        if not out or key in ("JobId", "PartitionName", "NodeName") or key in out[-1]:
-            out.append({})
-        out[-1][key] = value
+        if current is None or key in ("JobId", "PartitionName", "NodeName"):
+            current = out.setdefault(f"{key}={value}" if current is not None or key in (
+                "JobId", "PartitionName", "NodeName") else "config", {})
+        current[key] = value
     return out
 
 
@@ -69,12 +71,14 @@ def _compare_rows(name: str, reckon: list[str], slurm: list[str]) -> list[str]:
             + [f"{name}: row: reckon (none) | slurm {row!r}" for row in only_s])
 
 
-def _compare_records(name: str, reckon: list[dict[str, str]], slurm: list[dict[str, str]]) -> list[str]:
-    out = []
-    if len(reckon) != len(slurm):
-        out.append(f"{name}: records: reckon {len(reckon)} | slurm {len(slurm)}")
-    for i, (r, s) in enumerate(zip(reckon, slurm)):
-        where = f"{name}: record {i + 1}"
+def _compare_records(name: str, reckon: dict[str, dict[str, str]], slurm: dict[str, dict[str, str]]) -> list[str]:
+    out = [f"{name}: record {rec}: reckon (none) | slurm (the record)" for rec in slurm if rec not in reckon]
+    out += [f"{name}: record {rec}: reckon (the record) | slurm (none)" for rec in reckon if rec not in slurm]
+    for rec, s in slurm.items():
+        r = reckon.get(rec)
+        if r is None:
+            continue
+        where = f"{name}: {rec}"
         for key in s:
             if key not in r:
                 out.append(f"{where}: missing {key}: reckon (none) | slurm {s[key]!r}")

@@ -3,8 +3,10 @@
 By column (by key for scontrol's ``Key=Value`` output), as the output's kind says:
 
 - ``table``: whitespace-aligned columns under a header line (squeue, sacct, sinfo defaults);
-  the header line is kept verbatim (its widths are Slurm's contract), each row becomes its
-  normalised fields joined by one space (the widths of values that vary cannot be compared);
+  the header line (and sacct's rule line) is kept verbatim (its widths are Slurm's contract),
+  each row becomes its normalised fields joined by one space (the widths of values that vary
+  cannot be compared); under a rule line the fields are cut by its spans, so an empty one
+  stays an empty field;
 - ``table-noheader``: the same without the header (the columns are given);
 - ``parsable`` / ``parsable-noheader``: ``|``-separated (``--parsable2``, squeue ``%i|%T``);
 - ``keyvalue``: scontrol's ``Key=Value`` words, one per line after normalising, in order;
@@ -112,13 +114,21 @@ class Normaliser:
                 return []
             head, rows = (lines[0].split(sep) if sep else lines[0].split()), lines[1:]
             out = [lines[0]]
+        spans = None
+        if sep is None and rows and rows[0].strip() and set(rows[0].strip()) <= {"-", " "}:
+            # sacct's rule line under the header gives each column's exact span: an empty field
+            # (a step's Account) stays in its column.
+            spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rows[0])]
         for row in rows:
             if not row.strip() and sep is None:
                 continue
-            fields = row.split(sep) if sep else row.split()
-            if sep is None and set(row.strip()) <= {"-", " "}:  # sacct's ---- line under the header
+            if sep is None and set(row.strip()) <= {"-", " "}:  # the rule line itself
                 out.append(row)
                 continue
+            if spans is not None:
+                fields = [row[a:b].strip() for a, b in spans]
+            else:
+                fields = row.split(sep) if sep else row.split()
             names = head + [""] * (len(fields) - len(head))
             fields = [self.value(c, f) for c, f in zip(names, fields)]
             out.append((sep or " ").join(fields))

@@ -104,11 +104,12 @@ def test_reckons_slurm_commands_print_what_slurm_prints(refcluster: Cluster, tmp
     norm = normalise.Normaliser(ids=ids, hosts=(NODE, socket.gethostname()), dirs=(str(tmp_path),),
                                 ports=(str(refcluster.port),))
 
-    def live_ready() -> bool:
+    def live_ready() -> bool:  # as capture.py's, but reckon's states are fewer (no TIMEOUT, no OUT_OF_MEMORY)
         found = states(refcluster)
         return (all(found.get(s.name) and set(found[s.name]) <= set(s.live) for s in SHAPES
                     if s.name not in ("cancelled_pending", "oom"))
-                and found.get("array", []).count("RUNNING") == 2)
+                and found.get("array", []).count("RUNNING") == 2
+                and set(found.get("oom", ["RUNNING"])) <= set(normalise.TERMINAL))
 
     wait_for(live_ready, timeout=60, interval=0.5, what="the live shapes")
     slurm.ok(["scancel", ids["cancelled_pending"]])

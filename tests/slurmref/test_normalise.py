@@ -68,11 +68,22 @@ def test_compare_reports_each_difference_on_one_line():
     assert compare.compare("f", "parsable", ["A|B", "1|y"], ["A|C", "1|x"]) == [
         "f: header: reckon 'A|B' | slurm 'A|C'", "f: row: reckon '1|y' | slurm (none)",
         "f: row: reckon (none) | slurm '1|x'"]
-    assert compare.compare("f", "keyvalue", ["JobId=1", "A=1", "C=3"], ["JobId=1", "A=2", "B=2"]) == [
-        "f: record 1: A: reckon '1' | slurm '2'", "f: record 1: missing B: reckon (none) | slurm '2'",
-        "f: record 1: extra C: reckon '3' | slurm (none)"]
-    known = {"f: record 1: missing *": "reckon leaves B out"}
-    assert compare.unexplained(["f: record 1: missing B: reckon (none) | slurm '2'", "g: x"], known) == ["g: x"]
+    assert compare.compare("f", "keyvalue", ["JobId=1", "A=1", "C=3", "JobId=2", "A=1"],
+                           ["JobId=2", "A=1", "JobId=1", "A=2", "B=2", "JobId=3"]) == [
+        "f: record JobId=3: reckon (none) | slurm (the record)",
+        "f: JobId=1: A: reckon '1' | slurm '2'", "f: JobId=1: missing B: reckon (none) | slurm '2'",
+        "f: JobId=1: extra C: reckon '3' | slurm (none)"]
+    assert compare.compare("f", "keyvalue", ["Configuration data as of {time}", "A=1"],
+                           ["Configuration data as of {time}", "A=2"]) == ["f: config: A: reckon '1' | slurm '2'"]
+    known = {"f: * missing *": "reckon leaves B out"}
+    assert compare.unexplained(["f: JobId=1: missing B: reckon (none) | slurm '2'", "g: x"], known) == ["g: x"]
+
+
+def test_a_sacct_table_is_cut_by_its_rule_line():
+    text = ("JobID           JobName    Account State\n"
+            "------------ ---------- ---------- -----\n"
+            "7.batch           batch               R\n")
+    assert NORM.output(text, "table")[2] == "{completed}.batch batch  R"
 
 
 def test_the_goldens_are_the_commands_of_shapes_py():
