@@ -27,6 +27,7 @@ compares reckon's commands with them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -259,7 +260,7 @@ class RefCluster:
         return (ctld, dbd) if show else started[0] == started[1] and {r[0] for r in ctld} == {r[0] for r in dbd}
 
 
-def submit(cluster: RefCluster, ids: dict[str, str], sbatch_out: dict[str, str]) -> None:
+def submit(cluster: RefCluster, ids: dict[str, str], outputs: dict[str, str]) -> None:
     for shape in SHAPES:
         opts = [o.format(**ids) for o in shape.sbatch]
         argv = ["sbatch", f"--job-name={shape.name}", *opts, "--wrap", shape.wrap]
@@ -267,34 +268,56 @@ def submit(cluster: RefCluster, ids: dict[str, str], sbatch_out: dict[str, str])
         job = out.strip().split()[-1].split(";")[0]
         ids[shape.name] = job
         if shape.name in ("completed", "failed"):
-            sbatch_out[shape.name] = f"$ {shlex.join(argv)}\n{out}"
+            outputs[f"sbatch-{shape.name}"] = f"$ {shlex.join(argv)}\n{out}"
 
 
-def capture(cluster: RefCluster, phase: str, ids: dict[str, str], out_dir: Path, norm, raw: Path | None) -> None:
+def capture(cluster: RefCluster, phase: str, ids: dict[str, str], outputs: dict[str, str]) -> None:
+    """Run the phase's commands; outputs["<phase>/<file>"] = what each printed (its status if not 0)."""
     fields = {**ids, "ids": ",".join(ids[n] for n in NAMES)}
-    named = {**{n: "{" + n + "}" for n in NAMES}, "ids": ",".join("{" + n + "}" for n in NAMES)}
-    (out_dir / phase).mkdir(parents=True, exist_ok=True)
     for command in COMMANDS:
-        if phase not in command.phases:
-            continue
-        argv = [a.format(**fields) for a in command.argv]
-        result = cluster.run(argv, check=False)
-        text = result.stdout + (f"[exit {result.returncode}] {result.stderr}" if result.returncode else "")
-        lines = norm.output(text, command.kind, command.columns)
-        if raw is not None:
-            (raw / phase).mkdir(parents=True, exist_ok=True)
-            (raw / phase / f"{command.file}.txt").write_text(f"$ {shlex.join(argv)}\n{text}")
-        shown = shlex.join(a.format(**named) for a in command.argv)
-        (out_dir / phase / f"{command.file}.txt").write_text("\n".join([f"$ {shown}", *lines]) + "\n")
+        if phase in command.phases:
+            result = cluster.run([a.format(**fields) for a in command.argv], check=False)
+            outputs[f"{phase}/{command.file}"] = result.stdout + (
+                f"[exit {result.returncode}] {result.stderr}" if result.returncode else "")
+
+
+def write_goldens(out_dir: Path, outputs: dict[str, str], context: dict) -> None:
+    """Normalise the outputs as the context (ids, hosts, directory, ports) says and write them:
+    golden/<phase>/<file>.txt, the command (ids by shape name) on its first line."""
+    norm = normalise.Normaliser(ids=context["ids"], hosts=tuple(context["hosts"]), dirs=(context["dir"],),
+                                ports=tuple(context["ports"]))
+    named = {**{n: "{" + n + "}" for n in NAMES}, "ids": ",".join("{" + n + "}" for n in NAMES)}
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    for command in COMMANDS:
+        for phase in command.phases:
+            lines = norm.output(outputs[f"{phase}/{command.file}"], command.kind, command.columns)
+            shown = shlex.join(a.format(**named) for a in command.argv)
+            (out_dir / phase).mkdir(parents=True, exist_ok=True)
+            (out_dir / phase / f"{command.file}.txt").write_text("\n".join([f"$ {shown}", *lines]) + "\n")
+    for name in ("completed", "failed"):
+        argv, text = outputs[f"sbatch-{name}"].split("\n", 1)
+        (out_dir / f"sbatch-{name}.txt").write_text("\n".join([norm.text(argv), *norm.output(text, "text")]) + "\n")
+    (out_dir / "VERSION").write_text(context["version"] + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.slurmref.capture", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "golden")
     parser.add_argument("--keep", action="store_true", help="keep the private directory (the daemons stop)")
-    parser.add_argument("--raw", type=Path, help="also write the outputs as they are (not normalised) here")
+    parser.add_argument("--raw", type=Path, help="also write the outputs as they came, and context.json, here")
+    parser.add_argument("--from-raw", type=Path, metavar="DIR",
+                        help="no Slurm: normalise what --raw wrote into DIR again (after a change to normalise.py)")
     parser.add_argument("--no-cgroups", action="store_true", help="proctrack/linuxproc even where cgroups work")
     args = parser.parse_args(argv)
+    if args.from_raw is not None:
+        context = json.loads((args.from_raw / "context.json").read_text())
+        outputs = {str(p.relative_to(args.from_raw))[:-4]: p.read_text().split("\n", 1)[1]
+                   for p in args.from_raw.rglob("*.txt")}
+        outputs.update({k: v for k, v in context["sbatch"].items()})
+        write_goldens(args.out, outputs, context)
+        print(f"capture: goldens in {args.out} from {args.from_raw}")
+        return 0
     if os.geteuid() != 0:
         print("capture: run as root (it starts slurmctld, slurmd and slurmdbd)", file=sys.stderr)
         return 2
@@ -308,14 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start()
         version = cluster.run(["sinfo", "--version"]).stdout.strip()
         ids: dict[str, str] = {}
-        sbatch_out: dict[str, str] = {}
-        submit(cluster, ids, sbatch_out)
-        norm = normalise.Normaliser(ids=ids, hosts=(NODE, socket.gethostname()), dirs=(str(root),),
-                                    ports=tuple(str(p) for p in cluster.ports.values()))
-        out_dir = args.out
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        out_dir.mkdir(parents=True)
+        outputs: dict[str, str] = {}
+        submit(cluster, ids, outputs)
 
         def live_ready() -> bool:
             states = cluster.states()
@@ -327,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         wait("accounting to catch up", lambda: cluster.accounted(ids), show=lambda: cluster.accounted(ids, True))
         cluster.run(["scancel", ids["cancelled_pending"]])
         wait("cancelled_pending cancelled", lambda: cluster.states().get("cancelled_pending") == ["CANCELLED"])
-        capture(cluster, "live", ids, out_dir, norm, args.raw)
+        capture(cluster, "live", ids, outputs)
         cluster.run(["scancel", ids["cancelled_running"]])
 
         def final_ready() -> bool:
@@ -337,13 +354,19 @@ def main(argv: list[str] | None = None) -> int:
 
         wait("the jobs that end", final_ready, show=cluster.states)
         wait("accounting to catch up", lambda: cluster.accounted(ids), show=lambda: cluster.accounted(ids, True))
-        capture(cluster, "final", ids, out_dir, norm, args.raw)
-        for name, text in sbatch_out.items():
-            lines = norm.output(text.split("\n", 1)[1], "text", ())
-            (out_dir / f"sbatch-{name}.txt").write_text("\n".join([norm.text(text.split("\n", 1)[0]), *lines]) + "\n")
-        (out_dir / "VERSION").write_text(
-            f"{version}\n{'proctrack/cgroup task/cgroup' if cluster.use_cgroups else 'proctrack/linuxproc'}\n")
-        print(f"capture: {version}, goldens in {out_dir}")
+        capture(cluster, "final", ids, outputs)
+        plugins = "proctrack/cgroup task/cgroup" if cluster.use_cgroups else "proctrack/linuxproc"
+        context = {"ids": ids, "hosts": [NODE, socket.gethostname()], "dir": str(root),
+                   "ports": [str(p) for p in cluster.ports.values()], "version": f"{version}\n{plugins}",
+                   "sbatch": {k: v for k, v in outputs.items() if k.startswith("sbatch-")}}
+        write_goldens(args.out, outputs, context)
+        if args.raw is not None:
+            for key, text in outputs.items():
+                if not key.startswith("sbatch-"):
+                    (args.raw / key).parent.mkdir(parents=True, exist_ok=True)
+                    (args.raw / f"{key}.txt").write_text(f"$ {key}\n{text}")
+            (args.raw / "context.json").write_text(json.dumps(context, indent=1) + "\n")
+        print(f"capture: {version}, goldens in {args.out}")
         return 0
     finally:
         cluster.stop()

@@ -4,8 +4,9 @@ test_against_slurm.py, unit-tested in test_normalise.py).
 Each mismatch is one line, ``<phase>/<file>: <what>: reckon <x> | slurm <y>``, so a
 KNOWN_DIFFERENCES pattern (fnmatch) can excuse it with a reason:
 
-- tables and parsable output: the header line exactly; then the rows as a multiset (order is
-  not compared: Slurm sorts by priority and submit time, which differ run to run);
+- tables and parsable output: the header line exactly; then the rows, paired by their first
+  field (the job id) and compared column by column (``<file>: <id>: <column>: ...``), or as a
+  multiset where ids repeat; order is not compared (Slurm sorts by priority and submit time);
 - scontrol's Key=Value output: record by record (matched by JobId=/PartitionName=), key by
   key: a key Slurm prints that reckon does not (``missing``), one reckon prints that Slurm does
   not (``extra``), and values that differ;
@@ -40,21 +41,20 @@ def records(lines: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def compare(name: str, kind: str, reckon: list[str], slurm: list[str]) -> list[str]:
+def compare(name: str, kind: str, reckon: list[str], slurm: list[str], columns: tuple[str, ...] = ()) -> list[str]:
     if kind == "keyvalue":
         return _compare_records(name, records(reckon), records(slurm))
     if kind in ("table", "parsable"):
         head_r, head_s = (reckon[:1] or [""])[0], (slurm[:1] or [""])[0]
         out = [] if head_r == head_s else [f"{name}: header: reckon {head_r!r} | slurm {head_s!r}"]
-        body_r = [ln for ln in reckon[1:] if not set(ln.strip()) <= {"-", " "}]
-        body_s = [ln for ln in slurm[1:] if not set(ln.strip()) <= {"-", " "}]
-        dash_r = [ln for ln in reckon[1:] if ln.strip() and set(ln.strip()) <= {"-", " "}]
-        dash_s = [ln for ln in slurm[1:] if ln.strip() and set(ln.strip()) <= {"-", " "}]
-        if dash_r != dash_s:
-            out.append(f"{name}: rule line: reckon {dash_r!r} | slurm {dash_s!r}")
-        return out + _compare_rows(name, body_r, body_s)
+        rule_r = [ln for ln in reckon[1:2] if _is_rule(ln)]
+        rule_s = [ln for ln in slurm[1:2] if _is_rule(ln)]
+        if rule_r != rule_s:
+            out.append(f"{name}: rule line: reckon {rule_r!r} | slurm {rule_s!r}")
+        names = head_s.split("|") if kind == "parsable" else head_s.split()
+        return out + _compare_rows(name, names, reckon[1 + len(rule_r):], slurm[1 + len(rule_s):])
     if kind.endswith("noheader"):
-        return _compare_rows(name, reckon, slurm)
+        return _compare_rows(name, list(columns), reckon, slurm)
     out = []
     for i in range(max(len(reckon), len(slurm))):
         r = reckon[i] if i < len(reckon) else None
@@ -64,11 +64,37 @@ def compare(name: str, kind: str, reckon: list[str], slurm: list[str]) -> list[s
     return out
 
 
-def _compare_rows(name: str, reckon: list[str], slurm: list[str]) -> list[str]:
+def _is_rule(line: str) -> bool:
+    return bool(line.strip()) and set(line.strip()) <= {"-", " "}
+
+
+def _compare_rows(name: str, columns: list[str], reckon: list[str], slurm: list[str]) -> list[str]:
+    """Rows (fields joined by `|`) paired by their first field where it is unique on both sides,
+    then compared column by column; the rest as a multiset of whole rows."""
+    out: list[str] = []
+    by_r, by_s = _by_key(reckon), _by_key(slurm)
+    if by_r is not None and by_s is not None:
+        for key in by_s:
+            if key not in by_r:
+                out.append(f"{name}: row: reckon (none) | slurm {by_s[key]!r}")
+                continue
+            fr, fs = by_r[key].split("|"), by_s[key].split("|")
+            if len(fr) != len(fs):
+                out.append(f"{name}: {key}: reckon {by_r[key]!r} | slurm {by_s[key]!r}")
+                continue
+            for i, (vr, vs) in enumerate(zip(fr, fs)):
+                if vr != vs:
+                    col = columns[i] if i < len(columns) else f"field {i + 1}"
+                    out.append(f"{name}: {key}: {col}: reckon {vr!r} | slurm {vs!r}")
+        return out + [f"{name}: row: reckon {by_r[key]!r} | slurm (none)" for key in by_r if key not in by_s]
     r, s = Counter(reckon), Counter(slurm)
-    only_r, only_s = sorted((r - s).elements()), sorted((s - r).elements())
-    return ([f"{name}: row: reckon {row!r} | slurm (none)" for row in only_r]
-            + [f"{name}: row: reckon (none) | slurm {row!r}" for row in only_s])
+    return ([f"{name}: row: reckon {row!r} | slurm (none)" for row in sorted((r - s).elements())]
+            + [f"{name}: row: reckon (none) | slurm {row!r}" for row in sorted((s - r).elements())])
+
+
+def _by_key(rows: list[str]) -> dict[str, str] | None:
+    keys = [row.split("|", 1)[0] for row in rows]
+    return dict(zip(keys, rows)) if len(set(keys)) == len(keys) else None
 
 
 def _compare_records(name: str, reckon: dict[str, dict[str, str]], slurm: dict[str, dict[str, str]]) -> list[str]:

@@ -4,9 +4,9 @@ By column (by key for scontrol's ``Key=Value`` output), as the output's kind say
 
 - ``table``: whitespace-aligned columns under a header line (squeue, sacct, sinfo defaults);
   the header line (and sacct's rule line) is kept verbatim (its widths are Slurm's contract),
-  each row becomes its normalised fields joined by one space (the widths of values that vary
+  each row becomes its normalised fields joined by ``|`` (the widths of values that vary
   cannot be compared); under a rule line the fields are cut by its spans, so an empty one
-  stays an empty field;
+  stays an empty field, else split at white space;
 - ``table-noheader``: the same without the header (the columns are given);
 - ``parsable`` / ``parsable-noheader``: ``|``-separated (``--parsable2``, squeue ``%i|%T``);
 - ``keyvalue``: scontrol's ``Key=Value`` words, one per line after normalising, in order;
@@ -16,7 +16,8 @@ Replacements: a job id by ``{shape}`` (its shape's name: ``{array}_3``, ``{array
 ``{completed}.batch``), an id that is no shape's (an array member's own raw id in Slurm) by
 ``{id}``; a date-time by ``{time}``; an elapsed/run time by ``{duration}``; this host's and the
 node's name by ``{node}``; the private directory by ``{dir}``; the daemons' ports by
-``{port}``; a process id (``AllocNode:Sid``) by ``{pid}``; the partition's name (Slurm's
+``{port}``; a process id (``AllocNode:Sid``) by ``{pid}``; what the scheduler's timing decides
+(AccrueTime, LastSchedEval) by ``{varies}``; the partition's name (Slurm's
 ``debug``, reckon's ``reckon``) by ``{partition}`` and the cluster's by ``{cluster}``, in the
 columns and keys that hold them.  Time limits, states, exit codes, counts, users and job names
 are compared as they are.
@@ -43,6 +44,8 @@ DURATION_COLUMNS = {"time", "elapsed", "cputime", "runtime", "time_left", "total
 PARTITION_COLUMNS = {"partition", "%P", "partitionname", "partitions"}
 CLUSTER_COLUMNS = {"clustername", "cluster"}
 SID_COLUMNS = {"allocnode:sid"}
+# Set, or not yet, as the scheduler's passes happen to fall (Unknown in one run, a time in the next).
+VARYING_COLUMNS = {"accruetime", "accrue_time", "lastschedeval", "last_sched_eval"}
 
 
 def column_key(name: str) -> str:
@@ -90,6 +93,8 @@ class Normaliser:
             value = re.sub(r"^[^*,]+", "{partition}", value)  # keeps sinfo's default mark `*`
         elif key in CLUSTER_COLUMNS and value:
             value = "{cluster}"
+        elif key in VARYING_COLUMNS:
+            value = "{varies}"
         elif key in SID_COLUMNS:
             value = re.sub(r":\d+$", ":{pid}", value)
         elif value in self.ports:
@@ -131,7 +136,7 @@ class Normaliser:
                 fields = row.split(sep) if sep else row.split()
             names = head + [""] * (len(fields) - len(head))
             fields = [self.value(c, f) for c, f in zip(names, fields)]
-            out.append((sep or " ").join(fields))
+            out.append("|".join(fields))
         return out
 
     def keyvalue_word(self, word: str) -> str:

@@ -149,5 +149,5 @@ def check_phase(slurm: SlurmCommands, phase: str, ids: dict[str, str], norm: nor
         text = result.stdout + (f"[exit {result.returncode}] {result.stderr}" if result.returncode else "")
         _, want = compare.read_golden(golden)
         out += compare.compare(f"{phase}/{command.file}", command.kind,
-                               norm.output(text, command.kind, command.columns), want)
+                               norm.output(text, command.kind, command.columns), want, command.columns)
     return out

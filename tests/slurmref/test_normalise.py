@@ -47,12 +47,12 @@ def test_a_table_keeps_its_header_and_joins_normalised_fields():
             "                 7     debug completed    root  R       0:05      1 refnode\n")
     lines = NORM.output(text, "table")
     assert lines[0] == text.splitlines()[0]
-    assert lines[1] == "{completed} {partition} completed root R {duration} 1 {node}"
+    assert lines[1] == "{completed}|{partition}|completed|root|R|{duration}|1|{node}"
 
 
 def test_parsable_and_noheader_output():
     assert NORM.output("JobID|State\n9_0|COMPLETED\n", "parsable") == ["JobID|State", "{array}_0|COMPLETED"]
-    assert NORM.output("7 R\n9_[1-3%2] PD\n", "table-noheader", ("%i", "%t")) == ["{completed} R", "{array}_[1-3%2] PD"]
+    assert NORM.output("7 R\n9_[1-3%2] PD\n", "table-noheader", ("%i", "%t")) == ["{completed}|R", "{array}_[1-3%2]|PD"]
     assert NORM.output("Submitted batch job 7\n", "text") == ["Submitted batch job {completed}"]
 
 
@@ -65,9 +65,11 @@ def test_scontrol_words_and_show_config_lines():
 
 def test_compare_reports_each_difference_on_one_line():
     assert compare.compare("f", "parsable", ["A|B", "1|x"], ["A|B", "1|x"]) == []
-    assert compare.compare("f", "parsable", ["A|B", "1|y"], ["A|C", "1|x"]) == [
-        "f: header: reckon 'A|B' | slurm 'A|C'", "f: row: reckon '1|y' | slurm (none)",
-        "f: row: reckon (none) | slurm '1|x'"]
+    assert compare.compare("f", "parsable", ["A|B", "1|y", "2|z"], ["A|C", "1|x", "3|z"]) == [
+        "f: header: reckon 'A|B' | slurm 'A|C'", "f: 1: C: reckon 'y' | slurm 'x'",
+        "f: row: reckon (none) | slurm '3|z'", "f: row: reckon '2|z' | slurm (none)"]
+    assert compare.compare("f", "parsable-noheader", ["1|a", "1|b"], ["1|a", "1|c"], ("A", "B")) == [
+        "f: row: reckon '1|b' | slurm (none)", "f: row: reckon (none) | slurm '1|c'"]  # ids repeat
     assert compare.compare("f", "keyvalue", ["JobId=1", "A=1", "C=3", "JobId=2", "A=1"],
                            ["JobId=2", "A=1", "JobId=1", "A=2", "B=2", "JobId=3"]) == [
         "f: record JobId=3: reckon (none) | slurm (the record)",
@@ -83,7 +85,7 @@ def test_a_sacct_table_is_cut_by_its_rule_line():
     text = ("JobID           JobName    Account State\n"
             "------------ ---------- ---------- -----\n"
             "7.batch           batch               R\n")
-    assert NORM.output(text, "table")[2] == "{completed}.batch batch  R"
+    assert NORM.output(text, "table")[2] == "{completed}.batch|batch||R"
 
 
 def test_the_goldens_are_the_commands_of_shapes_py():
