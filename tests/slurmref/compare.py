@@ -28,16 +28,26 @@ def read_golden(path: Path) -> tuple[str, list[str]]:
 
 
 def records(lines: list[str]) -> dict[str, dict[str, str]]:
-    """scontrol words (normalise.py's keyvalue: one Key=Value a line) grouped by record, by the
-    record's name: a record starts at JobId=, PartitionName= or NodeName= (show config is one)."""
-    out: dict[str, dict[str, str]] = {}
-    current: dict[str, str] | None = None
+    """scontrol words (normalise.py's keyvalue: one Key=Value a line) grouped by record: one starts
+    at JobId=, PartitionName= or NodeName= (show config is one record, `config`).  A record is
+    named by its array member (`{array}_3`: which member holds the array's own job id differs) or
+    its first key."""
+    groups: list[dict[str, str]] = []
     for word in lines:
         key, _, value = word.partition("=")
-        if current is None or key in ("JobId", "PartitionName", "NodeName"):
-            current = out.setdefault(f"{key}={value}" if current is not None or key in (
-                "JobId", "PartitionName", "NodeName") else "config", {})
-        current[key] = value
+        if not groups or key in ("JobId", "PartitionName", "NodeName"):
+            groups.append({})
+        groups[-1][key] = value
+    out: dict[str, dict[str, str]] = {}
+    for group in groups:
+        first, value = next(iter(group.items()))
+        if "ArrayTaskId" in group:
+            name = f"{group.get('ArrayJobId')}_{group['ArrayTaskId']}"
+        elif first in ("JobId", "PartitionName", "NodeName"):
+            name = f"{first}={value}"
+        else:
+            name = "config"
+        out[name] = group
     return out
 
 

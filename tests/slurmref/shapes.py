@@ -35,7 +35,8 @@ SHAPES: tuple[Shape, ...] = (
     Shape("cancelled_pending", ("--hold",), "true", ("CANCELLED",)),  # scancel while held
     Shape("cancelled_running", (), "sleep 600", ("RUNNING",)),  # scancel after the live capture
     Shape("timeout", ("--time=1",), "sleep 600", ("RUNNING",)),  # Slurm's shortest limit: 1 min
-    Shape("array", ("--array=0-5%2",), "sleep 25", ("RUNNING", "PENDING")),
+    # Members 0 and 1 run long enough for the live capture on a loaded machine; 2-5 then pass quickly.
+    Shape("array", ("--array=0-5%2",), "sleep $((SLURM_ARRAY_TASK_ID < 2 ? 75 : 1))", ("RUNNING", "PENDING")),
     Shape("oom", ("--mem=32M",), "python3 -c 'x = bytearray(400 << 20); import time; time.sleep(5)'",
           ("OUT_OF_MEMORY", "FAILED", "COMPLETED")),  # OUT_OF_MEMORY only where cgroups limit memory
 )
