@@ -17,7 +17,7 @@ Replacements: a job id by ``{shape}`` (its shape's name: ``{array}_3``, ``{array
 ``{id}``; a date-time by ``{time}``; an elapsed/run time by ``{duration}``; this host's and the
 node's name by ``{node}``; the private directory by ``{dir}``; the daemons' ports by
 ``{port}``; a process id (``AllocNode:Sid``) by ``{pid}``; what the scheduler's timing decides
-(AccrueTime, LastSchedEval) by ``{varies}``; the partition's name (Slurm's
+(AccrueTime, LastSchedEval, Scheduler: Main or Backfill) by ``{varies}``; the partition's name (Slurm's
 ``debug``, reckon's ``reckon``) by ``{partition}`` and the cluster's by ``{cluster}``, in the
 columns and keys that hold them.  Time limits, states, exit codes, counts, users and job names
 are compared as they are.
@@ -45,7 +45,7 @@ PARTITION_COLUMNS = {"partition", "%P", "partitionname", "partitions"}
 CLUSTER_COLUMNS = {"clustername", "cluster"}
 SID_COLUMNS = {"allocnode:sid"}
 # Set, or not yet, as the scheduler's passes happen to fall (Unknown in one run, a time in the next).
-VARYING_COLUMNS = {"accruetime", "accrue_time", "lastschedeval", "last_sched_eval"}
+VARYING_COLUMNS = {"accruetime", "accrue_time", "lastschedeval", "last_sched_eval", "scheduler"}
 
 
 def column_key(name: str) -> str:
