@@ -49,8 +49,9 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "design: mem=100M as above; to fix: reckon leaves out billing=<CPUs> (Slurm's default weight)",
     "*: Priority: reckon '1' | slurm '*'": "design: reckon schedules first come first served, no "
                                            "multifactor priority (Slurm: 0 for a held job)",
-    "*scontrol-show-config: config: missing *": "design: reckon prints the keys workflow tools read, not "
-                                                "Slurm's two hundred",
+    "*scontrol-show-config: config: *": "design: each system's own configuration (reckon's URL, limits "
+                                        "and plugin names), and only the keys workflow tools read, not "
+                                        "Slurm's two hundred",
     "*scontrol-show-partition: *: MaxNodes: reckon '1' | slurm 'UNLIMITED'": "design: reckon runs "
                                                                             "single-node jobs only",
     "*: row: reckon '*.extern|*' | slurm (none)": "design: reckon prints the extern step as Slurm does with "
