@@ -76,7 +76,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "*: REASON: reckon 'Resources' | slurm 'JobArrayTaskLimit'": "to fix: as above",
     "*: REASON: reckon 'None' | slurm 'JobHeldUser'": "to fix: a job cancelled while held keeps its reason",
     "*: Reason: reckon 'None' | slurm 'JobHeldUser'": "to fix: as above, in scontrol show job",
-    "*: Reason: reckon 'None' | slurm 'JobArrayTaskLimit'": "to fix: as the squeue reason above",
     "*: REASON: reckon 'NonZeroExitCode' | slurm 'JobLaunchFailure'":
         "design: Slurm says JobLaunchFailure for a batch shell killed by a signal; reckon says NonZeroExitCode",
     "*: Reason: reckon 'NonZeroExitCode' | slurm 'JobLaunchFailure'": "design: as above",
