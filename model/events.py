@@ -13,7 +13,7 @@ from ._check import MAX_UID, check_bytes, check_int, check_opt_time, check_opt_u
 from .facts import Fact
 from .arrays import ArrayRange
 from .jobs import JobSpec
-from .messages import TOKEN_BYTES, Finished, Join, Message
+from .messages import TOKEN_BYTES, Finished, Join, Message, check_signal_target
 from .permissions import Caller
 from .resources import Owner, Usage
 
@@ -38,6 +38,11 @@ def _caller(ev: object) -> None:
 
 # ``caller`` (client operations): who asks, as the daemon authenticated it (model/permissions.py);
 # None is token mode (whoever holds the token may do everything, and jobs have no owner).
+
+
+def _hold(ev: object) -> None:
+    if not isinstance(ev.hold, bool):  # type: ignore[attr-defined]
+        raise ValueError("hold must be a bool")
 
 
 # ---- controller events ---------------------------------------------------
@@ -127,6 +132,7 @@ class SubmitJob:
     # Queue it even if no registered agent could run it (model/admission.py).
     queue_anyway: bool = False
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: the job starts held, in the same fact group as its submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -136,6 +142,7 @@ class SubmitJob:
         check_opt_uid("uid", self.uid)
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +154,7 @@ class SubmitBatch:
     uids: tuple[str, ...]  # one fresh uid per job, in order (the daemon draws them)
     queue_anyway: bool = False  # queue even if no registered agent could ever run a job (model/admission.py)
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: every job starts held, in the same fact group as the submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -164,6 +172,7 @@ class SubmitBatch:
             raise ValueError("uids must be distinct")
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +185,7 @@ class SubmitArray:
     uids: tuple[str, ...] | None = None  # one fresh uid per job, in index order (None: callers that predate uids)
     queue_anyway: bool = False  # queue even if no registered agent could ever run the jobs (model/admission.py)
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: every job starts held, in the same fact group as the submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -193,6 +203,7 @@ class SubmitArray:
                 check_opt_uid("uid", uid)
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,7 +254,8 @@ class ReleaseJob:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequeueJob:
-    """A user asks a finished job to run again as a new attempt (``reckon requeue``)."""
+    """A user asks a job to run again as a new attempt (``reckon requeue``): a finished one at
+    once; a RUNNING one (version 7) once its attempt, stopped as for a cancel, has ended."""
 
     job: str
     now: float
@@ -253,6 +265,28 @@ class RequeueJob:
         _caller(self)
         check_str("job", self.job)
         check_time("now", self.now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalJob:
+    """A user sends a signal to a RUNNING job's processes now (``reckon signal``; version 7).
+    Not a fact: nothing durable changes, the agent is told (``Signal``)."""
+
+    job: str
+    signal: int
+    now: float
+    # The target, as scancel's: batch_only (-b) the top process (the batch shell) only; full (-f)
+    # every process of the job; neither: every process but the top one (Slurm's steps).
+    batch_only: bool = False
+    caller: Caller | None = None  # who asks (None: token mode)
+    full: bool = False
+
+    def __post_init__(self) -> None:
+        _caller(self)
+        check_str("job", self.job)
+        check_int("signal", self.signal, minimum=1, maximum=64)
+        check_time("now", self.now)
+        check_signal_target(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,7 +436,7 @@ class StartGraceEnded:
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
     DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
-    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob,
+    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob, SignalJob,
     ControllerStarted, StartGraceEnded,
 ]
 
@@ -566,6 +600,17 @@ class KillProcess:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SignalProcess:
+    """Agent (version 7): send ``signal`` to the attempt's processes now (its supervisor does)."""
+
+    job: str
+    attempt: int
+    signal: int
+    batch_only: bool = False  # the top process only (SignalJob's)
+    full: bool = False  # every process of the job; neither: every process but the top one
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoreRecord:
     """Agent: write this local job record durably (insert or replace)."""
 
@@ -610,6 +655,6 @@ class StoreGeneration:
 
 
 Command = Union[
-    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess, StoreRecord,
-    DeleteRecord, OutboxPut, OutboxDelete, StoreCluster, StoreGeneration,
+    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess,
+    SignalProcess, StoreRecord, DeleteRecord, OutboxPut, OutboxDelete, StoreCluster, StoreGeneration,
 ]

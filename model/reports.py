@@ -132,6 +132,9 @@ def apply_report(tx: Transaction, session: AgentSession, rnd: ResyncRound, entri
         if job.cancel_requested:
             uid = session.uid_for(job.uid)
             tx.send(session, lambda seq, j=job_id, a=attempt, u=uid: M.Kill(seq=seq, job=j, attempt=a, uid=u))
+        elif job.requeue_requested:  # a user's requeue of the running attempt (version 7): stopped the same way
+            uid = session.uid_for(job.uid)
+            tx.send(session, lambda seq, j=job_id, a=attempt, u=uid: M.Kill(seq=seq, job=j, attempt=a, uid=u))
 
 
 # ---- reconciling one fact from an agent ------------------------------------------------------

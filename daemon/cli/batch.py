@@ -1,14 +1,41 @@
 """The batch-system parts of `reckon` (issue #10): --array, --time, --retries,
 --retry-on-exit, --after on submit; arrays folded in `reckon jobs`; hold,
-release and requeue.  Light: no trio, nothing of the controller.
+release and requeue.  Light: no trio, no model (daemon/blocking/spec.py checks what it checks).
 """
 
 from __future__ import annotations
 
-import argparse
-from typing import Any, TextIO
-
+from reckon.daemon.blocking import spec as wire_spec
 from reckon.daemon.client_common import UsageError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, TextIO
+
+
+# Linux's signal numbers (not the signal module: it imports enum, and this path stays light).
+SIGNALS = {name: number for number, name in enumerate(
+    "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP TSTP "
+    "TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split(), start=1)}
+SIGRTMIN, SIGRTMAX = 34, 64
+
+
+def parse_signal(text: str) -> int:
+    """``USR1``, ``SIGUSR1``, ``usr1``, ``10``, ``RTMIN+2`` -> the signal number; a bad one is one line."""
+    name = text.strip().upper()
+    name = name[3:] if name.startswith("SIG") else name
+    if name.isdigit() and 1 <= int(name) <= SIGRTMAX:
+        return int(name)
+    if name in SIGNALS:
+        return SIGNALS[name]
+    for base, sign, number in (("RTMIN", "+", SIGRTMIN), ("RTMAX", "-", SIGRTMAX)):
+        if name == base or (name.startswith(base + sign) and name[len(base) + 1:].isdigit()):
+            offset = int(name[len(base) + 1:] or 0) if name != base else 0
+            value = number + offset if sign == "+" else number - offset
+            if SIGRTMIN <= value <= SIGRTMAX:
+                return value
+    raise UsageError(f"unknown signal {text!r}: a name such as USR1 or TERM, or a number 1..{SIGRTMAX}")
 
 
 def parse_duration(text: str) -> float:
@@ -22,7 +49,7 @@ def parse_duration(text: str) -> float:
 
 
 def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The version 4 JobSpec fields of `reckon submit`'s options (JobSpec checks them)."""
+    """``daemon.blocking.spec.job_spec``'s keywords of `reckon submit`'s batch options (version 4)."""
     fields: dict[str, Any] = {"retries": args.retries}
     if args.time is not None:
         fields["time_limit"] = parse_duration(args.time)
@@ -38,30 +65,26 @@ def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def resource_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The version 6 JobSpec fields of `reckon submit`'s --mem, --gpus, --gres; a bad one is one line."""
-    from reckon.model.resources import parse_gres, parse_size
-
+    """The version 6 keywords of `reckon submit`'s --mem, --gpus, --gres; a bad one is one line."""
     fields: dict[str, Any] = {}
     if getattr(args, "mem", None) is not None:
         try:
-            fields["mem"] = parse_size(args.mem)
+            fields["mem"] = wire_spec.parse_size(args.mem)
         except ValueError as exc:
             raise UsageError(f"invalid --mem: {exc}") from None
     if getattr(args, "gpus", 0):
         fields["gpus"] = args.gpus
     if getattr(args, "gres", None):
         try:
-            fields["gres"] = parse_gres(args.gres)
+            fields["gres"] = [f"{k}:{n}" for k, n in wire_spec.parse_gres(args.gres)]
         except ValueError as exc:
             raise UsageError(f"invalid --gres: {exc}") from None
     return fields
 
 
 def check_array(text: str) -> None:
-    from reckon.model.arrays import parse_array
-
     try:
-        parse_array(text)
+        wire_spec.check_array(text)
     except ValueError as exc:
         raise UsageError(f"invalid --array: {exc}") from None
 

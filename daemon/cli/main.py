@@ -13,17 +13,21 @@ model's controller or the servers; the daemons (daemon/cli/daemons.py) do.
 from __future__ import annotations
 
 import argparse
-import re
+import re  # argparse imports it anyway
 import sys
-from typing import Any, NoReturn
 
 from reckon.daemon.args import path
 from reckon.daemon.durations import duration, duration_or_zero, since
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
-                   "release", "requeue", "logs", "whoami")
+                   "release", "requeue", "logs", "whoami", "signal")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
+COMMANDS += ("slurm-commands",)  # reckon slurm-commands DIR: daemon/slurm/launchers.py
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
@@ -348,6 +352,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "long (default 15; 0: dispatch at once)")
     p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
     p.add_argument("--tls-key", type=path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument("--http", type=_listen, default=None, metavar="HOST:PORT",
+                   help="serve the HTTP/JSON API (/api/v1/) and the status page (/) there too, with the same "
+                        "auth and TLS (docs/http-api.md; default: off)")
     _daemon_files(p)
 
     p = sub.add_parser("agent", parents=[verbose, controller, token, auth, ca, metrics],
@@ -444,6 +451,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "cancelled with the reason")
     p.add_argument("--queue-anyway", action="store_true",
                    help="queue a job even if no registered agent has the CPUs, memory, GPUs or gres to run it")
+    p.add_argument("--hold", action="store_true",
+                   help="the job(s) start held: not dispatched until released (reckon release)")
     p.add_argument("--json", action="store_true",
                    help="print the job object (with --file: the list of ids; with --array: the job objects)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command to run")
@@ -478,8 +487,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("release", parents=[client], help="release a held job")
     p.add_argument("job", help="the job's id")
     p = sub.add_parser("requeue", parents=[client],
-                       help="run a finished job again as a new attempt (a running job: cancel it first)")
+                       help="run a job again as a new attempt (a running one is stopped first, as a cancel does)")
     p.add_argument("job", help="the job's id")
+    p = sub.add_parser("signal", parents=[client],
+                       help="send a signal now to a RUNNING job's processes (all of them; --batch: the top one)")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("sig", metavar="SIGNAL", help="a signal name or number: USR1, SIGTERM, 10")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--batch", action="store_true", help="only the job's top process (the batch shell)")
+    target.add_argument("--steps", action="store_true",
+                        help="every process but the top one (scancel --signal's default: the steps)")
 
     p = sub.add_parser("whoami", parents=[client],
                        help="who the controller takes you for: your user and uid as it decoded them, and "
@@ -533,6 +550,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="the failure demo: kill the controller mid-run, check every outcome")
     p.add_argument("--jobs", type=_count, default=40, help="jobs to run (default 40)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+
+    p = sub.add_parser("slurm-commands", help="write Slurm's commands (sbatch, srun, squeue, ...) into DIR",
+                       description="Write small executables sbatch, srun, scancel, squeue, sacct, sinfo and "
+                                   "scontrol into DIR (made if missing) that run reckon's Slurm-style commands "
+                                   "against $RECKON_CONTROLLER; a file there not written by this command is left "
+                                   "alone.  Nothing is put on PATH: it prints the line to add.")
+    p.add_argument("dir", metavar="DIR", help="the directory to write them into")
 
     p = sub.add_parser("config", help="check a daemon config file")
     config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -623,6 +647,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "config":
         return _config_check(args)
+    if args.command == "slurm-commands":
+        from reckon.daemon.slurm.launchers import run as write_slurm_commands
+
+        return write_slurm_commands(args.dir)
     from reckon.daemon.client_common import ClientError, UsageError
 
     try:

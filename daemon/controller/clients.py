@@ -11,6 +11,7 @@ import os
 import secrets
 import time
 
+import trio
 from trio_websocket import ConnectionClosed as WSClosed
 from trio_websocket import WebSocketConnection
 
@@ -22,10 +23,11 @@ from reckon.model.permissions import Caller
 
 from reckon.daemon import wire
 from reckon.daemon.commands import facts_of, submitted_ids
-from reckon.daemon.controller import job_ops, operator
+from reckon.daemon.controller import job_ops, operator, query
 from reckon.daemon.controller.logs import output_paths_of
 
 log = logging.getLogger("reckon.controller")
+BIG_REPLY = 1000  # job objects in a reply above which it is encoded on a worker thread
 
 
 class ClientRequests:
@@ -47,21 +49,31 @@ class ClientRequests:
                     reply = {"ok": True, **await self._client_op(request, caller)}
             except (ProtocolError, ValueError, TypeError, KeyError) as exc:
                 reply = {"ok": False, "error": str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"}
-            await ws.send_message(wire.dumps(reply))
+            jobs = reply.get("jobs")
+            if isinstance(jobs, list) and len(jobs) > BIG_REPLY:
+                # Encoding 10,000 job objects takes ~0.1 s: off the event loop, so the core loop's
+                # batches go on meanwhile.  Safe: the objects are the query index's (replaced on a
+                # change, never changed: query.py) or this reply's own.
+                data = await trio.to_thread.run_sync(wire.dumps, reply)
+            else:
+                data = wire.dumps(reply)
+            await ws.send_message(data)
 
     async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:
         op = request.get("op")
+        if op == "query":  # squeue, sacct, the HTTP API: from the index, no turn of the loop (query.py)
+            return query.query(self, request)
         if op in operator.OPS:  # show, nodes, drain, resume, history
             return await operator.OPS[op](self, request, caller)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it
             [job_id] = submitted_ids(await self.call(event=E.SubmitJob(
                 spec=JobSpec.from_dict(request["spec"]), now=time.time(), uid=secrets.token_hex(8),
-                queue_anyway=queue_anyway, caller=caller)))
+                queue_anyway=queue_anyway, caller=caller, hold=job_ops.hold_of(request))))
             return {"job": await self.call(call=lambda: self.job_object(job_id))}
         if op == "submit_many":
             specs = [JobSpec.from_dict(s) for s in request["specs"]]
-            return {"jobs": await self._submit_batch(specs, queue_anyway, caller)}
+            return {"jobs": await self._submit_batch(specs, queue_anyway, caller, job_ops.hold_of(request))}
         if op == "cancel":
             job_id, whole_array = str(request["job"]), request.get("array")  # array: None = the array if it names one
             await self.call(event=E.CancelJob(job=job_id, now=time.time(), whole_array=whole_array, caller=caller))
@@ -96,7 +108,7 @@ class ClientRequests:
         return {"agent": agent, "requeued": requeued, "cancelled": cancelled}
 
     async def _submit_batch(self, specs: list[JobSpec], queue_anyway: bool = False,
-                            caller: Caller | None = None) -> list[str]:
+                            caller: Caller | None = None, hold: bool = False) -> list[str]:
         """Submit jobs all or none, in one model event (model/batches.py); their ids, in order."""
         if not specs:
             return []
@@ -104,7 +116,8 @@ class ClientRequests:
         # that had this id (a rolled-back state) can ever be taken for this one.
         uids = tuple(secrets.token_hex(8) for _ in specs)
         return submitted_ids(await self.call(event=E.SubmitBatch(specs=tuple(specs), now=time.time(), uids=uids,
-                                                                  queue_anyway=queue_anyway, caller=caller)))
+                                                                  queue_anyway=queue_anyway, caller=caller,
+                                                                  hold=hold)))
 
     def job_object(self, job_id: str) -> dict:
         job = self.model.state.job(job_id)
