@@ -77,6 +77,8 @@ class Normaliser:
             value = value.replace(d, "{dir}")
         value = _TIME.sub("{time}", value)
         value = _SLURM_FILE.sub(lambda m: self.by_id.get(m[1], "{id}"), value)
+        for port in self.ports:  # in an address (reckon's ws://127.0.0.1:PORT)
+            value = value.replace(f":{port}", ":{port}")
         if self._host is not None:
             value = self._host.sub("{node}", value)
         return value
