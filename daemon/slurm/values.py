@@ -190,12 +190,17 @@ def parse_one(name: str, text: str) -> None:
         raise SlurmCommandError(f"--{name}={text}: reckon runs one task per job (at most 1)")
 
 
+_SECRETS = frozenset({"RECKON_TOKEN"})  # left out of --export=ALL (named explicitly, they go)
+
+
 def export_env(text: str | None, environ: dict[str, str]) -> list[list[str]]:
     """The job's environment for ``--export`` (Slurm's default ALL: the caller's environment).
 
     ``NONE``: none of the caller's; ``ALL,VAR=val,...``: the caller's plus those; ``VAR,VAR=val``
     without ALL: only those (a bare name takes the caller's value).  The caller's ``SLURM_*``
-    variables stay behind (they describe the caller's own job, if any; the agent sets the job's).
+    variables stay behind (they describe the caller's own job, if any; the agent sets the job's),
+    and so does ``RECKON_TOKEN`` unless named: the spec is durable (the controller's log, backups),
+    and a secret must not land there by default.
     """
     words = [w for w in (text or "ALL").split(",") if w]
     if not words:
@@ -203,7 +208,7 @@ def export_env(text: str | None, environ: dict[str, str]) -> list[list[str]]:
     first = words[0].upper()
     env: dict[str, str] = {}
     if first == "ALL":
-        env = {k: v for k, v in environ.items() if not k.startswith("SLURM_")}
+        env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") and k not in _SECRETS}
         words = words[1:]
     elif first == "NONE":
         words = words[1:]

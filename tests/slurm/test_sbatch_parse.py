@@ -121,6 +121,12 @@ def test_export():
     assert values.export_env("A,B=x", env) == [["A", "1"], ["B", "x"]]
 
 
+def test_the_token_stays_behind_unless_named():
+    env = {"HOME": "/h", "RECKON_TOKEN": "s3cret", "RECKON_TOKEN_FILE": "/t"}
+    assert dict(map(tuple, values.export_env(None, env))) == {"HOME": "/h", "RECKON_TOKEN_FILE": "/t"}
+    assert dict(map(tuple, values.export_env("ALL,RECKON_TOKEN", env)))["RECKON_TOKEN"] == "s3cret"
+
+
 SCRIPT = """#!/bin/bash
 #SBATCH -J first --time=10 # a comment
   # an indented comment
