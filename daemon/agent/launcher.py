@@ -78,6 +78,7 @@ agent -> launcher::
      "user": {"uid": int, "gid": int, "user": str, "allow_root": bool}, "umask": 18,
      "cgroup": {"v": 1, "dirs": {controller: dir}, "mem": bytes, "cpus": n, "pids_max": n},
      "out": path, "err": path, "truncate": true,  # --output / --error, opened O_TRUNC (version 7)
+     "out_wait": seconds,  # how long their directory may take to appear (default 0)
      "script": "/abs/jobs/<job>.<attempt>.script",  # a batch script (version 7: batchjobs.py)
      "warn": {"sig": n, "before": seconds, "batch_only": bool}}  # --signal (version 7)
 
@@ -313,6 +314,20 @@ def _usage(cgroup, rusage, started_at: float, finished_at: float) -> dict:
             "wall": wall, "source": "rusage"}
 
 
+def _open_custom_output(path: str, flags: int, mode: int, wait: float) -> int:
+    """A job's --output/--error file, whose directory gets ``wait`` seconds to appear: submitit makes the
+    job's folder only once sbatch has printed the id, and a job here can start within milliseconds
+    (Slurm's own start-up latency hides that race; tests/compat/test_submitit.py lost it 6 runs in 8)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return os.open(path, flags, mode)
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _custom_outputs(req: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
     """The job's --output / --error files in place of the attempt's own (appended to, like
     ``sbatch --open-mode=append``, or truncated first with ``truncate``); a file that cannot be
@@ -325,7 +340,7 @@ def _custom_outputs(req: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
         try:
             # The attempt's own mode (--output-mode, 0600): on a shared cluster no other user reads it.
             flags = _OUT_FLAGS | (os.O_TRUNC if req.get("truncate") else 0)  # --open-mode (version 7)
-            opened[key] = os.open(path, flags, req.get("mode", _PRIVATE))
+            opened[key] = _open_custom_output(path, flags, req.get("mode", _PRIVATE), float(req.get("out_wait", 0)))
         except OSError as e:
             for fd in opened.values():
                 os.close(fd)
