@@ -4,6 +4,7 @@ directory on PATH, and helpers to ask the controller what it recorded."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -79,6 +80,23 @@ class SlurmSite:
         missing = [name for name in need if not (self.bin / name).exists()]
         if missing:
             pytest.skip(f"reckon slurm-commands wrote no {', '.join(missing)} (not merged yet)")
+        if os.environ.get("RECKON_COMPAT_TRACE"):
+            self._trace()
+
+    def _trace(self) -> None:
+        """RECKON_COMPAT_TRACE=FILE: every command line the tool (and its jobs) run, appended to
+        FILE, through a /bin/sh wrapper in front of each launcher (how docs/compat.md's table was
+        checked).  Off by default: the tests run the launchers as users do."""
+        log = os.environ["RECKON_COMPAT_TRACE"]
+        real = self.base / "bin.real"
+        self.bin.rename(real)
+        self.bin.mkdir()
+        for launcher in real.iterdir():
+            wrapper = self.bin / launcher.name
+            wrapper.write_text(f'#!/bin/sh\n{{ printf "%s" "{launcher.name}"; for a in "$@"; do '
+                               f'printf " [%s]" "$a"; done; echo; }} >> {shlex.quote(log)}\n'
+                               f'exec {shlex.quote(str(launcher))} "$@"\n')
+            wrapper.chmod(0o755)
 
     # ---- what reckon recorded ---------------------------------------------------------------
 

@@ -67,6 +67,9 @@ def test_submitit_function_array_and_requeue(slurm):
     ex.update_parameters(timeout_min=1)
     requeued = ex.submit(SlowUntilRequeued(), 7)
     assert requeued.result() == (7, 2)
+    # srun expanded submitit's %j/%A_%a/%t log names (Slurm's %a: the array index, not reckon's attempt).
+    assert "Caught signal SIGUSR2" in (requeued.stderr() or "")
+    assert all(j.paths.stdout.exists() for j in jobs), [str(j.paths.stdout) for j in jobs]
 
     ids = [job.job_id, *(j.job_id for j in jobs), requeued.job_id]
     recorded = slurm.wait_terminal(ids)
