@@ -67,6 +67,10 @@ class SlurmSite:
                                             os.environ.get("PATH", "/usr/bin:/bin")]))
         # The jobs import this test's module (pickled functions refer to it by name).
         env.setenv("PYTHONPATH", str(ROOT))
+        # Nothing read from or left in the machine's caches and configs (snakemake's source cache,
+        # a dask config in ~/.config/dask).
+        for var, sub in (("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"), ("DASK_CONFIG", "dask")):
+            env.setenv(var, str(self.base / sub))
         env.chdir(self.work)
         return self
 
