@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long test-compat demo install fuzz check-deep clean postgres-bin munge-bin bench-failover bench-cli-munge
+.PHONY: test test-long test-browser test-compat demo install fuzz check-deep clean postgres-bin munge-bin chromium-bin bench-failover bench-cli-munge
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,18 @@ test: $(STAMP) postgres-bin munge-bin
 # The slow checks (marker `long`): longer searches and runs than `make test` affords.
 test-long: $(STAMP) postgres-bin munge-bin
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m long
+
+# The status page in a real headless Chromium (marker `browser`, tests/http/test_status_page.py): Debian's
+# chromium installed when missing and we are root; where it cannot be installed or started, the test skips.
+chromium-bin:
+	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Chromium for the browser test (apt-get install chromium)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	        || echo "could not install chromium: the browser test will skip"; \
+	fi
+
+test-browser: $(STAMP) chromium-bin
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -p no:cacheprovider -m browser tests/http
 
 # The real workflow tools (submitit, dask-jobqueue, Parsl, Snakemake + its Slurm plugin) at the
 # versions pinned in requirements-compat.txt, in a venv of their own, each running a workflow on a

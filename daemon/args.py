@@ -8,8 +8,8 @@ reader what the option reads (daemon/cli/config.py).
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a CLI call's import; mypy knows the name)
 if TYPE_CHECKING:
     from pathlib import Path
 

@@ -10,12 +10,13 @@ the search for the leader among several controllers.  Light to import: no trio, 
 from __future__ import annotations
 
 import os
-import socket
-from typing import Any
-from urllib.parse import urlsplit
 
-from reckon.daemon import wire
+from reckon.daemon import cborlite
 from reckon.daemon.auth.client import ClientAuth, CredentialError, auth_of, resolve_mode
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_CONTROLLER = "ws://127.0.0.1:7420"
 EACH_CONNECT_TIMEOUT = 3.0  # seconds per controller when several are listed (one may be frozen)
@@ -27,6 +28,16 @@ class ClientError(Exception):
 
 class UsageError(ClientError):
     """The user asked for something that cannot work as written: a bad URL, a bad file (exit status 2)."""
+
+
+class Unreachable(ClientError):
+    """No controller could be reached, or the one asked stopped answering (a restart, a failover, a
+    network fault): the request may or may not have been acted on if it was sent (exit status 1)."""
+
+
+class Refused(ClientError):
+    """The controller answered and refused: the request's one-line reason, or the connection's
+    (a bad token, a credential refused); nothing was done (exit status 1)."""
 
 
 # ---- configuration ----------------------------------------------------------------------
@@ -105,7 +116,7 @@ def tls_failure_text(exc: BaseException, host: str, port: int) -> str | None:
 
 def plain_to_tls_text(url: str) -> str:
     """What a ws:// URL whose controller answered TLS means, in one line (both clients and the agent)."""
-    address = urlsplit(url).netloc
+    address = url.partition("://")[2].partition("/")[0]
     return (f"the controller at ws://{address} speaks TLS: use wss://{address} "
             "(and --ca, unless the system trusts its certificate)")
 
@@ -122,6 +133,8 @@ def probe_context() -> Any:
 
 def speaks_tls(host: str, port: int, timeout: float) -> bool:
     """Whether ``host:port`` completes a TLS handshake: asked after a ws:// handshake failed, to say why."""
+    import socket
+
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             with probe_context().wrap_socket(sock, server_hostname=host):
@@ -140,60 +153,92 @@ def auth_headers(auth: ClientAuth | str | None) -> list[tuple[bytes, bytes]]:
 
 
 def parse_controller_url(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of a ``ws://`` or ``wss://`` URL; ``UsageError`` for anything else."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise UsageError(f"bad controller URL {url!r}: {exc}") from None
-    if parts.scheme not in ("ws", "wss"):
-        got = f"{parts.scheme}://" if parts.scheme else "no scheme"
-        raise UsageError(f"the controller URL must start with ws:// or wss://, got {got} in {url!r}")
-    if not parts.hostname:
+    """(scheme, host, port) of a ``ws://`` or ``wss://`` URL; ``UsageError`` for anything else.
+
+    Split by hand, as ``urllib.parse.urlsplit`` would split it: urllib.parse (with ipaddress and
+    re) was a tenth of a ``reckon submit``'s imports.
+    """
+    scheme, sep, rest = url.strip(" \t\n\r").partition(":")
+    if not sep or not scheme.isascii() or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum() \
+            or not scheme[0].isalpha():
+        raise UsageError(f"the controller URL must start with ws:// or wss://, got no scheme in {url!r}")
+    scheme = scheme.lower()
+    if scheme in ("ws", "wss") and not rest.startswith("//"):
         raise UsageError(f"the controller URL {url!r} names no host")
-    if parts.path.strip("/") or parts.query or parts.fragment:
+    rest = rest[2:] if rest.startswith("//") else rest
+    if scheme not in ("ws", "wss"):
+        raise UsageError(f"the controller URL must start with ws:// or wss://, got {scheme}:// in {url!r}")
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    hostport = netloc.rpartition("@")[2]
+    if hostport.startswith("["):
+        host, bracket, after = hostport[1:].partition("]")
+        if not bracket or (after and not after.startswith(":")):
+            raise UsageError(f"bad controller URL {url!r}: Invalid IPv6 URL")
+        port_text = after[1:] if after else None
+    else:
+        if "[" in hostport or "]" in hostport:
+            raise UsageError(f"bad controller URL {url!r}: Invalid IPv6 URL")
+        host, colon, port_text = hostport.partition(":")
+        port_text = port_text if colon else None
+    host = host.lower()
+    port: int | None = None
+    if port_text:  # an empty port (ws://h:) is no port, as urlsplit has it
+        if not (port_text.isascii() and port_text.isdigit()):
+            raise UsageError(f"bad controller URL {url!r}: Port could not be cast to integer value as {port_text!r}")
+        port = int(port_text)
+        if port > 65535:
+            raise UsageError(f"bad controller URL {url!r}: Port out of range 0-65535")
+    if not host:
+        raise UsageError(f"the controller URL {url!r} names no host")
+    if tail.strip("/"):  # a path (other than "/"), a query or a fragment
         raise UsageError(f"the controller URL {url!r} must be ws[s]://HOST[:PORT] alone, without a path")
-    return parts.scheme, parts.hostname, port if port is not None else (443 if parts.scheme == "wss" else 80)
+    return scheme, host, port if port is not None else (443 if scheme == "wss" else 80)
 
 
 # ---- the texts both clients use ---------------------------------------------------------
 
 
-def unreachable(url: str, reason: str) -> ClientError:
-    return ClientError(f"controller unreachable at {url}: {reason}")
+def unreachable(url: str, reason: str) -> Unreachable:
+    return Unreachable(f"controller unreachable at {url}: {reason}")
 
 
-def refused(url: str, status: int, body: bytes) -> ClientError:
+def refused(url: str, status: int, body: bytes) -> Refused:
     text = body.decode(errors="replace").strip()
-    return ClientError(f"controller at {url} refused the connection: {text or status}")
+    return Refused(f"controller at {url} refused the connection: {text or status}")
 
 
-def closed(url: str, reason: str | None) -> ClientError:
-    return ClientError(f"controller at {url} closed the connection: {reason or 'no reason given'}")
+def closed(url: str, reason: str | None) -> Unreachable:
+    return Unreachable(f"controller at {url} closed the connection: {reason or 'no reason given'}")
 
 
-def no_handshake(url: str, seconds: float) -> ClientError:
+def no_handshake(url: str, seconds: float) -> Unreachable:
     return unreachable(url, f"no WebSocket handshake within {seconds:g}s (is the controller stopped?)")
 
 
-def no_reply(url: str, seconds: float) -> ClientError:
-    return ClientError(f"controller at {url} did not reply within {seconds:g}s (is it stopped or overloaded?)")
+def no_reply(url: str, seconds: float) -> Unreachable:
+    return Unreachable(f"controller at {url} did not reply within {seconds:g}s (is it stopped or overloaded?)")
 
 
 def reply_of(data: bytes | str, url: str) -> dict:
     """The controller's reply to a request, or its refusal as a ``ClientError``."""
+    if isinstance(data, str) or len(data) > cborlite.MAX_CLIENT_MESSAGE:
+        what = "text" if isinstance(data, str) else f"{len(data)} bytes, over {cborlite.MAX_CLIENT_MESSAGE}"
+        raise ClientError(f"controller at {url} sent a bad reply: {what}")
     try:
-        reply = wire.loads(data, limit=wire.MAX_CLIENT_MESSAGE)
-    except Exception as exc:  # RemoteProtocolError: an undecodable reply
+        reply = cborlite.loads(data)
+    except cborlite.CBORError as exc:
         raise ClientError(f"controller at {url} sent a bad reply: {exc}") from None
+    if not isinstance(reply, dict):
+        raise ClientError(f"controller at {url} sent a bad reply: a CBOR {type(reply).__name__}, not a map")
     if not reply.get("ok"):
         if "leader" in reply:  # a standby controller (PostgreSQL store): it did nothing
             raise NotLeader(f"controller at {url}: {reply.get('error')}", str(reply["leader"] or ""))
-        raise ClientError(str(reply.get("error", "request failed")))
+        raise Refused(str(reply.get("error", "request failed")))
     return reply
 
 
-class NotLeader(ClientError):
+class NotLeader(Refused):
     """The controller asked is a standby; ``leader`` is where it says the leader is ("" unknown)."""
 
     def __init__(self, message: str, leader: str) -> None:
@@ -232,6 +277,7 @@ class LeaderSearch:
         self.current = first or self.urls[0]
         self._asked: list[str] = []
         self._reasons: list[str] = []
+        self._last: ClientError = ClientError()
 
     def failed(self, exc: ClientError) -> str | None:
         """``current`` did not serve (unreachable, refused, closed): the URL to try next, or None."""
@@ -244,6 +290,7 @@ class LeaderSearch:
     def _next(self, exc: ClientError, hint: str | None) -> str | None:
         self._asked.append(self.current)
         self._reasons.append(str(exc))
+        self._last = exc
         for url in ([hint] if hint else []) + self.urls:
             if url not in self._asked:
                 self.current = url
@@ -252,11 +299,19 @@ class LeaderSearch:
 
     def error(self) -> ClientError:
         """The one error for the user: a single controller's own reason, or every controller's."""
-        if len(self._reasons) == 1:
-            return ClientError(self._reasons[0])
-        return ClientError(f"no controller answered as the leader ({len(self._reasons)} asked): "
+        if len(self._reasons) == 1 and not isinstance(self._last, NotLeader):
+            return type(self._last)(self._reasons[0])  # Unreachable, Refused: as the one controller said
+        return Unreachable(f"no controller answered as the leader ({len(self._reasons)} asked): "
                            + "; ".join(self._reasons))
 
 
 def request_bytes(op: str, fields: dict[str, Any]) -> bytes:
-    return wire.dumps({"op": op, **fields})
+    request = {"op": op, **fields}
+    if len(fields.get("specs") or ()) > 100:  # a bulk submit: cbor2's C encoder (cborlite's docstring)
+        import cbor2
+
+        return cbor2.dumps(request)
+    try:
+        return cborlite.dumps(request)
+    except cborlite.CBORError as exc:
+        raise UsageError(f"cannot send {op}: {exc}") from None

@@ -12,7 +12,6 @@ import argparse
 import math
 import re
 import time
-from datetime import datetime
 
 MAX_SECONDS = 1e9  # about 31 years: past any timeout or limit a cluster means
 _UNITS = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
@@ -70,6 +69,8 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     or a duration ago (``2h``, ``1d``: see ``parse_seconds``).  ``ValueError`` with one line."""
     text = text.strip()
     try:
+        from datetime import datetime  # lazily: only --since takes a date
+
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         pass

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
+from reckon.daemon.cborlite import MAX_CLIENT_MESSAGE  # noqa: F401  (one limit: the clients' codec holds it)
 from reckon.model.errors import RemoteProtocolError
 
 if TYPE_CHECKING:
     from reckon.model import messages as M
 
 MAX_AGENT_MESSAGE = 16 * 1024 * 1024  # a report page of MAX_PAGE_ENTRIES fits well under this
-MAX_CLIENT_MESSAGE = 256 * 1024 * 1024  # `reckon jobs --json` of a million jobs
 
 
 def dumps(data: Any) -> bytes:

@@ -253,6 +253,12 @@ class Agent:
             if (record is not None and record.status is LocalStatus.RUNNING
                     and (msg.uid is None or record.uid is None or msg.uid == record.uid)):
                 out.append(E.KillProcess(job=msg.job, attempt=msg.attempt))
+        elif isinstance(msg, M.Signal):
+            record = self.records.get((msg.job, msg.attempt))
+            if (record is not None and record.status is LocalStatus.RUNNING
+                    and (msg.uid is None or record.uid is None or msg.uid == record.uid)):
+                out.append(E.SignalProcess(job=msg.job, attempt=msg.attempt, signal=msg.signal,
+                                           batch_only=msg.batch_only))
         elif isinstance(msg, M.Ack):
             self._on_ack(msg, out)
         elif isinstance(msg, M.Error):

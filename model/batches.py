@@ -42,4 +42,7 @@ def on_submit_batch(tx: Transaction, ev: E.SubmitBatch) -> None:
     mark_for_submit(tx, count=len(ev.specs))  # every entry's id, before any
     owner = owner_of(ev.caller)
     for spec, uid in zip(ev.specs, ev.uids):
-        tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid, owner=owner))
+        job_id = state.next_job_id()
+        tx.apply(F.JobSubmitted(job=job_id, spec=spec, submitted_at=ev.now, uid=uid, owner=owner))
+        if ev.hold:  # in the same call: one group commit, never seen unheld
+            tx.apply(F.JobHeld(job=job_id))

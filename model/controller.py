@@ -60,6 +60,7 @@ HANDLERS: dict[type, Handler] = {
     E.HoldJob: job_ops.on_hold,
     E.ReleaseJob: job_ops.on_release,
     E.RequeueJob: job_ops.on_requeue,
+    E.SignalJob: job_ops.on_signal,
     E.ControllerStarted: startup.on_controller_started,
     E.StartGraceEnded: startup.on_grace_ended,
 }

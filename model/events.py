@@ -40,6 +40,11 @@ def _caller(ev: object) -> None:
 # None is token mode (whoever holds the token may do everything, and jobs have no owner).
 
 
+def _hold(ev: object) -> None:
+    if not isinstance(ev.hold, bool):  # type: ignore[attr-defined]
+        raise ValueError("hold must be a bool")
+
+
 # ---- controller events ---------------------------------------------------
 
 
@@ -127,6 +132,7 @@ class SubmitJob:
     # Queue it even if no registered agent could run it (model/admission.py).
     queue_anyway: bool = False
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: the job starts held, in the same fact group as its submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -136,6 +142,7 @@ class SubmitJob:
         check_opt_uid("uid", self.uid)
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +154,7 @@ class SubmitBatch:
     uids: tuple[str, ...]  # one fresh uid per job, in order (the daemon draws them)
     queue_anyway: bool = False  # queue even if no registered agent could ever run a job (model/admission.py)
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: every job starts held, in the same fact group as the submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -164,6 +172,7 @@ class SubmitBatch:
             raise ValueError("uids must be distinct")
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +185,7 @@ class SubmitArray:
     uids: tuple[str, ...] | None = None  # one fresh uid per job, in index order (None: callers that predate uids)
     queue_anyway: bool = False  # queue even if no registered agent could ever run the jobs (model/admission.py)
     caller: Caller | None = None  # who asks (None: token mode)
+    hold: bool = False  # version 7: every job starts held, in the same fact group as the submit
 
     def __post_init__(self) -> None:
         _caller(self)
@@ -193,6 +203,7 @@ class SubmitArray:
                 check_opt_uid("uid", uid)
         if not isinstance(self.queue_anyway, bool):
             raise ValueError("queue_anyway must be a bool")
+        _hold(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,7 +254,8 @@ class ReleaseJob:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequeueJob:
-    """A user asks a finished job to run again as a new attempt (``reckon requeue``)."""
+    """A user asks a job to run again as a new attempt (``reckon requeue``): a finished one at
+    once; a RUNNING one (version 7) once its attempt, stopped as for a cancel, has ended."""
 
     job: str
     now: float
@@ -253,6 +265,26 @@ class RequeueJob:
         _caller(self)
         check_str("job", self.job)
         check_time("now", self.now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalJob:
+    """A user sends a signal to a RUNNING job's processes now (``reckon signal``; version 7).
+    Not a fact: nothing durable changes, the agent is told (``Signal``)."""
+
+    job: str
+    signal: int
+    now: float
+    batch_only: bool = False  # the top process only; else every process of the job
+    caller: Caller | None = None  # who asks (None: token mode)
+
+    def __post_init__(self) -> None:
+        _caller(self)
+        check_str("job", self.job)
+        check_int("signal", self.signal, minimum=1, maximum=64)
+        check_time("now", self.now)
+        if not isinstance(self.batch_only, bool):
+            raise ValueError("batch_only must be a bool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,7 +434,7 @@ class StartGraceEnded:
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
     DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
-    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob,
+    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob, SignalJob,
     ControllerStarted, StartGraceEnded,
 ]
 
@@ -566,6 +598,16 @@ class KillProcess:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SignalProcess:
+    """Agent (version 7): send ``signal`` to the attempt's processes now (its supervisor does)."""
+
+    job: str
+    attempt: int
+    signal: int
+    batch_only: bool = False  # the top process only; else every process of the job
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoreRecord:
     """Agent: write this local job record durably (insert or replace)."""
 
@@ -610,6 +652,6 @@ class StoreGeneration:
 
 
 Command = Union[
-    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess, StoreRecord,
-    DeleteRecord, OutboxPut, OutboxDelete, StoreCluster, StoreGeneration,
+    Append, Send, Close, Notify, StartRoundTimer, RoundEnded, StartGraceTimer, Warn, StartProcess, KillProcess,
+    SignalProcess, StoreRecord, DeleteRecord, OutboxPut, OutboxDelete, StoreCluster, StoreGeneration,
 ]

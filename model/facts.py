@@ -214,6 +214,21 @@ class JobRestarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobRequeueRequested:
+    """A user requeued a RUNNING job (version 7): the agent is told to stop the attempt, as for a
+    cancel; when it ends the job goes back to PENDING as attempt + 1 (a requeue, not a retry),
+    and the attempt's exit is never the job's outcome (INV-REQUEUE-ONCE)."""
+
+    KIND: ClassVar[str] = "job_requeue_requested"
+    VERSION: ClassVar[int] = 1
+    job: str
+    attempt: int  # the running attempt to stop
+
+    def __post_init__(self) -> None:
+        _job_attempt(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobCancelConfirmed:
     """A cancelled running job's process is gone, its outcome unknown to the agent."""
 
@@ -389,7 +404,7 @@ Fact = Union[
     JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
     AgentDrained, AgentResumed,
     JobHeld, JobReleased, JobRestarted,
-    IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved,
+    IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -398,7 +413,7 @@ FACT_TYPES: dict[str, type] = {
         JobCancelled, JobCancelConfirmed, JobRequeued, AgentRegistered, AgentForgotten, ClusterCreated, JobIdsReserved,
         AgentDrained, AgentResumed,
         JobHeld, JobReleased, JobRestarted,
-        IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved,
+        IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
     )
 }
 

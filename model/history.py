@@ -61,6 +61,7 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
     """Fold the facts about ``job`` (others are skipped) into its history."""
     h = JobHistory(job=job)
     cancel_requested = False
+    requeue_asked: set[int] = set()  # attempts a user requeued while they ran
     for fact in facts:
         if getattr(fact, "job", None) != job:
             continue
@@ -83,6 +84,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
             a.usage = fact.usage
             if cancel_requested:  # the process ended after the kill the cancel sent: the job is CANCELLED
                 a.ended, a.reason = "cancelled", "cancelled by a user while running"
+            elif fact.attempt in requeue_asked:  # stopped for a user's requeue: not the job's outcome
+                a.ended, a.reason = "requeued", "requeued by a user while running: runs again as a new attempt"
             elif fact.timed_out:  # the supervisor stopped it at the job's --time limit
                 a.ended, a.reason = "timed out", "stopped at its time limit"
             elif fact.oom:  # killed for exceeding its --mem
@@ -93,6 +96,10 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
             a = h._attempt(fact.attempt)
             a.ended, a.reason = "requeued", fact.reason
             h.events.append({"event": "requeued", "attempt": fact.attempt, "reason": fact.reason})
+        elif kind is F.JobRequeueRequested:
+            requeue_asked.add(fact.attempt)
+            h.events.append({"event": "requeue_requested", "attempt": fact.attempt,
+                             "reason": "requeued by a user while running"})
         elif kind is F.JobCancelRequested:
             cancel_requested = True
             h.events.append({"event": "cancel_requested", "attempt": max(h.attempts, default=None),

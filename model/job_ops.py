@@ -17,7 +17,7 @@ from .id_marks import mark_for_submit
 from .admission import unrunnable_reason
 from .arrays import array_member
 from .errors import LocalProtocolError, PermissionDenied
-from .jobs import JobSpec, JobState
+from .jobs import JobRecord, JobSpec, JobState
 from .permissions import check, owner_of, require
 from .policy import array_full, dependency_refusal, ready, user_limit_refusal
 from .resources import lowest_free
@@ -41,8 +41,11 @@ def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
     for n, index in enumerate(ev.array.indices()):
         spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running)
         uid = ev.uids[n] if ev.uids is not None else None
-        tx.apply(F.JobSubmitted(job=state.next_job_id(), spec=spec, submitted_at=ev.now, uid=uid,
+        job_id = state.next_job_id()
+        tx.apply(F.JobSubmitted(job=job_id, spec=spec, submitted_at=ev.now, uid=uid,
                                 owner=owner_of(ev.caller)))
+        if ev.hold:  # in the same call: one group commit, never seen unheld
+            tx.apply(F.JobHeld(job=job_id))
 
 
 def on_hold(tx: Transaction, ev: E.HoldJob) -> None:
@@ -64,14 +67,48 @@ def on_release(tx: Transaction, ev: E.ReleaseJob) -> None:
 
 
 def on_requeue(tx: Transaction, ev: E.RequeueJob) -> None:
-    """A finished job runs again as a new attempt.  A PENDING or RUNNING job is
-    refused: it has not finished (cancel a running one first, then requeue)."""
+    """A finished job runs again as a new attempt.  A RUNNING one (version 7) is stopped as a
+    cancel stops it, and goes back to PENDING when its attempt ends (model/state.py _finished):
+    a requeue, not a retry.  A PENDING job is refused: it has not run yet."""
     job = tx.state.job(ev.job)
     require(ev.caller, "requeue", job.owner, job=job.id)
+    if job.state is JobState.RUNNING:
+        if job.requeue_requested:
+            return  # asked already: one request requeues once (INV-REQUEUE-ONCE)
+        if job.cancel_requested:
+            raise LocalProtocolError(f"job {job.id} is being cancelled: requeue it once it has ended")
+        tx.apply(F.JobRequeueRequested(job=job.id, attempt=job.attempt))
+        send_kill(tx, job)
+        return
     if not job.terminal:
-        hint = ": cancel it first, then requeue it" if job.state is JobState.RUNNING else ""
-        raise LocalProtocolError(f"job {job.id} is {job.state.value}, not finished{hint}")
+        raise LocalProtocolError(f"job {job.id} is {job.state.value}: it has not run yet")
     tx.apply(F.JobRestarted(job=job.id, attempt=job.attempt))
+
+
+def send_kill(tx: Transaction, job: JobRecord) -> None:
+    """Tell the job's agent to stop the current attempt, if it can hear it now (else a round's end
+    repeats it: reports.apply_report)."""
+    session = tx.sessions.get(job.agent or "")
+    if session is not None and session.connected and session.round is None:
+        uid = session.uid_for(job.uid)
+        tx.send(session, lambda seq: M.Kill(seq=seq, job=job.id, attempt=job.attempt, uid=uid))
+
+
+def on_signal(tx: Transaction, ev: E.SignalJob) -> None:
+    """Signal a RUNNING job's processes now (version 7): no fact, a ``Signal`` to its agent."""
+    job = tx.state.job(ev.job)
+    require(ev.caller, "cancel", job.owner, job=job.id)
+    if job.state is not JobState.RUNNING:
+        raise LocalProtocolError(f"job {job.id} is {job.state.value}: only a RUNNING job can be signalled")
+    session = tx.sessions.get(job.agent or "")
+    if session is None or not session.connected or session.round is not None:
+        raise LocalProtocolError(f"job {job.id}'s agent {job.agent} is not reachable now: try again")
+    if session.version < M.SIGNAL_SINCE:
+        raise LocalProtocolError(f"job {job.id}'s agent {job.agent} speaks protocol version {session.version}: "
+                                 f"signals need {M.SIGNAL_SINCE} (upgrade reckon there)")
+    uid = session.uid_for(job.uid)
+    tx.send(session, lambda seq: M.Signal(seq=seq, job=job.id, attempt=job.attempt, signal=ev.signal,
+                                          batch_only=ev.batch_only, uid=uid))
 
 
 def on_cancel_array(tx: Transaction, ev: E.CancelJob) -> None:
@@ -121,8 +158,11 @@ def on_submit(tx: Transaction, ev: E.SubmitJob) -> None:
         raise LocalProtocolError(refusal)
     check_submit(tx, ev.spec)
     mark_for_submit(tx)
-    tx.apply(F.JobSubmitted(job=tx.state.next_job_id(), spec=ev.spec, submitted_at=ev.now, uid=ev.uid,
+    job_id = tx.state.next_job_id()
+    tx.apply(F.JobSubmitted(job=job_id, spec=ev.spec, submitted_at=ev.now, uid=ev.uid,
                             owner=owner_of(ev.caller)))
+    if ev.hold:  # in the same call: one group commit, never seen unheld
+        tx.apply(F.JobHeld(job=job_id))
 
 
 def on_cancel(tx: Transaction, ev: E.CancelJob) -> None:
@@ -137,10 +177,8 @@ def on_cancel(tx: Transaction, ev: E.CancelJob) -> None:
         if job.cancel_requested:
             return  # already asked: cancelling twice changes nothing
         tx.apply(F.JobCancelRequested(job=job.id))
-        session = tx.sessions.get(job.agent or "")
-        if session is not None and session.connected and session.round is None:
-            uid = session.uid_for(job.uid)
-            tx.send(session, lambda seq: M.Kill(seq=seq, job=job.id, attempt=job.attempt, uid=uid))
+        if not job.requeue_requested:  # else the requeue's kill is on its way already
+            send_kill(tx, job)
     else:
         raise LocalProtocolError(f"job {job.id} is already {job.state.value}")
 
@@ -158,6 +196,8 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
         and session is not None and session.connected and not session.reconciling
         and info is not None and not info.drained and info.shortfall(job.spec) is None
         and user_limit_refusal(tx.state, tx.config.user_limits, job) is None
+        # Version 7 fields go only to agents that read them (an older one would run the job wrong).
+        and (session.version >= M.SPEC7_SINCE or not job.spec.uses_v7)
     )
     if not ok:
         # Req 5.4: fail at once; the job stays PENDING.  Re-send the truth so

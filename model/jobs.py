@@ -87,6 +87,21 @@ V4_SPEC_DEFAULTS: dict[str, Any] = {
     "time_limit": None, "retries": 0, "retry_on_exit": (), "after": (),
     "array_id": None, "array_index": None, "array_max": None,
 }
+# Version 7 (issue #21, what Slurm's commands ask): left out at these defaults as well, so a
+# spec without them is the version 6 spec byte for byte.  A job using any of them is dispatched
+# only to agents of version >= 7 (``uses_v7``): an older one would run it silently wrong.
+V7_SPEC_DEFAULTS: dict[str, Any] = {
+    "script": None, "warn_signal": None, "warn_before": 0, "warn_batch_only": False,
+    "open_mode": None, "after_any": (), "after_not_ok": (), "labels": (), "slurm_env": False,
+}
+MAX_SCRIPT = 4 << 20  # a batch script's text, in UTF-8 bytes (Slurm's default max_script_size)
+MAX_SIGNAL = 64  # signal numbers 1..64 (SIGRTMAX on Linux)
+MAX_WARN_BEFORE = 65535  # seconds (Slurm's --signal @ limit)
+OPEN_MODES = ("append", "truncate")
+MAX_LABELS = 16
+MAX_LABEL_KEY = 32
+MAX_LABEL_VALUE = 1024
+_LABEL_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz_")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +132,19 @@ class JobSpec:
     mem: int | None = None
     gpus: int = 0
     gres: tuple[tuple[str, int], ...] = ()
+    # Version 7 (issue #21).  script: a batch script's text; the agent writes it to a private file
+    # (not in cwd) and runs [that file, *command[1:]]: command[0] is only its display name.
+    script: str | None = None
+    # The supervisor sends warn_signal warn_before seconds before time_limit: to the top process
+    # only (warn_batch_only), else to every process of the job but the top one (Slurm's --signal).
+    warn_signal: int | None = None
+    warn_before: int = 0
+    warn_batch_only: bool = False
+    open_mode: str | None = None  # "append" or "truncate" the output/error files (None: truncate)
+    after_any: tuple[str, ...] = ()  # jobs that must have ended, in any state
+    after_not_ok: tuple[str, ...] = ()  # jobs that must have ended FAILED or CANCELLED
+    labels: tuple[tuple[str, str], ...] = ()  # free labels (Slurm's comment, account, ...), by key
+    slurm_env: bool = False  # the agent adds Slurm's SLURM_* variables to the job's environment
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -148,13 +176,16 @@ class JobSpec:
             check_int("retry_on_exit code", code, minimum=1, maximum=255)
         if self.retry_on_exit and not self.retries:
             raise ValueError("retry_on_exit needs retries > 0")
-        check_tuple_of("after", self.after, str)
-        if len(self.after) > MAX_AFTER:
-            raise ValueError(f"after names more than {MAX_AFTER} jobs")
-        for dep in self.after:
-            check_str("after job", dep)
-        if len(set(self.after)) != len(self.after):
-            raise ValueError("after names a job twice")
+        for name in ("after", "after_any", "after_not_ok"):
+            deps = getattr(self, name)
+            check_tuple_of(name, deps, str)
+            for dep in deps:
+                check_str(f"{name} job", dep)
+        deps = self.after + self.after_any + self.after_not_ok
+        if len(deps) > MAX_AFTER:
+            raise ValueError(f"the dependencies name more than {MAX_AFTER} jobs")
+        if len(set(deps)) != len(deps):
+            raise ValueError("the dependencies name a job twice")
         if (self.array_id is None) != (self.array_index is None):
             raise ValueError("array_id and array_index go together")
         if self.array_id is not None:
@@ -173,6 +204,45 @@ class JobSpec:
             check_int("mem", self.mem, minimum=1, maximum=MAX_MEM)
         check_int("gpus", self.gpus, minimum=0, maximum=MAX_GPUS)
         check_gres("gres", self.gres)
+        self._check_v7()
+
+    def _check_v7(self) -> None:
+        if self.script is not None:
+            check_str("script", self.script, max_len=MAX_SCRIPT)
+            if "\0" in self.script:
+                raise ValueError("script must not contain a NUL byte")
+            try:
+                size = len(self.script.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ValueError("script must be valid text (no lone surrogates)") from None
+            if size > MAX_SCRIPT:
+                raise ValueError(f"script is longer than {MAX_SCRIPT} bytes")
+        if self.warn_signal is not None:
+            check_int("warn_signal", self.warn_signal, minimum=1, maximum=MAX_SIGNAL)
+            if self.time_limit is None:
+                raise ValueError("warn_signal needs a time_limit")
+        check_int("warn_before", self.warn_before, minimum=0, maximum=MAX_WARN_BEFORE)
+        if not isinstance(self.warn_batch_only, bool):
+            raise ValueError("warn_batch_only must be a bool")
+        if self.warn_signal is None and (self.warn_before or self.warn_batch_only):
+            raise ValueError("warn_before and warn_batch_only need a warn_signal")
+        if self.open_mode is not None and self.open_mode not in OPEN_MODES:
+            raise ValueError(f"open_mode must be one of {', '.join(OPEN_MODES)}, got {self.open_mode!r}")
+        check_labels("labels", self.labels)
+        if not isinstance(self.slurm_env, bool):
+            raise ValueError("slurm_env must be a bool")
+
+    @property
+    def uses_v7(self) -> bool:
+        """Whether any version 7 field is set: such a job runs only on agents of version >= 7."""
+        # Spelled out, not a loop over V7_SPEC_DEFAULTS: asked for every job note (test_spec7 keeps them in step).
+        return (self.script is not None or self.warn_signal is not None or self.open_mode is not None
+                or bool(self.after_any or self.after_not_ok or self.labels) or self.slurm_env)
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        """Every job this one waits for, whichever the kind."""
+        return self.after + self.after_any + self.after_not_ok
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -197,6 +267,11 @@ class JobSpec:
             out["gpus"] = self.gpus
         if self.gres:
             out["gres"] = [list(p) for p in self.gres]
+        for key, default in V7_SPEC_DEFAULTS.items():
+            value = getattr(self, key)
+            if value != default:
+                out[key] = [list(p) for p in value] if key == "labels" else (
+                    list(value) if isinstance(value, tuple) else value)
         return out
 
     @classmethod
@@ -225,6 +300,15 @@ class JobSpec:
             gpus=data.get("gpus", 0),
             gres=tuple(tuple(p) if isinstance(p, (list, tuple)) else p
                        for p in _tuple("gres", data.get("gres", ()))),
+            script=data.get("script"),
+            warn_signal=data.get("warn_signal"),
+            warn_before=data.get("warn_before", 0),
+            warn_batch_only=data.get("warn_batch_only", False),
+            open_mode=data.get("open_mode"),
+            after_any=_tuple("after_any", data.get("after_any", ())),
+            after_not_ok=_tuple("after_not_ok", data.get("after_not_ok", ())),
+            labels=_labels(data.get("labels", ())),
+            slurm_env=data.get("slurm_env", False),
         )
 
     def resources_text(self) -> str:
@@ -236,6 +320,32 @@ class JobSpec:
             parts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
         parts.extend(f"{name}:{count}" for name, count in self.gres)
         return ", ".join(parts)
+
+
+def check_labels(name: str, labels: Any) -> None:
+    """Free labels: at most 16 (key, value) pairs sorted by key, keys [a-z_]{1,32}, values <= 1024 chars."""
+    check_tuple_of(name, labels, tuple)
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"{name}: more than {MAX_LABELS} labels")
+    previous = ""
+    for pair in labels:
+        if len(pair) != 2:
+            raise ValueError(f"{name}: each label is a (key, value) pair")
+        key, value = pair
+        check_str(f"{name} key", key, max_len=MAX_LABEL_KEY)
+        if not _LABEL_KEY_CHARS.issuperset(key):
+            raise ValueError(f"{name} key {key!r} must be lowercase letters and '_'")
+        check_str(f"{name} {key}", value, allow_empty=True, max_len=MAX_LABEL_VALUE)
+        if key <= previous:
+            raise ValueError(f"{name} must be sorted by key, each key once ({key!r})")
+        previous = key
+
+
+def _labels(value: Any) -> tuple:
+    """The wire's labels: a list of [key, value] pairs, or a map (a light client's), sorted here."""
+    if isinstance(value, dict):
+        return tuple(sorted(value.items(), key=lambda pair: str(pair[0])))
+    return tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in _tuple("labels", value))
 
 
 def _tuple(name: str, value: Any) -> tuple:
@@ -278,6 +388,8 @@ class JobRecord:
     # The highest attempt an agent reported that this history never issued (JobAttemptsReserved):
     # the job's attempts continue above it.  0: none.
     attempts_reserved: int = 0
+    # Version 7: a user requeued the RUNNING attempt (JobRequeueRequested); set only while RUNNING.
+    requeue_requested: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -321,6 +433,20 @@ class JobRecord:
             "gres": [list(p) for p in self.spec.gres],
             "gpu_ids": list(self.gpu_ids),
             "usage": self.usage.to_dict() if self.usage is not None else None,
+            # Version 7 (issue #21): what Slurm's query commands show (not the script's text).
+            "array_max": self.spec.array_max,
+            "labels": dict(self.spec.labels),
+            "after_any": list(self.spec.after_any),
+            "after_not_ok": list(self.spec.after_not_ok),
+            "open_mode": self.spec.open_mode,
+            "output": self.spec.output,
+            "error": self.spec.error,
+            "warn_signal": self.spec.warn_signal,
+            "warn_before": self.spec.warn_before,
+            "warn_batch_only": self.spec.warn_batch_only,
+            "slurm_env": self.spec.slurm_env,
+            "script": self.spec.script is not None,  # whether it runs a batch script (its text stays out)
+            "requeue_requested": self.requeue_requested,
         }
 
     def snapshot_key(self) -> tuple:

@@ -61,8 +61,15 @@ from .resources import NodeResources, Owner, Usage, check_gpu_indices
 # attempt used (``usage``) and whether it was killed for its memory (``oom``), and a RUNNING entry
 # its GPUs.  All left out at their defaults: a version 5 agent joins without resources (memory
 # unknown, no GPUs, no gres) and is served as before.
-PROTOCOL_VERSION = 6
-SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
+# 7 (issue #21, Slurm's commands): a job spec may carry a batch script, a warning signal before
+# its time limit, an output open mode, after_any / after_not_ok dependencies, labels and
+# slurm_env (left out at their defaults); a job using any of them is dispatched only to agents
+# of version >= 7.  The controller may send a ``signal`` message (a signal to a RUNNING job's
+# processes now), only to agents of version >= 7.
+PROTOCOL_VERSION = 7
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
+SPEC7_SINCE = 7  # the first version whose agents run jobs using the version 7 spec fields
+SIGNAL_SINCE = 7  # the first version whose agents are sent ``signal``
 RESOURCES_SINCE = 6  # the first version whose agents are sent gpus and send resources and usage
 OWNERS_SINCE = 6  # the first version whose agents are sent a job's owner
 PERMANENT_SINCE = 3  # the first version whose agents are told a refusal is permanent
@@ -374,6 +381,28 @@ class Kill:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Signal:
+    """Version 7: send ``signal`` now to the RUNNING attempt's processes (``reckon signal``,
+    ``scancel --signal``): the top process only with ``batch_only``, else every process of the job."""
+
+    TYPE: ClassVar[str] = "signal"
+    seq: int
+    job: str
+    attempt: int
+    signal: int  # a signal number, 1..64
+    batch_only: bool = False
+    uid: str | None = None  # only the process of this submission (as Kill's)
+
+    def __post_init__(self) -> None:
+        check_int("seq", self.seq, minimum=1)
+        check_job_attempt(self)
+        check_int("signal", self.signal, minimum=1, maximum=64)
+        if not isinstance(self.batch_only, bool):
+            raise ValueError("batch_only must be a bool")
+        check_opt_uid("uid", self.uid)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ack:
     TYPE: ClassVar[str] = "ack"
     seq: int
@@ -491,7 +520,7 @@ Message = Union[AgentMessage, ControllerMessage]
 TO_CONTROLLER: dict[str, type] = {c.TYPE: c for c in (Join, ResyncReport, Started, Finished, Heartbeat,
                                                        DispatchRefused, OutputChunk)}
 TO_AGENT: dict[str, type] = {c.TYPE: c for c in (Welcome, ResyncQuery, ResyncDone, Dispatch, Kill, Ack, Error,
-                                                  OutputRead)}
+                                                  OutputRead, Signal)}
 
 
 def _field_names(cls: type) -> tuple[str, ...]:
@@ -514,6 +543,7 @@ _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None
 _OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None, "gpus": ()}
 _OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None, "code": None}
+_OMITTED_AT_DEFAULT[Signal] = {"uid": None, "batch_only": False}
 
 
 def to_wire(msg: Message) -> dict[str, Any]:

@@ -15,10 +15,10 @@ from typing import Any
 from . import events as E
 from . import facts as F
 from .errors import LocalProtocolError
-from .jobs import JobState
+from .jobs import TERMINAL_STATES, JobState
 from .admission import beyond_every_agent, capacity_shortfall
 from .permissions import require
-from .policy import array_full, user_limit_refusal
+from .policy import NOT_OK_STATES, array_full, user_limit_refusal
 from .state import AgentInfo
 from .transaction import ControllerView, Transaction
 
@@ -82,12 +82,15 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
     # What keeps the job itself back (model/policy.py ready, array_full) outranks the cluster's state.
     if job.held:
         return "held by a user: not dispatched until released (reckon release)"
-    deps = {dep: ctl.state.jobs.get(dep) for dep in job.spec.after}
-    waiting = [dep for dep, other in deps.items() if other is None or other.state is not JobState.COMPLETED]
-    if waiting:
-        shown = ", ".join(f"{dep} ({deps[dep].state.value if deps[dep] else 'unknown'})" for dep in waiting[:3])
-        more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
-        return f"waiting for job{'s' if len(waiting) > 1 else ''} {shown}{more} to complete (--after)"
+    for deps_of, meets, what in ((job.spec.after, (JobState.COMPLETED,), "complete (--after)"),
+                                 (job.spec.after_any, TERMINAL_STATES, "end (after_any)"),
+                                 (job.spec.after_not_ok, NOT_OK_STATES, "fail (after_not_ok)")):
+        deps = {dep: ctl.state.jobs.get(dep) for dep in deps_of}
+        waiting = [dep for dep, other in deps.items() if other is None or other.state not in meets]
+        if waiting:
+            shown = ", ".join(f"{dep} ({deps[dep].state.value if deps[dep] else 'unknown'})" for dep in waiting[:3])
+            more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+            return f"waiting for job{'s' if len(waiting) > 1 else ''} {shown}{more} to {what}"
     if array_full(ctl.state, job):
         return (f"its array {job.spec.array_id} runs {job.spec.array_max} job(s) at once (%{job.spec.array_max}): "
                 "waiting for one of them to end")

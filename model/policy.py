@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Protocol
 
-from .jobs import JobRecord, JobSpec, JobState
+from .jobs import TERMINAL_STATES, JobRecord, JobSpec, JobState
 from .scheduler import UserLimits
 
 
@@ -55,37 +55,55 @@ def retry_due(spec: JobSpec, *, retried: int, exit_code: int | None, signal: int
     return True
 
 
+NOT_OK_STATES = frozenset({JobState.FAILED, JobState.CANCELLED})
+# Which end states meet each kind of dependency (after = afterok, after_any, after_not_ok).
+_MEETS = {"after": frozenset({JobState.COMPLETED}), "after_any": TERMINAL_STATES, "after_not_ok": NOT_OK_STATES}
+_FLAG = {"after": "--after", "after_any": "after_any", "after_not_ok": "after_not_ok"}
+
+
 def ready(state: JobTable, job: JobRecord) -> bool:
-    """A PENDING job the scheduler may place: not held, every dependency COMPLETED."""
+    """A PENDING job the scheduler may place: not held, every dependency met (after: COMPLETED;
+    after_any: ended in any state; after_not_ok: ended FAILED or CANCELLED)."""
     if job.state is not JobState.PENDING or job.held:
         return False
-    for dep in job.spec.after:
-        other = state.jobs.get(dep)
-        if other is None or other.state is not JobState.COMPLETED:
-            return False
+    spec = job.spec
+    for kind, deps in (("after", spec.after), ("after_any", spec.after_any), ("after_not_ok", spec.after_not_ok)):
+        meets = _MEETS[kind]
+        for dep in deps:
+            other = state.jobs.get(dep)
+            if other is None or other.state not in meets:
+                return False
     return True
 
 
 def dependency_refusal(state: JobTable, spec: JobSpec) -> str | None:
-    """Why a submit with ``spec.after`` is refused, or None."""
-    for dep in spec.after:
-        other = state.jobs.get(dep)
-        if other is None:
-            return f"unknown job {dep!r} in --after"
-        if other.state in (JobState.FAILED, JobState.CANCELLED):
-            return f"job {dep} in --after already ended {other.state.value}: it will never complete"
+    """Why a submit with dependencies is refused (unknown, or can never be met), or None."""
+    for kind, deps in (("after", spec.after), ("after_any", spec.after_any), ("after_not_ok", spec.after_not_ok)):
+        for dep in deps:
+            other = state.jobs.get(dep)
+            if other is None:
+                return f"unknown job {dep!r} in {_FLAG[kind]}"
+            if kind == "after" and other.state in NOT_OK_STATES:
+                return f"job {dep} in --after already ended {other.state.value}: it will never complete"
+            if kind == "after_not_ok" and other.state is JobState.COMPLETED:
+                return f"job {dep} in after_not_ok already ended COMPLETED: it will never fail"
     return None
 
 
 def doomed_dependants(state: JobTable, job: JobRecord) -> list[tuple[str, str]]:
-    """(dependant, reason) for each PENDING job waiting on ``job`` when it ended FAILED or CANCELLED."""
-    if job.state not in (JobState.FAILED, JobState.CANCELLED):
-        return []
-    # Only the job's own reason (a timeout), never a dependency's: reasons do not nest.
-    own = job.reason if job.state is JobState.FAILED and job.reason else None
-    why = f"dependency {job.id} ended {job.state.value}" + (f" ({own})" if own else "")
-    return [(dep_id, why) for dep_id in state.dependants.get(job.id, ())
-            if state.jobs[dep_id].state is JobState.PENDING]
+    """(dependant, reason) for each PENDING job waiting on ``job`` whose dependency it can no longer
+    meet: ``after`` when it ended FAILED or CANCELLED, ``after_not_ok`` when it ended COMPLETED."""
+    if job.state in NOT_OK_STATES:
+        # Only the job's own reason (a timeout), never a dependency's: reasons do not nest.
+        own = job.reason if job.state is JobState.FAILED and job.reason else None
+        why = f"dependency {job.id} ended {job.state.value}" + (f" ({own})" if own else "")
+        return [(dep_id, why) for dep_id in state.dependants.get(job.id, ())
+                if state.jobs[dep_id].state is JobState.PENDING and job.id in state.jobs[dep_id].spec.after]
+    if job.state is JobState.COMPLETED:
+        why = f"dependency {job.id} ended COMPLETED (after_not_ok)"
+        return [(dep_id, why) for dep_id in state.dependants.get(job.id, ())
+                if state.jobs[dep_id].state is JobState.PENDING and job.id in state.jobs[dep_id].spec.after_not_ok]
+    return []
 
 
 def array_full(state: JobTable, job: JobRecord) -> bool:

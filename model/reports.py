@@ -129,7 +129,7 @@ def apply_report(tx: Transaction, session: AgentSession, rnd: ResyncRound, entri
     # Cancels requested while the agent was away: repeat the kill now.
     for job_id, attempt in tx.placed_on(session.name).items():
         job = tx.state.jobs[job_id]
-        if job.cancel_requested:
+        if job.cancel_requested or job.requeue_requested:
             uid = session.uid_for(job.uid)
             tx.send(session, lambda seq, j=job_id, a=attempt, u=uid: M.Kill(seq=seq, job=j, attempt=a, uid=u))
 

@@ -35,6 +35,7 @@ class JobNote(NamedTuple):
     mem: int | None = None
     gpus: int = 0
     gres: tuple[tuple[str, int], ...] = ()
+    v7: bool = False  # it uses version 7 spec fields: only agents of version >= 7 may run it
 
 
 class AgentNote(NamedTuple):
@@ -48,6 +49,7 @@ class AgentNote(NamedTuple):
     free_mem: int | None = None
     free_gpus: int = 0
     free_gres: tuple[tuple[str, int], ...] = ()
+    v7: bool = True  # its connection speaks version 7 or later (runs jobs using version 7 fields)
 
 
 # What a pending job asks beyond slots, or None when it asks nothing more (most jobs: one test).
@@ -98,6 +100,7 @@ class _AgentView:
     free_mem: int | None = None
     free_gpus: int = 0
     free_gres: tuple[tuple[str, int], ...] = ()
+    v7: bool = True
 
     @property
     def available(self) -> bool:
@@ -110,6 +113,7 @@ class Scheduler:
     def __init__(self, limits: UserLimits = NO_LIMITS) -> None:
         # ready job -> (order, slots, throttled array, what it asks beyond slots)
         self._pending: dict[str, tuple[int, int, str | None, Need]] = {}
+        self._v7: set[str] = set()  # pending jobs that only agents of version >= 7 may run
         # FIFO queue with lazy deletion: entries of jobs no longer pending are
         # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
         self._queue: list[tuple[int, str]] = []
@@ -143,11 +147,15 @@ class Scheduler:
                     self._pending[note.job] = (note.order, note.slots,
                                                note.array if note.array_max is not None else None, need)
                     heapq.heappush(self._queue, (note.order, note.job))
+                    if note.v7:
+                        self._v7.add(note.job)
             else:
                 self._pending.pop(note.job, None)
+                self._v7.discard(note.job)
         elif isinstance(note, AgentNote):
             self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling,
-                                                  note.drained, note.free_mem, note.free_gpus, note.free_gres)
+                                                  note.drained, note.free_mem, note.free_gpus, note.free_gres,
+                                                  note.v7)
         elif isinstance(note, DispatchHold):
             self._held = note.held
         else:
@@ -231,7 +239,10 @@ class Scheduler:
                     del examined[job]
                     heapq.heappush(self._parked.setdefault(user, []), (order, job))
                     continue
+            v7 = job in self._v7
             for name in sorted(free, key=lambda n: (-free[n], n)):
+                if v7 and not self._agents[name].v7:
+                    continue
                 if free[name] >= slots and (need is None or self._take(need, name, beyond)):
                     proposals.append((job, name))
                     if array is not None:

@@ -155,10 +155,12 @@ class ControllerState:
                 wrong.append(f"job {key} is filed under another id ({job.id})")
             if key.isdigit():
                 next_id = max(next_id, int(key) + 1)
-            for dep in job.spec.after:
+            for dep in job.spec.dependencies:
                 dependants.setdefault(dep, []).append(job.id)
             if job.spec.array_id is not None:
                 arrays.setdefault(job.spec.array_id, []).append(job.id)
+            if job.requeue_requested and job.state is not JobState.RUNNING:
+                wrong.append(f"job {key} is {job.state.value} with a requeue request")
             if (job.state is JobState.RUNNING) != (job.agent is not None):
                 wrong.append(f"job {key} is {job.state.value} with agent {job.agent!r}")
             if job.agent is None:
@@ -312,7 +314,7 @@ def _check_placement(state: ControllerState, job: JobRecord, agent: str, gpus: t
 
 def _index_job(state: ControllerState, job: JobRecord) -> None:
     """Add a new job to the derived indexes: its dependencies and its array."""
-    for dep in job.spec.after:
+    for dep in job.spec.dependencies:
         state.dependants.setdefault(dep, []).append(job.id)
     if job.spec.array_id is not None:
         state.arrays.setdefault(job.spec.array_id, []).append(job.id)
@@ -330,7 +332,7 @@ def _submitted(state: ControllerState, fact: F.JobSubmitted) -> Changes:
         raise LocalProtocolError(f"job {fact.job} already exists")
     if fact.job != state.next_job_id():
         raise LocalProtocolError(f"job id {fact.job} out of sequence (expected {state.next_job_id()})")
-    unknown = [dep for dep in fact.spec.after if dep not in state.jobs]
+    unknown = [dep for dep in fact.spec.dependencies if dep not in state.jobs]
     if unknown:
         raise LocalProtocolError(f"job {fact.job} depends on unknown job(s) {unknown}")
     array_id = fact.spec.array_id
@@ -389,6 +391,11 @@ def _started(state: ControllerState, fact: F.JobStarted) -> Changes:
 def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
     job.usage = fact.usage  # the latest finished attempt's, a retried one's too
+    if job.requeue_requested and not job.cancel_requested:
+        # A user's requeue of the running attempt (a cancel asked after it wins): its exit stays in
+        # this fact only, never the job's outcome (INV-REQUEUE-ONCE); not a retry.
+        return _back_to_pending(state, job)
+    job.requeue_requested = False
     if retry_due(job.spec, retried=job.retried, exit_code=fact.exit_code, signal=fact.signal,
                  timed_out=fact.timed_out, cancel_requested=job.cancel_requested, oom=fact.oom):
         return _retry(state, job)
@@ -434,6 +441,7 @@ def _retry(state: ControllerState, job: JobRecord) -> Changes:
     """The attempt failed and the retry policy wants another: its outcome stays
     in its JobFinished fact, the job goes back to PENDING as attempt + 1."""
     job.state = next_state(job.state, JobTransition.RETRY)
+    job.requeue_requested = False
     released = _release(state, job)
     job.attempt = _next_attempt(job)
     job.started_at = None
@@ -455,7 +463,8 @@ def _cancelled(state: ControllerState, fact: F.JobCancelled) -> Changes:
     job.cancel_requested = True
     job.held = False
     job.reason = fact.reason
-    return Changes(jobs=(job.id,))
+    # An after_any / after_not_ok dependant may be ready now.
+    return Changes(jobs=(job.id, *state.dependants.get(job.id, ())))
 
 
 def _held(state: ControllerState, fact: F.JobHeld) -> Changes:
@@ -493,18 +502,33 @@ def _cancel_confirmed(state: ControllerState, fact: F.JobCancelConfirmed) -> Cha
     if not job.cancel_requested:
         raise LocalProtocolError(f"job {fact.job} has no cancel request to confirm")
     job.state = next_state(job.state, JobTransition.FINISH_CANCELLED)
+    job.requeue_requested = False
     agent = _release(state, job)
-    return Changes(jobs=(job.id,), agents=(agent,))
+    return Changes(jobs=(job.id, *state.dependants.get(job.id, ())), agents=(agent,))
 
 
 def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
+    return _back_to_pending(state, job)  # a user's requeue asked meanwhile is this same one
+
+
+def _back_to_pending(state: ControllerState, job: JobRecord) -> Changes:
+    """The attempt is lost or a user requeued it: PENDING as attempt + 1, one more requeue."""
     job.state = next_state(job.state, JobTransition.REQUEUE)
     agent = _release(state, job)  # no allocation survives into the next attempt
     job.attempt = _next_attempt(job)
     job.started_at = None
     job.requeues += 1
+    job.requeue_requested = False
     return Changes(jobs=(job.id,), agents=(agent,))
+
+
+def _requeue_requested(state: ControllerState, fact: F.JobRequeueRequested) -> Changes:
+    job = _require_running(state, fact.job, fact.attempt)
+    if job.requeue_requested or job.cancel_requested:
+        raise LocalProtocolError(f"job {fact.job} already has a requeue or cancel request")
+    job.requeue_requested = True
+    return Changes(jobs=(job.id,))
 
 
 def _registered(state: ControllerState, fact: F.AgentRegistered) -> Changes:
@@ -584,6 +608,7 @@ _APPLY: dict[type, Any] = {
     F.JobCancelled: _cancelled,
     F.JobCancelConfirmed: _cancel_confirmed,
     F.JobRequeued: _requeued,
+    F.JobRequeueRequested: _requeue_requested,
     F.AgentRegistered: _registered,
     F.AgentForgotten: _forgotten,
     F.JobIdsReserved: _ids_reserved,

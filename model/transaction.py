@@ -218,7 +218,8 @@ class Transaction(VolatileAccess):
                                                        ready=ready(self.state, job), array=job.spec.array_id,
                                                        array_max=job.spec.array_max, mem=job.spec.mem,
                                                        gpus=job.spec.gpus, gres=job.spec.gres,
-                                                       user=job.owner.user if job.owner is not None else None)))
+                                                       user=job.owner.user if job.owner is not None else None,
+                                                       v7=job.spec.uses_v7)))
         for name in self.changed_agents:
             info = self.state.agents.get(name)
             session = self.sessions.get(name)
@@ -231,6 +232,7 @@ class Transaction(VolatileAccess):
                 reconciling=bool(session and session.reconciling),
                 drained=bool(info and info.drained),
                 free_mem=free_mem, free_gpus=free_gpus, free_gres=tuple(sorted(free_gres.items())),
+                v7=session is None or session.version >= M.SPEC7_SINCE,
             )))
         self.changed_jobs.clear()
         self.changed_agents.clear()

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "daemon/listen.py": 2,
     "daemon/wsconnect.py": 2,
     "daemon/client_common.py": 2,
+    "daemon/cborlite.py": 2,
     "daemon/args.py": 2,
     "daemon/durations.py": 2,
     "daemon/store/": 2,

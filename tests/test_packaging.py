@@ -43,6 +43,7 @@ def test_the_wheel_installs_only_reckon_with_every_package(tmp_path):
     packages = {str(Path(n).parent).replace("/", ".") for n in names if n.endswith("/__init__.py")}
     assert packages == _package_folders()
     assert "reckon/daemon/agent/launcher.py" in names and "reckon/model/controller.py" in names
+    assert "reckon/py.typed" in names  # import reckon's type hints reach its users' checkers (PEP 561)
 
 
 def test_pyproject_names_every_package_folder():

@@ -8,9 +8,12 @@ shared token, or nothing (loopback).  Light to import: the CLI pays it on every 
 from __future__ import annotations
 
 import os
-from typing import Callable
 
 from reckon.daemon.auth import munge
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a CLI call's import; mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Callable
 
 AUTH_ENV = "RECKON_AUTH"
 AUTH_MODES = ("token", "munge")

@@ -18,7 +18,10 @@ controller logs a refused peer once per kind.
 from __future__ import annotations
 
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a CLI call's import; mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 LIBRARY = "libmunge.so.2"
 DEFAULT_SOCKET = "/run/munge/munge.socket.2"  # munged's own default (munged --help)

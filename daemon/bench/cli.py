@@ -8,7 +8,13 @@ Against a real controller and agent on loopback:
 * ``reckon show`` and ``reckon jobs`` likewise (median of a few calls);
 * N jobs through one bulk submit (``--array 1-N`` if this build has it,
   else ``--file`` of N lines), from the submit's start to all N terminal:
-  jobs per second end to end, and the submit call's own time.
+  jobs per second end to end, and the submit call's own time;
+* Slurm's commands as the workflow tools call them (``--slurm``: ``sbatch --parsable --wrap
+  true``, Parsl's ``squeue --noheader --format='%i %t' --job IDS`` and ``sacct -X --parsable2
+  --noheader --format=JobID,State --job IDS``), from the directory ``reckon slurm-commands DIR``
+  fills: the median of a few calls each.  One this build does not have (no ``slurm-commands``,
+  or no such file in DIR) is skipped, and the summary says so; nothing on ``PATH`` is used, so
+  a real Slurm is never timed by mistake.
 
 ``--auth munge`` runs the same on a munge cluster: every CLI call gets a credential from munged
 (daemon/auth/munge.py) and the controller decodes it; it also times one credential alone, made
@@ -43,6 +49,35 @@ READ_CALLS = 20  # `show` and `jobs` calls per run (at most N)
 CREDENTIAL_CALLS = 200  # credentials timed per run and way (libmunge; the programs)
 HANG_GUARD = 600.0  # seconds: no wait of a run lasts longer
 BULK_MODE = "--array"  # how the bulk run submits its jobs in one `reckon submit` ("--file": a file of lines)
+POLLED_IDS = 5  # jobs named in each squeue/sacct poll (as Parsl names its running blocks)
+
+
+def _slurm_argv(name: str, ids: list[str]) -> list[str]:
+    """A call of Slurm command ``name`` as a workflow tool makes it (the module docstring)."""
+    joined = ",".join(ids[:POLLED_IDS])
+    return {"sbatch": ["--parsable", "--wrap", "true"],
+            "squeue": ["--noheader", "--format=%i %t", "--job", joined],
+            "sacct": ["-X", "--parsable2", "--noheader", "--format=JobID,State", "--job", joined]}[name]
+
+
+SLURM_COMMANDS = ("sbatch", "squeue", "sacct")
+
+
+def slurm_commands(reckon: list[str], names: list[str], where: Path,
+                   env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The installed Slurm-style commands among ``names`` (name -> path in ``where``), and a line for
+    each one skipped, with why (this build has no ``reckon slurm-commands``, or not that command)."""
+    if not names:
+        return {}, []
+    proc = subprocess.run([*reckon, "slurm-commands", str(where)], capture_output=True, text=True, env=env,
+                          timeout=HANG_GUARD)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        if "invalid choice: 'slurm-commands'" in why:
+            why = "this build has no `reckon slurm-commands`"
+        return {}, [f"{name}: skipped ({why})" for name in names]
+    found = {name: str(where / name) for name in names if os.access(where / name, os.X_OK)}
+    return found, [f"{name}: skipped (`reckon slurm-commands` made no {name})" for name in names if name not in found]
 
 
 def reckon_argv() -> list[str]:
@@ -166,13 +201,26 @@ async def cli_run(args: argparse.Namespace, base: Path, mode: str, auth: str = "
             failed = (await client.call("status"))["status"]["jobs"].get("FAILED", 0)
             if failed:
                 raise RuntimeError(f"{failed} benchmark job(s) failed: see the agent's log in {base}")
+
+            # Last, so that the jobs sbatch adds change none of the counts above.
+            found, _ = await trio.to_thread.run_sync(
+                slurm_commands, reckon, list(getattr(args, "slurm", SLURM_COMMANDS)), base / "slurm-bin", env)
+            slurm: dict[str, tuple[list[float], list[float]]] = {}
+            for name, path in found.items():
+                cpu: list[float] = []
+                argv = [path, *_slurm_argv(name, ids)]
+                wall = await trio.to_thread.run_sync(
+                    lambda argv=argv, cpu=cpu: [_timed(argv, env, base, cpu)[0] for _ in range(reads)])
+                slurm[name] = (wall, cpu)
     finally:
         cluster.stop_all()
     ms = lambda values: statistics.median(values) * 1e3  # noqa: E731
     costs = await trio.to_thread.run_sync(credential_costs, socket) if auth == "munge" else {}
+    slurm_figures = {f"{name}_{kind}": ms(values) for name, (wall, cpu) in slurm.items()
+                     for kind, values in (("ms", wall), ("cpu_ms", cpu))}
     return {**costs, "submit_ms": ms(submit_times), "submit_cpu_ms": ms(submit_cpu), "submits_per_s": args.jobs / loop_s,
             "show_ms": ms(show), "show_cpu_ms": ms(show_cpu), "jobs_ms": ms(listing), "jobs_cpu_ms": ms(jobs_cpu),
-            "bulk_submit_s": submit_s, "bulk_jobs_per_s": args.jobs / bulk_s}
+            "bulk_submit_s": submit_s, "bulk_jobs_per_s": args.jobs / bulk_s, **slurm_figures}
 
 
 def run_cli_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any], list[str]]:
@@ -207,8 +255,10 @@ def run_cli_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any]
                       f"{r['submits_per_s']:.1f}/s; bulk {r['bulk_jobs_per_s']:.1f} jobs/s", file=sys.stderr,
                       flush=True)
     by_auth = {auth: {key: summary([r[key] for r in rs]) for key in rs[0]} for auth, rs in runs.items()}
+    wanted = list(getattr(args, "slurm", SLURM_COMMANDS))
+    skipped = [name for name in wanted if f"{name}_ms" not in runs[auths[0]][0]]
     out = {"jobs": args.jobs, "slots": args.slots, "executor": args.executor, "bulk": mode, "auth": args.auth,
-           **by_auth[auths[0]], "by_auth": by_auth}
+           **by_auth[auths[0]], "by_auth": by_auth, "slurm_skipped": skipped}
     lines = []
     for auth, s in by_auth.items():
         tag = f"[{auth}] " if len(auths) > 1 or auth != "token" else ""
@@ -223,10 +273,18 @@ def run_cli_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any]
             f"{args.slots} slots): {s['bulk_jobs_per_s']['median']:.1f} jobs/s (the submit itself: "
             f"{s['bulk_submit_s']['median'] * 1e3:.0f} ms)",
         ]
+        timed = [name for name in wanted if f"{name}_ms" in s]
+        if timed:
+            lines.append(f"{tag}Slurm's commands (median of {min(READ_CALLS, args.jobs)} calls each): " + "; ".join(
+                f"`{name}` {s[name + '_ms']['median']:.0f} ms (CPU {s[name + '_cpu_ms']['median']:.0f} ms)"
+                for name in timed))
         if auth == "munge":
             lines.append(
                 f"{tag}one credential ({CREDENTIAL_CALLS} per run, medians): libmunge makes one in "
                 f"{s['libmunge_encode_ms']['median']:.2f} ms and decodes one in "
                 f"{s['libmunge_decode_ms']['median']:.2f} ms; the munge/unmunge programs take "
                 f"{s['program_encode_ms']['median']:.1f} ms and {s['program_decode_ms']['median']:.1f} ms")
+    if skipped:
+        lines.append(f"not timed: {', '.join(skipped)} (`reckon slurm-commands` of this build has no such command, "
+                     "or this build has no `reckon slurm-commands`)")
     return out, lines

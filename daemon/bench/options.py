@@ -66,6 +66,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--munge-socket", metavar="PATH",
                    help="the munged of --auth munge (default $RECKON_MUNGE_SOCKET, else munged's own); from a "
                         "checkout `python -m tests.munged -- reckon bench cli --auth both` starts a private one")
+    q.add_argument("--slurm", nargs="*", choices=("sbatch", "squeue", "sacct"), default=["sbatch", "squeue", "sacct"],
+                   metavar="COMMAND",
+                   help="Slurm-style commands to time as workflow tools call them, from `reckon slurm-commands` "
+                        "(default: sbatch squeue sacct; one this build lacks is skipped and said; none: --slurm)")
 
     q = bench("failover", "controllers on one PostgreSQL database: SIGKILL or SIGSTOP the leader; time until "
                           "the standby serves and until a completion made meanwhile is recorded",

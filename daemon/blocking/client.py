@@ -5,23 +5,26 @@ that was importing trio, trio-websocket and the controller's model (issue
 #10: 0.43 s a submit).  This client is a blocking socket and a minimal
 WebSocket client (``daemon/blocking/websocket.py``; why not wsproto: there): one
 connection, one request at a time, every wait bounded by ``timeout``.  ``daemon/client.py`` is its trio twin
-for dev mode, the demo and the benchmarks; both share the encoding
-(``daemon.wire``) and the texts of ``daemon/client_common.py``, so an error reads the same from either.
+for dev mode, the demo and the benchmarks; both share the texts of ``daemon/client_common.py``, so an
+error reads the same from either.  Requests and replies go through the client's CBOR (``daemon/cborlite.py``).
 """
 
 from __future__ import annotations
 
-import socket
 import time
-from typing import Any
 
-from reckon.daemon import wire
-from reckon.daemon.auth.client import ClientAuth
+from reckon.daemon import cborlite
 from reckon.daemon.blocking import websocket as ws
-from reckon.daemon.client_common import (EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader, UsageError,
-                                         auth_headers, closed, no_handshake, no_reply, parse_controller_url,
+from reckon.daemon.client_common import (EACH_CONNECT_TIMEOUT, ClientError, LeaderSearch, NotLeader, Unreachable,
+                                         UsageError, auth_headers, closed, no_handshake, no_reply, parse_controller_url,
                                          parse_controller_urls, plain_to_tls_text, refused, reply_of, request_bytes,
                                          speaks_tls, tls_failure_text, unreachable)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from reckon.daemon.auth.client import ClientAuth
 
 DEFAULT_TIMEOUT = 10.0  # seconds: connecting (TCP and handshake), and then each request
 CLOSE_WAIT = 1.0  # seconds, at most, for the controller to answer our close (it answers at once)
@@ -97,12 +100,12 @@ class SyncClient:
             context = ssl.create_default_context()
         try:
             sock = ws.connect(self.host, self.port, timeout=timeout, ssl_context=context)
-        except socket.timeout:
+        except TimeoutError:  # socket.timeout
             raise unreachable(self.url, f"no connection within {timeout:g}s") from None
         except OSError as exc:  # refused, no route, name not known; ssl.SSLError is one too
             tls = tls_failure_text(exc, self.host, self.port) if context is not None else None
             if tls is not None:
-                raise ClientError(f"cannot connect to {self.url}: {tls}") from None
+                raise Unreachable(f"cannot connect to {self.url}: {tls}") from None
             raise unreachable(self.url, getattr(exc, "reason", None) or exc.strerror or str(exc)) from None
         conn = ws.WebSocket(sock)
         host = self.host if ":" not in self.host else f"[{self.host}]"
@@ -137,11 +140,11 @@ class SyncClient:
 
     def _call_one(self, op: str, fields: dict[str, Any]) -> dict:
         if self._ws is None:
-            raise ClientError(f"not connected to the controller at {self.url}")
+            raise Unreachable(f"not connected to the controller at {self.url}")
         deadline = time.monotonic() + self.timeout
         try:
             self._ws.send_binary(request_bytes(op, fields), deadline)
-            data = self._ws.receive(deadline, wire.MAX_CLIENT_MESSAGE)
+            data = self._ws.receive(deadline, cborlite.MAX_CLIENT_MESSAGE)
         except ws.WebSocketTimeout:
             self._abort()
             raise no_reply(self.url, self.timeout) from None
@@ -150,7 +153,7 @@ class SyncClient:
             raise closed(self.url, exc.reason) from None
         except ws.WebSocketProtocolError as exc:
             self._abort()
-            raise ClientError(f"controller at {self.url} broke the WebSocket protocol: {exc}") from None
+            raise Unreachable(f"controller at {self.url} broke the WebSocket protocol: {exc}") from None
         return reply_of(data, self.url)
 
     def close(self) -> None:

@@ -15,12 +15,14 @@ overrun ``WebSocketTimeout`` is raised, and the caller names the phase.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import os
-import socket
 import struct
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
 MAX_HEADER_BYTES = 64 * 1024  # the controller's handshake answer is a few hundred bytes
@@ -89,7 +91,7 @@ def frame(opcode: int, payload: bytes) -> bytes:
 class WebSocket:
     """A client connection over a connected (possibly TLS) socket; see the module docstring."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: Any) -> None:
         self.sock = sock
         self._buf = bytearray()
         self.closed = False
@@ -98,7 +100,7 @@ class WebSocket:
 
     def handshake(self, host: str, target: str, headers: list[tuple[bytes, bytes]], deadline: float) -> None:
         """Send the upgrade request and check the answer; ``WebSocketRejected`` for a refusal."""
-        key = base64.b64encode(os.urandom(16))
+        key = binascii.b2a_base64(os.urandom(16), newline=False)
         lines = [b"GET " + target.encode() + b" HTTP/1.1", b"Host: " + host.encode(), b"Upgrade: websocket",
                  b"Connection: Upgrade", b"Sec-WebSocket-Key: " + key, b"Sec-WebSocket-Version: 13"]
         lines += [name + b": " + value for name, value in headers]
@@ -118,7 +120,7 @@ class WebSocket:
         status = int(status_line[1])
         if status != 101:
             raise WebSocketRejected(status, self._reject_body(fields, deadline))
-        accept = base64.b64encode(_sha1(key + GUID)).decode()
+        accept = binascii.b2a_base64(_sha1(key + GUID), newline=False).decode()
         if fields.get("upgrade", "").lower() != "websocket" or fields.get("sec-websocket-accept") != accept:
             raise WebSocketProtocolError("the peer did not accept the WebSocket upgrade")
 
@@ -224,7 +226,7 @@ class WebSocket:
         self._settimeout(deadline)
         try:
             chunk = self.sock.recv(256 * 1024)
-        except socket.timeout:
+        except TimeoutError:  # socket.timeout
             raise WebSocketTimeout() from None
         except OSError as exc:
             raise WebSocketClosed(exc.strerror or str(exc)) from None
@@ -236,7 +238,7 @@ class WebSocket:
         self._settimeout(deadline)
         try:
             self.sock.sendall(data)
-        except socket.timeout:
+        except TimeoutError:  # socket.timeout
             raise WebSocketTimeout() from None
         except OSError as exc:
             raise WebSocketClosed(exc.strerror or str(exc)) from None
@@ -249,19 +251,45 @@ class WebSocket:
 
 
 def connect(host: str, port: int, *, timeout: float, ssl_context: Any = None,
-            server_hostname: str | None = None) -> socket.socket:
+            server_hostname: str | None = None) -> Any:
     """A TCP connection (TLS when ``ssl_context`` is given), bounded by ``timeout``.
 
-    ``OSError`` (``socket.timeout`` on overrun, ``ssl.SSLError`` for TLS) as the socket module raises it.
+    ``OSError`` (``TimeoutError`` on overrun, ``ssl.SSLError`` for TLS) as the socket module raises it.
+    A plain connection is a ``_socket.socket``: the ``socket`` module (with enum, selectors and io's
+    wrappers) cost every CLI call its import, for ``create_connection``'s dozen lines.
     """
-    deadline = time.monotonic() + timeout
-    sock = socket.create_connection((host, port), timeout=timeout)
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if ssl_context is not None:
+    if ssl_context is not None:
+        import socket
+
+        deadline = time.monotonic() + timeout
+        sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
-            sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+            return ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+        except BaseException:
+            sock.close()
+            raise
+    return _plain(host, port, timeout)
+
+
+def _plain(host: str, port: int, timeout: float) -> Any:
+    """``socket.create_connection`` on ``_socket``: each address in turn, the last error raised."""
+    import _socket
+
+    try:  # an ASCII name as bytes: a str is encoded with the idna codec (unicodedata, stringprep)
+        name: str | bytes = host.encode("ascii")
+    except UnicodeEncodeError:
+        name = host
+    error: OSError | None = None
+    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error if error is not None else OSError(f"no address found for {host}")

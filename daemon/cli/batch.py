@@ -1,14 +1,17 @@
 """The batch-system parts of `reckon` (issue #10): --array, --time, --retries,
 --retry-on-exit, --after on submit; arrays folded in `reckon jobs`; hold,
-release and requeue.  Light: no trio, nothing of the controller.
+release and requeue.  Light: no trio, no model (daemon/blocking/spec.py checks what it checks).
 """
 
 from __future__ import annotations
 
-import argparse
-from typing import Any, TextIO
-
+from reckon.daemon.blocking import spec as wire_spec
 from reckon.daemon.client_common import UsageError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, TextIO
 
 
 def parse_duration(text: str) -> float:
@@ -22,7 +25,7 @@ def parse_duration(text: str) -> float:
 
 
 def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The version 4 JobSpec fields of `reckon submit`'s options (JobSpec checks them)."""
+    """``daemon.blocking.spec.job_spec``'s keywords of `reckon submit`'s batch options (version 4)."""
     fields: dict[str, Any] = {"retries": args.retries}
     if args.time is not None:
         fields["time_limit"] = parse_duration(args.time)
@@ -38,30 +41,26 @@ def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def resource_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The version 6 JobSpec fields of `reckon submit`'s --mem, --gpus, --gres; a bad one is one line."""
-    from reckon.model.resources import parse_gres, parse_size
-
+    """The version 6 keywords of `reckon submit`'s --mem, --gpus, --gres; a bad one is one line."""
     fields: dict[str, Any] = {}
     if getattr(args, "mem", None) is not None:
         try:
-            fields["mem"] = parse_size(args.mem)
+            fields["mem"] = wire_spec.parse_size(args.mem)
         except ValueError as exc:
             raise UsageError(f"invalid --mem: {exc}") from None
     if getattr(args, "gpus", 0):
         fields["gpus"] = args.gpus
     if getattr(args, "gres", None):
         try:
-            fields["gres"] = parse_gres(args.gres)
+            fields["gres"] = [f"{k}:{n}" for k, n in wire_spec.parse_gres(args.gres)]
         except ValueError as exc:
             raise UsageError(f"invalid --gres: {exc}") from None
     return fields
 
 
 def check_array(text: str) -> None:
-    from reckon.model.arrays import parse_array
-
     try:
-        parse_array(text)
+        wire_spec.check_array(text)
     except ValueError as exc:
         raise UsageError(f"invalid --array: {exc}") from None
 

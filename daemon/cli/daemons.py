@@ -163,10 +163,14 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
-            port, _ = await nursery.start(serve_controller, options)
+            port, served = await nursery.start(serve_controller, options)
             announce(f"reckon controller listening on {scheme}://{options.host}:{port}"
                      f"{' (PostgreSQL store: a standby until it leads)' if options.store else ''}",
                      args.log_format, logger="reckon.controller")
+            if args.http is not None:
+                url = await start_http(nursery, served, options, *args.http)
+                announce(f"reckon controller HTTP API on {url}/api/v1/, status page {url}/", args.log_format,
+                         logger="reckon.controller")
 
     try:
         await _until_signalled(run, log_file)
@@ -176,6 +180,46 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
             raise
         raise ClientError(model_corrupted_text(corrupted)) from None
     return 0
+
+
+class ControllerBackend:
+    """The HTTP API's way into the controller (daemon/http/backend.py ``Backend``): the WebSocket
+    ``/client`` endpoint's own path, ``_client_op``, and the controller's own ``Authenticator``; the
+    controller never imports daemon/http.  ``served`` is what ``serve_controller`` started: the
+    daemon, or on PostgreSQL the ``Front`` that has a daemon only while it leads."""
+
+    def __init__(self, served: Any, mode: str) -> None:
+        self.served = served
+        self.mode = mode
+
+    async def admit(self, request: Any) -> Any:
+        return await self.served.auth.admit(request)
+
+    async def call(self, op: str, fields: dict, caller: Any) -> dict:
+        from reckon.daemon.controller.clients import whoami
+        from reckon.daemon.controller.standby import Front
+        from reckon.daemon.http.backend import Unavailable
+
+        if op == "whoami":  # answered by the endpoint itself, as on the WebSocket
+            return whoami(self.mode, caller)
+        daemon = self.served
+        if isinstance(daemon, Front):
+            if daemon.daemon is None:
+                raise Unavailable(f"not the leader: the leader is {daemon.leader}" if daemon.leader
+                                  else "not the leader: no controller leads right now")
+            daemon = daemon.daemon
+        return await daemon._client_op({**fields, "op": op}, caller)
+
+
+async def start_http(nursery: trio.Nursery, served: Any, options: Any, host: str, port: int) -> str:
+    """``reckon controller --http``: the HTTP API beside the controller, in its nursery; its base URL."""
+    from importlib.metadata import version
+
+    from reckon.daemon.http.serve import serve_http
+
+    return await nursery.start(partial(serve_http, ControllerBackend(served, options.auth), host, port,
+                                       tls_cert=options.tls_cert, tls_key=options.tls_key,
+                                       version=version("reckond")))
 
 
 def model_corrupted_text(exc: BaseException) -> str:

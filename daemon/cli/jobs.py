@@ -9,19 +9,27 @@ unchanged (``submit --file --json``: the list of ids).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
-from typing import Any
 
-from reckon.daemon import wire
+from reckon.daemon.blocking.client import SyncClient
+from reckon.daemon.blocking.spec import format_size
 from reckon.daemon.cli import batch
 from reckon.daemon.client_common import (UsageError, client_ssl_context, refuse_unused_ca, request_bytes, resolve_ca,
                                          resolve_auth, resolve_controller)
-from reckon.daemon.auth.client import ClientAuth
-from reckon.daemon.blocking.client import SyncClient
-from reckon.model.resources import format_size
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+    from reckon.daemon.auth.client import ClientAuth
+
+
+def _json(value: object) -> str:
+    import json  # only --json and the listings that print it pay its import
+
+    return json.dumps(value)
 
 
 def run_client_command(args: argparse.Namespace) -> int:
@@ -40,10 +48,10 @@ def run_client_command(args: argparse.Namespace) -> int:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state, user=args.user)["jobs"]
             shown = jobs if args.json or args.expand else batch.fold_arrays(jobs)
-            out.write((json.dumps(jobs) if args.json else format_jobs(shown)) + "\n")
+            out.write((_json(jobs) if args.json else format_jobs(shown)) + "\n")
         elif args.command == "show":
             job = client.call("show", job=args.job)["job"]
-            out.write((json.dumps(job) if args.json else format_job(job)) + "\n")
+            out.write((_json(job) if args.json else format_job(job)) + "\n")
         elif args.command == "cancel":
             reply = client.call("cancel", job=args.job, array=False if args.job_only else None)
             for job in reply.get("array") or [reply["job"]]:  # an array's id: every job of the array
@@ -56,19 +64,19 @@ def run_client_command(args: argparse.Namespace) -> int:
                       f"{len(result['cancelled'])} cancel(s) confirmed; its name is free\n")
         elif args.command == "whoami":
             reply = client.call("whoami")
-            out.write((json.dumps({"auth": reply["auth"], "caller": reply["caller"]}) if args.json
+            out.write((_json({"auth": reply["auth"], "caller": reply["caller"]}) if args.json
                        else format_whoami(reply)) + "\n")
         elif args.command == "nodes":
             nodes = client.call("nodes")["nodes"]
-            out.write((json.dumps(nodes) if args.json else format_nodes(nodes)) + "\n")
+            out.write((_json(nodes) if args.json else format_nodes(nodes)) + "\n")
         elif args.command == "history" and args.job is None:  # --user U --since T: past jobs with their usage
             jobs = client.call("history", user=args.user, since=args.since)["jobs"]
-            out.write((json.dumps(jobs) if args.json else format_user_history(jobs)) + "\n")
+            out.write((_json(jobs) if args.json else format_user_history(jobs)) + "\n")
         elif args.command == "history":
             if args.user is not None or args.since is not None:
                 raise UsageError("--user and --since list finished jobs: give them without a job id")
             history = client.call("history", job=args.job)["history"]
-            out.write((json.dumps(history) if args.json else format_history(history)) + "\n")
+            out.write((_json(history) if args.json else format_history(history)) + "\n")
         elif args.command in ("drain", "resume"):
             result = client.call(args.command, agent=args.node)
             node = result["node"]
@@ -96,24 +104,26 @@ def _submit(args: argparse.Namespace, url: str, auth: ClientAuth, tls: object) -
                 if args.json:
                     wanted = set(ids)
                     jobs = [j for j in client.call("jobs")["jobs"] if j["id"] in wanted]
-            sys.stdout.write(json.dumps(jobs) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
+            sys.stdout.write(_json(jobs) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
             return 0
         with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
             job = client.call("submit", spec=spec, **extra)["job"]
-        sys.stdout.write((json.dumps(job) if args.json else job["id"]) + "\n")
+        sys.stdout.write((_json(job) if args.json else job["id"]) + "\n")
         return 0
     if argv:
         raise UsageError("give a command or --file, not both")
     if args.array is not None:
         raise UsageError("give --array or --file, not both")
     specs = [job_spec(command, args, cwd) for command in read_command_file(args.file)]
+    from reckon.daemon.wire import MAX_AGENT_MESSAGE  # a --file's submit may pay cbor2's import
+
     size = len(request_bytes("submit_many", {"specs": specs, **extra}))
-    if size > wire.MAX_AGENT_MESSAGE:
+    if size > MAX_AGENT_MESSAGE:
         raise UsageError(f"{args.file}: {len(specs)} jobs make a request of {size >> 20} MiB, over the "
-                         f"controller's limit of {wire.MAX_AGENT_MESSAGE >> 20} MiB: split the file")
+                         f"controller's limit of {MAX_AGENT_MESSAGE >> 20} MiB: split the file")
     with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
         ids = client.call("submit_many", specs=specs, **extra)["jobs"]
-    sys.stdout.write(json.dumps(ids) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
+    sys.stdout.write(_json(ids) + "\n" if args.json else "".join(f"{i}\n" for i in ids))
     return 0
 
 
@@ -151,16 +161,14 @@ def submit_cwd(cwd: str | None) -> str:
 
 
 def job_spec(argv: list[str], args: argparse.Namespace, cwd: str) -> dict:
-    """A job spec, checked here (the model's own checks) before it is sent."""
-    from reckon.model.jobs import JobSpec
+    """A job spec's wire dict, its cheap checks made here (daemon/blocking/spec.py), the rest by the controller."""
+    from reckon.daemon.blocking.spec import job_spec as wire_job_spec
 
     try:
-        spec = JobSpec(name=args.name or argv[0].rstrip("/").rpartition("/")[2] or argv[0], command=tuple(argv),
-                       cwd=cwd, env=tuple(args.env), slots=args.slots, output=args.output,
-                       error=args.error, **batch.spec_fields(args))
+        return wire_job_spec(argv, name=args.name or None, cwd=cwd, env=args.env, cpus=args.slots, output=args.output,
+                             error=args.error, **batch.spec_fields(args))
     except ValueError as exc:
         raise UsageError(f"invalid job: {exc}") from None
-    return spec.to_dict()
 
 
 def read_command_file(name: str) -> list[list[str]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import BinaryIO
 
 from reckon.daemon.client_common import ClientError
 from reckon.daemon.auth.client import ClientAuth
@@ -26,9 +27,11 @@ from reckon.daemon.blocking.client import SyncClient
 FOLLOW_POLL = 0.5  # seconds between reads while a followed attempt writes nothing new
 
 
-def run_logs(args: argparse.Namespace, url: str, auth: ClientAuth | str | None, tls: object = None) -> int:
+def run_logs(args: argparse.Namespace, url: str, auth: ClientAuth | str | None, tls: object = None,
+             out: BinaryIO | None = None) -> int:
+    """``out``: where the output goes (default stdout; srun sends a job's stderr to its own)."""
     stream = "stderr" if args.stderr else "stdout"
-    out = sys.stdout.buffer
+    out = sys.stdout.buffer if out is None else out
     offset = 0
     attempt = args.attempt  # pinned at the first chunk: a requeue while following does not mix attempts
     said: str | None = None  # the waiting condition last told, so each is told once

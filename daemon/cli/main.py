@@ -13,17 +13,20 @@ model's controller or the servers; the daemons (daemon/cli/daemons.py) do.
 from __future__ import annotations
 
 import argparse
-import re
+import re  # argparse imports it anyway
 import sys
-from typing import Any, NoReturn
 
 from reckon.daemon.args import path
 from reckon.daemon.durations import duration, duration_or_zero, since
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
                    "release", "requeue", "logs", "whoami")
-COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
+COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config", "slurm-commands")
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
@@ -348,6 +351,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "long (default 15; 0: dispatch at once)")
     p.add_argument("--tls-cert", type=path, metavar="FILE", help="serve wss:// with this certificate (PEM chain)")
     p.add_argument("--tls-key", type=path, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument("--http", type=_listen, default=None, metavar="HOST:PORT",
+                   help="serve the HTTP/JSON API (/api/v1/) and the status page (/) there too, with the same "
+                        "auth and TLS (docs/http-api.md; default: off)")
     _daemon_files(p)
 
     p = sub.add_parser("agent", parents=[verbose, controller, token, auth, ca, metrics],
@@ -534,6 +540,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_count, default=40, help="jobs to run (default 40)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
+    p = sub.add_parser("slurm-commands", help="write Slurm's commands (sbatch, srun, squeue, ...) into DIR",
+                       description="Write small executables sbatch, srun, scancel, squeue, sacct, sinfo and "
+                                   "scontrol into DIR (made if missing) that run reckon's Slurm-style commands "
+                                   "against $RECKON_CONTROLLER; a file there not written by this command is left "
+                                   "alone.  Nothing is put on PATH: it prints the line to add.")
+    p.add_argument("dir", metavar="DIR", help="the directory to write them into")
+
     p = sub.add_parser("config", help="check a daemon config file")
     config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     p = config_sub.add_parser("check", help="validate a TOML config file; exit status 2 names the bad key")
@@ -623,6 +636,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "config":
         return _config_check(args)
+    if args.command == "slurm-commands":
+        from reckon.daemon.slurm.launchers import run as write_slurm_commands
+
+        return write_slurm_commands(args.dir)
     from reckon.daemon.client_common import ClientError, UsageError
 
     try:

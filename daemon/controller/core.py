@@ -18,7 +18,7 @@ import trio
 
 from reckon.model import events as E
 from reckon.model.controller import Controller
-from reckon.model.errors import LocalProtocolError, ModelCorrupted, ProtocolError, RemoteProtocolError
+from reckon.model.errors import LocalProtocolError, ModelCorrupted, PermissionDenied, ProtocolError, RemoteProtocolError
 from reckon.model import messages as M
 from reckon.model.facts import Fact
 from reckon.model.state import snapshot
@@ -32,6 +32,7 @@ from reckon.daemon.controller.connections import AgentConnections, AgentConn
 from reckon.daemon.controller.effects import CommandEffects
 from reckon.daemon.controller.logs import OutputRelay
 from reckon.daemon.controller.metrics import ControllerMetrics
+from reckon.daemon.controller.query import QueryIndex
 from reckon.daemon.controller.work import WorkItem
 from reckon.daemon.refusals import RefusalLog
 from reckon.daemon.store.interface import ControllerStore
@@ -69,6 +70,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         self.before_release: Callable[[], None] = lambda: None  # raises if this controller may not (ha.py)
         self.grace_timer = startup.GraceTimer()
         self.mark_hold = False  # the id mark file says a restored copy's whole-grace hold lasts (startup.commit)
+        self.queries = QueryIndex.of(self)  # the replayed (committed) jobs; startup.commit keeps it
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
@@ -85,7 +87,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         async with recv:
             work: WorkItem = await recv.receive()
         if work.error is not None:
-            raise LocalProtocolError(work.error)
+            raise (PermissionDenied if work.denied else LocalProtocolError)(work.error)
         return work.result
 
     async def core_loop(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -156,7 +158,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
             raise
         except LocalProtocolError as exc:
             self._unchanged_since(applied, deciding, exc)
-            work.error = str(exc)
+            work.error, work.denied = str(exc), isinstance(exc, PermissionDenied)
         except RemoteProtocolError as exc:
             self._unchanged_since(applied, deciding, exc)
             conn = getattr(work.event, "conn", None)

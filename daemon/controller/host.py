@@ -27,6 +27,8 @@ class DaemonHost(Protocol):
     started_at: float  # wall time
     log_dirs: dict[str, tuple[str, str]]  # agent -> (log_dir, log_layout) from its Join
     mark_hold: bool  # the id mark file says a restored copy's whole-grace hold lasts (startup.py)
+    queries: Any  # query.QueryIndex (not imported: it reads this host): the committed jobs, for the query op (query.py; kept by startup.commit)
+    before_release: Callable[[], None]  # raises if this controller may not release effects (ha.py)
 
     async def call(self, event: Any = None, call: Callable[[], Any] | None = None) -> Any:
         """Run an event or a read through the core loop; return once its effects are durable."""

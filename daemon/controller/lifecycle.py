@@ -45,6 +45,8 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
     F.JobCancelled: lambda f: f"job {f.job} cancelled before it ran" + (f": {f.reason}" if f.reason else ""),
     F.JobCancelConfirmed: lambda f: f"job {f.job} attempt {f.attempt} cancelled: its process is gone",
     F.JobRequeued: lambda f: f"job {f.job} attempt {f.attempt} requeued: {f.reason}",
+    F.JobRequeueRequested: lambda f: (f"job {f.job} attempt {f.attempt} requeue requested: its process is being "
+                                      f"stopped, then it runs again"),
     F.AgentRegistered: lambda f: f"agent {f.agent} registered with {f.slots} slot(s)",
     F.AgentForgotten: lambda f: f"agent {f.agent} forgotten by the operator: its name is free",
     F.AgentDrained: lambda f: f"agent {f.agent} drained: no new jobs there; running jobs finish",

@@ -61,6 +61,7 @@ async def commit(daemon: "DaemonHost", facts: list[Fact]) -> None:
     """
     if daemon.options.store is not None:
         await daemon.store.append(facts)  # PostgreSQL: restored whole, its own mark is the only one
+        committed(daemon, facts)
         return
     state_dir = daemon.options.state_dir
     hold = holding_restored(daemon.model)  # a restored copy's whole-grace hold survives a restart
@@ -71,6 +72,15 @@ async def commit(daemon: "DaemonHost", facts: list[Fact]) -> None:
         write_id_mark(state_dir, mark)
     await daemon.store.append(facts, then=lambda last_seq: write_id_mark(state_dir, replace(mark, facts=last_seq)))
     daemon.mark_hold = hold
+    committed(daemon, facts)
+
+
+def committed(daemon: "DaemonHost", facts: list[Fact]) -> None:
+    """The facts are durable: the query index may show them (query.py); a checking run
+    (``validate_state``) also compares it with the job table."""
+    daemon.queries.committed(daemon, facts)
+    if daemon.options.validate_state:
+        daemon.queries.check(daemon)
 
 
 def end_mark_hold(daemon: "DaemonHost") -> None:

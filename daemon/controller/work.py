@@ -20,3 +20,4 @@ class WorkItem:
     commands: list[E.Command] = field(default_factory=list)
     result: Any = None
     error: str | None = None
+    denied: bool = False  # the error is a permission refusal (PermissionDenied): the HTTP API's 403

@@ -169,7 +169,11 @@ def _render_refusals() -> str:
     return "\n".join(lines) + "\n"
 
 
-_PATTERN_MEANINGS = {"j": "the job id", "a": "the attempt number", "%": "a literal `%`"}
+_PATTERN_MEANINGS = {"j": "the job id", "a": "the attempt number", "%": "a literal `%`",
+                     "A": "the array's id (the job id for a job not in an array; version 7)",
+                     "I": "the index in its array (`4294967294` for a job not in an array, as Slurm; version 7)",
+                     "x": "the job's name (version 7)", "u": "the user it runs as (version 7)",
+                     "N": "the agent's short host name (version 7)"}
 assert set(_PATTERN_MEANINGS) == set(PATTERN_ESCAPES)
 
 

@@ -7,6 +7,7 @@ only that each benchmark measures what it says and cleans up after itself.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -102,6 +103,19 @@ def test_cli_bench():
     for key in ("submit_ms", "submit_cpu_ms", "submits_per_s", "show_ms", "jobs_ms", "bulk_submit_s",
                 "bulk_jobs_per_s"):
         _sane(out[key])
+    for name in ("sbatch", "squeue", "sacct"):  # timed when this build has them, else said to be skipped
+        assert (name in out["slurm_skipped"]) != (f"{name}_ms" in out), out
+        if name not in out["slurm_skipped"]:
+            _sane(out[f"{name}_ms"])
+
+
+def test_the_cli_bench_skips_a_slurm_command_it_cannot_find(tmp_path):
+    from reckon.daemon.bench.cli import reckon_argv, slurm_commands
+
+    found, skipped = slurm_commands(reckon_argv(), ["sbatch", "squeue"], tmp_path / "bin", dict(os.environ))
+    assert sorted([*found, *(line.split(":")[0] for line in skipped)]) == ["sbatch", "squeue"]
+    assert all("skipped" in line for line in skipped)
+    assert slurm_commands(reckon_argv(), [], tmp_path / "bin", {}) == ({}, [])
 
 
 def test_cli_bench_on_a_munge_cluster_times_the_credential_too(munged):

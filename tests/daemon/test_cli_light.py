@@ -13,21 +13,73 @@ from reckon.model.jobs import MAX_SLOTS as MODEL_MAX_SLOTS
 HEAVY = ("trio", "trio_websocket", "wsproto", "h11", "reckon.model.controller", "reckon.model.messages", "reckon.daemon.controller",
          "reckon.daemon.agent", "reckon.daemon.client", "reckon.daemon.store")
 
+# What the short-lived commands must not import (issue #21: a command's cost is its interpreter's
+# start and its imports).  Held as a list of modules, not a time: a time is the machine's.
+# `reckon submit` pays argparse, which brings re, enum and functools; the shared client path below
+# it (the blocking client, the connection settings, the spec's wire dict, the client's CBOR) does
+# not, and the Slurm-style commands build on that path alone.
+SLOW = ("reckon.model", "dataclasses", "inspect", "typing", "json", "socket", "selectors", "urllib", "ipaddress",
+        "cbor2", "datetime", "ssl", "hashlib", "base64", "pathlib", "shutil", "subprocess", "importlib.metadata",
+        "encodings.idna", "unicodedata", "ctypes", "decimal")
+SHARED_PATH_ALSO = ("re", "enum", "argparse", "functools", "collections", "gettext", "locale", "warnings")
+
+# Each probe prints the modules it imported (those already loaded when it started, by site or an
+# editable install's finder, are not its own).
 PROBE = """
-import json, sys
+import json as _j, sys
+_before = set(sys.modules)
 from reckon.daemon.cli.main import main
-status = main(["submit", "--controller", "ws://127.0.0.1:1", "--timeout", "5", "--", "true"])
-print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
+status = main(["submit", "--controller", "ws://127.0.0.1:1", "--timeout", "5", "--mem", "1G", "--gres", "lic:1",
+               "--time", "10m", "--", "true"])
+print(_j.dumps({"status": status, "modules": sorted(sys.modules), "new": sorted(set(sys.modules) - _before)}))
 """
+
+SHARED_PROBE = """
+import sys
+_before = set(sys.modules)
+from reckon.daemon.blocking.client import SyncClient, call
+from reckon.daemon.blocking.spec import job_spec
+from reckon.daemon.client_common import ClientError, resolve_auth, resolve_controller
+spec = job_spec(["true"], cwd="/tmp", mem="1G", gres=["lic:1"], time_limit=60.0, after=["1"])
+try:
+    call(resolve_controller("ws://127.0.0.1:1"), resolve_auth(None, None, None), "submit", spec=spec, timeout=5)
+except ClientError as exc:
+    status = str(exc)
+new = sorted(set(sys.modules) - _before)
+import json
+print(json.dumps({"status": status, "new": new}))
+"""
+
+
+def _imports(probe: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out
+    return {**json.loads(out.stdout), "stderr": out.stderr}
+
+
+def _matching(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
 
 
 def test_a_client_command_imports_no_trio_no_model_controller_no_server():
     # A whole submit (spec checked, connection attempted: port 1 refuses at once).
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60)
-    result = json.loads(out.stdout)
-    assert result["status"] == 1 and "unreachable" in out.stderr, out
-    heavy = [m for m in result["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)]
-    assert heavy == [], heavy
+    result = _imports(PROBE)
+    assert result["status"] == 1 and "unreachable" in result["stderr"], result
+    assert _matching(result["modules"], HEAVY) == []
+    assert _matching(result["new"], SLOW) == []
+
+
+def test_the_shared_client_path_imports_next_to_nothing():
+    # What sbatch, squeue, sacct and import reckon build on: a spec, the settings, one call.
+    result = _imports(SHARED_PROBE)
+    assert "unreachable" in result["status"], result
+    assert _matching(result["new"], HEAVY + SLOW + SHARED_PATH_ALSO) == []
+
+
+def test_import_reckon_is_light():
+    result = _imports("import sys, json\n_b = set(sys.modules)\nimport reckon\nreckon.Client\nreckon.Job\n"
+                      "reckon.ReckonError\nprint(json.dumps({'new': sorted(set(sys.modules) - _b)}))")
+    assert _matching(result["new"], HEAVY + SLOW + SHARED_PATH_ALSO) == []
 
 
 def _actions(parser: argparse.ArgumentParser, path: str):

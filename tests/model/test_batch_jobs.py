@@ -308,13 +308,13 @@ def test_a_held_job_is_not_dispatched_until_released() -> None:
     h.assert_replay_agrees()
 
 
-def test_requeue_runs_a_finished_job_again_as_a_new_attempt_and_refuses_a_running_one() -> None:
+def test_requeue_runs_a_finished_job_again_as_a_new_attempt_and_refuses_a_pending_one() -> None:
     h = Harness()
     h.join("a1")
     job = _submit(h)
-    _run(h, job)
-    with pytest.raises(LocalProtocolError, match="cancel it first"):
+    with pytest.raises(LocalProtocolError, match="has not run yet"):
         h.controller.handle(E.RequeueJob(job=job, now=h.now))
+    _run(h, job)
     _finish(h, job, exit_code=4)
     h.controller_handle(E.RequeueJob(job=job, now=h.now))
     record = h.job(job)

@@ -448,3 +448,55 @@ def test_bite_resources(monkeypatch, mutant, caught_by):
     mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
     assert_bites(caught_by)
 
+
+
+def _requeue_a_running_job() -> X.ExploredMachine:
+    """A directed run of the machine's rules: a job runs, a user requeues it, it runs again."""
+    m = X.ExploredMachine.start(X.Scope(agents=1, jobs=0))
+    m.submit(slots=[1], command=["x"], retries=0)
+    m.work()
+    m.advance_time(dt=2.5, jitter=0.0, fire=False)
+    m.settle()
+    m.requeue_running(i=0)
+    for _ in range(3):
+        m.work()
+        m.advance_time(dt=2.5, jitter=0.0, fire=True)
+        m.settle()
+        m.check()
+    return m
+
+
+def test_requeue_of_a_running_job_runs_it_twice():
+    """The control of the two bites below: as the model is, the job runs a second attempt."""
+    m = _requeue_a_running_job()
+    job = m.controller.state.jobs["1"]
+    assert (job.attempt, job.requeues, job.exit_code) == (2, 1, None)
+    assert sorted(p.attempt for p in m.procs if p.job == "1") == [1, 2]
+
+
+def test_bite_requeue_records_the_stopped_attempt(monkeypatch):
+    """Version 7: the finish of a requeued attempt forgets the request, so the kill's signal becomes
+    the job's outcome (FAILED) instead of a second run."""
+    finished = S._APPLY[F.JobFinished]
+
+    def forgets(state, fact):
+        state.jobs[fact.job].requeue_requested = False
+        return finished(state, fact)
+
+    monkeypatch.setitem(S._APPLY, F.JobFinished, forgets)
+    with pytest.raises(AssertionError, match="INV-REQUEUE-ONCE"):
+        _requeue_a_running_job()
+
+
+def test_bite_requeue_counted_twice(monkeypatch):
+    """Version 7: one requeue request requeues the job, but counts twice."""
+    back = S._back_to_pending
+
+    def twice(state, job):
+        changes = back(state, job)
+        job.requeues += 1
+        return changes
+
+    monkeypatch.setattr(S, "_back_to_pending", twice)
+    with pytest.raises(AssertionError, match="INV-REQUEUE-ONCE"):
+        _requeue_a_running_job()

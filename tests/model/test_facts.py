@@ -43,6 +43,7 @@ SAMPLES = [
     F.JobHeld(job="1"),
     F.JobReleased(job="1"),
     F.JobRestarted(job="1", attempt=3),
+    F.JobRequeueRequested(job="1", attempt=2),
     F.IdMarkRaised(upto=1000),
     F.JoinGenerationIssued(agent="a1", generation=3, confirmed=2),
     F.JobAttemptsReserved(job="1", upto=3),

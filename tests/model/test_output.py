@@ -22,7 +22,7 @@ def test_patterns_expand_job_attempt_and_percent():
     assert expand_pattern("plain", job="5", attempt=1) == "plain"
 
 
-@pytest.mark.parametrize("pattern", ["%x", "out-%", "%J", ""])
+@pytest.mark.parametrize("pattern", ["%t", "out-%", "%J", ""])
 def test_a_bad_pattern_is_refused_at_the_spec(pattern):
     with pytest.raises(ValueError):
         JobSpec(name="t", command=("true",), output=pattern)

@@ -457,7 +457,8 @@ class ReckonMachine(RuleBasedStateMachine):
                               f"Ack {msg.outcome.value} of {msg.job}/{msg.attempt} before a durable terminal fact")
         elif isinstance(msg, M.Kill):
             job = self.controller.state.jobs.get(msg.job)
-            if (job is not None and not job.terminal and not job.cancel_requested and job.attempt == msg.attempt
+            if (job is not None and not job.terminal and not job.cancel_requested and not job.requeue_requested
+                    and job.attempt == msg.attempt
                     and job.agent == name and (msg.uid is None or job.uid is None or msg.uid == job.uid)):
                 self._violate("INV-NO-WRONG-KILL", f"Kill of live, uncancelled {msg.job}/{msg.attempt} on {name}")
         elif isinstance(msg, M.ResyncQuery):
@@ -865,6 +866,21 @@ class ReckonMachine(RuleBasedStateMachine):
         else:
             assert not allowed or not was_terminal, f"cancel of terminal job {job.id} accepted"
 
+    @precondition(lambda self: any(j.state is JobState.RUNNING for j in self.controller.state.jobs.values()))
+    @rule(i=INDEX, caller=CALLER)
+    def requeue_running(self, i, caller=None):
+        """A user's requeue of a RUNNING job (version 7, ``scontrol requeue``): its attempt is stopped as
+        for a cancel and the job runs again (INV-REQUEUE-ONCE); refused only while a cancel is asked."""
+        jobs = [j for j in self.controller.state.jobs.values() if j.state is JobState.RUNNING]
+        job = jobs[i % len(jobs)]
+        cancelling = job.cancel_requested
+        before = self.controller.state.digest()
+        try:
+            self._client_op(E.RequeueJob(job=job.id, now=self.now, caller=caller), "requeue", job)
+        except LocalProtocolError:
+            assert cancelling, f"requeue of running job {job.id} refused without a cancel"
+            assert self.controller.state.digest() == before, f"a refused requeue of {job.id} changed the state"
+
     @precondition(lambda self: self.controller.state.agents)
     @rule(i=INDEX, caller=CALLER)
     def drain_or_resume(self, i, caller=None):
@@ -1159,8 +1175,9 @@ class ReckonMachine(RuleBasedStateMachine):
         attempt, and a failed job that was not cancelled used every retry it had."""
         finished: dict[str, list[F.JobFinished]] = defaultdict(list)
         run_start: dict[str, int] = {}
+        requeued = {(f.job, f.attempt) for f in self.log if isinstance(f, F.JobRequeueRequested)}
         for fact in self.log:
-            if isinstance(fact, F.JobFinished):
+            if isinstance(fact, F.JobFinished) and (fact.job, fact.attempt) not in requeued:  # a requeue, not a retry
                 finished[fact.job].append(fact)
             elif isinstance(fact, F.JobRestarted):
                 run_start[fact.job] = fact.attempt + 1  # a user's requeue starts a new run
@@ -1176,6 +1193,36 @@ class ReckonMachine(RuleBasedStateMachine):
             if job.state is JobState.FAILED and not job.cancel_requested and job.reason is None:
                 assert job.retried == job.spec.retries, (
                     f"INV-RETRIES-BOUNDED: job {job.id} FAILED after {job.retried} of {job.spec.retries} retries")
+
+    @invariant()
+    def inv_requeue_once(self):
+        """INV-REQUEUE-ONCE: a user's requeue of a RUNNING attempt requeues the job once, and the
+        stopped attempt's exit is never the job's outcome (unless a cancel asked after it ended it
+        CANCELLED); ``requeues`` counts exactly the lost attempts, the restarts and these."""
+        asked: set[tuple[str, int]] = set()
+        cancelling: set[str] = set()
+        counted: dict[str, int] = defaultdict(int)
+        for fact in self.log:
+            kind = type(fact)
+            if kind is F.JobRequeueRequested:
+                asked.add((fact.job, fact.attempt))
+            elif kind is F.JobCancelRequested:
+                cancelling.add(fact.job)
+            elif kind is F.JobRestarted:
+                cancelling.discard(fact.job)
+                counted[fact.job] += 1
+            elif kind is F.JobRequeued:
+                counted[fact.job] += 1
+            elif kind is F.JobFinished and (fact.job, fact.attempt) in asked and fact.job not in cancelling:
+                counted[fact.job] += 1
+        for job in self.controller.state.jobs.values():
+            if job.terminal and job.state is not JobState.CANCELLED and (job.id, job.attempt) in asked:
+                assert False, (f"INV-REQUEUE-ONCE: job {job.id} ended {job.state.value} with the outcome of "
+                               f"attempt {job.attempt}, which a user requeued")
+            assert job.requeues == counted[job.id], (
+                f"INV-REQUEUE-ONCE: job {job.id} counts {job.requeues} requeues, the log shows {counted[job.id]}")
+            assert not job.requeue_requested or job.state is JobState.RUNNING, (
+                f"INV-REQUEUE-ONCE: job {job.id} is {job.state.value} with a requeue request")
 
     @invariant()
     def inv_fact_codec(self):

@@ -1,0 +1,127 @@
+"""What reckon's Slurm commands share: the one connection to the controller, the run of a
+command's main with Slurm's error lines and exit codes, Slurm's signal names.
+
+Light: a workflow tool runs ``sbatch`` once per job and ``scancel`` in loops, so these modules
+import no trio, no ``reckon.model``, no argparse, no json, no re, no enum, no signal (whose
+``Signals`` enum is the cost): the controller validates the spec dicts they build.
+The controller and its authentication are resolved as ``reckon``'s client commands resolve
+them (``daemon/client_common.py``): ``$RECKON_CONTROLLER`` (default ws://127.0.0.1:7420),
+``$RECKON_AUTH``, ``$RECKON_TOKEN``/``$RECKON_TOKEN_FILE``, ``$RECKON_CA``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from reckon.daemon.client_common import ClientError, UsageError
+
+TIMEOUT = 30.0  # seconds for connecting, then for each request ($RECKON_SLURM_TIMEOUT overrides)
+
+# Linux's signal numbers (x86, arm, riscv: the generic table).  Not from the signal module:
+# importing it builds an enum of every signal, a cost each sbatch and scancel would pay.
+SIGNALS = {
+    "HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "TRAP": 5, "ABRT": 6, "BUS": 7, "FPE": 8, "KILL": 9,
+    "USR1": 10, "SEGV": 11, "USR2": 12, "PIPE": 13, "ALRM": 14, "TERM": 15, "STKFLT": 16,
+    "CHLD": 17, "CONT": 18, "STOP": 19, "TSTP": 20, "TTIN": 21, "TTOU": 22, "URG": 23, "XCPU": 24,
+    "XFSZ": 25, "VTALRM": 26, "PROF": 27, "WINCH": 28, "IO": 29, "PWR": 30, "SYS": 31,
+}
+
+
+class SlurmCommandError(Exception):
+    """One line for the user, printed as ``PROG: error: TEXT``; ``status`` the exit code (Slurm: 1)."""
+
+    def __init__(self, text: str, status: int = 1) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+def signal_number(text: str) -> int:
+    """``USR2``, ``SIGUSR2``, ``usr2`` or ``12`` -> 12, as Slurm reads a signal; else an error."""
+    word = text.strip().upper()
+    if word.isdigit() and 0 < int(word) < 65:
+        return int(word)
+    number = SIGNALS.get(word[3:] if word.startswith("SIG") else word)
+    if number is None:
+        raise SlurmCommandError(f"Invalid signal specification: {text!r}")
+    return number
+
+
+def connect():  # -> SyncClient (not annotated: the import stays inside)
+    """One connection to the controller, reused for every request of the command."""
+    from reckon.daemon.blocking.client import SyncClient
+    from reckon.daemon.client_common import client_ssl_context, resolve_auth, resolve_ca, resolve_controller
+
+    url = resolve_controller(None)
+    auth = resolve_auth(None, None, None)
+    tls = client_ssl_context(resolve_ca(None)) if any(u.strip().startswith("wss:") for u in url.split(",")) else None
+    try:
+        timeout = float(os.environ.get("RECKON_SLURM_TIMEOUT") or TIMEOUT)
+    except ValueError:
+        raise UsageError("$RECKON_SLURM_TIMEOUT must be a number of seconds, got "
+                         f"{os.environ['RECKON_SLURM_TIMEOUT']!r}") from None
+    client = SyncClient(url, auth, timeout=timeout, ssl_context=tls)
+    client.connect()
+    return client
+
+
+def warn(prog: str, text: str) -> None:
+    sys.stderr.write(f"{prog}: warning: {text}\n")
+
+
+def run(main, argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run ``main(argv)`` (default: ``sys.argv[1:]``); a known failure is one line on stderr as Slurm
+    prints it (``sbatch: error: ...``) and its exit status: Slurm's 1 (2 for a bad controller URL or
+    token setting, as ``reckon``'s usage errors).  ``prog``: default the command's file name."""
+    if prog is None:
+        name = sys.argv[0].rpartition("/")[2] if sys.argv and sys.argv[0] not in ("", "-c") else "slurm"
+        prog = name.removesuffix(".py")
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        status = main(argv)
+        sys.stdout.flush()
+        return int(status or 0)
+    except (SlurmCommandError, ClientError) as exc:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+        for line in str(exc).splitlines() or [""]:
+            sys.stderr.write(f"{prog}: error: {line}\n")
+        if isinstance(exc, SlurmCommandError):
+            return exc.status
+        return 2 if isinstance(exc, UsageError) else 1
+    except BrokenPipeError:  # `... | head`: the reader left; no flush at exit onto the closed pipe
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def query(client, *, ids: list[str] | None = None, names: list[str] | None = None, users: list[str] | None = None,
+          states: list[str] | None = None) -> list[dict]:
+    """The ``query`` op's jobs (ids: ``123``, an array's id for all its members, ``123_4``); from a
+    controller without it (before protocol 7), the ``jobs`` op's list, filtered here the same way."""
+    try:
+        return client.call("query", ids=ids, names=names, users=users, states=states)["jobs"]
+    except ClientError as exc:
+        if "unknown op" not in str(exc):
+            raise
+    wanted = set(ids or ())
+    out = []
+    for job in client.call("jobs")["jobs"]:
+        array = job.get("array_id")
+        if ids is not None and not (job["id"] in wanted or array in wanted
+                                    or (array is not None and f"{array}_{job.get('array_index')}" in wanted)):
+            continue
+        if names is not None and job.get("name") not in names:
+            continue
+        if users is not None and job.get("user") not in users:
+            continue
+        if states is not None and job["state"] not in states:
+            continue
+        out.append(job)
+    return out

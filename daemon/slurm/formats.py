@@ -1,0 +1,572 @@
+"""Slurm's output formats for reckon's jobs and nodes: pure functions, one module.
+
+squeue, sacct, sinfo and scontrol (their modules beside this one) fetch job and node objects
+from the controller (the ``query`` and ``nodes`` ops) and print them here, so what they print
+can be compared field by field with a real Slurm's output (tests/slurmref/).  The layouts follow
+Slurm 22.05's source: squeue's ``%[.][width]code`` (a width pads and cuts; ``.`` right-justifies),
+sacct's fixed columns (``print_fields.c``: right-justified but JobID, a value longer than its
+column cut with a ``+``, a space after every column; ``-P``: ``|`` between fields, ``-p``: after
+each), scontrol's ``Key=Value`` lines.
+
+How reckon's jobs read as Slurm's: a job is one task on one node (its agent); an array member's
+id is ``ARRAY_INDEX`` (``123_4``), its own id the raw id (``%A``, ``JobIDRaw``); FAILED with reason
+``timeout`` is TIMEOUT, with reason ``oom`` OUT_OF_MEMORY; the partition is ``reckon`` (or the job's
+``partition`` label).  Light: no regular expressions, no dataclasses, no typing at run time.
+"""
+
+from __future__ import annotations
+
+import time
+
+PARTITION = "reckon"  # reckon's one partition, the default, until scheduling has partitions (#22)
+CLUSTER = "reckon"
+NO_ARRAY_INDEX = "4294967294"  # what Slurm prints for the array index of a job not in an array
+
+STATE_CODES = {
+    "PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA", "TIMEOUT": "TO",
+    "OUT_OF_MEMORY": "OOM", "NODE_FAIL": "NF", "REQUEUED": "RQ", "COMPLETING": "CG", "SUSPENDED": "S",
+    "PREEMPTED": "PR", "BOOT_FAIL": "BF", "DEADLINE": "DL", "CONFIGURING": "CF",
+}
+CODE_STATES = {code: state for state, code in STATE_CODES.items()}
+# Each Slurm state's reckon state, for a query (the Slurm state is then checked per job).
+RECKON_STATE = {"PENDING": "PENDING", "REQUEUED": "PENDING", "RUNNING": "RUNNING", "COMPLETING": "RUNNING",
+                "COMPLETED": "COMPLETED", "FAILED": "FAILED", "TIMEOUT": "FAILED", "OUT_OF_MEMORY": "FAILED",
+                "NODE_FAIL": "FAILED", "CANCELLED": "CANCELLED"}
+
+from reckon.daemon.slurm.cmdline import UsageProblem, split_list
+
+
+# ---- values --------------------------------------------------------------------------------------
+
+
+def slurm_state(job: dict) -> str:
+    """The job's state in Slurm's long name."""
+    state = job["state"]
+    if state == "FAILED":
+        reason = job.get("reason")
+        if reason == "timeout":
+            return "TIMEOUT"
+        if reason == "oom":
+            return "OUT_OF_MEMORY"
+    return state
+
+
+def job_id(job: dict) -> str:
+    """``%i`` / JobID: ``ARRAY_INDEX`` for an array member, else the id."""
+    if job.get("array_id") is not None:
+        return f"{job['array_id']}_{job['array_index']}"
+    return job["id"]
+
+
+def label(job: dict, key: str) -> str | None:
+    return (job.get("labels") or {}).get(key)
+
+
+def partition(job: dict) -> str:
+    return label(job, "partition") or PARTITION
+
+
+def exit_code(job: dict) -> str:
+    """sacct's ``ExitCode``: ``code:signal``."""
+    return f"{job.get('exit_code') or 0}:{job.get('signal') or 0}"
+
+
+def elapsed_seconds(job: dict, now: float) -> int:
+    started = job.get("started_at")
+    if started is None or job["state"] == "PENDING":
+        return 0
+    end = job.get("finished_at") if job["state"] != "RUNNING" else None
+    return max(0, int((end if end is not None else now) - started))
+
+
+def squeue_time(seconds: float | None) -> str:
+    """squeue's TIME and TIME_LIMIT: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+    if seconds is None:
+        return "UNLIMITED"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def sacct_time(seconds: float | None) -> str:
+    """sacct's Elapsed and Timelimit (secs2time_str): ``HH:MM:SS``, ``D-HH:MM:SS``."""
+    if seconds is None:
+        return "UNLIMITED"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def date(when: float | None) -> str:
+    """Slurm's time stamps (slurm_make_time_str): local ``YYYY-MM-DDTHH:MM:SS``; unset: Unknown."""
+    if when is None:
+        return "Unknown"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+
+
+def memory(mem: int | None, none: str = "0") -> str:
+    """Bytes as Slurm shows megabytes (convert_num_unit from M): ``500M``, ``4G``, ``1.50G``."""
+    if not mem:
+        return none
+    value, units = mem / (1 << 20), "MGTP"
+    unit = 0
+    while value >= 1024 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    return f"{int(value)}{units[unit]}" if value == int(value) else f"{value:.2f}{units[unit]}"
+
+
+def gres(job: dict) -> str:
+    """squeue's TRES_PER_NODE / %b: ``gres:gpu:2,gres:name:1``; none: N/A."""
+    parts = [f"gres:gpu:{job['gpus']}"] if job.get("gpus") else []
+    parts += [f"gres:{name}:{count}" for name, count in job.get("gres") or ()]
+    return ",".join(parts) or "N/A"
+
+
+def pending_reason(job: dict) -> str:
+    """Slurm's reason for a job: why a PENDING one waits (by its own record), else None."""
+    state = job["state"]
+    if state == "PENDING":
+        if job.get("held"):
+            return "JobHeldUser"
+        if job.get("after"):
+            return "Dependency"
+        return "Resources" if not job.get("requeues") else "BeginTime"
+    if state == "CANCELLED" and job.get("reason") and "dependency" in job["reason"]:
+        return "DependencyNeverSatisfied"
+    return {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "OUT_OF_MEMORY": "OutOfMemory"}.get(
+        slurm_state(job), "None")
+
+
+def nodelist(job: dict) -> str:
+    return job.get("agent") or ""
+
+
+def compress_indices(indices: list[int]) -> str:
+    """[1, 2, 3, 5] -> ``1-3,5`` (Slurm's array task string)."""
+    out: list[str] = []
+    ordered = sorted(set(indices))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def hostlist(names: list[str]) -> str:
+    """Slurm's compressed host list: ``a1,a2,a3,b`` -> ``a[1-3],b``."""
+    groups: dict[str, list[int]] = {}
+    plain: list[str] = []
+    order: list[str] = []
+    for name in names:
+        k = len(name)
+        while k > 0 and name[k - 1].isdigit():
+            k -= 1
+        digits = name[k:]
+        if not digits or (len(digits) > 1 and digits[0] == "0"):
+            plain.append(name)
+            order.append(name)
+            continue
+        prefix = name[:k]
+        if prefix not in groups:
+            groups[prefix] = []
+            order.append("\0" + prefix)
+        groups[prefix].append(int(digits))
+    out = []
+    for entry in order:
+        if not entry.startswith("\0"):
+            out.append(entry)
+            continue
+        prefix = entry[1:]
+        numbers = groups[prefix]
+        out.append(f"{prefix}{numbers[0]}" if len(set(numbers)) == 1 else f"{prefix}[{compress_indices(numbers)}]")
+    return ",".join(out)
+
+
+# ---- squeue --------------------------------------------------------------------------------------
+
+SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+# code -> (header, value of (row, now)); a row is a job object, or a collapsed pending array
+SQUEUE_HEADERS = {
+    "a": "ACCOUNT", "A": "JOBID", "b": "TRES_PER_NODE", "c": "MIN_CPUS", "C": "CPUS", "D": "NODES",
+    "e": "END_TIME", "E": "DEPENDENCY", "F": "ARRAY_JOB_ID", "g": "GROUP", "i": "JOBID", "j": "NAME",
+    "k": "COMMENT", "K": "ARRAY_TASK_ID", "l": "TIME_LIMIT", "L": "TIME_LEFT", "m": "MIN_MEMORY", "M": "TIME",
+    "N": "NODELIST", "o": "COMMAND", "P": "PARTITION", "q": "QOS", "Q": "PRIORITY", "r": "REASON",
+    "R": "NODELIST(REASON)", "S": "START_TIME", "t": "ST", "T": "STATE", "u": "USER", "U": "UID",
+    "v": "RESERVATION", "V": "SUBMIT_TIME", "w": "WCKEY", "y": "NICE", "Z": "WORK_DIR", "f": "FEATURES",
+}
+# squeue -O names (lower case) -> the % code they print
+SQUEUE_LONG = {
+    "account": "a", "jobid": "i", "jobarrayid": "i", "arrayjobid": "F", "arraytaskid": "K", "name": "j",
+    "state": "T", "statecompact": "t", "username": "u", "userid": "U", "timeused": "M", "timelimit": "l",
+    "timeleft": "L", "numnodes": "D", "numcpus": "C", "mincpus": "c", "minmemory": "m", "nodelist": "N",
+    "reasonlist": "R", "reason": "r", "partition": "P", "workdir": "Z", "command": "o", "starttime": "S",
+    "submittime": "V", "endtime": "e", "comment": "k", "qos": "q", "priority": "Q", "dependency": "E",
+    "tres-per-node": "b", "wckey": "w", "nice": "y", "feature": "f", "reservation": "v", "group": "g",
+}
+
+
+def parse_squeue_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
+    """``%.18i %j|x`` -> [(literal text before, code or None, width (0: as is), right-justified)]."""
+    out: list[tuple[str, str | None, int, bool]] = []
+    literal = ""
+    i = 0
+    while i < len(fmt):
+        ch = fmt[i]
+        if ch != "%":
+            literal += ch
+            i += 1
+            continue
+        i += 1
+        if i < len(fmt) and fmt[i] == "%":
+            literal += "%"
+            i += 1
+            continue
+        right = False
+        if i < len(fmt) and fmt[i] == ".":
+            right, i = True, i + 1
+        start = i
+        while i < len(fmt) and fmt[i].isdigit():
+            i += 1
+        width = int(fmt[start:i]) if i > start else 0
+        if i >= len(fmt):
+            raise UsageProblem(f"incomplete format field in '{fmt}'")
+        code = fmt[i]
+        i += 1
+        if code not in SQUEUE_HEADERS:
+            raise UsageProblem(f"invalid squeue format field '%{code}' (reckon prints "
+                               f"{''.join(sorted(SQUEUE_HEADERS))})")
+        out.append((literal, code, width, right))
+        literal = ""
+    if literal:
+        out.append((literal, None, 0, False))
+    return out
+
+
+def parse_squeue_long_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
+    """squeue -O ``name[:[.]size][,...]``: each field 20 wide (left) unless sized, then a space."""
+    out: list[tuple[str, str | None, int, bool]] = []
+    for part in fmt.split(","):
+        name, _, size = part.strip().partition(":")
+        code = SQUEUE_LONG.get(name.lower())
+        if code is None:
+            raise UsageProblem(f"invalid squeue -O field '{name}'")
+        right = size.startswith(".")
+        size = size.lstrip(".")
+        if size and not size.isdigit():
+            raise UsageProblem(f"invalid size '{size}' of squeue -O field '{name}'")
+        out.append(("", code, int(size) if size else 20, right))
+        out.append((" ", None, 0, False))
+    return out
+
+
+def squeue_value(code: str, row: dict, now: float) -> str:
+    job = row
+    state = slurm_state(job)
+    if code == "i":
+        return row.get("_slurm_id") or job_id(job)
+    if code == "A":
+        return job["id"]
+    if code == "F":
+        return job["array_id"] if job.get("array_id") is not None else job["id"]
+    if code == "K":
+        if row.get("_slurm_tasks"):
+            return row["_slurm_tasks"]
+        return str(job["array_index"]) if job.get("array_id") is not None else "N/A"
+    if code == "j":
+        return job["name"]
+    if code == "t":
+        return STATE_CODES.get(state, state)
+    if code == "T":
+        return state
+    if code == "u":
+        return job.get("user") or "root"
+    if code == "U":
+        owner = job.get("owner") or {}
+        return str(owner.get("uid", 0))
+    if code == "g":
+        owner = job.get("owner") or {}
+        return str(owner.get("gid", 0))
+    if code == "M":
+        return squeue_time(elapsed_seconds(job, now))
+    if code == "l":
+        return squeue_time(job.get("time_limit"))
+    if code == "L":
+        limit = job.get("time_limit")
+        if limit is None:
+            return "UNLIMITED"
+        return squeue_time(max(0, limit - elapsed_seconds(job, now)))
+    if code in ("D",):
+        return "1"
+    if code in ("C", "c"):
+        return str(job.get("cpus") or job.get("slots") or 1)
+    if code == "m":
+        return memory(job.get("mem"))
+    if code == "b":
+        return gres(job)
+    if code == "N":
+        return nodelist(job) if job["state"] not in ("PENDING",) else ""
+    if code == "R":  # Slurm: the reason of a pending or failed job, else its nodes
+        if job["state"] in ("PENDING", "FAILED"):
+            return f"({pending_reason(job)})"
+        return nodelist(job)
+    if code == "r":
+        return pending_reason(job)
+    if code == "P":
+        return partition(job)
+    if code == "Z":
+        return job.get("cwd") or ""
+    if code == "o":
+        command = job.get("command") or []
+        return command[0] if command else ""
+    if code == "S":
+        return date(job.get("started_at")) if job.get("started_at") is not None else "N/A"
+    if code == "V":
+        return date(job.get("submitted_at"))
+    if code == "e":
+        if job["state"] in ("PENDING", "RUNNING"):
+            limit, started = job.get("time_limit"), job.get("started_at")
+            return date(started + limit) if limit is not None and started is not None else "N/A"
+        return date(job.get("finished_at") or job.get("submitted_at"))
+    if code == "E":
+        after = job.get("after") or []
+        return ",".join(f"afterok:{dep}" for dep in after) or "(null)"
+    if code in ("a", "k", "q", "w", "v", "f"):
+        key = {"a": "account", "k": "comment", "q": "qos", "w": "wckey", "v": "reservation", "f": "constraint"}[code]
+        value = label(job, key)
+        return value if value is not None else ("normal" if code == "q" else "(null)")
+    if code == "Q":
+        return "1"
+    if code == "y":
+        return "0"
+    raise AssertionError(code)  # parse_squeue_format admits only the codes above
+
+
+def array_rows(jobs: list[dict], expand: bool) -> list[dict]:
+    """The jobs as squeue and sacct list them: without ``expand`` (``-r``), an array's PENDING members on one
+    row ``123_[1-3,5%2]``, where its first pending member was."""
+    if expand:
+        return jobs
+    pending: dict[str, list[dict]] = {}
+    for job in jobs:
+        # Slurm splits a member off the array's pending record once it starts (or is held)
+        if (job.get("array_id") is not None and job["state"] == "PENDING" and not job.get("held")
+                and job.get("started_at") is None and job.get("attempt", 1) == 1):
+            pending.setdefault(job["array_id"], []).append(job)
+    rows: list[dict] = []
+    for job in jobs:
+        group = pending.get(job.get("array_id")) if job.get("array_id") is not None else None
+        if group is None or job not in group or len(group) < 2:
+            rows.append(job)
+            continue
+        if job is not group[0]:
+            continue
+        tasks = compress_indices([m["array_index"] for m in group])
+        if job.get("array_max"):
+            tasks += f"%{job['array_max']}"
+        rows.append({**job, "_slurm_id": f"{job['array_id']}_[{tasks}]", "_slurm_tasks": tasks})
+    return rows
+
+
+def squeue_lines(rows: list[dict], fields: list[tuple[str, str | None, int, bool]], now: float,
+                 header: bool = True) -> list[str]:
+    def cell(text: str, width: int, right: bool) -> str:
+        if not width:
+            return text
+        text = text[:width]
+        return text.rjust(width) if right else text.ljust(width)
+
+    lines = []
+    if header:
+        lines.append("".join(lit + (cell(SQUEUE_HEADERS[code], width, right) if code else "")
+                             for lit, code, width, right in fields))
+    for row in rows:
+        lines.append("".join(lit + (cell(squeue_value(code, row, now), width, right) if code else "")
+                             for lit, code, width, right in fields))
+    return lines
+
+
+# ---- sacct ---------------------------------------------------------------------------------------
+
+SACCT_DEFAULT = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+# field (as Slurm spells it) -> default width (negative: left-justified), from sacct.c's table
+SACCT_FIELDS = {
+    "Account": 10, "AllocCPUS": 10, "AllocNodes": 10, "AllocTRES": 10, "Comment": 14, "Constraints": 19,
+    "Elapsed": 10, "ElapsedRaw": 10, "Eligible": 19, "End": 19, "ExitCode": 8, "Group": 9, "GID": 6,
+    "JobID": -12, "JobIDRaw": -12, "JobName": 10, "NCPUS": 10, "NNodes": 8, "NodeList": 15, "NTasks": 8,
+    "Partition": 10, "QOS": 10, "Reason": 22, "ReqCPUS": 8, "ReqMem": 10, "ReqNodes": 8, "ReqTRES": 10,
+    "Reservation": 20, "Restarts": 8, "Start": 19, "State": 10, "StdErr": 20, "StdOut": 20, "Submit": 19,
+    "Timelimit": 10, "TimelimitRaw": 10, "UID": 6, "User": 9, "WCKey": 10, "WorkDir": 20, "Cluster": 10,
+    "DerivedExitCode": 15,
+}
+SACCT_NAMES = {name.lower(): name for name in SACCT_FIELDS}
+
+
+def parse_sacct_format(fmt: str) -> list[tuple[str, int]]:
+    """``jobid,state%20`` -> [('JobID', -12), ('State', 20)]: names in any case, ``%N`` sets the width
+    (a left-justified field stays left)."""
+    out = []
+    for part in split_list(fmt):
+        name, _, width = part.partition("%")
+        canonical = SACCT_NAMES.get(name.lower())
+        if canonical is None:
+            raise UsageProblem(f"Invalid field requested: \"{name}\"")
+        size = SACCT_FIELDS[canonical]
+        if width:
+            if not width.lstrip("-").isdigit() or int(width) == 0:
+                raise UsageProblem(f"invalid width '{width}' of sacct field {canonical}")
+            size = -abs(int(width)) if size < 0 or width.startswith("-") else int(width)
+        out.append((canonical, size))
+    return out
+
+
+def sacct_rows(job: dict, allocations: bool, now: float) -> list[dict]:
+    """The job's line and, unless ``allocations`` (-X), its steps as Slurm records them for a batch
+    job that started: ``.batch`` (the script) and ``.extern``."""
+    rows = [{"job": job, "step": None}]
+    if allocations or job.get("started_at") is None:
+        return rows
+    rows.append({"job": job, "step": "batch"})
+    rows.append({"job": job, "step": "extern"})
+    return rows
+
+
+def _step_state(job: dict) -> tuple[str, str]:
+    """(state, exit code) of a job's ``.batch`` step."""
+    state = slurm_state(job)
+    if state == "TIMEOUT":
+        return "CANCELLED", "0:15"
+    if state == "CANCELLED":
+        return "CANCELLED", exit_code(job) if job.get("signal") else "0:15"
+    return state, exit_code(job)
+
+
+def sacct_value(name: str, row: dict, now: float) -> str | None:
+    """One field of one sacct line (None: unset, printed as blank)."""
+    job, step = row["job"], row["step"]
+    state = slurm_state(job)
+    if name in ("JobID", "JobIDRaw"):
+        base = (job.get("_slurm_id") or job_id(job)) if name == "JobID" else job["id"]
+        return base if step is None else f"{base}.{step}"
+    if name == "JobName":
+        return job["name"] if step is None else step
+    if name == "State":
+        if step == "extern":
+            return "RUNNING" if job["state"] == "RUNNING" else "COMPLETED"
+        if step == "batch":
+            return _step_state(job)[0]
+        if state == "CANCELLED":
+            owner = job.get("owner") or {}
+            return f"CANCELLED by {owner.get('uid', 0)}"
+        return state
+    if name == "ExitCode":
+        if step == "extern":
+            return "0:0"
+        if step == "batch":
+            return _step_state(job)[1]
+        return exit_code(job)
+    if name == "DerivedExitCode":
+        return exit_code(job) if step is None else None
+    if name in ("Elapsed", "ElapsedRaw"):
+        seconds = elapsed_seconds(job, now)
+        return sacct_time(seconds) if name == "Elapsed" else str(seconds)
+    if name == "Start":
+        return date(job.get("started_at"))
+    if name == "End":
+        return date(job.get("finished_at")) if job["state"] not in ("PENDING", "RUNNING") else "Unknown"
+    if name in ("Submit", "Eligible"):
+        return date(job.get("submitted_at"))
+    if name == "NodeList":
+        return nodelist(job) or "None assigned"
+    if name in ("AllocCPUS", "NCPUS", "ReqCPUS"):
+        return str(job.get("cpus") or 1) if name == "ReqCPUS" or job.get("started_at") is not None else "0"
+    if name in ("NNodes", "AllocNodes", "ReqNodes", "NTasks"):
+        if name == "NTasks":
+            return "1" if step is not None else None
+        return "1" if name == "ReqNodes" or job.get("started_at") is not None else "0"
+    if name == "ReqMem":
+        return memory(job.get("mem"), none="0")
+    if name in ("AllocTRES", "ReqTRES"):
+        parts = [f"cpu={job.get('cpus') or 1}"]
+        if job.get("mem"):
+            parts.append(f"mem={memory(job['mem'])}")
+        parts.append("node=1")
+        if job.get("gpus"):
+            parts.append(f"gres/gpu={job['gpus']}")
+        return ",".join(parts) if name == "ReqTRES" or job.get("started_at") is not None else None
+    if name == "User":
+        return (job.get("user") or "root") if step is None else None
+    if name in ("UID", "GID"):
+        owner = job.get("owner") or {}
+        return str(owner.get("uid" if name == "UID" else "gid", 0)) if step is None else None
+    if name == "Group":
+        return None
+    if name == "Partition":
+        return partition(job) if step is None else None
+    if name in ("Account", "Comment", "WCKey", "QOS", "Reservation", "Constraints"):
+        key = {"Account": "account", "Comment": "comment", "WCKey": "wckey", "QOS": "qos",
+               "Reservation": "reservation", "Constraints": "constraint"}[name]
+        value = label(job, key)
+        if name == "QOS" and value is None and step is None:
+            return "normal"
+        return value if (step is None or name == "Account") else None
+    if name in ("Timelimit", "TimelimitRaw"):
+        if step is not None:
+            return None
+        limit = job.get("time_limit")
+        if name == "TimelimitRaw":
+            return str(int(limit // 60)) if limit is not None else "UNLIMITED"
+        return sacct_time(limit)
+    if name == "Reason":
+        return pending_reason(job) if step is None else None
+    if name == "Restarts":
+        return str(job.get("requeues") or 0) if step is None else None
+    if name in ("StdOut", "StdErr"):
+        return job.get("stdout" if name == "StdOut" else "stderr") if step is None else None
+    if name == "WorkDir":
+        return job.get("cwd") if step is None else None
+    if name == "Cluster":
+        return CLUSTER
+    raise AssertionError(name)  # parse_sacct_format admits only the fields above
+
+
+def sacct_lines(rows: list[dict], fields: list[tuple[str, int]], now: float, *, header: bool,
+                parsable: str | None) -> list[str]:
+    """``parsable``: None (columns), ``"|"`` after each field (-p) or ``"|2"`` between fields (-P)."""
+    def columns(values: list[str | None]) -> str:
+        out = []
+        for (_, size), value in zip(fields, values):
+            width = abs(size)
+            if value is None:
+                value = " "
+            elif len(value) > width:
+                value = value[:width - 1] + "+"
+            out.append((value.ljust(width) if size < 0 else value.rjust(width)) + " ")
+        return "".join(out)
+
+    def joined(values: list[str | None]) -> str:
+        text = "|".join("" if v is None else v for v in values)
+        return text + "|" if parsable == "|" else text
+
+    lines = []
+    render = columns if parsable is None else joined
+    if header:
+        lines.append(render([name for name, _ in fields]))
+        if parsable is None:
+            lines.append("".join("-" * abs(size) + " " for _, size in fields))
+    for row in rows:
+        lines.append(render([sacct_value(name, row, now) for name, _ in fields]))
+    return lines

@@ -1,0 +1,274 @@
+"""sinfo's and ``scontrol show``'s layouts of reckon's nodes, partition, jobs and configuration.
+
+Pure, like formats.py (jobs' values and squeue's and sacct's columns), which it builds on: what
+reckon's nodes and jobs read as in Slurm's words (reckon has one partition, ``reckon``, the
+default, until #22).
+"""
+
+from __future__ import annotations
+
+from reckon.daemon.slurm.cmdline import UsageProblem
+from reckon.daemon.slurm.formats import (CLUSTER, PARTITION, date, elapsed_seconds, exit_code, gres, hostlist,
+                                         label, memory, nodelist, partition, pending_reason, sacct_time,
+                                         slurm_state)
+
+
+# ---- sinfo ---------------------------------------------------------------------------------------
+
+SINFO_DEFAULT = "%#P %.5a %.10l %.6D %.6t %N"
+SINFO_NODES_DEFAULT = "%#N %.6D %#P %6t"
+SINFO_HEADERS = {"P": "PARTITION", "a": "AVAIL", "l": "TIMELIMIT", "D": "NODES", "t": "STATE", "T": "STATE",
+                 "N": "NODELIST", "C": "CPUS(A/I/O/T)", "c": "CPUS", "m": "MEMORY", "G": "GRES", "n": "HOSTNAMES",
+                 "R": "PARTITION", "e": "FREE_MEM", "O": "CPU_LOAD", "z": "S:C:T"}
+# reckon's node state -> (sinfo's compact, long)
+NODE_STATES = {"IDLE": ("idle", "idle"), "MIXED": ("mix", "mixed"), "BUSY": ("alloc", "allocated"),
+               "DRAINING": ("drng", "draining"), "DRAINED": ("drain", "drained"), "RECONCILING": ("comp", "completing"),
+               "DISCONNECTED": ("down*", "down*"), "LOST": ("down*", "down*")}
+
+
+def node_state(node: dict, long: bool = False) -> str:
+    return NODE_STATES.get(node["state"], ("unk", "unknown"))[1 if long else 0]
+
+
+def sinfo_groups(nodes: list[dict], node_oriented: bool) -> list[list[dict]]:
+    """The lines sinfo prints: a line per node state (per node with -N), in the nodes' order."""
+    if node_oriented:
+        return [[n] for n in nodes]
+    groups: dict[str, list[dict]] = {}
+    for node in nodes:
+        groups.setdefault(node_state(node), []).append(node)
+    return list(groups.values())
+
+
+def sinfo_value(code: str, group: list[dict]) -> str:
+    if code in ("P", "R"):
+        return PARTITION + ("*" if code == "P" else "")
+    if code == "a":
+        return "up"
+    if code == "l":
+        return "infinite"
+    if code == "D":
+        return str(len(group))
+    if code == "t":
+        return node_state(group[0]) if group else "n/a"
+    if code == "T":
+        return node_state(group[0], long=True) if group else "n/a"
+    if code in ("N", "n"):
+        return hostlist([n["name"] for n in group])
+    if code == "C":
+        total = sum(n.get("cpus", n.get("slots", 0)) for n in group)
+        used = sum(n.get("cpus_used", n.get("used", 0)) for n in group)
+        other = sum(n.get("cpus", n.get("slots", 0)) for n in group if n["state"] in ("DISCONNECTED", "LOST",
+                                                                                         "DRAINED", "DRAINING"))
+        other = max(0, other - sum(n.get("cpus_used", 0) for n in group if n["state"] == "DRAINING"))
+        return f"{used}/{max(0, total - used - other)}/{other}/{total}"
+    if code == "c":
+        counts = sorted({n.get("cpus", n.get("slots", 0)) for n in group})
+        return f"{counts[0]}+" if len(counts) > 1 else str(counts[0] if counts else 0)
+    if code == "m":
+        mems = sorted({(n.get("mem") or 0) >> 20 for n in group})
+        return f"{mems[0]}+" if len(mems) > 1 else str(mems[0] if mems else 0)
+    if code == "e":
+        return "N/A"
+    if code == "O":
+        return "N/A"
+    if code == "z":
+        return "1:1:1"
+    if code == "G":
+        out = set()
+        for n in group:
+            parts = [f"gpu:{len(n['gpus'])}"] if n.get("gpus") else []
+            parts += [f"{name}:{count}" for name, count in n.get("gres") or ()]
+            out.add(",".join(parts) or "(null)")
+        return ",".join(sorted(out)) if out else "(null)"
+    raise AssertionError(code)
+
+
+def parse_sinfo_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
+    """sinfo's ``%[#][.][width]code`` (``#``: as wide as the longest value, see ``sinfo_lines``)."""
+    out: list[tuple[str, str | None, int, bool]] = []
+    literal = ""
+    i = 0
+    while i < len(fmt):
+        ch = fmt[i]
+        if ch != "%":
+            literal += ch
+            i += 1
+            continue
+        i += 1
+        if i < len(fmt) and fmt[i] == "%":
+            literal, i = literal + "%", i + 1
+            continue
+        auto = right = False
+        while i < len(fmt) and fmt[i] in "#.":
+            auto, right = auto or fmt[i] == "#", right or fmt[i] == "."
+            i += 1
+        start = i
+        while i < len(fmt) and fmt[i].isdigit():
+            i += 1
+        width = -1 if auto else int(fmt[start:i]) if i > start else 0
+        if i >= len(fmt) or fmt[i] not in SINFO_HEADERS:
+            raise UsageProblem(f"invalid sinfo format field in '{fmt}' (reckon prints "
+                               f"{''.join(sorted(SINFO_HEADERS))})")
+        out.append((literal, fmt[i], width, right))
+        literal = ""
+        i += 1
+    if literal:
+        out.append((literal, None, 0, False))
+    return out
+
+
+def sinfo_lines(groups: list[list[dict]], fields: list[tuple[str, str | None, int, bool]],
+                header: bool = True) -> list[str]:
+    rows = [[sinfo_value(code, g) if code else "" for _, code, _, _ in fields] for g in groups]
+    widths = []
+    for k, (_, code, width, _) in enumerate(fields):
+        if width == -1:  # '#': the longest value or the header, whichever is longer
+            width = max([len(SINFO_HEADERS[code or "P"])] + [len(r[k]) for r in rows])
+        widths.append(width)
+
+    def cell(text: str, width: int, right: bool) -> str:
+        if not width:
+            return text
+        text = text[:width]
+        return text.rjust(width) if right else text.ljust(width)
+
+    lines = []
+    if header:
+        lines.append("".join(lit + (cell(SINFO_HEADERS[code], w, right) if code else "")
+                             for (lit, code, _, right), w in zip(fields, widths)))
+    for r in rows:
+        lines.append("".join(lit + (cell(v, w, right) if code else "")
+                             for (lit, code, _, right), w, v in zip(fields, widths, r)))
+    return lines
+
+
+# ---- scontrol ------------------------------------------------------------------------------------
+
+
+def _null(value: object) -> str:
+    return "(null)" if value is None or value == "" else str(value)
+
+
+def show_job(job: dict, now: float, oneliner: bool = False) -> str:
+    """``scontrol show job``: Slurm's Key=Value lines (three spaces before each line after the first)."""
+    owner = job.get("owner") or {}
+    user, uid, gid = job.get("user") or "root", owner.get("uid", 0), owner.get("gid", 0)
+    state = slurm_state(job)
+    started, finished = job.get("started_at"), job.get("finished_at")
+    limit = job.get("time_limit")
+    end = finished if job["state"] not in ("PENDING", "RUNNING") else (
+        started + limit if started is not None and limit is not None else None)
+    first = [f"JobId={job['id']}"]
+    if job.get("array_id") is not None:
+        first += [f"ArrayJobId={job['array_id']}", f"ArrayTaskId={job['array_index']}"]
+        if job.get("array_max"):
+            first.append(f"ArrayTaskThrottle={job['array_max']}")
+    first.append(f"JobName={job['name']}")
+    mem = job.get("mem")
+    tres = f"cpu={job.get('cpus') or 1}" + (f",mem={memory(mem)}" if mem else "") + ",node=1"
+    if job.get("gpus"):
+        tres += f",gres/gpu={job['gpus']}"
+    command = job.get("command") or []
+    after = job.get("after") or []
+    lines = [
+        first,
+        [f"UserId={user}({uid})", f"GroupId={user}({gid})", "MCS_label=N/A"],
+        ["Priority=1", "Nice=0", f"Account={_null(label(job, 'account'))}", f"QOS={label(job, 'qos') or 'normal'}"],
+        [f"JobState={state}", f"Reason={pending_reason(job)}",
+         f"Dependency={','.join(f'afterok:{d}' for d in after) or '(null)'}"],
+        ["Requeue=1", f"Restarts={job.get('requeues') or 0}", "BatchFlag=1", "Reboot=0", f"ExitCode={exit_code(job)}"],
+        [f"RunTime={sacct_time(elapsed_seconds(job, now))}", f"TimeLimit={sacct_time(limit)}", "TimeMin=N/A"],
+        [f"SubmitTime={date(job.get('submitted_at'))}", f"EligibleTime={date(job.get('submitted_at'))}"],
+        [f"AccrueTime={date(job.get('submitted_at'))}"],
+        [f"StartTime={date(started)}", f"EndTime={date(end)}", "Deadline=N/A"],
+        [f"Partition={partition(job)}", "AllocNode:Sid=(null):0"],
+        ["ReqNodeList=(null)", "ExcNodeList=(null)"],
+        [f"NodeList={_null(nodelist(job) if job['state'] != 'PENDING' else None)}"],
+        [f"BatchHost={_null(nodelist(job) if job['state'] != 'PENDING' else None)}"],
+        ["NumNodes=1", f"NumCPUs={job.get('cpus') or 1}", "NumTasks=1", f"CPUs/Task={job.get('cpus') or 1}",
+         "ReqB:S:C:T=0:0:*:*"],
+        [f"TRES={tres}"],
+        ["Socks/Node=*", "NtasksPerN:B:S:C=0:0:*:*", "CoreSpec=*"],
+        ["MinCPUsNode=1", f"MinMemoryNode={memory(mem)}", "MinTmpDiskNode=0"],
+        [f"Features={_null(label(job, 'constraint'))}", "DelayBoot=00:00:00"],
+        ["OverSubscribe=OK", "Contiguous=0", "Licenses=(null)", "Network=(null)"],
+        [f"Command={_null(command[0] if command else None)}"],
+        [f"WorkDir={_null(job.get('cwd'))}"],
+    ]
+    if label(job, "comment") is not None:
+        lines.append([f"Comment={label(job, 'comment')}"])
+    lines += [[f"StdErr={_null(job.get('stderr'))}"], ["StdIn=/dev/null"], [f"StdOut={_null(job.get('stdout'))}"]]
+    if gres(job) != "N/A":
+        lines.append([f"TresPerNode={gres(job)}"])
+    if oneliner:
+        return " ".join(" ".join(line) for line in lines)
+    return "\n".join(("   " if k else "") + " ".join(line) for k, line in enumerate(lines)) + "\n"
+
+
+def show_partition(nodes: list[dict], jobs_total: int | None = None, oneliner: bool = False) -> str:
+    cpus = sum(n.get("cpus", n.get("slots", 0)) for n in nodes)
+    lines = [
+        [f"PartitionName={PARTITION}"],
+        ["AllowGroups=ALL", "AllowAccounts=ALL", "AllowQos=ALL"],
+        ["AllocNodes=ALL", "Default=YES", "QoS=N/A"],
+        ["DefaultTime=NONE", "DisableRootJobs=NO", "ExclusiveUser=NO", "GraceTime=0", "Hidden=NO"],
+        ["MaxNodes=1", "MaxTime=UNLIMITED", "MinNodes=0", "LLN=NO", "MaxCPUsPerNode=UNLIMITED"],
+        [f"Nodes={hostlist([n['name'] for n in nodes]) or '(null)'}"],
+        ["PriorityJobFactor=1", "PriorityTier=1", "RootOnly=NO", "ReqResv=NO", "OverSubscribe=NO"],
+        ["OverTimeLimit=NONE", "PreemptMode=OFF"],
+        ["State=UP", f"TotalCPUs={cpus}", f"TotalNodes={len(nodes)}", "SelectTypeParameters=NONE"],
+        ["JobDefaults=(null)"],
+        ["DefMemPerNode=UNLIMITED", "MaxMemPerNode=UNLIMITED"],
+    ]
+    if oneliner:
+        return " ".join(" ".join(line) for line in lines)
+    return "\n".join(("   " if k else "") + " ".join(line) for k, line in enumerate(lines)) + "\n"
+
+
+def show_node(node: dict, oneliner: bool = False) -> str:
+    cpus, used = node.get("cpus", node.get("slots", 0)), node.get("cpus_used", node.get("used", 0))
+    mem = (node.get("mem") or 0) >> 20
+    state = node_state(node, long=True).upper().replace("ALLOCATED", "ALLOCATED").replace("*", "")
+    if node["state"] in ("DISCONNECTED", "LOST"):
+        state = "DOWN*"
+    elif node["state"] in ("DRAINED", "DRAINING"):
+        state = ("MIXED" if used else "IDLE") + "+DRAIN"
+    gres_parts = [f"gpu:{len(node['gpus'])}"] if node.get("gpus") else []
+    gres_parts += [f"{name}:{count}" for name, count in node.get("gres") or ()]
+    lines = [
+        [f"NodeName={node['name']}", "Arch=x86_64", "CoresPerSocket=1"],
+        [f"CPUAlloc={used}", f"CPUEfctv={cpus}", f"CPUTot={cpus}", "CPULoad=N/A"],
+        ["AvailableFeatures=(null)"],
+        ["ActiveFeatures=(null)"],
+        [f"Gres={','.join(gres_parts) or '(null)'}"],
+        [f"NodeAddr={node['name']}", f"NodeHostName={node['name']}"],
+        [f"RealMemory={mem}", f"AllocMem={(node.get('mem_used') or 0) >> 20}", "FreeMem=N/A", f"Sockets={cpus}",
+         "Boards=1"],
+        [f"State={state}", "ThreadsPerCore=1", "TmpDisk=0", "Weight=1", "Owner=N/A", "MCS_label=N/A"],
+        [f"Partitions={PARTITION}"],
+        [f"LastBusyTime={date(node.get('since'))}"],
+        [f"CfgTRES=cpu={cpus},mem={mem}M,billing={cpus}"],
+        [f"AllocTRES={'cpu=' + str(used) if used else ''}"],
+    ]
+    if oneliner:
+        return " ".join(" ".join(line) for line in lines)
+    return "\n".join(("   " if k else "") + " ".join(line) for k, line in enumerate(lines)) + "\n"
+
+
+def show_config(now: float, controller: str, nodes: int) -> str:
+    """``scontrol show config``: ``Key = Value`` lines, the keys padded to 23 as Slurm does; what
+    workflow tools read (the cluster's name, array and job limits, the version)."""
+    pairs = [
+        ("AccountingStorageType", "accounting_storage/none"), ("ClusterName", CLUSTER),
+        ("ControlMachine", controller), ("DefMemPerNode", "UNLIMITED"), ("EnforcePartLimits", "NO"),
+        ("InactiveLimit", "0 sec"), ("JobAcctGatherType", "jobacct_gather/none"), ("KillWait", "5 sec"),
+        ("MaxArraySize", "1000001"), ("MaxJobCount", "10000000"), ("MaxStepCount", "1"), ("MinJobAge", "300 sec"),
+        ("MpiDefault", "none"), ("PrivateData", "none"), ("ProctrackType", "proctrack/cgroup"),
+        ("SchedulerType", "sched/builtin"), ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_CPU_MEMORY"), ("SLURM_VERSION", "22.05.8"),
+        ("SlurmctldHost[0]", controller), ("TaskPlugin", "task/cgroup"), ("TmpFS", "/tmp"),
+        ("NodeCount", str(nodes)),
+    ]
+    head = f"Configuration data as of {date(now)}"
+    return head + "\n" + "\n".join(f"{key:<23} = {value}" for key, value in sorted(pairs, key=lambda p: p[0].lower())) + "\n"

@@ -1,0 +1,176 @@
+"""The option tables of sbatch and srun: every option Slurm 22.05 has, and what reckon does with it.
+
+Each entry is ``(long, short, arg, action, why)``: ``arg`` as in argv.py (0 flag, 1 required,
+2 optional); ``action`` one of
+
+- ``H`` handled: it means what Slurm says (sbatch.py / srun.py implement it; a test checks that
+  each one has its code, ``tests/slurm/test_sbatch_options.py``);
+- ``W`` warned: the job runs, without it, after one line ``sbatch: warning: --X is ignored by
+  reckon (why)``: options that tune placement or accounting reckon does not do, where running
+  anyway is what a workflow wants;
+- ``R`` refused: one line ``sbatch: error: --X is not supported by reckon (why)``, exit 1,
+  nothing submitted: options whose meaning reckon cannot honour, where running anyway would be
+  silently different (other nodes, other users, a start time).
+
+An option reckon does not know at all is refused by argv.py as getopt refuses it.
+"""
+
+from __future__ import annotations
+
+HANDLED, WARNED, REFUSED = "H", "W", "R"
+
+_PLACE = "reckon places jobs by CPUs, memory and GPUs alone"
+_ONE_NODE = "reckon runs single-node jobs"
+_TUNE = "reckon does not tune CPU or memory binding"
+_ACCT = "reckon does no such accounting"
+_NO_MAIL = "reckon sends no mail"
+
+# Options sbatch and srun share, with the same meaning.
+_COMMON: list[tuple[str, str | None, int, str, str]] = [
+    ("account", "A", 1, HANDLED, "kept as the label account"),
+    ("acctg-freq", None, 1, WARNED, _ACCT),
+    ("begin", "b", 1, REFUSED, "reckon has no deferred start time"),
+    ("bb", None, 1, REFUSED, "reckon has no burst buffers"),
+    ("bbf", None, 1, REFUSED, "reckon has no burst buffers"),
+    ("chdir", "D", 1, HANDLED, "the job's working directory"),
+    ("cluster-constraint", None, 1, REFUSED, "reckon is one cluster"),
+    ("clusters", "M", 1, REFUSED, "reckon is one cluster"),
+    ("comment", None, 1, HANDLED, "kept as the label comment"),
+    ("constraint", "C", 1, HANDLED, "kept as the label constraint (not matched against nodes)"),
+    ("container", None, 1, REFUSED, "reckon runs no OCI containers"),
+    ("contiguous", None, 0, WARNED, _ONE_NODE),
+    ("core-spec", "S", 1, WARNED, _TUNE),
+    ("cores-per-socket", None, 1, WARNED, _PLACE),
+    ("cpu-freq", None, 1, WARNED, _TUNE),
+    ("cpus-per-gpu", None, 1, HANDLED, "CPUs = this times the GPUs asked"),
+    ("cpus-per-task", "c", 1, HANDLED, "the job's CPUs"),
+    ("deadline", None, 1, REFUSED, "reckon has no deadlines"),
+    ("delay-boot", None, 1, WARNED, "reckon reboots no nodes"),
+    ("dependency", "d", 1, HANDLED, "afterok, afterany, afternotok; singleton refused"),
+    ("distribution", "m", 1, WARNED, _ONE_NODE),
+    ("error", "e", 1, HANDLED, "the job's stderr file pattern"),
+    ("exclude", "x", 1, REFUSED, "reckon does not pick nodes by name"),
+    ("exclusive", None, 2, WARNED, "reckon shares a node by CPUs, memory and GPUs"),
+    ("export", None, 1, HANDLED, "ALL, NONE or a list of variables"),
+    ("gid", None, 1, REFUSED, "a job runs as the caller"),
+    ("gpu-bind", None, 1, WARNED, _TUNE),
+    ("gpu-freq", None, 1, WARNED, _TUNE),
+    ("gpus", "G", 1, HANDLED, "the job's GPUs"),
+    ("gpus-per-node", None, 1, HANDLED, "the job's GPUs (one node)"),
+    ("gpus-per-socket", None, 1, REFUSED, _PLACE),
+    ("gpus-per-task", None, 1, HANDLED, "the job's GPUs (one task)"),
+    ("gres", None, 1, HANDLED, "gpu[:type]:N as GPUs, others as generic resources"),
+    ("gres-flags", None, 1, WARNED, _PLACE),
+    ("help", "h", 0, HANDLED, "prints the options"),
+    ("hint", None, 1, WARNED, _TUNE),
+    ("hold", "H", 0, HANDLED, "the job starts held"),
+    ("job-name", "J", 1, HANDLED, "the job's name"),
+    ("licenses", "L", 1, HANDLED, "as generic resources NAME:N (agents declare them)"),
+    ("mail-type", None, 1, WARNED, _NO_MAIL),
+    ("mail-user", None, 1, HANDLED, "kept as the label mail_user (reckon sends no mail)"),
+    ("mcs-label", None, 1, WARNED, "reckon has no MCS labels"),
+    ("mem", None, 1, HANDLED, "the job's memory (MiB default unit)"),
+    ("mem-bind", None, 1, WARNED, _TUNE),
+    ("mem-per-cpu", None, 1, HANDLED, "memory = this times the CPUs"),
+    ("mem-per-gpu", None, 1, HANDLED, "memory = this times the GPUs"),
+    ("mincpus", None, 1, HANDLED, "at least this many CPUs"),
+    ("network", None, 1, WARNED, "reckon manages no network resources"),
+    ("nice", None, 2, WARNED, "reckon has no priorities yet"),
+    ("no-kill", "k", 2, WARNED, _ONE_NODE),
+    ("nodefile", "F", 1, REFUSED, "reckon does not pick nodes by name"),
+    ("nodelist", "w", 1, REFUSED, "reckon does not pick nodes by name"),
+    ("nodes", "N", 1, HANDLED, "1 only: " + _ONE_NODE),
+    ("ntasks", "n", 1, HANDLED, "1 only: reckon runs one task per job"),
+    ("ntasks-per-core", None, 1, HANDLED, "1 only"),
+    ("ntasks-per-gpu", None, 1, HANDLED, "1 only"),
+    ("ntasks-per-node", None, 1, HANDLED, "1 only"),
+    ("ntasks-per-socket", None, 1, HANDLED, "1 only"),
+    ("open-mode", None, 1, HANDLED, "append or truncate the output files"),
+    ("output", "o", 1, HANDLED, "the job's stdout file pattern"),
+    ("overcommit", "O", 0, WARNED, _PLACE),
+    ("oversubscribe", "s", 0, WARNED, _PLACE),
+    ("partition", "p", 1, HANDLED, "kept as the label partition"),
+    ("power", None, 1, WARNED, "reckon manages no power"),
+    ("prefer", None, 1, WARNED, _PLACE),
+    ("priority", None, 1, WARNED, "reckon has no priorities yet"),
+    ("profile", None, 1, WARNED, _ACCT),
+    ("propagate", None, 2, WARNED, "reckon propagates no resource limits"),
+    ("qos", "q", 1, HANDLED, "kept as the label qos"),
+    ("quiet", "Q", 0, HANDLED, "no informational messages"),
+    ("reboot", None, 0, WARNED, "reckon reboots no nodes"),
+    ("reservation", None, 1, HANDLED, "kept as the label reservation (reckon reserves nothing)"),
+    ("signal", None, 1, HANDLED, "[B:]SIG[@SECS] before the time limit"),
+    ("sockets-per-node", None, 1, WARNED, _PLACE),
+    ("spread-job", None, 0, WARNED, _ONE_NODE),
+    ("switches", None, 1, WARNED, _ONE_NODE),
+    ("thread-spec", None, 1, WARNED, _TUNE),
+    ("threads-per-core", None, 1, WARNED, _TUNE),
+    ("time", "t", 1, HANDLED, "the time limit, in Slurm's formats"),
+    ("time-min", None, 1, WARNED, "reckon does not shrink time limits"),
+    ("tmp", None, 1, WARNED, "reckon does not schedule disk space"),
+    ("tres-per-task", None, 1, REFUSED, _PLACE),
+    ("uid", None, 1, REFUSED, "a job runs as the caller"),
+    ("usage", None, 0, HANDLED, "prints the options"),
+    ("use-min-nodes", None, 0, WARNED, _ONE_NODE),
+    ("verbose", "v", 0, HANDLED, "accepted (no extra output)"),
+    ("version", "V", 0, HANDLED, "prints the version"),
+    ("wckey", None, 1, HANDLED, "kept as the label wckey"),
+]
+
+SBATCH: list[tuple[str, str | None, int, str, str]] = sorted(_COMMON + [
+    ("array", "a", 1, HANDLED, "START-END[:STEP][%MAX] or a list of indices"),
+    ("batch", None, 1, WARNED, _PLACE),
+    ("export-file", None, 1, REFUSED, "give the variables with --export"),
+    ("get-user-env", None, 2, WARNED, "the job gets the caller's environment (--export)"),
+    ("ignore-pbs", None, 0, HANDLED, "accepted (#PBS lines are never read)"),
+    ("input", "i", 1, REFUSED, "a batch job's stdin is /dev/null"),
+    ("kill-on-invalid-dep", None, 1, HANDLED, "yes: reckon cancels a job whose dependency cannot be met"),
+    ("no-requeue", None, 0, HANDLED, "a lost job is not run again"),
+    ("parsable", None, 0, HANDLED, "prints ID (or ID;cluster)"),
+    ("requeue", None, 0, HANDLED, "a lost job runs again (reckon's default)"),
+    ("test-only", None, 0, REFUSED, "reckon does not estimate start times"),
+    ("wait", "W", 0, HANDLED, "waits for the job to end; its exit code"),
+    ("wait-all-nodes", None, 1, WARNED, _ONE_NODE),
+    ("wrap", None, 1, HANDLED, "the command, run by sh"),
+])
+
+SRUN: list[tuple[str, str | None, int, str, str]] = sorted(
+    [o for o in _COMMON if o[0] not in ("hold",)] + [
+        ("cpu-bind", None, 1, WARNED, _TUNE),
+        ("disable-status", "X", 0, HANDLED, "accepted (Ctrl-C cancels the job)"),
+        ("epilog", None, 1, WARNED, "reckon runs no step epilogs"),
+        ("exact", None, 0, HANDLED, "accepted (one task)"),
+        ("hold", "H", 0, REFUSED, "srun waits for its job: a held one would never start"),
+        ("immediate", "I", 2, REFUSED, "reckon does not give up on a pending job"),
+        ("input", "i", 1, HANDLED, "the task's stdin: all, none, 0 or a file (in a job)"),
+        ("jobid", None, 1, REFUSED, "srun runs in its own job (SLURM_JOB_ID) or submits one"),
+        ("kill-on-bad-exit", "K", 2, HANDLED, "accepted (one task)"),
+        ("label", "l", 0, WARNED, "one task: lines are not prefixed with its number"),
+        ("mpi", None, 1, WARNED, "reckon runs one task: no MPI wire-up"),
+        ("multi-prog", None, 0, REFUSED, "reckon runs one task"),
+        ("no-allocate", "Z", 0, REFUSED, "srun runs in a job"),
+        ("overlap", None, 0, HANDLED, "accepted (steps run in the job's allocation)"),
+        ("prolog", None, 1, WARNED, "reckon runs no step prologs"),
+        ("pty", None, 0, REFUSED, "reckon's jobs have no terminal"),
+        ("relative", "r", 1, REFUSED, _ONE_NODE),
+        ("task-epilog", None, 1, WARNED, "reckon runs no task epilogs"),
+        ("task-prolog", None, 1, WARNED, "reckon runs no task prologs"),
+        ("threads", "T", 1, WARNED, "srun's own threads"),
+        ("unbuffered", "u", 0, HANDLED, "the task writes straight to the output"),
+        ("wait", "W", 1, WARNED, "one task: nothing to wait for after the first ends"),
+        ("whole", None, 0, HANDLED, "accepted"),
+    ])
+
+
+def table(options: list[tuple[str, str | None, int, str, str]]) -> list[tuple[str, str | None, int]]:
+    """What argv.parse needs of a table."""
+    return [(o[0], o[1], o[2]) for o in options]
+
+
+def by_name(options: list[tuple[str, str | None, int, str, str]]) -> dict[str, tuple[str, str | None, int, str, str]]:
+    return {o[0]: o for o in options}
+
+
+def spelled(option: tuple[str, str | None, int, str, str]) -> str:
+    """``-J/--job-name`` or ``--wckey``: how messages name an option."""
+    return f"-{option[1]}/--{option[0]}" if option[1] else f"--{option[0]}"

@@ -1,0 +1,265 @@
+"""`srun`: run a command as Slurm's srun does, for reckon's one-task jobs (issue #21).
+
+Inside a job (``SLURM_JOB_ID`` is set: a batch script's ``srun --unbuffered --output ... CMD``,
+submitit's shape), the command runs in place: this process becomes it (``exec``), with
+``--output``/``--error``/``--input``/``--chdir``/``--export`` applied and the step's variables
+(``SLURM_STEP_ID`` ...) set; no new job, as a Slurm step runs inside its job's allocation.
+
+Outside a job, the command is submitted as a job of its own (the options as sbatch reads them),
+its output is streamed to the terminal by ``reckon logs --follow``'s code (daemon/cli/logs.py),
+and srun exits with the job's exit code; Ctrl-C cancels the job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from reckon.daemon.slurm import argv as getopt
+from reckon.daemon.slurm import options as table
+from reckon.daemon.slurm.common import SlurmCommandError, connect, run, warn
+
+PROG = "srun"
+_OPTIONS = table.by_name(table.SRUN)
+_GETOPT = table.table(table.SRUN)
+# What srun reads itself; the other HANDLED options are sbatch.spec_of's (a job outside one).
+HANDLED = frozenset({"chdir", "error", "export", "help", "input", "job-name", "open-mode", "output", "quiet",
+                     "unbuffered", "usage", "verbose", "version", "disable-status", "exact", "kill-on-bad-exit",
+                     "overlap", "whole"})
+NO_ARRAY_INDEX = "4294967294"
+POLL = 0.25  # seconds between looks at a job that has not started yet
+
+
+def parse_args(words: list[str]) -> tuple[dict[str, str | None], list[str]]:
+    from reckon.daemon.slurm.sbatch import merge
+
+    try:
+        parsed, operands = getopt.parse(words, _GETOPT, permute=False)
+    except getopt.OptionError as exc:
+        raise SlurmCommandError(f"{exc}\nTry \"srun --help\" for more information") from None
+    return merge(parsed), operands
+
+
+def expand(pattern: str, env: dict[str, str]) -> str:
+    """A Slurm filename pattern for this step (task 0 on node 0 of step SLURM_STEP_ID): ``%j %J %A
+    %a %s %t %n %N %u %x %%``, with Slurm's zero-padding (``%3t``); a backslash: taken as it is."""
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
+    job = env.get("SLURM_JOB_ID", "0")
+    step = env.get("SLURM_STEP_ID", "0")
+    fields = {"j": job, "J": f"{job}.{step}", "A": env.get("SLURM_ARRAY_JOB_ID", job),
+              "a": env.get("SLURM_ARRAY_TASK_ID", NO_ARRAY_INDEX), "s": step, "t": "0", "n": "0",
+              "N": env.get("SLURMD_NODENAME") or os.uname().nodename.partition(".")[0],
+              "u": env.get("SLURM_JOB_USER") or env.get("USER", ""), "x": env.get("SLURM_JOB_NAME", "")}
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern[i] != "%":
+            out.append(pattern[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(pattern) and pattern[j].isdigit():
+            j += 1
+        letter = pattern[j] if j < len(pattern) else ""
+        if letter == "%":
+            out.append("%")
+        elif letter in fields:
+            out.append(fields[letter].zfill(min(int(pattern[i + 1:j] or 0), 10)))
+        else:
+            out.append(pattern[i:j + 1])  # Slurm leaves an unknown letter as it is
+        i = j + 1
+    return "".join(out)
+
+
+def _open(path: str, flags: int) -> int:
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise SlurmCommandError(f"cannot open {path}: {exc.strerror or exc}") from None
+
+
+def step_env(env: dict[str, str]) -> dict[str, str]:
+    """The job's environment with the step's variables (one task on one node)."""
+    step = dict(env)
+    step.update({"SLURM_STEP_ID": step.get("SLURM_STEP_ID", "0"), "SLURM_STEP_NUM_TASKS": "1",
+                 "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_PROCID": "0",
+                 "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS": "1", "SLURM_NPROCS": "1",
+                 "SLURM_TASK_PID": str(os.getpid())})
+    step["SLURM_STEPID"] = step["SLURM_STEP_ID"]
+    nodes = step.get("SLURM_JOB_NODELIST")
+    if nodes:
+        step["SLURM_STEP_NODELIST"] = nodes
+    return step
+
+
+def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
+    """Become the command (exec), as the job's step 0."""
+    env = step_env(dict(os.environ))
+    export = opts.get("export")
+    if export is not None:
+        from reckon.daemon.slurm.values import export_env
+
+        keep = {k: v for k, v in env.items() if k.startswith("SLURM_")}
+        env = {**keep, **dict(export_env(export, dict(os.environ)))}
+    chdir = opts.get("chdir")
+    if chdir is not None:
+        try:
+            os.chdir(chdir)
+        except OSError as exc:
+            raise SlurmCommandError(f"cannot change directory to {chdir}: {exc.strerror or exc}") from None
+    mode = opts.get("open-mode") or ("append" if env.get("SLURM_OPEN_MODE", "").startswith("a") else "truncate")
+    if mode not in ("append", "truncate"):
+        raise SlurmCommandError(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "append" else os.O_TRUNC)
+    out = opts.get("output")
+    err = opts.get("error")
+    fds: dict[int, int] = {}
+    stdin = opts.get("input")
+    if stdin is not None and stdin not in ("all", "0"):
+        fds[0] = _open("/dev/null" if stdin == "none" else expand(stdin, env), os.O_RDONLY)
+    if out is not None and out != "all":
+        fds[1] = _open("/dev/null" if out == "none" else expand(out, env), flags)
+    if err is not None and err != "all":
+        path = "/dev/null" if err == "none" else expand(err, env)
+        same = out is not None and out != "all" and path == expand(out, env)
+        fds[2] = os.dup(fds[1]) if same else _open(path, flags)
+    elif 1 in fds:
+        fds[2] = os.dup(fds[1])  # Slurm: stderr follows --output unless --error is given
+    for target, fd in fds.items():
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdout.flush()
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        sys.stderr.write(f"srun: error: execve(): {command[0]}: {exc.strerror or exc}\n")
+        return 2
+    return 0  # pragma: no cover (exec does not return)
+
+
+def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
+    """Submit the command, stream its output here, exit with its exit code; Ctrl-C cancels it."""
+    from reckon.daemon.slurm import sbatch
+
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise SlurmCommandError("the current directory no longer exists") from None
+    spec = sbatch.spec_of(opts, None, command, environ=sbatch._environ(), cwd=cwd, array=False,
+                          default_name=os.path.basename(command[0]) or command[0], prog=PROG)
+    for key in ("output", "error"):  # the terminal's, unless asked for a file
+        if opts.get(key) is None:
+            spec.pop(key, None)
+    if opts.get("output") is not None and opts.get("error") is None:
+        spec["error"] = spec["output"]
+    spec["env"].append(["SLURM_SUBMIT_HOST", os.uname().nodename])
+    client = connect()
+    job = None
+    try:
+        job = client.call("submit", spec=spec)["job"]["id"]
+        said = False
+        while True:
+            obj = client.call("show", job=job)["job"]
+            if obj["state"] != "PENDING":
+                break
+            if not said and "quiet" not in opts:
+                sys.stderr.write(f"srun: job {job} queued and waiting for resources\n")
+                said = True
+            import time
+
+            time.sleep(POLL)
+        if said and "quiet" not in opts:
+            sys.stderr.write(f"srun: job {job} has been allocated resources\n")
+        _stream(client, job)
+        return _outcome(client, job, "quiet" in opts)
+    except KeyboardInterrupt:
+        if job is not None:
+            try:
+                client.call("cancel", job=job)
+                sys.stderr.write(f"srun: Job {job} cancelled (interrupted)\n")
+            except Exception as exc:  # the controller's one line, or a lost connection: say it, exit anyway
+                sys.stderr.write(f"srun: error: cannot cancel job {job}: {exc}\n")
+        return 130
+    finally:
+        client.close()
+
+
+def _stream(client, job: str) -> None:
+    """The job's stdout here and its stderr to stderr, until the attempt has ended (logs --follow)."""
+    import threading
+    from types import SimpleNamespace
+
+    from reckon.daemon.cli.logs import run_logs
+
+    def follow(stderr: bool) -> None:
+        args = SimpleNamespace(job=job, stderr=stderr, follow=True, attempt=None, timeout=client.timeout)
+        run_logs(args, client.url, client.auth, client.ssl_context,
+                 out=sys.stderr.buffer if stderr else sys.stdout.buffer)
+
+    errors = threading.Thread(target=follow, args=(True,), daemon=True)
+    errors.start()
+    follow(False)
+    errors.join()
+
+
+def _outcome(client, job: str, quiet: bool) -> int:
+    """The job's exit code once it has ended (128 + a signal), as srun exits."""
+    import time
+
+    while True:
+        obj = client.call("show", job=job)["job"]
+        if obj["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(POLL)
+    code, sig = obj.get("exit_code"), obj.get("signal")
+    if obj["state"] == "COMPLETED":
+        return 0
+    if not quiet:
+        where = obj.get("agent") or "-"
+        what = f"Exited with exit code {code}" if code is not None else (
+            f"Killed by signal {sig}" if sig is not None else obj["state"].lower())
+        sys.stderr.write(f"srun: error: {where}: task 0: {what}\n")
+    return code if code else (128 + sig if sig else 1)
+
+
+def usage() -> str:
+    lines = ["Usage: srun [OPTIONS(0)...] executable(0) [args(0)...]", "",
+             "reckon's srun: the options below are handled; (w) warned and ignored; (r) refused.", ""]
+    for option in table.SRUN:
+        mark = {"H": "   ", "W": "(w)", "R": "(r)"}[option[3]]
+        lines.append(f"  {mark} {table.spelled(option):32} {option[4]}")
+    return "\n".join(lines) + "\n"
+
+
+def _main(argv: list[str]) -> int:
+    from reckon.daemon.slurm.sbatch import refuse_and_warn
+
+    opts, command = parse_args(argv)
+    if "help" in opts or "usage" in opts:
+        sys.stdout.write(usage())
+        return 0
+    if "version" in opts:
+        sys.stdout.write("slurm 22.05.0 (reckon)\n")
+        return 0
+    if not command:
+        raise SlurmCommandError("No command given to execute.")
+    refuse_and_warn(opts, PROG, _OPTIONS)
+    if os.environ.get("SLURM_JOB_ID"):
+        from reckon.daemon.slurm import values
+
+        if opts.get("nodes") is not None:
+            values.parse_nodes(opts["nodes"] or "")
+        if opts.get("ntasks") is not None:
+            values.parse_one("ntasks", opts["ntasks"] or "")
+        return run_in_job(opts, command)
+    return run_as_job(opts, command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``srun`` command (the launcher's entry): its exit status (the job's exit code)."""
+    return run(_main, argv, PROG)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

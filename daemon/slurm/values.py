@@ -1,0 +1,282 @@
+"""The values of Slurm's options, read as Slurm reads them: times, sizes, GPUs and generic
+resources, dependencies, ``--signal``, ``--export``, output patterns.  Pure functions of text
+(plus the caller's environment for ``--export``); each bad value is a ``SlurmCommandError``
+with one line.  Light: no re, no model (the controller checks the spec these build).
+"""
+
+from __future__ import annotations
+
+from reckon.daemon.slurm.common import SlurmCommandError, signal_number
+
+MIB = 1 << 20
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _whole(text: str, what: str) -> int:
+    if not text.isdigit():
+        raise SlurmCommandError(f"Invalid {what}: {text!r}")
+    return int(text)
+
+
+def parse_time(text: str) -> float | None:
+    """Seconds of a Slurm time limit; None for no limit (``UNLIMITED``, ``INFINITE``, ``0``).
+
+    Slurm's formats: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.  (Slurm rounds a
+    limit up to whole minutes; reckon keeps the seconds.)
+    """
+    word = text.strip()
+    if word.upper() in ("UNLIMITED", "INFINITE", "-1"):
+        return None
+    days, dash, rest = word.partition("-")
+    if not dash:
+        rest, days = word, ""
+    parts = rest.split(":")
+    if not rest or len(parts) > 3 or not all(p.isdigit() for p in parts) or (dash and not days.isdigit()):
+        raise SlurmCommandError(f"Invalid time limit specification: {text!r} (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S "
+                                "or UNLIMITED)")
+    numbers = [int(p) for p in parts]
+    if dash:  # D-H, D-H:M, D-H:M:S
+        numbers += [0] * (3 - len(numbers))
+        seconds = ((int(days) * 24 + numbers[0]) * 60 + numbers[1]) * 60 + numbers[2]
+    elif len(numbers) == 1:  # M
+        seconds = numbers[0] * 60
+    elif len(numbers) == 2:  # M:S
+        seconds = numbers[0] * 60 + numbers[1]
+    else:  # H:M:S
+        seconds = (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
+    return float(seconds) if seconds else None
+
+
+def parse_mem(text: str, what: str = "--mem") -> int:
+    """Bytes of a Slurm memory size: a whole number with an optional K, M, G or T (and B); MiB by
+    default, as Slurm.  0 is returned as 0 (``--mem=0``: all of a node's memory)."""
+    word = text.strip().upper()
+    if word.endswith("B") and len(word) > 1 and word[-2] in _SIZE_UNITS:
+        word = word[:-1]  # 4GB: submitit's spelling
+    unit = MIB
+    if word and word[-1] in _SIZE_UNITS:
+        unit = _SIZE_UNITS[word[-1]]
+        word = word[:-1]
+    if not word.isdigit():
+        raise SlurmCommandError(f"Invalid {what} specification: {text!r} (a whole number with K, M, G or T; "
+                                "M by default)")
+    value = int(word) * unit
+    return value if value == 0 else max(value, MIB)  # at least 1 MiB: Slurm counts memory in MiB
+
+
+def parse_gpus(text: str, what: str = "--gpus") -> int:
+    """``N`` or ``TYPE:N`` -> N (reckon does not tell GPU types apart)."""
+    count = text.strip().rpartition(":")[2]
+    if not count.isdigit():
+        raise SlurmCommandError(f"Invalid {what} specification: {text!r} ([TYPE:]COUNT)")
+    return int(count)
+
+
+def parse_gres(text: str) -> tuple[int, dict[str, int]]:
+    """``gpu:2,license:1`` -> (GPUs, {other name: count}); ``gpu:TYPE:N`` counts as N GPUs.
+
+    ``gres/`` prefixes (Slurm's TRES spelling) are dropped; a name alone counts 1.
+    """
+    gpus = 0
+    others: dict[str, int] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if item.startswith("gres/"):
+            item = item[5:]
+        if not item:
+            continue
+        fields = item.split(":")
+        name = fields[0]
+        count = fields[-1] if len(fields) > 1 else "1"
+        if len(fields) > 3 or not count.isdigit() or not name:
+            raise SlurmCommandError(f"Invalid generic resource (--gres) specification: {item!r} (NAME[:TYPE]:COUNT)")
+        if name == "gpu":
+            gpus += int(count)
+        else:
+            others[name] = others.get(name, 0) + int(count)
+    return gpus, others
+
+
+def parse_licenses(text: str) -> dict[str, int]:
+    """``-L lic:2,other`` -> {name: count}: reckon's generic resources (``lic@db:2``: the ``@`` part dropped)."""
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, count = item.partition(":")
+        name, count = name.partition("@")[0], count if sep else "1"
+        if not count.isdigit() or not name:
+            raise SlurmCommandError(f"Invalid license specification: {item!r} (NAME[:COUNT])")
+        out[name] = out.get(name, 0) + int(count)
+    return out
+
+
+DEPENDENCY_KEYS = {"afterok": "after", "afterany": "after_any", "afternotok": "after_not_ok"}
+
+
+def parse_dependency(text: str) -> dict[str, list[str]]:
+    """``afterok:1:2,afterany:3`` -> {"after": [1, 2], "after_any": [3]}: the spec's keys.
+
+    All of them must be met (``,``); ``?`` (any one of them) is the same when one job is named,
+    else refused, as are ``after`` (started), ``aftercorr``, ``afterburstbuffer`` and ``singleton``.
+    """
+    out: dict[str, list[str]] = {}
+    text = text.strip()
+    if "?" in text:
+        if text.count(":") > 1 or "," in text:
+            raise SlurmCommandError(f"--dependency={text}: reckon waits for all dependencies (','), not any one "
+                                    "of them ('?')")
+        text = text.replace("?", ",")
+    for item in text.split(","):
+        if not item:
+            continue
+        kind, _, ids = item.partition(":")
+        if kind == "singleton":
+            raise SlurmCommandError("--dependency=singleton is not supported by reckon (it does not serialize "
+                                    "jobs by name and user)")
+        key = DEPENDENCY_KEYS.get(kind)
+        if key is None:
+            raise SlurmCommandError(f"--dependency={text}: reckon knows afterok, afterany and afternotok, "
+                                    f"not {kind!r}")
+        jobs = [j for j in ids.split(":") if j]
+        if not jobs or any("+" in j for j in jobs):  # JOB+MINUTES: a delay after the job
+            raise SlurmCommandError(f"Invalid dependency specification: {item!r} ({kind}:JOB[:JOB...])")
+        for job in jobs:
+            if job not in out.setdefault(key, []):
+                out[key].append(job)
+    return out
+
+
+def parse_signal(text: str) -> tuple[int, int, bool]:
+    """``[B:]SIG[@SECS]`` -> (signal number, seconds before the limit, batch shell only)."""
+    word = text.strip()
+    batch = False
+    if word[:2].upper() in ("B:", "R:"):
+        if word[0].upper() == "R":
+            raise SlurmCommandError(f"--signal={text}: reckon has no reservations (R:)")
+        batch, word = True, word[2:]
+    sig, at, secs = word.partition("@")
+    if at and (not secs.isdigit() or int(secs) > 65535):
+        raise SlurmCommandError(f"Invalid --signal specification: {text!r} ([B:]SIG[@SECS], SECS at most 65535)")
+    return signal_number(sig), int(secs) if at else 60, batch
+
+
+def parse_nodes(text: str) -> None:
+    """``-N 1`` (or ``1-N``, which Slurm may meet with one node); more than one node is refused."""
+    low = text.strip().partition("-")[0]
+    if not low.isdigit():
+        raise SlurmCommandError(f"Invalid node count specification: {text!r}")
+    if int(low) > 1:
+        raise SlurmCommandError(f"--nodes={text}: reckon runs single-node jobs (at most 1 node)")
+
+
+def parse_one(name: str, text: str) -> None:
+    """``-n 1`` and the ``--ntasks-per-*`` options: one task only."""
+    if not text.strip().isdigit():
+        raise SlurmCommandError(f"Invalid --{name} specification: {text!r}")
+    if int(text) > 1:
+        raise SlurmCommandError(f"--{name}={text}: reckon runs one task per job (at most 1)")
+
+
+def export_env(text: str | None, environ: dict[str, str]) -> list[list[str]]:
+    """The job's environment for ``--export`` (Slurm's default ALL: the caller's environment).
+
+    ``NONE``: none of the caller's; ``ALL,VAR=val,...``: the caller's plus those; ``VAR,VAR=val``
+    without ALL: only those (a bare name takes the caller's value).  The caller's ``SLURM_*``
+    variables stay behind (they describe the caller's own job, if any; the agent sets the job's).
+    """
+    words = [w for w in (text or "ALL").split(",") if w]
+    if not words:
+        raise SlurmCommandError(f"Invalid --export specification: {text!r}")
+    first = words[0].upper()
+    env: dict[str, str] = {}
+    if first == "ALL":
+        env = {k: v for k, v in environ.items() if not k.startswith("SLURM_")}
+        words = words[1:]
+    elif first == "NONE":
+        words = words[1:]
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not key or key.upper() in ("ALL", "NONE"):
+            raise SlurmCommandError(f"Invalid --export specification: {text!r} (ALL or NONE come first)")
+        if eq:
+            env[key] = value
+        elif key in environ:
+            env[key] = environ[key]
+    return [[k, v] for k, v in env.items()]
+
+
+# Slurm's filename pattern letters -> reckon's (model/output_paths.py).  Slurm's %a (the array
+# index) is reckon's %I: reckon's own %a is the attempt.  One task, one node: %t, %n, %s are 0.
+_PATTERN = {"j": "%j", "A": "%A", "a": "%I", "x": "%x", "u": "%u", "N": "%N", "%": "%%", "J": "%j",
+            "t": "0", "n": "0", "s": "0"}
+
+
+def translate_pattern(text: str, what: str) -> str:
+    """A Slurm ``-o``/``-e`` pattern in reckon's letters; a pattern with a backslash is taken as
+    it is (Slurm: no substitution, backslashes removed)."""
+    if "\\" in text:
+        return text.replace("\\", "").replace("%", "%%")
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "%":
+            out.append(char)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(text) and text[j].isdigit():
+            j += 1
+        letter = text[j] if j < len(text) else ""
+        if j > i + 1:
+            raise SlurmCommandError(f"{what}={text}: reckon does not zero-pad pattern fields (%{text[i + 1:j]}{letter})")
+        if letter not in _PATTERN:
+            raise SlurmCommandError(f"{what}={text}: reckon does not know the pattern %{letter} (known: %j %A %a %x "
+                                    "%u %N %t %n %s %%)")
+        out.append(_PATTERN[letter])
+        i = j + 1
+    return "".join(out)
+
+
+def directive_words(line: str) -> list[str]:
+    """The words of one ``#SBATCH`` line's rest, as Slurm splits them: blanks apart, quotes kept
+    together (and removed), a word starting with ``#`` ends the line (a comment)."""
+    words: list[str] = []
+    i = 0
+    n = len(line)
+    while i < n:
+        while i < n and line[i] in " \t":
+            i += 1
+        if i >= n or line[i] == "#":
+            break
+        word: list[str] = []
+        quote = ""
+        while i < n and (quote or line[i] not in " \t"):
+            char = line[i]
+            if quote and char == quote:
+                quote = ""
+            elif not quote and char in "'\"":
+                quote = char
+            else:
+                word.append(char)
+            i += 1
+        words.append("".join(word))
+    return words
+
+
+def script_directives(script: str) -> list[str]:
+    """The option words of a batch script's ``#SBATCH`` lines, as Slurm reads them: from the
+    line after ``#!``, up to the first line that is neither blank nor a comment."""
+    words: list[str] = []
+    for line in script.split("\n")[1:]:
+        if line.startswith("#SBATCH"):
+            rest = line[7:]
+            if rest[:1] in (" ", "\t"):
+                words.extend(directive_words(rest))
+            continue  # #SBATCHX, #SBATCH alone: a comment
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+    return words
