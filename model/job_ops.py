@@ -39,7 +39,8 @@ def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
     mark_for_submit(tx, count=len(ev.array.indices()))  # every member's id, before any
     array_id = state.next_job_id()  # the first job's id names the array
     for n, index in enumerate(ev.array.indices()):
-        spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running)
+        spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running,
+                            array=ev.array)
         uid = ev.uids[n] if ev.uids is not None else None
         job_id = state.next_job_id()
         tx.apply(F.JobSubmitted(job=job_id, spec=spec, submitted_at=ev.now, uid=uid,
@@ -108,7 +109,7 @@ def on_signal(tx: Transaction, ev: E.SignalJob) -> None:
                                  f"signals need {M.SIGNAL_SINCE} (upgrade reckon there)")
     uid = session.uid_for(job.uid)
     tx.send(session, lambda seq: M.Signal(seq=seq, job=job.id, attempt=job.attempt, signal=ev.signal,
-                                          batch_only=ev.batch_only, uid=uid))
+                                          batch_only=ev.batch_only, uid=uid, full=ev.full))
 
 
 def on_cancel_array(tx: Transaction, ev: E.CancelJob) -> None:

@@ -383,7 +383,8 @@ class Kill:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Signal:
     """Version 7: send ``signal`` now to the RUNNING attempt's processes (``reckon signal``,
-    ``scancel --signal``): the top process only with ``batch_only``, else every process of the job."""
+    ``scancel --signal``): the top process only with ``batch_only``; every process of the job
+    with ``full``; else every process but the top one (Slurm's steps, not the batch shell)."""
 
     TYPE: ClassVar[str] = "signal"
     seq: int
@@ -392,14 +393,23 @@ class Signal:
     signal: int  # a signal number, 1..64
     batch_only: bool = False
     uid: str | None = None  # only the process of this submission (as Kill's)
+    full: bool = False
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
         check_job_attempt(self)
         check_int("signal", self.signal, minimum=1, maximum=64)
-        if not isinstance(self.batch_only, bool):
-            raise ValueError("batch_only must be a bool")
+        check_signal_target(self)
         check_opt_uid("uid", self.uid)
+
+
+def check_signal_target(obj: object) -> None:
+    """``batch_only`` and ``full`` (a signal's target): bools, not both."""
+    batch_only, full = obj.batch_only, obj.full  # type: ignore[attr-defined]
+    if not isinstance(batch_only, bool) or not isinstance(full, bool):
+        raise ValueError("batch_only and full must be bools")
+    if batch_only and full:
+        raise ValueError("a signal goes to the top process only (batch_only) or to the whole job (full), not both")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -543,7 +553,7 @@ _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None
 _OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None, "gpus": ()}
 _OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None, "code": None}
-_OMITTED_AT_DEFAULT[Signal] = {"uid": None, "batch_only": False}
+_OMITTED_AT_DEFAULT[Signal] = {"uid": None, "batch_only": False, "full": False}
 
 
 def to_wire(msg: Message) -> dict[str, Any]:

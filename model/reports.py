@@ -129,7 +129,10 @@ def apply_report(tx: Transaction, session: AgentSession, rnd: ResyncRound, entri
     # Cancels requested while the agent was away: repeat the kill now.
     for job_id, attempt in tx.placed_on(session.name).items():
         job = tx.state.jobs[job_id]
-        if job.cancel_requested or job.requeue_requested:
+        if job.cancel_requested:
+            uid = session.uid_for(job.uid)
+            tx.send(session, lambda seq, j=job_id, a=attempt, u=uid: M.Kill(seq=seq, job=j, attempt=a, uid=u))
+        elif job.requeue_requested:  # a user's requeue of the running attempt (version 7): stopped the same way
             uid = session.uid_for(job.uid)
             tx.send(session, lambda seq, j=job_id, a=attempt, u=uid: M.Kill(seq=seq, job=j, attempt=a, uid=u))
 

@@ -509,11 +509,18 @@ def _cancel_confirmed(state: ControllerState, fact: F.JobCancelConfirmed) -> Cha
 
 def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
-    return _back_to_pending(state, job)  # a user's requeue asked meanwhile is this same one
+    job.state = next_state(job.state, JobTransition.REQUEUE)
+    agent = _release(state, job)  # no allocation survives into the next attempt
+    job.attempt = _next_attempt(job)
+    job.started_at = None
+    job.requeues += 1
+    job.requeue_requested = False  # a user's requeue asked meanwhile is this same one
+    return Changes(jobs=(job.id,), agents=(agent,))
 
 
 def _back_to_pending(state: ControllerState, job: JobRecord) -> Changes:
-    """The attempt is lost or a user requeued it: PENDING as attempt + 1, one more requeue."""
+    """A user requeued the running attempt (version 7) and it has ended: PENDING as attempt + 1,
+    one more requeue (as ``_requeued`` for a lost attempt)."""
     job.state = next_state(job.state, JobTransition.REQUEUE)
     agent = _release(state, job)  # no allocation survives into the next attempt
     job.attempt = _next_attempt(job)
