@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long test-browser test-compat demo install fuzz check-deep clean postgres-bin munge-bin chromium-bin bench-failover bench-cli-munge
+.PHONY: test test-long test-browser test-compat demo install fuzz check-deep clean postgres-bin munge-bin chromium-bin bench-failover bench-cli-munge \
+	slurm-reference
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +89,20 @@ bench-failover: $(STAMP) postgres-bin
 # `reckon bench cli` on a token cluster and on a munge cluster, run after run, against a private munged.
 bench-cli-munge: $(STAMP) munge-bin
 	$(BIN)/python -m tests.munged -- $(BIN)/reckon bench cli --auth both $(ARGS)
+
+# A real Slurm's output, the goldens of tests/slurmref/ (not run by CI: root, apt and minutes).  Installs
+# Debian's slurm-wlm, slurmdbd, MariaDB and MUNGE, runs a private cluster on loopback
+# (tests/slurmref/capture.py) and rewrites tests/slurmref/golden/.  ARGS: e.g. --keep, --raw DIR.
+SLURM_PACKAGES := slurmctld slurmd slurm-client slurmdbd mariadb-server munge
+slurm-reference: $(STAMP)
+	@if [ "$$(id -u)" != 0 ]; then echo "make slurm-reference: run as root (it starts Slurm's daemons)"; exit 2; fi
+	@if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmdbd >/dev/null 2>&1 \
+	    || ! command -v mariadbd >/dev/null 2>&1; then \
+	    echo "installing Slurm for the reference (apt-get install $(SLURM_PACKAGES))"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o APT::Sandbox::User=root install -y -qq \
+	        $(SLURM_PACKAGES) >/dev/null; \
+	fi
+	$(BIN)/python -m tests.slurmref.capture $(ARGS)
 
 demo: $(STAMP)
 	$(BIN)/reckon demo
