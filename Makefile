@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long test-browser demo install fuzz check-deep clean postgres-bin munge-bin chromium-bin bench-failover bench-cli-munge \
+.PHONY: test test-long test-browser test-compat demo install fuzz check-deep clean postgres-bin munge-bin chromium-bin bench-failover bench-cli-munge \
 	slurm-reference
 
 $(BIN)/python:
@@ -58,6 +58,22 @@ chromium-bin:
 test-browser: $(STAMP) chromium-bin
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -p no:cacheprovider -m browser tests/http
 
+# The real workflow tools (submitit, dask-jobqueue, Parsl, Snakemake + its Slurm plugin) at the
+# versions pinned in requirements-compat.txt, in a venv of their own, each running a workflow on a
+# reckon cluster on loopback through reckon's Slurm commands (tests/compat/, docs/compat.md).
+# tests/compat is collected only with RECKON_COMPAT=1.  One test at a time: each starts a cluster.
+COMPAT_VENV := .venv-compat
+COMPAT_STAMP := $(COMPAT_VENV)/.installed
+
+$(COMPAT_STAMP): pyproject.toml requirements-compat.txt
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/pip install --quiet --upgrade pip
+	$(COMPAT_VENV)/bin/pip install --quiet -e '.[test]' -r requirements-compat.txt
+	touch $(COMPAT_STAMP)
+
+test-compat: $(COMPAT_STAMP)
+	RECKON_COMPAT=1 PYTHONHASHSEED=0 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/compat
+
 fuzz: $(STAMP)
 	RECKON_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/model tests/sim -p no:cacheprovider
 
@@ -92,4 +108,4 @@ demo: $(STAMP)
 	$(BIN)/reckon demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info
