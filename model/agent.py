@@ -254,11 +254,7 @@ class Agent:
                     and (msg.uid is None or record.uid is None or msg.uid == record.uid)):
                 out.append(E.KillProcess(job=msg.job, attempt=msg.attempt))
         elif isinstance(msg, M.Signal):
-            record = self.records.get((msg.job, msg.attempt))
-            if (record is not None and record.status is LocalStatus.RUNNING
-                    and (msg.uid is None or record.uid is None or msg.uid == record.uid)):
-                out.append(E.SignalProcess(job=msg.job, attempt=msg.attempt, signal=msg.signal,
-                                           batch_only=msg.batch_only))
+            self._on_signal(msg, out)
         elif isinstance(msg, M.Ack):
             self._on_ack(msg, out)
         elif isinstance(msg, M.Error):
@@ -267,6 +263,17 @@ class Agent:
             raise RemoteProtocolError(f"unexpected {msg.TYPE} message from the controller")
         # Counted only once handled: a message refused above changes nothing, not even this.
         self.seen_seq = max(self.seen_seq, getattr(msg, "seq", 0))
+
+    def _on_signal(self, msg: M.Signal, out: list[E.Command]) -> None:
+        """Version 7: signal the attempt's processes, as a Kill kills them: only the attempt it
+        names, running here, of the submission it names."""
+        record = self.records.get((msg.job, msg.attempt))
+        if record is None or record.status is not LocalStatus.RUNNING:
+            return
+        if msg.uid is not None and record.uid is not None and msg.uid != record.uid:
+            return
+        out.append(E.SignalProcess(job=msg.job, attempt=msg.attempt, signal=msg.signal, batch_only=msg.batch_only,
+                                   full=msg.full))
 
     @property
     def _keeps_generations(self) -> bool:
@@ -397,7 +404,8 @@ class Agent:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.FINISHED,
                                  exit_code=record.exit_code, signal=record.signal,
                                  started_at=record.started_at, finished_at=record.finished_at, uid=record.uid,
-                                 timed_out=record.timed_out, usage=record.usage, oom=record.oom, gpus=record.gpus)
+                                 timed_out=record.timed_out, usage=record.usage, oom=record.oom, gpus=record.gpus,
+                                 not_run=record.not_run)
         if record.status is LocalStatus.RUNNING:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.RUNNING,
                                  started_at=record.started_at, uid=record.uid, gpus=record.gpus)
@@ -462,7 +470,7 @@ class Agent:
         started_at = ev.started_at if ev.started_at is not None else record.started_at
         record = replace(record, status=LocalStatus.FINISHED, exit_code=ev.exit_code, signal=ev.signal,
                          started_at=started_at, finished_at=ev.finished_at, acked=False, timed_out=ev.timed_out,
-                         usage=ev.usage, oom=ev.oom)
+                         usage=ev.usage, oom=ev.oom, not_run=ev.not_run)
         self._store(out, record)
         report = record.report()
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)

@@ -62,8 +62,17 @@ def parse_array(text: str) -> ArrayRange:
                       max_running=int(limit) if limit is not None else None)
 
 
-def array_member(spec: JobSpec, *, array_id: str, index: int, max_running: int | None) -> JobSpec:
-    """The spec of one job of the array: the template plus its array fields and environment."""
-    env = tuple(p for p in spec.env if p[0] not in (ENV_ARRAY_ID, ENV_ARRAY_INDEX))
-    return replace(spec, env=env + ((ENV_ARRAY_ID, array_id), (ENV_ARRAY_INDEX, str(index))),
-                   array_id=array_id, array_index=index, array_max=max_running)
+SLURM_ARRAY_SHAPE = ("SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX")
+
+
+def array_member(spec: JobSpec, *, array_id: str, index: int, max_running: int | None,
+                 array: ArrayRange | None = None) -> JobSpec:
+    """The spec of one job of the array: the template plus its array fields and environment.
+    With ``slurm_env`` (version 7) the array's shape too (``array``): its task count, min and max
+    are known here only, not to the agent that runs one of its jobs."""
+    names = (ENV_ARRAY_ID, ENV_ARRAY_INDEX) + (SLURM_ARRAY_SHAPE if spec.slurm_env else ())
+    env = tuple(p for p in spec.env if p[0] not in names) + ((ENV_ARRAY_ID, array_id), (ENV_ARRAY_INDEX, str(index)))
+    if spec.slurm_env and array is not None:
+        last = array.indices()[-1]
+        env += tuple(zip(SLURM_ARRAY_SHAPE, (str(array.count), str(array.start), str(last))))
+    return replace(spec, env=env, array_id=array_id, array_index=index, array_max=max_running)

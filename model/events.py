@@ -13,7 +13,7 @@ from ._check import MAX_UID, check_bytes, check_int, check_opt_time, check_opt_u
 from .facts import Fact
 from .arrays import ArrayRange
 from .jobs import JobSpec
-from .messages import TOKEN_BYTES, Finished, Join, Message
+from .messages import TOKEN_BYTES, Finished, Join, Message, check_signal_target
 from .permissions import Caller
 from .resources import Owner, Usage
 
@@ -275,16 +275,18 @@ class SignalJob:
     job: str
     signal: int
     now: float
-    batch_only: bool = False  # the top process only; else every process of the job
+    # The target, as scancel's: batch_only (-b) the top process (the batch shell) only; full (-f)
+    # every process of the job; neither: every process but the top one (Slurm's steps).
+    batch_only: bool = False
     caller: Caller | None = None  # who asks (None: token mode)
+    full: bool = False
 
     def __post_init__(self) -> None:
         _caller(self)
         check_str("job", self.job)
         check_int("signal", self.signal, minimum=1, maximum=64)
         check_time("now", self.now)
-        if not isinstance(self.batch_only, bool):
-            raise ValueError("batch_only must be a bool")
+        check_signal_target(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -496,12 +498,13 @@ class ProcessExited:
     timed_out: bool = False  # the supervisor stopped the process at the job's time limit
     usage: Usage | None = None  # what the attempt used, as the supervisor measured it
     oom: bool = False  # killed for exceeding its memory limit
+    not_run: str | None = None  # the supervisor refused to start it (exit 126/127), and why
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
                  finished_at=self.finished_at, started_at=self.started_at, timed_out=self.timed_out,
-                 usage=self.usage, oom=self.oom)
+                 usage=self.usage, oom=self.oom, not_run=self.not_run)
         check_time("now", self.now)
 
 
@@ -604,7 +607,8 @@ class SignalProcess:
     job: str
     attempt: int
     signal: int
-    batch_only: bool = False  # the top process only; else every process of the job
+    batch_only: bool = False  # the top process only (SignalJob's)
+    full: bool = False  # every process of the job; neither: every process but the top one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ from . import events as E
 from . import facts as F
 from . import messages as M
 from .id_marks import mark_for_submit
-from .admission import unrunnable_reason
+from .admission import beyond_the_user_limit, unrunnable_reason
 from .arrays import array_member
 from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobRecord, JobSpec, JobState
@@ -24,9 +24,11 @@ from .resources import lowest_free
 from .transaction import Transaction
 
 
-def check_submit(tx: Transaction, spec: JobSpec) -> None:
-    """Refuse (change nothing) a submit whose dependencies are unknown or can never complete."""
-    refusal = dependency_refusal(tx.state, spec)
+def check_submit(tx: Transaction, spec: JobSpec, caller: E.Caller | None = None) -> None:
+    """Refuse (change nothing) a submit whose dependencies are unknown or can never complete, or
+    that asks more CPUs than its owner may ever run at once."""
+    refusal = dependency_refusal(tx.state, spec) or beyond_the_user_limit(tx.config.user_limits,
+                                                                          owner_of(caller), spec)
     if refusal is not None:
         raise LocalProtocolError(refusal)
 
@@ -34,12 +36,13 @@ def check_submit(tx: Transaction, spec: JobSpec) -> None:
 def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
     if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, ev.spec)) is not None:
         raise LocalProtocolError(refusal)
-    check_submit(tx, ev.spec)
+    check_submit(tx, ev.spec, ev.caller)
     state = tx.state
     mark_for_submit(tx, count=len(ev.array.indices()))  # every member's id, before any
     array_id = state.next_job_id()  # the first job's id names the array
     for n, index in enumerate(ev.array.indices()):
-        spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running)
+        spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running,
+                            array=ev.array)
         uid = ev.uids[n] if ev.uids is not None else None
         job_id = state.next_job_id()
         tx.apply(F.JobSubmitted(job=job_id, spec=spec, submitted_at=ev.now, uid=uid,
@@ -108,7 +111,7 @@ def on_signal(tx: Transaction, ev: E.SignalJob) -> None:
                                  f"signals need {M.SIGNAL_SINCE} (upgrade reckon there)")
     uid = session.uid_for(job.uid)
     tx.send(session, lambda seq: M.Signal(seq=seq, job=job.id, attempt=job.attempt, signal=ev.signal,
-                                          batch_only=ev.batch_only, uid=uid))
+                                          batch_only=ev.batch_only, uid=uid, full=ev.full))
 
 
 def on_cancel_array(tx: Transaction, ev: E.CancelJob) -> None:
@@ -156,7 +159,7 @@ def on_forget(tx: Transaction, ev: E.ForgetAgent) -> None:
 def on_submit(tx: Transaction, ev: E.SubmitJob) -> None:
     if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, ev.spec)) is not None:
         raise LocalProtocolError(refusal)
-    check_submit(tx, ev.spec)
+    check_submit(tx, ev.spec, ev.caller)
     mark_for_submit(tx)
     job_id = tx.state.next_job_id()
     tx.apply(F.JobSubmitted(job=job_id, spec=ev.spec, submitted_at=ev.now, uid=ev.uid,

@@ -176,12 +176,16 @@ class JobSpec:
             check_int("retry_on_exit code", code, minimum=1, maximum=255)
         if self.retry_on_exit and not self.retries:
             raise ValueError("retry_on_exit needs retries > 0")
-        for name in ("after", "after_any", "after_not_ok"):
-            deps = getattr(self, name)
-            check_tuple_of(name, deps, str)
-            for dep in deps:
-                check_str(f"{name} job", dep)
-        deps = self.after + self.after_any + self.after_not_ok
+        check_tuple_of("after", self.after, str)
+        for dep in self.after:
+            check_str("after job", dep)
+        deps = self.after
+        if self.after_any != () or self.after_not_ok != ():  # version 7 (the common spec has neither)
+            for name in ("after_any", "after_not_ok"):
+                check_tuple_of(name, getattr(self, name), str)
+                for dep in getattr(self, name):
+                    check_str(f"{name} job", dep)
+            deps = self.after + self.after_any + self.after_not_ok
         if len(deps) > MAX_AFTER:
             raise ValueError(f"the dependencies name more than {MAX_AFTER} jobs")
         if len(set(deps)) != len(deps):
@@ -207,6 +211,10 @@ class JobSpec:
         self._check_v7()
 
     def _check_v7(self) -> None:
+        if (self.script is None and self.warn_signal is None and self.warn_before == 0 and self.open_mode is None
+                and self.warn_batch_only is False and self.labels == () and self.slurm_env is False
+                and type(self.warn_before) is int):
+            return  # the common case, in one test: nothing of version 7 is set
         if self.script is not None:
             check_str("script", self.script, max_len=MAX_SCRIPT)
             if "\0" in self.script:
@@ -267,11 +275,12 @@ class JobSpec:
             out["gpus"] = self.gpus
         if self.gres:
             out["gres"] = [list(p) for p in self.gres]
-        for key, default in V7_SPEC_DEFAULTS.items():
-            value = getattr(self, key)
-            if value != default:
-                out[key] = [list(p) for p in value] if key == "labels" else (
-                    list(value) if isinstance(value, tuple) else value)
+        if self.uses_v7:
+            for key, default in V7_SPEC_DEFAULTS.items():
+                value = getattr(self, key)
+                if value != default:
+                    out[key] = [list(p) for p in value] if key == "labels" else (
+                        list(value) if isinstance(value, tuple) else value)
         return out
 
     @classmethod
@@ -300,15 +309,7 @@ class JobSpec:
             gpus=data.get("gpus", 0),
             gres=tuple(tuple(p) if isinstance(p, (list, tuple)) else p
                        for p in _tuple("gres", data.get("gres", ()))),
-            script=data.get("script"),
-            warn_signal=data.get("warn_signal"),
-            warn_before=data.get("warn_before", 0),
-            warn_batch_only=data.get("warn_batch_only", False),
-            open_mode=data.get("open_mode"),
-            after_any=_tuple("after_any", data.get("after_any", ())),
-            after_not_ok=_tuple("after_not_ok", data.get("after_not_ok", ())),
-            labels=_labels(data.get("labels", ())),
-            slurm_env=data.get("slurm_env", False),
+            **(_v7_fields(data) if not _V7_KEYS.isdisjoint(data) else {}),
         )
 
     def resources_text(self) -> str:
@@ -320,6 +321,24 @@ class JobSpec:
             parts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
         parts.extend(f"{name}:{count}" for name, count in self.gres)
         return ", ".join(parts)
+
+
+_V7_KEYS = frozenset(V7_SPEC_DEFAULTS)
+
+
+def _v7_fields(data: dict) -> dict[str, Any]:
+    """The version 7 fields of a spec's map that has some (most have none: one set test)."""
+    return dict(
+        script=data.get("script"),
+        warn_signal=data.get("warn_signal"),
+        warn_before=data.get("warn_before", 0),
+        warn_batch_only=data.get("warn_batch_only", False),
+        open_mode=data.get("open_mode"),
+        after_any=_tuple("after_any", data.get("after_any", ())),
+        after_not_ok=_tuple("after_not_ok", data.get("after_not_ok", ())),
+        labels=_labels(data.get("labels", ())),
+        slurm_env=data.get("slurm_env", False),
+    )
 
 
 def check_labels(name: str, labels: Any) -> None:

@@ -66,6 +66,10 @@ from .resources import NodeResources, Owner, Usage, check_gpu_indices
 # slurm_env (left out at their defaults); a job using any of them is dispatched only to agents
 # of version >= 7.  The controller may send a ``signal`` message (a signal to a RUNNING job's
 # processes now), only to agents of version >= 7.
+# Also 7 (issue #20's remainder): ``finished`` and report entries of an attempt the agent refused to
+# start (its owner has no account there, root without --allow-root-jobs, a cwd it cannot enter:
+# exit 126/127) say why (``not_run``, at most 300 characters), left out while None.  An agent
+# needs a controller of at least its version, so an older controller never receives it.
 PROTOCOL_VERSION = 7
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
 SPEC7_SINCE = 7  # the first version whose agents run jobs using the version 7 spec fields
@@ -232,6 +236,7 @@ class Finished:
     timed_out: bool = False  # version 4: its supervisor stopped the process at the job's time limit
     usage: Usage | None = None  # version 6: what the attempt used, as its supervisor measured it
     oom: bool = False  # version 6: killed for exceeding its memory limit
+    not_run: str | None = None  # version 7: the agent refused to start it (exit 126/127), and why
 
     def __post_init__(self) -> None:
         check_job_attempt(self)
@@ -383,7 +388,8 @@ class Kill:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Signal:
     """Version 7: send ``signal`` now to the RUNNING attempt's processes (``reckon signal``,
-    ``scancel --signal``): the top process only with ``batch_only``, else every process of the job."""
+    ``scancel --signal``): the top process only with ``batch_only``; every process of the job
+    with ``full``; else every process but the top one (Slurm's steps, not the batch shell)."""
 
     TYPE: ClassVar[str] = "signal"
     seq: int
@@ -392,14 +398,23 @@ class Signal:
     signal: int  # a signal number, 1..64
     batch_only: bool = False
     uid: str | None = None  # only the process of this submission (as Kill's)
+    full: bool = False
 
     def __post_init__(self) -> None:
         check_int("seq", self.seq, minimum=1)
         check_job_attempt(self)
         check_int("signal", self.signal, minimum=1, maximum=64)
-        if not isinstance(self.batch_only, bool):
-            raise ValueError("batch_only must be a bool")
+        check_signal_target(self)
         check_opt_uid("uid", self.uid)
+
+
+def check_signal_target(obj: object) -> None:
+    """``batch_only`` and ``full`` (a signal's target): bools, not both."""
+    batch_only, full = obj.batch_only, obj.full  # type: ignore[attr-defined]
+    if not isinstance(batch_only, bool) or not isinstance(full, bool):
+        raise ValueError("batch_only and full must be bools")
+    if batch_only and full:
+        raise ValueError("a signal goes to the top process only (batch_only) or to the whole job (full), not both")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -537,13 +552,13 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 # submission's ``uid`` is left out while None, whatever the message.
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
-_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False, "usage": None, "oom": False}
+_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False, "usage": None, "oom": False, "not_run": None}
 _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None,
                              "resources": None}
 _OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None, "gpus": ()}
 _OMITTED_AT_DEFAULT[Welcome] = {"generation": None}
 _OMITTED_AT_DEFAULT[Error] = {"permanent": False, "leader": None, "code": None}
-_OMITTED_AT_DEFAULT[Signal] = {"uid": None, "batch_only": False}
+_OMITTED_AT_DEFAULT[Signal] = {"uid": None, "batch_only": False, "full": False}
 
 
 def to_wire(msg: Message) -> dict[str, Any]:

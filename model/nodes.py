@@ -14,6 +14,7 @@ from typing import Any
 
 from . import events as E
 from . import facts as F
+from . import messages as M
 from .errors import LocalProtocolError
 from .jobs import TERMINAL_STATES, JobState
 from .admission import beyond_every_agent, capacity_shortfall
@@ -121,6 +122,8 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
             why.append(f"agent {name} is reconciling")
         elif info.drained:
             why.append(f"agent {name} is drained")
+        elif job.spec.uses_v7 and session.version < M.SPEC7_SINCE:
+            why.append(f"agent {name} speaks protocol {session.version}: this job needs {M.SPEC7_SINCE}")
         elif info.slots - info.used < need:
             why.append(f"agent {name} has {info.slots - info.used} of {info.slots} slots free")
         elif (lacking := info.shortfall(job.spec)) is not None:

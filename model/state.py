@@ -21,6 +21,7 @@ from .policy import TIMEOUT_REASON, retry_due
 from .resources import NodeResources, shortfall
 
 OOM_REASON = "oom"  # JobRecord.reason of an attempt killed for exceeding its memory limit
+NOT_RUN_PREFIX = "not run: "  # JobRecord.reason of an attempt the agent refused to start, before its why
 
 
 @dataclass(slots=True)
@@ -408,6 +409,8 @@ def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
         job.reason = TIMEOUT_REASON
     elif fact.oom and job.state is JobState.FAILED:
         job.reason = OOM_REASON
+    elif fact.not_run is not None and job.state is JobState.FAILED:
+        job.reason = NOT_RUN_PREFIX + fact.not_run
     if fact.started_at is not None and job.started_at is None:
         job.started_at = fact.started_at
     agent = _release(state, job)
@@ -509,11 +512,18 @@ def _cancel_confirmed(state: ControllerState, fact: F.JobCancelConfirmed) -> Cha
 
 def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
-    return _back_to_pending(state, job)  # a user's requeue asked meanwhile is this same one
+    job.state = next_state(job.state, JobTransition.REQUEUE)
+    agent = _release(state, job)  # no allocation survives into the next attempt
+    job.attempt = _next_attempt(job)
+    job.started_at = None
+    job.requeues += 1
+    job.requeue_requested = False  # a user's requeue asked meanwhile is this same one
+    return Changes(jobs=(job.id,), agents=(agent,))
 
 
 def _back_to_pending(state: ControllerState, job: JobRecord) -> Changes:
-    """The attempt is lost or a user requeued it: PENDING as attempt + 1, one more requeue."""
+    """A user requeued the running attempt (version 7) and it has ended: PENDING as attempt + 1,
+    one more requeue (as ``_requeued`` for a lost attempt)."""
     job.state = next_state(job.state, JobTransition.REQUEUE)
     agent = _release(state, job)  # no allocation survives into the next attempt
     job.attempt = _next_attempt(job)

@@ -54,6 +54,11 @@ class NullRunner:
     async def kill(self, job: str, attempt: int, grace: float = 10.0) -> None:
         check_key(job, attempt)
 
+    async def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False,
+                          full: bool = False) -> int:
+        check_key(job, attempt)
+        return 0  # no processes
+
     async def adopt(self, keys: Sequence[Key]) -> dict[Key, Literal["running", "lost"] | ExitStatus]:
         for job, attempt in keys:
             check_key(job, attempt)

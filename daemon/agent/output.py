@@ -39,15 +39,18 @@ RETENTION_SWEEP = 3600.0  # seconds between retention sweeps
 _STREAM_SUFFIX = {OutputStream.STDOUT: ".stdout", OutputStream.STDERR: ".stderr"}
 
 
-def custom_outputs(spec: JobSpec, job: str, attempt: int) -> dict[str, str]:
+def custom_outputs(spec: JobSpec, job: str, attempt: int, *, user: str = "", host: str = "") -> dict[str, str]:
     """The launcher request's ``out`` / ``err`` absolute paths for a spec with --output / --error ({} if none).
 
     Relative patterns are relative to the job's cwd, or to the agent's working
-    directory (where the job starts) when it has none."""
+    directory (where the job starts) when it has none.  ``user`` and ``host``: what %u and %N
+    stand for (the job's user, the agent's short host name)."""
     paths: dict[str, str] = {}
     for key, pattern in (("out", spec.output), ("err", spec.error)):
         if pattern is not None:
-            paths[key] = output_path(pattern, job=job, attempt=attempt, cwd=spec.cwd, base_dir=os.getcwd())
+            paths[key] = output_path(pattern, job=job, attempt=attempt, cwd=spec.cwd, base_dir=os.getcwd(),
+                                     array=spec.array_id, index=spec.array_index, name=spec.name, user=user,
+                                     host=host)
     return paths
 
 

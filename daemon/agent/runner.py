@@ -75,15 +75,19 @@ from reckon.model.resources import Owner
 
 from reckon.daemon.agent.output import custom_outputs, note_custom_outputs
 
-from reckon.daemon.agent import cgroups as _cgroups, launcher as _launcher
-from reckon.daemon.agent.users import DEFAULT_UMASK
+from reckon.daemon.agent import batchjobs as _batch, cgroups as _cgroups, launcher as _launcher
+from reckon.daemon.agent.users import DEFAULT_UMASK, ownerless_refusal
 from reckon.daemon.agent.attempts import (
     AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, pidinfo_current, proc_alive, read_json,
     status_from, check_key,
 )
-from reckon.daemon.agent.jobenv import base_environment, job_environment
+from reckon.daemon.agent.jobenv import JobHost, base_environment, job_environment
 from reckon.daemon.agent.supervision import Supervision, RunningAttempt, LaunchWaiter
 from reckon.daemon.store.filemodes import OUTPUT_MODE, private_dir
+
+# Seconds a job's --output/--error directory gets to appear: submitit makes it only once sbatch
+# has printed the id, and a job here may start within milliseconds of that (Slurm's latency hides it).
+OUTPUT_WAIT = 10.0
 
 __all__ = ["JobRunner"]
 
@@ -93,7 +97,8 @@ class JobRunner(Supervision):
 
     def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE,
                  cgroups: dict | None = None, pids_max: int | None = _cgroups.DEFAULT_PIDS_MAX,
-                 allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK) -> None:
+                 allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK, controller: str | None = None,
+                 refuse_ownerless: bool = False, output_wait: float = OUTPUT_WAIT) -> None:
         self.kill_grace = kill_grace  # the supervisor's SIGTERM-to-SIGKILL wait at a job's time limit
         # What cgroups.detect() found (None or version None: no cgroups, as before); pids_max: each
         # attempt's pids limit (None: none).  Owners: root's jobs only with allow_root_jobs; umask.
@@ -101,10 +106,15 @@ class JobRunner(Supervision):
         self.pids_max = pids_max
         self.allow_root_jobs = allow_root_jobs
         self.umask = umask
+        # A root agent on a munge cluster: a job without an owner (queued in token mode) would run
+        # as root; its supervisor refuses it (exit 126, not_run) unless --allow-root-jobs.
+        self.refuse_ownerless = refuse_ownerless
         self.state_dir = Path(state_dir).absolute()
         self.jobs_dir = self.state_dir / "jobs"
         self.output_mode = output_mode  # of the jobs' .stdout/.stderr files
+        self.output_wait = output_wait  # seconds a job's --output/--error directory gets to appear
         self._job_env_base = base_environment()  # daemon/agent/jobenv.py: what every job gets
+        self._host = JobHost.here(controller)  # what %N %u and slurm_env name (version 7)
         self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
         self._running: dict[Key, RunningAttempt] = {}
         self._waiters: dict[Key, LaunchWaiter] = {}
@@ -218,22 +228,34 @@ class JobRunner(Supervision):
             os.fchmod(fd, self.output_mode)  # explicit: the umask must not widen or narrow it
         finally:
             os.close(fd)
-        env = job_environment(spec, job, attempt, self._job_env_base, gpus=tuple(gpus))
+        env = job_environment(spec, job, attempt, self._job_env_base, gpus=tuple(gpus), host=self._host, owner=owner)
         request = {"k": [job, attempt], "base": base, "cmd": list(spec.command), "cwd": spec.cwd,
                    "env": sorted(env.items()), "mode": self.output_mode}
+        if spec.script is not None:  # version 7: the supervisor runs it through a descriptor (batchjobs.py)
+            request["script"] = base + _batch.SCRIPT
+            await trio.to_thread.run_sync(_batch.write_script, request["script"], spec.script)
+        if spec.warn_signal is not None and spec.time_limit is not None:
+            request["warn"] = {"sig": spec.warn_signal, "before": spec.warn_before, "batch_only": spec.warn_batch_only}
         if owner is not None:  # checked and switched to by the supervisor (daemon/agent/users.py)
             request["user"] = {"uid": owner.uid, "gid": owner.gid, "user": owner.user,
                                "allow_root": self.allow_root_jobs}
             request["umask"] = self.umask
+        elif self.refuse_ownerless:
+            request["refuse"] = ownerless_refusal()
         if self.cgroups is not None:
             request["cgroup"] = _cgroups.plan(self.cgroups, job, attempt, mem=spec.mem, cpus=spec.slots,
                                               pids_max=self.pids_max)
         if spec.time_limit is not None:  # enforced by the supervisor, so it holds across agent restarts
             request.update(limit=spec.time_limit, grace=self.kill_grace)
-        outputs = custom_outputs(spec, job, attempt)  # --output / --error: noted for later reads
+        # --output / --error: noted for later reads
+        outputs = custom_outputs(spec, job, attempt, user=self._host.user_of(owner), host=self._host.short)
         if outputs:
             note_custom_outputs(base, outputs)
-            request.update(outputs)
+            request.update(outputs, out_wait=self.output_wait)
+            # --open-mode (version 7): truncate unless asked to append; a rerun of the job (a retry,
+            # a requeue) appends, so an earlier attempt's output is kept, as Slurm keeps a requeued job's.
+            if spec.open_mode == "truncate" or (spec.open_mode is None and attempt == 1):
+                request["truncate"] = True
         waiter = self._waiters[key] = LaunchWaiter(event=trio.Event())
         self._requests.append(json.dumps(request).encode() + b"\n")
         self._request_ready.set()
@@ -263,6 +285,37 @@ class JobRunner(Supervision):
             run.escalate_at = deadline
             run.escalation = trio.CancelScope(deadline=math.inf)
             self._nursery.start_soon(self._escalate, key, run, run.escalation)
+
+    async def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False,
+                          full: bool = False, wait: float = 10.0) -> int:
+        """Send ``sig`` to the running attempt's processes now (version 7, ``reckon signal``), as
+        scancel does: the top process only with ``batch_only`` (``-b``), every process of the job
+        (its process group and cgroup) with ``full`` (``-f``), else every process but the top one
+        (the job's steps).  How many signals it sent (0: not running here).
+
+        The supervisor writes the job's pid record just after it started the job, so a job may
+        run (and be asked about) a moment before it: waited for, at most ``wait`` seconds."""
+        check_key(job, attempt)
+        key = (job, attempt)
+        with trio.move_on_after(wait):
+            while key in self._running:
+                info, status = self._records(key)
+                if status is not None:
+                    return 0  # over: nothing of it to signal
+                if info is not None:
+                    break
+                await trio.sleep(0.01)
+        if key not in self._running:
+            return 0
+        info, status = self._records(key)
+        if status is not None or not pidinfo_current(info) or not proc_alive(info.get("job_pid"), info.get("job_start")):
+            return 0  # over, or not started
+        pid = info["job_pid"]
+        cgroup_pids = None
+        if not batch_only and self.cgroups is not None:
+            planned = _cgroups.plan(self.cgroups, job, attempt, mem=None, cpus=None, pids_max=None)
+            cgroup_pids = _cgroups.Cgroup(planned).pids() if planned is not None else None
+        return _batch.send(pid, sig, top=batch_only or full, rest=not batch_only, cgroup_pids=cgroup_pids)
 
     async def _escalate(self, key: Key, run: RunningAttempt, scope: trio.CancelScope) -> None:
         with scope:
@@ -372,7 +425,7 @@ class JobRunner(Supervision):
         check_key(job, attempt)
         if (job, attempt) in self._running:
             raise RunnerError(f"{job}.{attempt} is still running")
-        paths = []
+        paths = [self._base(job, attempt) + _batch.SCRIPT]  # a script a launch never ran (batchjobs.py)
         if self._records((job, attempt)) != (None, None):
             # Else it was withdrawn (or its supervisor died at once): the
             # claim stays, so that a supervisor coming late still runs nothing.

@@ -14,6 +14,30 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
 
+# Linux's signal numbers (not the signal module: it imports enum, and this path stays light).
+SIGNALS = {name: number for number, name in enumerate(
+    "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP TSTP "
+    "TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split(), start=1)}
+SIGRTMIN, SIGRTMAX = 34, 64
+
+
+def parse_signal(text: str) -> int:
+    """``USR1``, ``SIGUSR1``, ``usr1``, ``10``, ``RTMIN+2`` -> the signal number; a bad one is one line."""
+    name = text.strip().upper()
+    name = name[3:] if name.startswith("SIG") else name
+    if name.isdigit() and 1 <= int(name) <= SIGRTMAX:
+        return int(name)
+    if name in SIGNALS:
+        return SIGNALS[name]
+    for base, sign, number in (("RTMIN", "+", SIGRTMIN), ("RTMAX", "-", SIGRTMAX)):
+        if name == base or (name.startswith(base + sign) and name[len(base) + 1:].isdigit()):
+            offset = int(name[len(base) + 1:] or 0) if name != base else 0
+            value = number + offset if sign == "+" else number - offset
+            if SIGRTMIN <= value <= SIGRTMAX:
+                return value
+    raise UsageError(f"unknown signal {text!r}: a name such as USR1 or TERM, or a number 1..{SIGRTMAX}")
+
+
 def parse_duration(text: str) -> float:
     """``90s``, ``10m``, ``2h``, ``1h30m``, ``1d``, or a bare number of seconds -> seconds (> 0)."""
     from reckon.daemon.durations import parse_seconds

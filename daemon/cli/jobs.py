@@ -58,6 +58,12 @@ def run_client_command(args: argparse.Namespace) -> int:
                 batch.write_job_state(out, job)
         elif args.command in ("hold", "release", "requeue"):
             batch.write_job_state(out, client.call(args.command, job=args.job)["job"])
+        elif args.command == "signal":
+            sig = batch.parse_signal(args.sig)
+            job = client.call("signal", job=args.job, signal=sig, batch_only=args.batch,
+                              full=not args.batch and not args.steps)["job"]
+            which = " (its top process)" if args.batch else " (all but its top process)" if args.steps else ""
+            out.write(f"signal {sig} sent to job {job['id']}{which}\n")
         elif args.command == "forget":
             result = client.call("forget", agent=args.node)
             out.write(f"forgot {result['agent']}: {len(result['requeued'])} job(s) requeued, "
@@ -93,6 +99,8 @@ def _submit(args: argparse.Namespace, url: str, auth: ClientAuth, tls: object) -
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     cwd = submit_cwd(args.cwd)
     extra = {"queue_anyway": True} if args.queue_anyway else {}
+    if args.hold:
+        extra["hold"] = True
     if args.file is None:
         if not argv:
             raise UsageError("no command given: reckon submit [OPTIONS] -- CMD [ARG ...] (or --file FILE)")

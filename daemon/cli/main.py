@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
-                   "release", "requeue", "logs", "whoami")
-COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config", "slurm-commands")
+                   "release", "requeue", "logs", "whoami", "signal")
+COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
+COMMANDS += ("slurm-commands",)  # reckon slurm-commands DIR: daemon/slurm/launchers.py
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
 JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 MAX_SLOTS = 1 << 16  # model.jobs.MAX_SLOTS (not imported: this module stays light; a test compares)
@@ -450,6 +451,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "cancelled with the reason")
     p.add_argument("--queue-anyway", action="store_true",
                    help="queue a job even if no registered agent has the CPUs, memory, GPUs or gres to run it")
+    p.add_argument("--hold", action="store_true",
+                   help="the job(s) start held: not dispatched until released (reckon release)")
     p.add_argument("--json", action="store_true",
                    help="print the job object (with --file: the list of ids; with --array: the job objects)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command to run")
@@ -484,8 +487,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("release", parents=[client], help="release a held job")
     p.add_argument("job", help="the job's id")
     p = sub.add_parser("requeue", parents=[client],
-                       help="run a finished job again as a new attempt (a running job: cancel it first)")
+                       help="run a job again as a new attempt (a running one is stopped first, as a cancel does)")
     p.add_argument("job", help="the job's id")
+    p = sub.add_parser("signal", parents=[client],
+                       help="send a signal now to a RUNNING job's processes (all of them; --batch: the top one)")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("sig", metavar="SIGNAL", help="a signal name or number: USR1, SIGTERM, 10")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--batch", action="store_true", help="only the job's top process (the batch shell)")
+    target.add_argument("--steps", action="store_true",
+                        help="every process but the top one (scancel --signal's default: the steps)")
 
     p = sub.add_parser("whoami", parents=[client],
                        help="who the controller takes you for: your user and uid as it decoded them, and "

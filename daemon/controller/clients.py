@@ -75,11 +75,11 @@ class ClientRequests:
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it
             [job_id] = submitted_ids(await self.call(event=E.SubmitJob(
                 spec=JobSpec.from_dict(request["spec"]), now=time.time(), uid=secrets.token_hex(8),
-                queue_anyway=queue_anyway, caller=caller)))
+                queue_anyway=queue_anyway, caller=caller, hold=job_ops.hold_of(request))))
             return {"job": await self.call(call=lambda: self.job_object(job_id))}
         if op == "submit_many":
             specs = [JobSpec.from_dict(s) for s in request["specs"]]
-            return {"jobs": await self._submit_batch(specs, queue_anyway, caller)}
+            return {"jobs": await self._submit_batch(specs, queue_anyway, caller, job_ops.hold_of(request))}
         if op == "cancel":
             job_id, whole_array = str(request["job"]), request.get("array")  # array: None = the array if it names one
             await self.call(event=E.CancelJob(job=job_id, now=time.time(), whole_array=whole_array, caller=caller))
@@ -93,7 +93,10 @@ class ClientRequests:
             user = request.get("user")
             if user is not None and (not isinstance(user, str) or not user):
                 raise ValueError("user must be a user name")
-            return {"jobs": await self.call(call=lambda: self.job_objects(state, user))}
+            jobs = await self.call(call=lambda: self.job_objects(state, user))
+            if user is not None and not jobs:
+                await operator.refuse_unknown_user(self, user)  # a typo is one line, not an empty table
+            return {"jobs": jobs}
         if op == "status":
             return {"status": await self.call(call=self.status)}
         if op == "logs":
@@ -114,7 +117,7 @@ class ClientRequests:
         return {"agent": agent, "requeued": requeued, "cancelled": cancelled}
 
     async def _submit_batch(self, specs: list[JobSpec], queue_anyway: bool = False,
-                            caller: Caller | None = None) -> list[str]:
+                            caller: Caller | None = None, hold: bool = False) -> list[str]:
         """Submit jobs all or none, in one model event (model/batches.py); their ids, in order."""
         if not specs:
             return []
@@ -122,7 +125,8 @@ class ClientRequests:
         # that had this id (a rolled-back state) can ever be taken for this one.
         uids = tuple(secrets.token_hex(8) for _ in specs)
         return submitted_ids(await self.call(event=E.SubmitBatch(specs=tuple(specs), now=time.time(), uids=uids,
-                                                                  queue_anyway=queue_anyway, caller=caller)))
+                                                                  queue_anyway=queue_anyway, caller=caller,
+                                                                  hold=hold)))
 
     def job_object(self, job_id: str) -> dict:
         job = self.model.state.job(job_id)

@@ -150,6 +150,10 @@ def output_paths_of(daemon: "DaemonHost", job: Any) -> tuple[str | None, str | N
     if session is not None and session.version < M.OUTPUT_SINCE:
         return defaults  # an older agent ignores --output / --error
     # A relative pattern with no cwd is relative to the agent's working directory: shown as given.
-    custom = [output_path(p, job=job.id, attempt=job.attempt, cwd=job.spec.cwd, base_dir=None)
-              if p is not None else None for p in (job.spec.output, job.spec.error)]
+    # %N (the agent's host name) is the agent's name here: the controller does not know its host's.
+    spec = job.spec
+    names = dict(array=spec.array_id, index=spec.array_index, name=spec.name, host=agent,
+                 user=job.owner.user if job.owner is not None else "")
+    custom = [output_path(p, job=job.id, attempt=job.attempt, cwd=spec.cwd, base_dir=None, **names)
+              if p is not None else None for p in (spec.output, spec.error)]
     return custom[0] or defaults[0], custom[1] or defaults[1]

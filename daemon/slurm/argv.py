@@ -8,7 +8,8 @@ or apart (``-J name``), an optional argument only attached (``--exclusive=user``
 (their optstring starts with ``+``: the script's or command's own arguments follow it); scancel
 permutes (``scancel 123 --signal USR2`` is submitit's spelling).
 
-Light: no argparse (it imports gettext, re and shutil: a few ms of every sbatch), no dataclasses.
+Light: no argparse (``python -IS -X importtime``: 15 ms here, 10 of them ``re``, 1.3 ``gettext``;
+this module: 0.3 ms), no dataclasses.
 An option is a tuple ``(long, short, arg)`` (``arg``: 0 none, 1 required, 2 optional); the parse
 is a list of ``(long, value)`` in command-line order (``value`` None for a flag).
 """

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 
-from reckon.daemon.client_common import ClientError, UsageError
 
 TIMEOUT = 30.0  # seconds for connecting, then for each request ($RECKON_SLURM_TIMEOUT overrides)
 
@@ -31,9 +30,20 @@ SIGNALS = {
 class SlurmCommandError(Exception):
     """One line for the user, printed as ``PROG: error: TEXT``; ``status`` the exit code (Slurm: 1)."""
 
-    def __init__(self, text: str, status: int = 1) -> None:
+    def __init__(self, text: str, status: int = 1, prefix: str = "error: ") -> None:
         super().__init__(text)
         self.status = status
+        self.prefix = prefix
+
+
+def invalid(text: str) -> SlurmCommandError:
+    """A value Slurm would not parse: its exit status is 255, as Slurm's (exit(-1))."""
+    return SlurmCommandError(text, 255)
+
+
+def bad_option(prog: str, text: str) -> SlurmCommandError:
+    """getopt's own complaint, as Slurm's commands print it (no ``error:``), exit status 255."""
+    return SlurmCommandError(f"{text}\nTry \"{prog} --help\" for more information", 255, prefix="")
 
 
 def signal_number(text: str) -> int:
@@ -43,14 +53,14 @@ def signal_number(text: str) -> int:
         return int(word)
     number = SIGNALS.get(word[3:] if word.startswith("SIG") else word)
     if number is None:
-        raise SlurmCommandError(f"Invalid signal specification: {text!r}")
+        raise invalid(f"Invalid signal specification: {text!r}")
     return number
 
 
 def connect():  # -> SyncClient (not annotated: the import stays inside)
     """One connection to the controller, reused for every request of the command."""
-    from reckon.daemon.blocking.client import SyncClient
-    from reckon.daemon.client_common import client_ssl_context, resolve_auth, resolve_ca, resolve_controller
+    from reckon.daemon.client_common import (UsageError, client_ssl_context, resolve_auth, resolve_ca,
+                                             resolve_controller)
 
     url = resolve_controller(None)
     auth = resolve_auth(None, None, None)
@@ -60,9 +70,23 @@ def connect():  # -> SyncClient (not annotated: the import stays inside)
     except ValueError:
         raise UsageError("$RECKON_SLURM_TIMEOUT must be a number of seconds, got "
                          f"{os.environ['RECKON_SLURM_TIMEOUT']!r}") from None
-    client = SyncClient(url, auth, timeout=timeout, ssl_context=tls)
+    client = _connected_class()(url, auth, timeout=timeout, ssl_context=tls)
     client.connect()
     return client
+
+
+def _connected_class():
+    from reckon.daemon.blocking.client import SyncClient
+
+    class Connected(SyncClient):
+        """Connected already: ``with connect() as client`` does not connect a second time."""
+
+        def __enter__(self) -> "Connected":
+            if self._ws is None:
+                self.connect()
+            return self
+
+    return Connected
 
 
 def warn(prog: str, text: str) -> None:
@@ -81,16 +105,24 @@ def run(main, argv: list[str] | None = None, prog: str | None = None) -> int:
         status = main(argv)
         sys.stdout.flush()
         return int(status or 0)
-    except (SlurmCommandError, ClientError) as exc:
+    except Exception as exc:
+        # client_common's errors (unreachable, refused, a bad URL); not imported unless a command
+        # connected (srun inside a job never does: it pays for no socket stack).
+        client = sys.modules.get("reckon.daemon.client_common")
+        if not isinstance(exc, SlurmCommandError) and (client is None or not isinstance(exc, client.ClientError)):
+            raise
         try:
             sys.stdout.flush()
         except BrokenPipeError:
             pass
-        for line in str(exc).splitlines() or [""]:
-            sys.stderr.write(f"{prog}: error: {line}\n")
+        prefix = getattr(exc, "prefix", "error: ")
+        lines = str(exc).splitlines() or [""]
+        sys.stderr.write(f"{prog}: {prefix}{lines[0]}\n")
+        for line in lines[1:]:  # getopt's "Try ... --help" line stands alone, as Slurm prints it
+            sys.stderr.write(f"{line}\n" if not prefix else f"{prog}: {prefix}{line}\n")
         if isinstance(exc, SlurmCommandError):
             return exc.status
-        return 2 if isinstance(exc, UsageError) else 1
+        return 2 if isinstance(exc, client.UsageError) else 1
     except BrokenPipeError:  # `... | head`: the reader left; no flush at exit onto the closed pipe
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -105,6 +137,8 @@ def query(client, *, ids: list[str] | None = None, names: list[str] | None = Non
           states: list[str] | None = None) -> list[dict]:
     """The ``query`` op's jobs (ids: ``123``, an array's id for all its members, ``123_4``); from a
     controller without it (before protocol 7), the ``jobs`` op's list, filtered here the same way."""
+    from reckon.daemon.client_common import ClientError
+
     try:
         return client.call("query", ids=ids, names=names, users=users, states=states)["jobs"]
     except ClientError as exc:

@@ -271,4 +271,5 @@ def show_config(now: float, controller: str, nodes: int) -> str:
         ("NodeCount", str(nodes)),
     ]
     head = f"Configuration data as of {date(now)}"
-    return head + "\n" + "\n".join(f"{key:<23} = {value}" for key, value in sorted(pairs, key=lambda p: p[0].lower())) + "\n"
+    lines = [f"{key:<23} = {value}" for key, value in sorted(pairs, key=lambda p: p[0].lower())]
+    return head + "\n" + "\n".join(lines) + "\n"

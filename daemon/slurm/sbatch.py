@@ -18,7 +18,7 @@ import sys
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
 from reckon.daemon.slurm import values
-from reckon.daemon.slurm.common import SlurmCommandError, connect, run, warn
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, query, run, warn
 
 PROG = "sbatch"
 MAX_SCRIPT = 4 << 20  # bytes (model.jobs.MAX_SCRIPT, Slurm's default max_script_size)
@@ -33,21 +33,21 @@ _OPTIONS = table.by_name(table.SBATCH)
 _GETOPT = table.table(table.SBATCH)
 # The options spec_of reads; a test checks it against the table's HANDLED entries.
 HANDLED = frozenset({
-    *LABELS, "array", "chdir", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
+    *LABELS, "array", "chdir", "cluster", "clusters", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
     "gpus-per-node", "gpus-per-task", "gres", "help", "hold", "ignore-pbs", "job-name", "kill-on-invalid-dep",
-    "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "no-requeue", "nodes", "ntasks", "ntasks-per-core",
+    "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "nodes", "ntasks", "ntasks-per-core",
     "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "parsable", "quiet",
     "requeue", "signal", "time", "usage", "verbose", "version", "wait", "wrap",
 })
 
 
 def parse_args(words: list[str], *, permute: bool = False) -> tuple[dict[str, str | None], list[str]]:
-    """The options of a command line (or of a script's ``#SBATCH`` words): the last of each wins;
-    a refused option raises; a warned one is kept under its name (``warnings`` lists them)."""
+    """The options of a command line (or of a script's ``#SBATCH`` words) and its operands: the
+    last of each option wins (refuse_and_warn judges them once the script's are merged in)."""
     try:
         parsed, operands = getopt.parse(words, _GETOPT, permute=permute)
     except getopt.OptionError as exc:
-        raise SlurmCommandError(f"{exc}\nTry \"sbatch --help\" for more information") from None
+        raise bad_option(PROG, str(exc)) from None
     return merge(parsed), operands
 
 
@@ -120,16 +120,18 @@ def _count(opts: dict[str, str | None], name: str) -> int | None:
     if value is None:
         return None
     if not value.strip().isdigit() or int(value) < 1:
-        raise SlurmCommandError(f"Invalid --{name} specification: {value!r}")
+        raise invalid(f"Invalid --{name} specification: {value!r}")
     return int(value)
 
 
 def spec_of(opts: dict[str, str | None], script: str | None, command: list[str], *, environ: dict[str, str],
             cwd: str, array: bool, default_name: str, prog: str = PROG) -> dict:
     """The job spec (the wire's dict, JobSpec.to_dict's shape) of the merged options."""
-    for name in ("nodes",):
+    for name in ("cluster", "clusters"):
         if opts.get(name) is not None:
-            values.parse_nodes(opts[name] or "")
+            values.check_clusters(opts[name] or "", f"--{name}")
+    if opts.get("nodes") is not None:
+        values.parse_nodes(opts["nodes"] or "")
     for name in ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket"):
         if opts.get(name) is not None:
             values.parse_one(name, opts[name] or "")
@@ -159,6 +161,8 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
     cpus = max(cpus, _count(opts, "mincpus") or 1)
     spec["slots"] = cpus
     mem = None
+    if sum(opts.get(name) is not None for name in ("mem", "mem-per-cpu", "mem-per-gpu")) > 1:
+        raise invalid("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.")
     for name, factor in (("mem", 1), ("mem-per-cpu", cpus), ("mem-per-gpu", gpus)):
         if opts.get(name) is not None:
             if name == "mem-per-gpu" and not gpus:
@@ -189,16 +193,13 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
         spec.update(values.parse_dependency(opts["dependency"] or ""))
     kill = (opts.get("kill-on-invalid-dep") or "yes").strip().lower()
     if kill not in ("yes", "no"):
-        raise SlurmCommandError(f"Invalid --kill-on-invalid-dep specification: {kill!r} (yes or no)")
+        raise invalid(f"Invalid --kill-on-invalid-dep specification: {kill!r} (yes or no)")
     if kill == "no" and opts.get("kill-on-invalid-dep") is not None:
         warn(prog, "--kill-on-invalid-dep=no: reckon cancels a job whose dependency can never be met")
-    if "no-requeue" in opts:
-        warn(prog, "--no-requeue is ignored by reckon (a job lost with its node runs again; its attempts "
-                   "are recorded)")
     mode = opts.get("open-mode")
     if mode is not None:
         if mode not in ("append", "truncate"):
-            raise SlurmCommandError(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
+            raise invalid(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
         spec["open_mode"] = mode
         spec["env"].append(["SLURM_OPEN_MODE", mode[0]])  # as sbatch sets it: srun's steps follow it
     output = opts.get("output")
@@ -277,16 +278,35 @@ def _main(argv: list[str]) -> int:
     spec = spec_of(opts, script, [name, *args], environ=_environ(), cwd=cwd, array=array is not None,
                    default_name=default_name)
     spec["env"].append(["SLURM_SUBMIT_HOST", os.uname().nodename])
-    with connect() as client:
+    client = None
+    try:
+        client = connect()
+        expand_dependencies(client, spec)
         job_id, members = submit(client, spec, array, hold="hold" in opts)
-        if "parsable" in opts:
-            sys.stdout.write(f"{job_id}\n")
+    except Exception as exc:  # unreachable, refused: in Slurm's words, with the controller's reason
+        if client is not None:
+            client.close()
+        _submission_failed(exc)
+        raise
+    with client:
+        if "parsable" in opts:  # ID;CLUSTER when a cluster was named, as Slurm's
+            cluster = f";{values.CLUSTER}" if "clusters" in opts or "cluster" in opts else ""
+            sys.stdout.write(f"{job_id}{cluster}\n")
         elif "quiet" not in opts:
             sys.stdout.write(f"Submitted batch job {job_id}\n")
         sys.stdout.flush()
         if "wait" in opts:
             return wait(client, members)
     return 0
+
+
+def _submission_failed(exc: Exception) -> None:
+    """Raise ``exc`` (a client error) as Slurm says it: ``Batch job submission failed: REASON``."""
+    from reckon.daemon.client_common import ClientError, UsageError
+
+    if isinstance(exc, ClientError):
+        raise SlurmCommandError(f"Batch job submission failed: {exc}",
+                                2 if isinstance(exc, UsageError) else 1) from None
 
 
 def check_array(text: str) -> str:
@@ -298,8 +318,30 @@ def check_array(text: str) -> str:
     high, colon, step = rest.partition(":")
     parts = [low] + ([high] if dash else []) + ([step] if colon else []) + ([limit] if pct else [])
     if not all(p.isdigit() for p in parts) or (colon and not dash):
-        raise SlurmCommandError(f"Invalid job array specification: {text!r} (START-END[:STEP][%MAX])")
+        raise invalid(f"Invalid job array specification: {text!r} (START-END[:STEP][%MAX])")
     return text.strip()
+
+
+def expand_dependencies(client, spec: dict) -> None:
+    """Slurm's dependency ids in reckon's: an array's id means every member (reckon's ``after``
+    would name its first job alone), ``123_4`` the member's own id.  One ``query`` for all."""
+    keys = [k for k in values.DEPENDENCY_KEYS.values() if spec.get(k)]
+    if not keys:
+        return
+    named = sorted({d for k in keys for d in spec[k]})
+    found: dict[str, list[str]] = {}
+    for job in query(client, ids=named):
+        array = job.get("array_id")
+        for name in (job["id"], array, f"{array}_{job.get('array_index')}" if array is not None else None):
+            if name in named and job["id"] not in found.setdefault(name, []):
+                found[name].append(job["id"])
+    for key in keys:
+        ids: list[str] = []
+        for dep in spec[key]:
+            for job in found.get(dep) or [dep]:  # unknown: the controller refuses it in one line
+                if job not in ids:
+                    ids.append(job)
+        spec[key] = ids
 
 
 def submit(client, spec: dict, array: str | None, *, hold: bool) -> tuple[str, list[str]]:
@@ -344,11 +386,11 @@ def wait(client, ids: list[str]) -> int:
     pause = WAIT_POLL[0]
     done: dict[str, dict] = {}
     while True:
-        for job in ids:
-            if job not in done:
-                obj = client.call("show", job=job)["job"]
-                if obj["state"] in TERMINAL:
-                    done[job] = obj
+        if len(ids) == 1:
+            jobs = [client.call("show", job=ids[0])["job"]]
+        else:  # an array: all of its jobs in one query (its id, the first job's, names them all)
+            jobs = query(client, ids=[ids[0]])
+        done.update((j["id"], j) for j in jobs if j["id"] in ids and j["state"] in TERMINAL)
         if len(done) == len(ids):
             break
         time.sleep(pause)

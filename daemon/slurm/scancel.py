@@ -1,8 +1,9 @@
 """`scancel`: cancel or signal jobs as Slurm's scancel does (issue #21).
 
 ``scancel [OPTIONS] [JOB[_INDEX] ...]``: each job is cancelled (an array's id: all its jobs;
-``123_4``: that member).  ``-s/--signal SIG`` signals instead (the ``signal`` op: every process
-of the job; with ``-b/--batch`` the batch shell only).  The filters (``-n/--name``,
+``123_4``: that member).  ``-s/--signal SIG`` signals instead (the ``signal`` op): the job's
+steps (every process but the batch shell); with ``-b/--batch`` the batch shell only; with
+``-f/--full`` every process.  The filters (``-n/--name``,
 ``-u/--user``, ``--me``, ``-t/--state``, ``-p/--partition``, ``-A/--account``, ``-q/--qos``,
 ``--wckey``, ``-R/--reservation``, ``-w/--nodelist``) pick the jobs through the ``query`` op,
 and with ids, narrow them.  Options permute (``scancel 123 --signal USR2``: submitit).
@@ -16,8 +17,10 @@ from __future__ import annotations
 import os
 import sys
 
+from reckon.daemon.client_common import ClientError
 from reckon.daemon.slurm import argv as getopt
-from reckon.daemon.slurm.common import ClientError, SlurmCommandError, connect, query, run, signal_number
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, query, run, signal_number
+from reckon.daemon.slurm.values import check_clusters
 
 PROG = "scancel"
 OPTIONS = [
@@ -27,8 +30,8 @@ OPTIONS = [
     ("reservation", "R", 1), ("sibling", None, 1), ("signal", "s", 1), ("state", "t", 1), ("usage", None, 0),
     ("user", "u", 1), ("verbose", "v", 0), ("version", "V", 0), ("wckey", None, 1),
 ]
-REFUSED = {"interactive": "reckon's scancel does not ask", "clusters": "reckon is one cluster",
-           "sibling": "reckon is one cluster", "cron": "reckon has no crontab jobs"}
+REFUSED = {"interactive": "reckon's scancel does not ask", "sibling": "reckon is one cluster",
+           "cron": "reckon has no crontab jobs"}
 LIVE = ("PENDING", "RUNNING")  # the states scancel acts on
 # Slurm's state names and compact codes -> reckon's (the others match no live reckon job).
 STATES = {"PENDING": "PENDING", "PD": "PENDING", "RUNNING": "RUNNING", "R": "RUNNING"}
@@ -40,13 +43,15 @@ def parse_args(argv: list[str]) -> tuple[dict[str, str | None], list[str]]:
     try:
         parsed, operands = getopt.parse(argv, OPTIONS, permute=True)
     except getopt.OptionError as exc:
-        raise SlurmCommandError(f"{exc}\nTry \"scancel --help\" for more information") from None
+        raise bad_option(PROG, str(exc)) from None
     opts = dict(parsed)
     if "jobname" in opts:
         opts["name"] = opts.pop("jobname")
     for name, why in REFUSED.items():
         if name in opts:
             raise SlurmCommandError(f"--{name} is not supported by reckon ({why})")
+    if opts.get("clusters") is not None:  # Snakemake cancels with --clusters=all
+        check_clusters(opts["clusters"] or "")
     return opts, operands
 
 
@@ -56,10 +61,10 @@ def job_ids(operands: list[str]) -> list[str]:
     for operand in operands:
         for word in _split(operand):
             if "." in word:
-                raise SlurmCommandError(f"Invalid job id {word}: reckon's jobs have no steps")
+                raise invalid(f"Invalid job id {word}: reckon's jobs have no steps")
             base, us, index = word.partition("_")
             if not base.isdigit():
-                raise SlurmCommandError(f"Invalid job id {word}")
+                raise invalid(f"Invalid job id {word}")
             if not us:
                 ids.append(base)
             elif index.startswith("[") and index.endswith("]"):
@@ -67,7 +72,7 @@ def job_ids(operands: list[str]) -> list[str]:
             elif index.isdigit():
                 ids.append(f"{base}_{index}")
             else:
-                raise SlurmCommandError(f"Invalid job id {word}")
+                raise invalid(f"Invalid job id {word}")
     return ids
 
 
@@ -90,7 +95,7 @@ def _indices(text: str, word: str) -> list[int]:
         low, dash, high = part.partition("-")
         high, _, step = high.partition(":")
         if not low.isdigit() or (dash and not high.isdigit()) or (step and not step.isdigit()):
-            raise SlurmCommandError(f"Invalid job id {word}")
+            raise invalid(f"Invalid job id {word}")
         out.extend(range(int(low), int(high if dash else low) + 1, int(step or 1)))
     return out
 
@@ -139,6 +144,14 @@ def resolve(client, word: str) -> str:
     return jobs[0]["id"]
 
 
+def members(client, word: str) -> list[str]:
+    """The jobs ``word`` names for a signal: itself, an array member, or an array's running jobs."""
+    jobs = query(client, ids=[word])
+    if len(jobs) <= 1:
+        return [resolve(client, word) if not jobs else jobs[0]["id"]]
+    return [j["id"] for j in jobs if j["state"] == "RUNNING"]
+
+
 def _main(argv: list[str]) -> int:
     opts, operands = parse_args(argv)
     if "help" in opts or "usage" in opts:
@@ -155,7 +168,10 @@ def _main(argv: list[str]) -> int:
     if not ids and not filters:
         raise SlurmCommandError("No job identification provided")
     sig = signal_number(opts["signal"] or "") if opts.get("signal") is not None else None
-    batch = "batch" in opts
+    # Slurm's targets (the signal op's too): neither flag, the job's steps (every process but the
+    # batch shell); -b the batch shell only; -f every process, the batch shell included (-b ignored).
+    full = "full" in opts
+    batch = "batch" in opts and not full
     if batch and sig is None:
         sig = 9  # Slurm: -b alone sends SIGKILL to the batch shell
     quiet = "quiet" in opts
@@ -167,11 +183,11 @@ def _main(argv: list[str]) -> int:
             targets = [(word, word) for word in ids]
         for shown, job in targets:
             try:
-                job = resolve(client, job)
                 if sig is None:
-                    client.call("cancel", job=job)
+                    client.call("cancel", job=resolve(client, job))  # an array's id: the cancel op takes all
                 else:
-                    client.call("signal", job=job, signal=sig, batch_only=batch)
+                    for member in members(client, job):  # the signal op takes one job: each running member
+                        client.call("signal", job=member, signal=sig, batch_only=batch, full=full)
             except ClientError as exc:
                 status = 1
                 if not quiet:

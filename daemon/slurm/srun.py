@@ -17,17 +17,18 @@ import sys
 
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
-from reckon.daemon.slurm.common import SlurmCommandError, connect, run, warn
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, run, warn
 
 PROG = "srun"
 _OPTIONS = table.by_name(table.SRUN)
 _GETOPT = table.table(table.SRUN)
 # What srun reads itself; the other HANDLED options are sbatch.spec_of's (a job outside one).
-HANDLED = frozenset({"chdir", "error", "export", "help", "input", "job-name", "open-mode", "output", "quiet",
+HANDLED = frozenset({"cluster", "clusters", "chdir", "error", "export", "help", "input", "job-name", "open-mode", "output", "quiet",
                      "unbuffered", "usage", "verbose", "version", "disable-status", "exact", "kill-on-bad-exit",
                      "overlap", "whole"})
 NO_ARRAY_INDEX = "4294967294"
-POLL = 0.25  # seconds between looks at a job that has not started yet
+MISSING_GRACE = 10.0  # seconds a just-started attempt's output file may be missing (see _stream)
+POLL = (0.02, 0.5)  # seconds between looks at a job not started (or not ended) yet: first, growing to
 
 
 def parse_args(words: list[str]) -> tuple[dict[str, str | None], list[str]]:
@@ -36,7 +37,7 @@ def parse_args(words: list[str]) -> tuple[dict[str, str | None], list[str]]:
     try:
         parsed, operands = getopt.parse(words, _GETOPT, permute=False)
     except getopt.OptionError as exc:
-        raise SlurmCommandError(f"{exc}\nTry \"srun --help\" for more information") from None
+        raise bad_option(PROG, str(exc)) from None
     return merge(parsed), operands
 
 
@@ -110,7 +111,7 @@ def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
             raise SlurmCommandError(f"cannot change directory to {chdir}: {exc.strerror or exc}") from None
     mode = opts.get("open-mode") or ("append" if env.get("SLURM_OPEN_MODE", "").startswith("a") else "truncate")
     if mode not in ("append", "truncate"):
-        raise SlurmCommandError(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
+        raise invalid(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "append" else os.O_TRUNC)
     out = opts.get("output")
     err = opts.get("error")
@@ -146,6 +147,8 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise SlurmCommandError("the current directory no longer exists") from None
+    if opts.get("input") not in (None, "none"):
+        warn(PROG, "--input is ignored outside a job by reckon (a job's stdin is /dev/null)")
     spec = sbatch.spec_of(opts, None, command, environ=sbatch._environ(), cwd=cwd, array=False,
                           default_name=os.path.basename(command[0]) or command[0], prog=PROG)
     for key in ("output", "error"):  # the terminal's, unless asked for a file
@@ -159,19 +162,20 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
     try:
         job = client.call("submit", spec=spec)["job"]["id"]
         said = False
+        pause = POLL[0]
         while True:
             obj = client.call("show", job=job)["job"]
             if obj["state"] != "PENDING":
                 break
-            if not said and "quiet" not in opts:
+            if not said and pause >= 0.1 and "quiet" not in opts:  # a job that starts at once: no line
                 sys.stderr.write(f"srun: job {job} queued and waiting for resources\n")
                 said = True
-            import time
-
-            time.sleep(POLL)
+            pause = _sleep(pause)
         if said and "quiet" not in opts:
             sys.stderr.write(f"srun: job {job} has been allocated resources\n")
-        _stream(client, job)
+        # A stream sent to a file (-o, -e) is not also shown here, as with Slurm's srun.
+        _stream(client, job, stdout=opts.get("output") is None, stderr=opts.get("error") is None
+                and opts.get("output") is None)
         return _outcome(client, job, "quiet" in opts)
     except KeyboardInterrupt:
         if job is not None:
@@ -185,33 +189,77 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
         client.close()
 
 
-def _stream(client, job: str) -> None:
-    """The job's stdout here and its stderr to stderr, until the attempt has ended (logs --follow)."""
+def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
+    """The job's stdout here and its stderr to stderr, until the attempt has ended: ``reckon logs
+    --follow``'s code, one follower per stream (the stderr one on a thread of its own)."""
     import threading
     from types import SimpleNamespace
 
     from reckon.daemon.cli.logs import run_logs
 
-    def follow(stderr: bool) -> None:
-        args = SimpleNamespace(job=job, stderr=stderr, follow=True, attempt=None, timeout=client.timeout)
-        run_logs(args, client.url, client.auth, client.ssl_context,
-                 out=sys.stderr.buffer if stderr else sys.stdout.buffer)
+    failed: list[BaseException] = []
 
-    errors = threading.Thread(target=follow, args=(True,), daemon=True)
-    errors.start()
-    follow(False)
-    errors.join()
+    def follow(errors: bool) -> None:
+        import time
+
+        args = SimpleNamespace(job=job, stderr=errors, follow=True, attempt=None, timeout=client.timeout)
+        out = _Counted(sys.stderr.buffer if errors else sys.stdout.buffer)
+        deadline = time.monotonic() + MISSING_GRACE
+        while True:
+            try:
+                run_logs(args, client.url, client.auth, client.ssl_context, out=out)
+                return
+            except Exception as exc:  # the controller's one line (output deleted, agent too old): told below
+                # The agent makes an attempt's .stderr a moment after its .stdout; a read between the
+                # two says the file is gone.  Nothing shown yet: look again, for a while.
+                if "is gone" in str(exc) and not out.count and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                failed.append(exc)
+                return
+
+    thread = threading.Thread(target=follow, args=(True,), daemon=True) if stderr else None
+    if thread is not None:
+        thread.start()
+    if stdout:
+        follow(False)
+    if thread is not None:
+        thread.join()
+    if failed:
+        warn(PROG, f"the job's output could not be shown: {failed[0]}")
+
+
+class _Counted:
+    """A binary stream that counts what went through it (whether a follower showed anything yet)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _sleep(pause: float) -> float:
+    """Wait ``pause`` seconds; the next, longer pause (a quick job is seen quickly, a long one polled rarely)."""
+    import time
+
+    time.sleep(pause)
+    return min(pause * 1.5, POLL[1])
 
 
 def _outcome(client, job: str, quiet: bool) -> int:
     """The job's exit code once it has ended (128 + a signal), as srun exits."""
-    import time
-
+    pause = POLL[0]
     while True:
         obj = client.call("show", job=job)["job"]
         if obj["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
             break
-        time.sleep(POLL)
+        pause = _sleep(pause)
     code, sig = obj.get("exit_code"), obj.get("signal")
     if obj["state"] == "COMPLETED":
         return 0
@@ -248,6 +296,9 @@ def _main(argv: list[str]) -> int:
     if os.environ.get("SLURM_JOB_ID"):
         from reckon.daemon.slurm import values
 
+        for name in ("cluster", "clusters"):
+            if opts.get(name) is not None:
+                values.check_clusters(opts[name] or "", f"--{name}")
         if opts.get("nodes") is not None:
             values.parse_nodes(opts["nodes"] or "")
         if opts.get("ntasks") is not None:

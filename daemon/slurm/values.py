@@ -6,7 +6,7 @@ with one line.  Light: no re, no model (the controller checks the spec these bui
 
 from __future__ import annotations
 
-from reckon.daemon.slurm.common import SlurmCommandError, signal_number
+from reckon.daemon.slurm.common import SlurmCommandError, invalid, signal_number
 
 MIB = 1 << 20
 _SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -14,7 +14,7 @@ _SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def _whole(text: str, what: str) -> int:
     if not text.isdigit():
-        raise SlurmCommandError(f"Invalid {what}: {text!r}")
+        raise invalid(f"Invalid {what}: {text!r}")
     return int(text)
 
 
@@ -32,7 +32,7 @@ def parse_time(text: str) -> float | None:
         rest, days = word, ""
     parts = rest.split(":")
     if not rest or len(parts) > 3 or not all(p.isdigit() for p in parts) or (dash and not days.isdigit()):
-        raise SlurmCommandError(f"Invalid time limit specification: {text!r} (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S "
+        raise invalid(f"Invalid time limit specification: {text!r} (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S "
                                 "or UNLIMITED)")
     numbers = [int(p) for p in parts]
     if dash:  # D-H, D-H:M, D-H:M:S
@@ -58,7 +58,7 @@ def parse_mem(text: str, what: str = "--mem") -> int:
         unit = _SIZE_UNITS[word[-1]]
         word = word[:-1]
     if not word.isdigit():
-        raise SlurmCommandError(f"Invalid {what} specification: {text!r} (a whole number with K, M, G or T; "
+        raise invalid(f"Invalid {what} specification: {text!r} (a whole number with K, M, G or T; "
                                 "M by default)")
     value = int(word) * unit
     return value if value == 0 else max(value, MIB)  # at least 1 MiB: Slurm counts memory in MiB
@@ -68,7 +68,7 @@ def parse_gpus(text: str, what: str = "--gpus") -> int:
     """``N`` or ``TYPE:N`` -> N (reckon does not tell GPU types apart)."""
     count = text.strip().rpartition(":")[2]
     if not count.isdigit():
-        raise SlurmCommandError(f"Invalid {what} specification: {text!r} ([TYPE:]COUNT)")
+        raise invalid(f"Invalid {what} specification: {text!r} ([TYPE:]COUNT)")
     return int(count)
 
 
@@ -89,7 +89,7 @@ def parse_gres(text: str) -> tuple[int, dict[str, int]]:
         name = fields[0]
         count = fields[-1] if len(fields) > 1 else "1"
         if len(fields) > 3 or not count.isdigit() or not name:
-            raise SlurmCommandError(f"Invalid generic resource (--gres) specification: {item!r} (NAME[:TYPE]:COUNT)")
+            raise invalid(f"Invalid generic resource (--gres) specification: {item!r} (NAME[:TYPE]:COUNT)")
         if name == "gpu":
             gpus += int(count)
         else:
@@ -107,7 +107,7 @@ def parse_licenses(text: str) -> dict[str, int]:
         name, sep, count = item.partition(":")
         name, count = name.partition("@")[0], count if sep else "1"
         if not count.isdigit() or not name:
-            raise SlurmCommandError(f"Invalid license specification: {item!r} (NAME[:COUNT])")
+            raise invalid(f"Invalid license specification: {item!r} (NAME[:COUNT])")
         out[name] = out.get(name, 0) + int(count)
     return out
 
@@ -141,7 +141,7 @@ def parse_dependency(text: str) -> dict[str, list[str]]:
                                     f"not {kind!r}")
         jobs = [j for j in ids.split(":") if j]
         if not jobs or any("+" in j for j in jobs):  # JOB+MINUTES: a delay after the job
-            raise SlurmCommandError(f"Invalid dependency specification: {item!r} ({kind}:JOB[:JOB...])")
+            raise invalid(f"Invalid dependency specification: {item!r} ({kind}:JOB[:JOB...])")
         for job in jobs:
             if job not in out.setdefault(key, []):
                 out[key].append(job)
@@ -158,15 +158,26 @@ def parse_signal(text: str) -> tuple[int, int, bool]:
         batch, word = True, word[2:]
     sig, at, secs = word.partition("@")
     if at and (not secs.isdigit() or int(secs) > 65535):
-        raise SlurmCommandError(f"Invalid --signal specification: {text!r} ([B:]SIG[@SECS], SECS at most 65535)")
+        raise invalid(f"Invalid --signal specification: {text!r} ([B:]SIG[@SECS], SECS at most 65535)")
     return signal_number(sig), int(secs) if at else 60, batch
+
+
+CLUSTER = "reckon"  # the name the jobs see (SLURM_CLUSTER_NAME)
+
+
+def check_clusters(text: str, what: str = "--clusters") -> None:
+    """``-M all`` or ``-M reckon`` (Snakemake's ``scancel ... --clusters=all``); another cluster is refused."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    other = [n for n in names if n not in ("all", CLUSTER)]
+    if not names or other:
+        raise SlurmCommandError(f"{what}={text}: reckon is one cluster, named {CLUSTER} (or give all)")
 
 
 def parse_nodes(text: str) -> None:
     """``-N 1`` (or ``1-N``, which Slurm may meet with one node); more than one node is refused."""
     low = text.strip().partition("-")[0]
     if not low.isdigit():
-        raise SlurmCommandError(f"Invalid node count specification: {text!r}")
+        raise invalid(f"Invalid node count specification: {text!r}")
     if int(low) > 1:
         raise SlurmCommandError(f"--nodes={text}: reckon runs single-node jobs (at most 1 node)")
 
@@ -174,9 +185,12 @@ def parse_nodes(text: str) -> None:
 def parse_one(name: str, text: str) -> None:
     """``-n 1`` and the ``--ntasks-per-*`` options: one task only."""
     if not text.strip().isdigit():
-        raise SlurmCommandError(f"Invalid --{name} specification: {text!r}")
+        raise invalid(f"Invalid --{name} specification: {text!r}")
     if int(text) > 1:
         raise SlurmCommandError(f"--{name}={text}: reckon runs one task per job (at most 1)")
+
+
+_SECRETS = frozenset({"RECKON_TOKEN"})  # left out of --export=ALL (named explicitly, they go)
 
 
 def export_env(text: str | None, environ: dict[str, str]) -> list[list[str]]:
@@ -184,22 +198,24 @@ def export_env(text: str | None, environ: dict[str, str]) -> list[list[str]]:
 
     ``NONE``: none of the caller's; ``ALL,VAR=val,...``: the caller's plus those; ``VAR,VAR=val``
     without ALL: only those (a bare name takes the caller's value).  The caller's ``SLURM_*``
-    variables stay behind (they describe the caller's own job, if any; the agent sets the job's).
+    variables stay behind (they describe the caller's own job, if any; the agent sets the job's),
+    and so does ``RECKON_TOKEN`` unless named: the spec is durable (the controller's log, backups),
+    and a secret must not land there by default.
     """
     words = [w for w in (text or "ALL").split(",") if w]
     if not words:
-        raise SlurmCommandError(f"Invalid --export specification: {text!r}")
+        raise invalid(f"Invalid --export specification: {text!r}")
     first = words[0].upper()
     env: dict[str, str] = {}
     if first == "ALL":
-        env = {k: v for k, v in environ.items() if not k.startswith("SLURM_")}
+        env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") and k not in _SECRETS}
         words = words[1:]
     elif first == "NONE":
         words = words[1:]
     for word in words:
         key, eq, value = word.partition("=")
         if not key or key.upper() in ("ALL", "NONE"):
-            raise SlurmCommandError(f"Invalid --export specification: {text!r} (ALL or NONE come first)")
+            raise invalid(f"Invalid --export specification: {text!r} (ALL or NONE come first)")
         if eq:
             env[key] = value
         elif key in environ:

@@ -143,8 +143,8 @@ def test_hold_release_and_requeue_survive_a_controller_restart(cluster, tmp_path
     # Released: no longer held (it may be dispatched before the reply is written).
     assert re.fullmatch(rf"{job} (PENDING|RUNNING|COMPLETED)\n", cluster.cli("release", job))
     assert cluster.wait_job(job)["state"] == "COMPLETED"
-    assert "not finished" in cluster.one_line_reason(cluster.run("requeue", cluster.cli(
-        "submit", "--", "sleep", "60").strip()))
+    assert "has not run yet" in cluster.one_line_reason(cluster.run("requeue", cluster.cli(
+        "submit", "--hold", "--", "sleep", "60").strip()))
     assert "only a PENDING job" in cluster.one_line_reason(cluster.run("hold", job))
     assert re.fullmatch(rf"{job} (PENDING|RUNNING|COMPLETED)\n", cluster.cli("requeue", job))
     again = cluster.wait_job(job)

@@ -57,6 +57,7 @@ TO_AGENT_SAMPLES = [
     M.Kill(seq=7, job="9", attempt=1, uid="a1b2c3d4e5f60718"),
     M.Signal(seq=8, job="9", attempt=1, signal=12),
     M.Signal(seq=8, job="9", attempt=1, signal=10, batch_only=True, uid="a1b2c3d4e5f60718"),
+    M.Signal(seq=9, job="9", attempt=1, signal=12, full=True),
     M.Ack(seq=8, job="9", attempt=1, outcome=M.AckOutcome.STALE_ATTEMPT),
     M.Error(seq=0, reason="nope", fatal=False),
     M.OutputRead(request=4, job="9", attempt=1, stream=M.OutputStream.STDOUT, offset=0, limit=65536),

@@ -268,6 +268,7 @@ def test_v7_jobs_go_only_to_agents_of_version_7():
     feed(ctrl.handle(E.SubmitJob(spec=JobSpec(name="s", command=("x",), script="#!/bin/sh\n"), now=2.0)))
     feed(ctrl.handle(E.SubmitJob(spec=JobSpec(name="p", command=("true",)), now=2.0)))
     assert sched.place() == [("2", "old")]
+    assert "speaks protocol 6: this job needs 7" in pending_reason(ctrl, "1")
     feed(ctrl.handle(E.DispatchProposed(job="1", agent="old", now=3.0)))  # a stale proposal: refused
     assert ctrl.state.jobs["1"].state is JobState.PENDING
     feed(ctrl.handle(E.AgentJoined(conn=2, join=M.Join(agent="new", slots=8, version=7), token=b"\2" * 16,
@@ -289,5 +290,17 @@ def test_signal_goes_to_the_running_attempt_and_is_no_fact():
     out = h.deliver_to_agent("a1")
     assert [c for c in out if isinstance(c, E.SignalProcess)] == [
         E.SignalProcess(job=job, attempt=1, signal=10, batch_only=True)]
+    with pytest.raises(ValueError, match="not both"):
+        E.SignalJob(job=job, signal=10, batch_only=True, full=True, now=h.now)
     with pytest.raises(PermissionDenied):
         h.controller.handle(E.SignalJob(job=job, signal=10, now=h.now, caller=Caller(user="mallory", uid=1001, gid=1001)))
+
+
+def test_an_array_of_slurm_env_jobs_carries_its_shape():
+    h = _cluster()
+    h.controller_handle(E.SubmitArray(spec=JobSpec(name="a", command=("true",), slurm_env=True),
+                                      array=parse_array("2-8:3"), now=h.now))
+    env = dict(h.job("1").spec.env)
+    assert (env["SLURM_ARRAY_TASK_COUNT"], env["SLURM_ARRAY_TASK_MIN"], env["SLURM_ARRAY_TASK_MAX"]) == ("3", "2", "8")
+    h.controller_handle(E.SubmitArray(spec=JobSpec(name="b", command=("true",)), array=parse_array("0-1"), now=h.now))
+    assert "SLURM_ARRAY_TASK_COUNT" not in dict(h.job("4").spec.env)  # without slurm_env: as before

@@ -158,6 +158,11 @@ class WorldRunner:
         self._running.add((job, attempt))
         return proc.started_at
 
+    async def send_signal(self, job: str, attempt: int, sig: int, *, batch_only: bool = False,
+                          full: bool = False) -> int:
+        check_key(job, attempt)
+        return 0  # the simulated processes take no signals but the kill's
+
     async def kill(self, job: str, attempt: int, grace: float = 10.0) -> None:
         check_key(job, attempt)
         if (job, attempt) not in self._running:

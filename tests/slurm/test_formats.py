@@ -20,7 +20,8 @@ NOW = 1_000_000.0
 
 def job(id: str = "5", state: str = "RUNNING", **fields) -> dict:
     base = dict(id=id, name="job", state=state, agent="a1" if state != "PENDING" else None, attempt=1,
-                exit_code=None, signal=None, submitted_at=NOW - 100, started_at=None if state == "PENDING" else NOW - 50,
+                exit_code=None, signal=None, submitted_at=NOW - 100,
+                started_at=None if state == "PENDING" else NOW - 50,
                 finished_at=None, slots=1, command=["run.sh"], cwd="/w", cancel_requested=False, requeues=0,
                 reason=None, held=False, retries=0, retried=0, time_limit=None, after=[], array_id=None,
                 array_index=None, user="alice", owner={"uid": 1000, "gid": 1000, "user": "alice"}, cpus=1,

@@ -64,8 +64,8 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
         "JobID|State|NodeList", f"{done}|COMPLETED|a1", f"{done}.batch|COMPLETED|a1", f"{done}.extern|COMPLETED|a1"]
     # Snakemake: a window of time and a name.
     start = time.strftime("%Y-%m-%dT%H:00", time.localtime(time.time() - 7200))
-    assert slurm(cluster, "sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State", "--starttime",
-                 start, "--endtime", "now", "--name", "wf") == f"{done}|COMPLETED\n{failed}|FAILED\n"
+    assert slurm(cluster, "sacct", "-X", "--parsable2", "--clusters", "all", "--noheader", "--format=JobIdRaw,State",
+                 "--starttime", start, "--endtime", "now", "--name", "wf") == f"{done}|COMPLETED\n{failed}|FAILED\n"
     # dask-jobqueue's tests: sinfo -o %C (allocated/idle/other/total CPUs).
     assert slurm(cluster, "sinfo", "-o", "%C").splitlines() == ["CPUS(A/I/O/T)", "2/0/0/2"]
     assert slurm(cluster, "sinfo", "-h", "-o", "%P").strip() == "reckon*"
@@ -86,7 +86,8 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
 
     # scontrol requeue of a RUNNING job: stopped, and run again as attempt 2.
     slurm(cluster, "scontrol", "requeue", running)
-    wait_for(lambda: cluster.job(running)["attempt"] == 2, what="the requeued job's second attempt")
+    wait_for(lambda: (lambda j: j["attempt"] == 2 and j["state"] == "RUNNING")(cluster.job(running)),
+             what="the requeued job's second attempt running")
     # A controller restart after the pruning snapshots: still every job, in the same states.
     assert len(list((cluster.controller_dir).glob("controller.db*"))) >= 1
     cluster.stop("controller")

@@ -121,6 +121,12 @@ def test_export():
     assert values.export_env("A,B=x", env) == [["A", "1"], ["B", "x"]]
 
 
+def test_the_token_stays_behind_unless_named():
+    env = {"HOME": "/h", "RECKON_TOKEN": "s3cret", "RECKON_TOKEN_FILE": "/t"}
+    assert dict(map(tuple, values.export_env(None, env))) == {"HOME": "/h", "RECKON_TOKEN_FILE": "/t"}
+    assert dict(map(tuple, values.export_env("ALL,RECKON_TOKEN", env)))["RECKON_TOKEN"] == "s3cret"
+
+
 SCRIPT = """#!/bin/bash
 #SBATCH -J first --time=10 # a comment
   # an indented comment
@@ -171,6 +177,7 @@ def test_specs_the_model_accepts():
     assert default["output"] == default["error"] == "slurm-%j.out" and default["slots"] == 1
     assert _spec([], array=True)["output"] == "slurm-%A_%I.out"
     assert _spec(["--cpus-per-gpu=3", "--gpus-per-node=2", "--mem-per-gpu=100"])["slots"] == 6
+    assert _spec(["--clusters=reckon", "--cluster", "all"])["slots"] == 1
 
 
 @pytest.mark.parametrize("words, error", [
@@ -178,6 +185,8 @@ def test_specs_the_model_accepts():
     (["-n", "4"], "--ntasks=4: reckon runs one task per job (at most 1)"),
     (["--ntasks-per-node=2"], "--ntasks-per-node=2: reckon runs one task per job (at most 1)"),
     (["--mem-per-gpu=1G"], "--mem-per-gpu needs GPUs (--gpus, --gres=gpu:N)"),
+    (["--cluster=other"], "--cluster=other: reckon is one cluster, named reckon (or give all)"),
+    (["--mem=1G", "--mem-per-cpu=1G"], "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."),
 ])
 def test_multi_node_asks_are_refused_naming_the_limit(words, error):
     with pytest.raises(SlurmCommandError) as info:
@@ -260,14 +269,22 @@ print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
 """
 
 
-@pytest.mark.parametrize("module", ["sbatch"])
-def test_sbatch_is_light(module):
-    """A whole sbatch (spec built, connection refused on port 1): no trio, no argparse, no json,
-    nothing of the model but what the shared client floor takes (daemon/wire.py: model.errors)."""
+def test_sbatch_is_light():
+    """A whole sbatch (spec built, connection refused on port 1): no trio, no argparse, nothing
+    of the model but what the shared client floor takes (daemon/wire.py: model.errors)."""
     env = {"RECKON_CONTROLLER": "ws://127.0.0.1:1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, env=env)
     result = json.loads(out.stdout)
-    assert result["status"] == 1 and "sbatch: error: controller unreachable" in out.stderr, out
-    heavy = [m for m in result["modules"] if m.split(".")[0] in ("trio", "argparse", "dataclasses", "gettext")
+    assert result["status"] == 1, out
+    assert out.stderr.startswith("sbatch: error: Batch job submission failed: controller unreachable at "), out
+    heavy = [m for m in result["modules"] if m.split(".")[0] in ("trio", "argparse")
              or (m.startswith("reckon.model.") and m != "reckon.model.errors")]
     assert heavy == []
+
+
+def test_docs_name_every_warned_and_refused_sbatch_option():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
+    missing = [o[0] for o in table.SBATCH if o[3] != table.HANDLED and f"--{o[0]}" not in text]
+    assert missing == []
