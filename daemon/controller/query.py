@@ -157,7 +157,11 @@ class QueryIndex:
         sets: list[Iterable[str]] = []
         if ids is not None:
             found: dict[str, None] = {}
+            jobs, arrays = self.jobs, self.arrays
             for job_id in ids:
+                if job_id in jobs and job_id not in arrays:  # a plain job (squeue --job's usual case)
+                    found[job_id] = None
+                    continue
                 members = self.members(job_id)
                 if not members:
                     unknown.append(job_id)
@@ -173,7 +177,7 @@ class QueryIndex:
             # Walk the smallest candidate set; test the others by membership.
             sets.sort(key=len)
             first, rest = sets[0], [s if isinstance(s, dict) else dict.fromkeys(s) for s in sets[1:]]
-            candidates = [j for j in first if all(j in s for s in rest)]
+            candidates = [j for j in first if all(j in s for s in rest)] if rest else list(first)
             candidates.sort(key=self.order.__getitem__)
         elif since is not None:  # live jobs, and those that ended since
             start = bisect.bisect_left(self.ended, (since, -1, ""))
