@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# apt as root without its sandbox user: on machines whose /tmp is not world-writable, the
+# sandboxed download fails (seen here); and wait for a dpkg lock another apt holds at boot.
+APT := apt-get -o APT::Sandbox::User=root -o DPkg::Lock::Timeout=300
 
-.PHONY: test test-long test-browser demo install fuzz check-deep clean postgres-bin munge-bin chromium-bin bench-failover bench-cli-munge \
+.PHONY: test test-long test-browser test-compat demo install fuzz check-deep clean postgres-bin munge-bin chromium-bin bench-failover bench-cli-munge \
 	slurm-reference
 
 $(BIN)/python:
@@ -23,7 +26,7 @@ postgres-bin:
 	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1 \
 	    && [ -z "$$RECKON_PG_BIN" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing PostgreSQL for the tests (apt-get install postgresql)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	    $(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq postgresql >/dev/null; \
 	fi
 
 # The MUNGE tests start a private munged (tests/munged.py) and need munged and libmunge.so.2: installed
@@ -32,7 +35,7 @@ munge-bin:
 	@if ! command -v munged >/dev/null 2>&1 && [ ! -x /usr/sbin/munged ] \
 	    && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing MUNGE for the tests (apt-get install munge)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge >/dev/null; \
+	    $(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq munge >/dev/null; \
 	fi
 
 # Two workers (the machine has 2 cores); the end-to-end tests share one (tests/conftest.py).
@@ -51,12 +54,28 @@ test-long: $(STAMP) postgres-bin munge-bin
 chromium-bin:
 	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Chromium for the browser test (apt-get install chromium)"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    ($(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq chromium >/dev/null) \
 	        || echo "could not install chromium: the browser test will skip"; \
 	fi
 
 test-browser: $(STAMP) chromium-bin
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -q -p no:cacheprovider -m browser tests/http
+
+# The real workflow tools (submitit, dask-jobqueue, Parsl, Snakemake + its Slurm plugin) at the
+# versions pinned in requirements-compat.txt, in a venv of their own, each running a workflow on a
+# reckon cluster on loopback through reckon's Slurm commands (tests/compat/, docs/compat.md).
+# tests/compat is collected only with RECKON_COMPAT=1.  One test at a time: each starts a cluster.
+COMPAT_VENV := .venv-compat
+COMPAT_STAMP := $(COMPAT_VENV)/.installed
+
+$(COMPAT_STAMP): pyproject.toml requirements-compat.txt
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/pip install --quiet --upgrade pip
+	$(COMPAT_VENV)/bin/pip install --quiet -e '.[test]' -r requirements-compat.txt
+	touch $(COMPAT_STAMP)
+
+test-compat: $(COMPAT_STAMP)
+	RECKON_COMPAT=1 PYTHONHASHSEED=0 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/compat
 
 fuzz: $(STAMP)
 	RECKON_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/model tests/sim -p no:cacheprovider
@@ -83,7 +102,7 @@ slurm-reference: $(STAMP)
 	@if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmdbd >/dev/null 2>&1 \
 	    || ! command -v mariadbd >/dev/null 2>&1; then \
 	    echo "installing Slurm for the reference (apt-get install $(SLURM_PACKAGES))"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o APT::Sandbox::User=root install -y -qq \
+	    $(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq \
 	        $(SLURM_PACKAGES) >/dev/null; \
 	fi
 	$(BIN)/python -m tests.slurmref.capture $(ARGS)
@@ -92,4 +111,4 @@ demo: $(STAMP)
 	$(BIN)/reckon demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info

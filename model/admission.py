@@ -17,6 +17,8 @@ from .resources import format_size
 
 if TYPE_CHECKING:
     from .jobs import JobSpec
+    from .resources import Owner
+    from .scheduler import UserLimits
     from .state import AgentInfo, ControllerState
 
 _HINT = " (--queue-anyway queues it for an agent yet to join)"
@@ -43,6 +45,16 @@ def unrunnable_reason(state: "ControllerState", spec: "JobSpec") -> str | None:
     registered = [a for a in state.agents.values() if a.registered]
     need = beyond_every_agent(registered, spec)
     return None if need is None else f"no agent can ever run this job: it needs {need}{_HINT}"
+
+
+def beyond_the_user_limit(limits: "UserLimits", owner: "Owner | None", spec: "JobSpec") -> str | None:
+    """Why a job of ``owner`` could never start under the per-user CPU limit (it asks more CPUs
+    than the limit: it would wait PENDING for ever); None if it could.  Jobs without an owner
+    (token mode) have no limits."""
+    if owner is None or limits.max_cpus is None or spec.slots <= limits.max_cpus:
+        return None
+    return (f"this job needs {spec.slots} CPUs and the per-user limit (max_cpus_per_user) is {limits.max_cpus}: "
+            f"it could never start")
 
 
 def beyond_every_agent(registered: "list[AgentInfo]", spec: "JobSpec") -> str | None:

@@ -404,7 +404,8 @@ class Agent:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.FINISHED,
                                  exit_code=record.exit_code, signal=record.signal,
                                  started_at=record.started_at, finished_at=record.finished_at, uid=record.uid,
-                                 timed_out=record.timed_out, usage=record.usage, oom=record.oom, gpus=record.gpus)
+                                 timed_out=record.timed_out, usage=record.usage, oom=record.oom, gpus=record.gpus,
+                                 not_run=record.not_run)
         if record.status is LocalStatus.RUNNING:
             return M.ReportEntry(job=record.job, attempt=record.attempt, status=M.EntryStatus.RUNNING,
                                  started_at=record.started_at, uid=record.uid, gpus=record.gpus)
@@ -469,7 +470,7 @@ class Agent:
         started_at = ev.started_at if ev.started_at is not None else record.started_at
         record = replace(record, status=LocalStatus.FINISHED, exit_code=ev.exit_code, signal=ev.signal,
                          started_at=started_at, finished_at=ev.finished_at, acked=False, timed_out=ev.timed_out,
-                         usage=ev.usage, oom=ev.oom)
+                         usage=ev.usage, oom=ev.oom, not_run=ev.not_run)
         self._store(out, record)
         report = record.report()
         self.outbox[record.key] = OutboxEntry(report=report, delay=self.config.retry_initial)

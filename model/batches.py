@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import events as E
 from . import facts as F
 from .id_marks import mark_for_submit
-from .admission import unrunnable_reason
+from .admission import beyond_the_user_limit, unrunnable_reason
 from .errors import LocalProtocolError
 from .jobs import JobSpec
 from .permissions import owner_of
@@ -36,7 +36,8 @@ def entry_refusal(state: ControllerState, spec: JobSpec, queue_anyway: bool) -> 
 def on_submit_batch(tx: Transaction, ev: E.SubmitBatch) -> None:
     state = tx.state
     for number, spec in enumerate(ev.specs, start=1):
-        refusal = entry_refusal(state, spec, ev.queue_anyway)
+        refusal = (entry_refusal(state, spec, ev.queue_anyway)
+                   or beyond_the_user_limit(tx.config.user_limits, owner_of(ev.caller), spec))
         if refusal is not None:
             raise LocalProtocolError(f"nothing submitted: entry {number} of {len(ev.specs)}: {refusal}")
     mark_for_submit(tx, count=len(ev.specs))  # every entry's id, before any

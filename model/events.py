@@ -498,12 +498,13 @@ class ProcessExited:
     timed_out: bool = False  # the supervisor stopped the process at the job's time limit
     usage: Usage | None = None  # what the attempt used, as the supervisor measured it
     oom: bool = False  # killed for exceeding its memory limit
+    not_run: str | None = None  # the supervisor refused to start it (exit 126/127), and why
 
     def __post_init__(self) -> None:
         # Reuse the wire message's checks: the same fields, the same rules.
         Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
                  finished_at=self.finished_at, started_at=self.started_at, timed_out=self.timed_out,
-                 usage=self.usage, oom=self.oom)
+                 usage=self.usage, oom=self.oom, not_run=self.not_run)
         check_time("now", self.now)
 
 

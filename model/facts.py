@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Union
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
 from .messages import MAX_GENERATION, check_identity
+from .report_entry import check_not_run
 from .resources import NodeResources, Owner, Usage
 
 
@@ -112,7 +113,8 @@ class JobFinished:
     """The process of (job, attempt) ended as the agent observed it."""
 
     KIND: ClassVar[str] = "job_finished"
-    VERSION: ClassVar[int] = 4  # v1 had no signal and no started_at; v2 no via and no timed_out; v3 no usage, oom
+    VERSION: ClassVar[int] = 5  # v1 had no signal and no started_at; v2 no via and no timed_out; v3 no usage, oom;
+    # v4 no not_run
     job: str
     attempt: int
     exit_code: int | None
@@ -127,6 +129,7 @@ class JobFinished:
     timed_out: bool = False  # the supervisor stopped the process at the job's time limit
     usage: Usage | None = None  # v4: what the attempt used, as its supervisor measured it
     oom: bool = False  # v4: killed for exceeding its memory limit (the job ends FAILED, reason "oom")
+    not_run: str | None = None  # v5: the agent refused to start it, and why (reason "not run: ...")
 
     def __post_init__(self) -> None:
         _job_attempt(self)
@@ -134,6 +137,7 @@ class JobFinished:
             raise ValueError("usage must be a Usage")
         if not isinstance(self.oom, bool):
             raise ValueError("oom must be a bool")
+        check_not_run(self.not_run)
         check_opt_int("exit_code", self.exit_code, minimum=-(1 << 31), maximum=(1 << 31) - 1)
         check_opt_int("signal", self.signal, minimum=1, maximum=255)
         if self.exit_code is None and self.signal is None:
@@ -428,7 +432,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {
 _NEW_AT_DEFAULT: dict[type, dict[str, tuple[Any, int]]] = {
     JobDispatched: {"gpus": ((), 2)},
     JobAdopted: {"gpus": ((), 2)},
-    JobFinished: {"usage": (None, 4), "oom": (False, 4)},
+    JobFinished: {"usage": (None, 4), "oom": (False, 4), "not_run": (None, 5)},
     AgentRegistered: {"resources": (None, 3)},
     JobSubmitted: {"owner": (None, 3)},  # v1-2 had no owner (None is what they meant)
 }

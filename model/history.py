@@ -25,7 +25,7 @@ class Attempt:
     exit_code: int | None = None
     signal: int | None = None
     via: str | None = None  # how the outcome arrived: "report", "round" (None: not recorded)
-    ended: str = "running"  # running, finished, timed out, requeued, cancelled
+    ended: str = "running"  # running, finished, timed out, oom, not run, requeued, cancelled
     reason: str | None = None  # why it was requeued or cancelled
     gpus: tuple[int, ...] = ()  # the GPU indices its dispatch (or adoption) recorded
     usage: Usage | None = None  # what it used, as its agent measured it (None: not measured, or not finished)
@@ -90,6 +90,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
                 a.ended, a.reason = "timed out", "stopped at its time limit"
             elif fact.oom:  # killed for exceeding its --mem
                 a.ended, a.reason = "oom", "killed for exceeding its memory limit (--mem)"
+            elif fact.not_run is not None:  # the agent refused to start it (exit 126/127)
+                a.ended, a.reason = "not run", f"not run: {fact.not_run}"
             if fact.started_at is not None and a.started_at is None:
                 a.started_at = fact.started_at
         elif kind is F.JobRequeued:

@@ -14,7 +14,7 @@ from . import events as E
 from . import facts as F
 from . import messages as M
 from .id_marks import mark_for_submit
-from .admission import unrunnable_reason
+from .admission import beyond_the_user_limit, unrunnable_reason
 from .arrays import array_member
 from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobRecord, JobSpec, JobState
@@ -24,9 +24,11 @@ from .resources import lowest_free
 from .transaction import Transaction
 
 
-def check_submit(tx: Transaction, spec: JobSpec) -> None:
-    """Refuse (change nothing) a submit whose dependencies are unknown or can never complete."""
-    refusal = dependency_refusal(tx.state, spec)
+def check_submit(tx: Transaction, spec: JobSpec, caller: E.Caller | None = None) -> None:
+    """Refuse (change nothing) a submit whose dependencies are unknown or can never complete, or
+    that asks more CPUs than its owner may ever run at once."""
+    refusal = dependency_refusal(tx.state, spec) or beyond_the_user_limit(tx.config.user_limits,
+                                                                          owner_of(caller), spec)
     if refusal is not None:
         raise LocalProtocolError(refusal)
 
@@ -34,7 +36,7 @@ def check_submit(tx: Transaction, spec: JobSpec) -> None:
 def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
     if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, ev.spec)) is not None:
         raise LocalProtocolError(refusal)
-    check_submit(tx, ev.spec)
+    check_submit(tx, ev.spec, ev.caller)
     state = tx.state
     mark_for_submit(tx, count=len(ev.array.indices()))  # every member's id, before any
     array_id = state.next_job_id()  # the first job's id names the array
@@ -157,7 +159,7 @@ def on_forget(tx: Transaction, ev: E.ForgetAgent) -> None:
 def on_submit(tx: Transaction, ev: E.SubmitJob) -> None:
     if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, ev.spec)) is not None:
         raise LocalProtocolError(refusal)
-    check_submit(tx, ev.spec)
+    check_submit(tx, ev.spec, ev.caller)
     mark_for_submit(tx)
     job_id = tx.state.next_job_id()
     tx.apply(F.JobSubmitted(job=job_id, spec=ev.spec, submitted_at=ev.now, uid=ev.uid,

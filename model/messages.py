@@ -66,6 +66,10 @@ from .resources import NodeResources, Owner, Usage, check_gpu_indices
 # slurm_env (left out at their defaults); a job using any of them is dispatched only to agents
 # of version >= 7.  The controller may send a ``signal`` message (a signal to a RUNNING job's
 # processes now), only to agents of version >= 7.
+# Also 7 (issue #20's remainder): ``finished`` and report entries of an attempt the agent refused to
+# start (its owner has no account there, root without --allow-root-jobs, a cwd it cannot enter:
+# exit 126/127) say why (``not_run``, at most 300 characters), left out while None.  An agent
+# needs a controller of at least its version, so an older controller never receives it.
 PROTOCOL_VERSION = 7
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
 SPEC7_SINCE = 7  # the first version whose agents run jobs using the version 7 spec fields
@@ -232,6 +236,7 @@ class Finished:
     timed_out: bool = False  # version 4: its supervisor stopped the process at the job's time limit
     usage: Usage | None = None  # version 6: what the attempt used, as its supervisor measured it
     oom: bool = False  # version 6: killed for exceeding its memory limit
+    not_run: str | None = None  # version 7: the agent refused to start it (exit 126/127), and why
 
     def __post_init__(self) -> None:
         check_job_attempt(self)
@@ -547,7 +552,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() is slow f
 # submission's ``uid`` is left out while None, whatever the message.
 _OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     cls: {"uid": None} for cls in (Dispatch, Kill, Started, Finished, DispatchRefused)}
-_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False, "usage": None, "oom": False}
+_OMITTED_AT_DEFAULT[Finished] = {"uid": None, "timed_out": False, "usage": None, "oom": False, "not_run": None}
 _OMITTED_AT_DEFAULT[Join] = {"identity": None, "cluster": None, "instance": None, "generation": None,
                              "resources": None}
 _OMITTED_AT_DEFAULT[Dispatch] = {"uid": None, "owner": None, "gpus": ()}

@@ -52,6 +52,7 @@ class LocalJob:
     gpus: tuple[int, ...] = ()
     usage: Usage | None = None
     oom: bool = False
+    not_run: str | None = None  # FINISHED: the supervisor refused to start it, and why
 
     @property
     def key(self) -> tuple[str, int]:
@@ -81,7 +82,7 @@ class LocalJob:
         assert self.status is LocalStatus.FINISHED and self.finished_at is not None
         return M.Finished(job=self.job, attempt=self.attempt, exit_code=self.exit_code, signal=self.signal,
                           finished_at=self.finished_at, started_at=self.started_at, uid=self.uid,
-                          timed_out=self.timed_out, usage=self.usage, oom=self.oom)
+                          timed_out=self.timed_out, usage=self.usage, oom=self.oom, not_run=self.not_run)
 
 
 class LocalRecords(MutableMapping[Key, LocalJob]):

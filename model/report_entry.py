@@ -22,13 +22,23 @@ def check_job_attempt(msg: Any) -> None:
     check_int("attempt", msg.attempt, minimum=1)
 
 
+MAX_NOT_RUN = 300  # characters of a refused start's reason (``not_run``)
+
+
+def check_not_run(value: Any) -> None:
+    """``not_run``: None, or why the agent ran nothing for the attempt (1 to MAX_NOT_RUN characters)."""
+    if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= MAX_NOT_RUN):
+        raise ValueError(f"not_run must be None or a reason of 1 to {MAX_NOT_RUN} characters")
+
+
 def check_extras(msg: Any) -> None:
-    """Version 6's fields of a finish or a report entry: usage, oom, GPU indices."""
+    """Version 6's fields of a finish or a report entry: usage, oom, GPU indices; version 7's not_run."""
     if msg.usage is not None and not isinstance(msg.usage, Usage):
         raise ValueError("usage must be a usage record")
     if not isinstance(msg.oom, bool):
         raise ValueError("oom must be a bool")
     check_gpu_indices("gpus", getattr(msg, "gpus", ()))
+    check_not_run(msg.not_run)
 
 
 def check_outcome(msg: Any) -> None:
@@ -57,6 +67,8 @@ class ReportEntry:
     usage: Usage | None = None
     oom: bool = False
     gpus: tuple[int, ...] = ()
+    # Version 7: a FINISHED entry of an attempt the agent refused to start (exit 126/127): why.
+    not_run: str | None = None
 
     def __post_init__(self) -> None:
         check_job_attempt(self)
@@ -68,6 +80,8 @@ class ReportEntry:
         check_extras(self)
         if (self.usage is not None or self.oom) and self.status is not EntryStatus.FINISHED:
             raise ValueError("only a finished entry carries usage or oom")
+        if self.not_run is not None and self.status is not EntryStatus.FINISHED:
+            raise ValueError("only a finished entry carries not_run")
         if not isinstance(self.status, EntryStatus):
             raise ValueError("status must be an EntryStatus")
         if self.status is EntryStatus.FINISHED:
@@ -96,6 +110,8 @@ class ReportEntry:
             out["oom"] = True
         if self.gpus:
             out["gpus"] = list(self.gpus)
+        if self.not_run is not None:
+            out["not_run"] = self.not_run
         return out
 
     @classmethod
@@ -113,8 +129,8 @@ class ReportEntry:
         if len(row) == 10:
             if not isinstance(row[8], bool):
                 raise ValueError("a report entry's 9th field, timed_out, must be a bool")
-            if not isinstance(row[9], dict) or not row[9] or not set(row[9]) <= {"usage", "oom", "gpus"}:
-                raise ValueError("a report entry's 10th field is a non-empty map of usage, oom, gpus")
+            if not isinstance(row[9], dict) or not row[9] or not set(row[9]) <= {"usage", "oom", "gpus", "not_run"}:
+                raise ValueError("a report entry's 10th field is a non-empty map of usage, oom, gpus, not_run")
             extras = dict(row[9])
             if "usage" in extras:
                 extras["usage"] = Usage.from_dict(extras["usage"])

@@ -57,7 +57,7 @@ def on_finished(tx: Transaction, session: AgentSession, msg: M.Finished) -> None
     entry = M.ReportEntry(job=msg.job, attempt=msg.attempt, status=M.EntryStatus.FINISHED,
                           exit_code=msg.exit_code, signal=msg.signal, started_at=msg.started_at,
                           finished_at=msg.finished_at, uid=msg.uid, timed_out=msg.timed_out,
-                          usage=msg.usage, oom=msg.oom)
+                          usage=msg.usage, oom=msg.oom, not_run=msg.not_run)
     outcome = reconcile(tx, session, entry, queried=False, via="report")
     tx.send(session, lambda seq: M.Ack(seq=seq, job=msg.job, attempt=msg.attempt, outcome=outcome))
 
@@ -200,7 +200,7 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
     tx.apply(F.JobFinished(job=job.id, attempt=job.attempt, exit_code=entry.exit_code,
                            signal=entry.signal, finished_at=entry.finished_at,
                            started_at=entry.started_at, via=via, timed_out=entry.timed_out,
-                           usage=entry.usage, oom=entry.oom))
+                           usage=entry.usage, oom=entry.oom, not_run=entry.not_run))
     return M.AckOutcome.APPLIED
 
     info = tx.state.agents.get(session.name)

@@ -21,6 +21,7 @@ from .policy import TIMEOUT_REASON, retry_due
 from .resources import NodeResources, shortfall
 
 OOM_REASON = "oom"  # JobRecord.reason of an attempt killed for exceeding its memory limit
+NOT_RUN_PREFIX = "not run: "  # JobRecord.reason of an attempt the agent refused to start, before its why
 
 
 @dataclass(slots=True)
@@ -408,6 +409,8 @@ def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
         job.reason = TIMEOUT_REASON
     elif fact.oom and job.state is JobState.FAILED:
         job.reason = OOM_REASON
+    elif fact.not_run is not None and job.state is JobState.FAILED:
+        job.reason = NOT_RUN_PREFIX + fact.not_run
     if fact.started_at is not None and job.started_at is None:
         job.started_at = fact.started_at
     agent = _release(state, job)

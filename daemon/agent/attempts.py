@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
+from reckon.model.report_entry import MAX_NOT_RUN
 from reckon.model.resources import Usage
 
 from reckon.daemon.agent import launcher as _launcher
@@ -39,6 +40,7 @@ class ExitStatus:
     # part of how it ended: two statuses of the same end compare equal whatever they measured.
     usage: Usage | None = field(default=None, compare=False)
     oom: bool = False  # the kernel's OOM killer acted in its cgroup
+    not_run: str | None = None  # the supervisor refused to start it (exit 126/127), and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +104,13 @@ def status_from(key: Key, obj: dict) -> ExitStatus | None:
         usage = Usage.from_dict(obj["usage"]) if "usage" in obj else None
     except (ValueError, TypeError):
         usage = None  # a measurement we cannot read is unknown, not an error
+    not_run = obj.get("not_run")
+    if not isinstance(not_run, str) or not not_run:
+        not_run = None  # none, or a reason we cannot read: the exit code still says it failed
     return ExitStatus(job=key[0], attempt=key[1], exit_code=exit_code, signal=sig,
                       started_at=None if started_at is None else float(started_at), finished_at=float(finished_at),
-                      timed_out=obj.get("timed_out") is True, usage=usage, oom=obj.get("oom") is True)
+                      timed_out=obj.get("timed_out") is True, usage=usage, oom=obj.get("oom") is True,
+                      not_run=None if not_run is None else not_run[:MAX_NOT_RUN])
 
 
 _BOOT_ID = _launcher.boot_id()

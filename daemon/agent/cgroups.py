@@ -217,7 +217,13 @@ def _detect_v2(agent: str) -> dict | str:
 def plan(found: dict, job: str, attempt: int, *, mem: int | None, cpus: int | None, pids_max: int | None) -> dict | None:
     """The ``cgroup`` map of one attempt's launch request (None: no cgroups here)."""
     name = safe_name(f"{job}.{attempt}")
+    # Only the limits this machine enforces: a v2 subtree without (say) the cpu controller has no
+    # cpu.max to write, and a limit it cannot set must not stop the job (the agent said so at start).
+    kinds = found.get("kinds")
     limits = {"mem": mem, "cpus": cpus, "pids_max": pids_max}
+    if kinds is not None:
+        limits = {"mem": mem if "mem" in kinds else None, "cpus": cpus if "cpus" in kinds else None,
+                  "pids_max": pids_max if "pids" in kinds else None}
     if found.get("version") == 2:
         return {"v": 2, "dir": os.path.join(found["v2"], name), **limits}
     if found.get("version") == 1:

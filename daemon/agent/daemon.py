@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import secrets
 import time
@@ -506,7 +507,8 @@ async def _release_on_sigusr1(runner: HoldRunner) -> None:
 def _exited(status: ExitStatus) -> E.ProcessExited:
     return E.ProcessExited(job=status.job, attempt=status.attempt, exit_code=status.exit_code,
                            signal=status.signal, finished_at=status.finished_at, started_at=status.started_at,
-                           timed_out=status.timed_out, usage=status.usage, oom=status.oom, now=time.time())
+                           timed_out=status.timed_out, usage=status.usage, oom=status.oom, not_run=status.not_run,
+                           now=time.time())
 
 
 async def run_agent(options: AgentOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -547,7 +549,8 @@ async def _run(options: AgentOptions, task_status) -> None:
         except machine_resources.ResourceConfigError:
             machine_resources.release_enforcement(enforced)
             raise
-        for level, line in (lines + [("info", agent_line(options.allow_root_jobs))]) if real else ():
+        munge = options.auth == "munge"
+        for level, line in (lines + [("info", agent_line(options.allow_root_jobs, munge))]) if real else ():
             getattr(log, level)("%s", line)  # what it cannot enforce here, and whom it runs jobs as
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
         runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
@@ -555,7 +558,8 @@ async def _run(options: AgentOptions, task_status) -> None:
                   else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode,
                                  cgroups=enforced, pids_max=options.job_pids_max,
                                  allow_root_jobs=options.allow_root_jobs, umask=options.job_umask,
-                                 controller=options.controller))
+                                 controller=options.controller,
+                                 refuse_ownerless=munge and os.geteuid() == 0 and not options.allow_root_jobs))
         async with runner:
             config = AgentConfig(name=options.name, slots=slots, identity=identity,
                                  instance=secrets.token_hex(16),  # this process: model/names.py

@@ -64,7 +64,9 @@ A command that cannot be executed (not found, not executable, bad cwd, an
 owner this machine has no account for or may not run as, a cgroup that
 cannot be made) finishes like in a shell: exit code 127 when something does
 not exist (ENOENT), 126 otherwise, with the explanation in the job's stderr
-file.
+file and in the status record's ``not_run`` (at most 300 characters; ``reckon
+show`` prints it as the job's reason).  A request with ``refuse`` (the agent's
+own refusal, e.g. a job without an owner on a munge cluster) ends that way too.
 
 Wire (both directions: one JSON object per line, UTF-8):
 
@@ -76,6 +78,7 @@ agent -> launcher::
      "user": {"uid": int, "gid": int, "user": str, "allow_root": bool}, "umask": 18,
      "cgroup": {"v": 1, "dirs": {controller: dir}, "mem": bytes, "cpus": n, "pids_max": n},
      "out": path, "err": path, "truncate": true,  # --output / --error, opened O_TRUNC (version 7)
+     "out_wait": seconds,  # how long their directory may take to appear (default 0)
      "script": "/abs/jobs/<job>.<attempt>.script",  # a batch script (version 7: batchjobs.py)
      "warn": {"sig": n, "before": seconds, "batch_only": bool}}  # --signal (version 7)
 
@@ -146,6 +149,7 @@ _RESET_SIGNALS = tuple(
 _FORWARD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
 _OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_NOT_RUN_CHARS = 300  # of a refusal's reason in the status record (model.report_entry.MAX_NOT_RUN)
 _PRIVATE = 0o600  # .run files, and output files when a request names no mode
 
 
@@ -285,7 +289,7 @@ class _CannotRun(Exception):
 
 def _status_record(key: list, exit_code: int | None, sig: int | None, started_at: float, finished_at: float,
                    job_pid: int | None, timed_out: bool = False, usage: dict | None = None,
-                   oom: bool = False) -> dict:
+                   oom: bool = False, not_run: str | None = None) -> dict:
     record = {"v": 1, "kind": "status", "job": key[0], "attempt": key[1], "exit_code": exit_code, "signal": sig,
               "started_at": started_at, "finished_at": finished_at, "job_pid": job_pid}
     if timed_out:  # only when true: records of jobs without a limit stay as they were
@@ -294,6 +298,8 @@ def _status_record(key: list, exit_code: int | None, sig: int | None, started_at
         record["usage"] = usage
     if oom:  # the kernel's OOM killer acted in the attempt's cgroup (its memory limit)
         record["oom"] = True
+    if not_run:  # nothing ran: why (for `reckon show`, beside the job's stderr)
+        record["not_run"] = not_run[:_NOT_RUN_CHARS]
     return record
 
 
@@ -308,6 +314,20 @@ def _usage(cgroup, rusage, started_at: float, finished_at: float) -> dict:
             "wall": wall, "source": "rusage"}
 
 
+def _open_custom_output(path: str, flags: int, mode: int, wait: float) -> int:
+    """A job's --output/--error file, whose directory gets ``wait`` seconds to appear: submitit makes the
+    job's folder only once sbatch has printed the id, and a job here can start within milliseconds
+    (Slurm's own start-up latency hides that race; tests/compat/test_submitit.py lost it 6 runs in 8)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return os.open(path, flags, mode)
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _custom_outputs(req: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
     """The job's --output / --error files in place of the attempt's own (appended to, like
     ``sbatch --open-mode=append``, or truncated first with ``truncate``); a file that cannot be
@@ -320,7 +340,7 @@ def _custom_outputs(req: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
         try:
             # The attempt's own mode (--output-mode, 0600): on a shared cluster no other user reads it.
             flags = _OUT_FLAGS | (os.O_TRUNC if req.get("truncate") else 0)  # --open-mode (version 7)
-            opened[key] = os.open(path, flags, req.get("mode", _PRIVATE))
+            opened[key] = _open_custom_output(path, flags, req.get("mode", _PRIVATE), float(req.get("out_wait", 0)))
         except OSError as e:
             for fd in opened.values():
                 os.close(fd)
@@ -385,6 +405,8 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
     cgroup = None
     script_fd = -1
     try:
+        if req.get("refuse"):  # the agent's own refusal (a job without an owner on a munge cluster)
+            raise _CannotRun(None, str(req["refuse"]))
         owner = req.get("user")  # None: token mode, the job runs as the agent's user
         if owner is not None:
             try:
@@ -460,7 +482,8 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
                 os.unlink(req["script"])  # never opened: nothing else will run it
             except OSError:
                 pass
-        append_record(run_fd, jobs_dir, _status_record(key, code, None, started_at, time.time(), None), durable=True)
+        append_record(run_fd, jobs_dir, _status_record(key, code, None, started_at, time.time(), None,
+                                                       not_run=e.message), durable=True)
         return 0
     if script_fd >= 0:
         os.close(script_fd)  # the job holds its own copy: the script lives exactly as long as it needs

@@ -76,7 +76,7 @@ from reckon.model.resources import Owner
 from reckon.daemon.agent.output import custom_outputs, note_custom_outputs
 
 from reckon.daemon.agent import batchjobs as _batch, cgroups as _cgroups, launcher as _launcher
-from reckon.daemon.agent.users import DEFAULT_UMASK
+from reckon.daemon.agent.users import DEFAULT_UMASK, ownerless_refusal
 from reckon.daemon.agent.attempts import (
     AlreadyLaunched, ExitStatus, Key, LaunchError, Outcome, RunnerError, pidinfo_current, proc_alive, read_json,
     status_from, check_key,
@@ -84,6 +84,10 @@ from reckon.daemon.agent.attempts import (
 from reckon.daemon.agent.jobenv import JobHost, base_environment, job_environment
 from reckon.daemon.agent.supervision import Supervision, RunningAttempt, LaunchWaiter
 from reckon.daemon.store.filemodes import OUTPUT_MODE, private_dir
+
+# Seconds a job's --output/--error directory gets to appear: submitit makes it only once sbatch
+# has printed the id, and a job here may start within milliseconds of that (Slurm's latency hides it).
+OUTPUT_WAIT = 10.0
 
 __all__ = ["JobRunner"]
 
@@ -93,7 +97,8 @@ class JobRunner(Supervision):
 
     def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE,
                  cgroups: dict | None = None, pids_max: int | None = _cgroups.DEFAULT_PIDS_MAX,
-                 allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK, controller: str | None = None) -> None:
+                 allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK, controller: str | None = None,
+                 refuse_ownerless: bool = False, output_wait: float = OUTPUT_WAIT) -> None:
         self.kill_grace = kill_grace  # the supervisor's SIGTERM-to-SIGKILL wait at a job's time limit
         # What cgroups.detect() found (None or version None: no cgroups, as before); pids_max: each
         # attempt's pids limit (None: none).  Owners: root's jobs only with allow_root_jobs; umask.
@@ -101,9 +106,13 @@ class JobRunner(Supervision):
         self.pids_max = pids_max
         self.allow_root_jobs = allow_root_jobs
         self.umask = umask
+        # A root agent on a munge cluster: a job without an owner (queued in token mode) would run
+        # as root; its supervisor refuses it (exit 126, not_run) unless --allow-root-jobs.
+        self.refuse_ownerless = refuse_ownerless
         self.state_dir = Path(state_dir).absolute()
         self.jobs_dir = self.state_dir / "jobs"
         self.output_mode = output_mode  # of the jobs' .stdout/.stderr files
+        self.output_wait = output_wait  # seconds a job's --output/--error directory gets to appear
         self._job_env_base = base_environment()  # daemon/agent/jobenv.py: what every job gets
         self._host = JobHost.here(controller)  # what %N %u and slurm_env name (version 7)
         self._send_exit, self._recv_exit = trio.open_memory_channel[Outcome](math.inf)
@@ -231,6 +240,8 @@ class JobRunner(Supervision):
             request["user"] = {"uid": owner.uid, "gid": owner.gid, "user": owner.user,
                                "allow_root": self.allow_root_jobs}
             request["umask"] = self.umask
+        elif self.refuse_ownerless:
+            request["refuse"] = ownerless_refusal()
         if self.cgroups is not None:
             request["cgroup"] = _cgroups.plan(self.cgroups, job, attempt, mem=spec.mem, cpus=spec.slots,
                                               pids_max=self.pids_max)
@@ -240,7 +251,7 @@ class JobRunner(Supervision):
         outputs = custom_outputs(spec, job, attempt, user=self._host.user_of(owner), host=self._host.short)
         if outputs:
             note_custom_outputs(base, outputs)
-            request.update(outputs)
+            request.update(outputs, out_wait=self.output_wait)
             # --open-mode (version 7): truncate unless asked to append; a rerun of the job (a retry,
             # a requeue) appends, so an earlier attempt's output is kept, as Slurm keeps a requeued job's.
             if spec.open_mode == "truncate" or (spec.open_mode is None and attempt == 1):

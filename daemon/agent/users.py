@@ -60,14 +60,25 @@ def _name_of(uid: int) -> str:
         return f"#{uid}"
 
 
-def agent_line(allow_root: bool) -> str:
-    """What the agent says at start about whom it runs jobs as."""
+def agent_line(allow_root: bool, munge: bool = True) -> str:
+    """What the agent says at start about whom it runs jobs as (``munge``: it authenticates with
+    MUNGE, so its jobs have owners; else token mode, where they have none)."""
     me = os.geteuid()
+    if not munge:
+        return (f"token mode: jobs run as the agent's user, {_name_of(me)} (uid {me}); "
+                f"a shared cluster runs them as their owners with --auth munge")
     if me != 0:
         return (f"the agent runs as {_name_of(me)} (uid {me}), not root: it runs jobs only as {_name_of(me)} "
                 f"and refuses jobs of other users")
-    return ("jobs run as their owners" + ("; jobs of root are allowed (--allow-root-jobs)" if allow_root
-                                          else "; jobs of root are refused (no --allow-root-jobs)"))
+    verdict = "are allowed (--allow-root-jobs)" if allow_root else "are refused (no --allow-root-jobs)"
+    return f"jobs run as their owners; jobs of root, and jobs without an owner, {verdict}"
+
+
+def ownerless_refusal() -> str:
+    """Why a root agent on a munge cluster refuses a job without an owner (one queued in token
+    mode): it would run as root, the agent's own user."""
+    return ("the job has no owner (submitted in token mode): this agent would run it as root, "
+            "which it does only with --allow-root-jobs")
 
 
 def account(uid: int, gid: int, user: str, *, allow_root: bool) -> Account:

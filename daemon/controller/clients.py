@@ -87,7 +87,10 @@ class ClientRequests:
             user = request.get("user")
             if user is not None and (not isinstance(user, str) or not user):
                 raise ValueError("user must be a user name")
-            return {"jobs": await self.call(call=lambda: self.job_objects(state, user))}
+            jobs = await self.call(call=lambda: self.job_objects(state, user))
+            if user is not None and not jobs:
+                await operator.refuse_unknown_user(self, user)  # a typo is one line, not an empty table
+            return {"jobs": jobs}
         if op == "status":
             return {"status": await self.call(call=self.status)}
         if op == "logs":

@@ -7,8 +7,11 @@ fact is durable.  History is read from the fact log on the store's thread.
 
 from __future__ import annotations
 
+import pwd
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+import trio
 
 from reckon.model import events as E
 from reckon.model.errors import LocalProtocolError
@@ -82,6 +85,25 @@ async def _resume(daemon: "DaemonHost", request: dict, caller: Caller | None = N
     return await _drain_or_resume(daemon, request, False, caller)
 
 
+def _has_account(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except (KeyError, ValueError):  # ValueError: a NUL in the name
+        return False
+    return True
+
+
+async def refuse_unknown_user(daemon: "DaemonHost", user: str) -> None:
+    """For ``jobs --user U`` / ``history --user U`` that found nothing: a name with no account on
+    this machine and no job in the table is a typo, said in one line, not an empty table.  A user
+    known by a job (whose account lives elsewhere) is not refused.  The account lookup (NSS: maybe
+    LDAP, maybe slow) runs on a thread, off the core loop."""
+    owns = await daemon.call(call=lambda: any(job.owner is not None and job.owner.user == user
+                                              for job in daemon.model.state.jobs.values()))
+    if not owns and not await trio.to_thread.run_sync(_has_account, user):
+        raise LocalProtocolError(f"no user {user}: no account of that name here and no job of theirs")
+
+
 def user_history(daemon: "DaemonHost", user: str | None, since: float | None) -> list[dict]:
     """The finished jobs of ``user`` (every user's: None) that ended at or after ``since``, oldest
     end first, each with its latest attempt's usage (``"usage"``, when the agent measured it).
@@ -104,7 +126,10 @@ async def _history(daemon: "DaemonHost", request: dict, caller: Caller | None = 
             raise ValueError("user must be a user name")
         if since is not None and (type(since) not in (int, float) or since != since):
             raise ValueError("since must be a time in seconds since the epoch")
-        return {"jobs": await daemon.call(call=lambda: user_history(daemon, user, since))}
+        jobs = await daemon.call(call=lambda: user_history(daemon, user, since))
+        if user is not None and not jobs:
+            await refuse_unknown_user(daemon, user)  # a typo is one line, not an empty table
+        return {"jobs": jobs}
     job_id = str(request["job"])
     record = await daemon.call(call=lambda: job_with_reason(daemon, job_id))  # unknown job: a clear error
     facts = await daemon.store.facts_about(job_id)

@@ -254,7 +254,7 @@ def _record(row: tuple, path: Path) -> LocalJob:
             job=job, attempt=attempt, spec=None if spec is None else JobSpec.from_dict(cbor2.loads(spec)),
             status=LocalStatus(status), started_at=started_at, exit_code=exit_code, signal=signal,
             finished_at=finished_at, acked=bool(acked), uid=uid, timed_out=bool(timed_out),
-            **_read_extra(extra, ("owner", "gpus", "usage", "oom")),
+            **_read_extra(extra, ("owner", "gpus", "usage", "oom", "not_run")),
         )
         if record.status is LocalStatus.FINISHED:
             _finished(record)  # validates the outcome fields the way the wire does
@@ -266,11 +266,11 @@ def _record(row: tuple, path: Path) -> LocalJob:
 def _finished(r: LocalJob) -> Finished:
     return Finished(job=r.job, attempt=r.attempt, exit_code=r.exit_code, signal=r.signal,
                     finished_at=r.finished_at, started_at=r.started_at, uid=r.uid,  # type: ignore[arg-type]
-                    timed_out=r.timed_out, usage=r.usage, oom=r.oom)
+                    timed_out=r.timed_out, usage=r.usage, oom=r.oom, not_run=r.not_run)
 
 
 def _extra(r: LocalJob | Finished) -> bytes | None:
-    """Protocol 6's fields of a record or a report, those not at their defaults, as one CBOR map."""
+    """Protocol 6's fields (and 7's not_run) of a record or a report, those not at their defaults, as one CBOR map."""
     out: dict[str, Any] = {}
     if getattr(r, "owner", None) is not None:
         out["owner"] = r.owner.to_dict()  # type: ignore[union-attr]
@@ -280,6 +280,8 @@ def _extra(r: LocalJob | Finished) -> bytes | None:
         out["usage"] = r.usage.to_dict()
     if r.oom:
         out["oom"] = True
+    if r.not_run is not None:
+        out["not_run"] = r.not_run
     return cbor2.dumps(out) if out else None
 
 
@@ -304,6 +306,6 @@ def _report(row: tuple, path: Path) -> Finished:
         _check_key(job, attempt)
         return Finished(job=job, attempt=attempt, exit_code=exit_code, signal=signal, finished_at=finished_at,
                         started_at=started_at, uid=uid, timed_out=bool(timed_out),
-                        **_read_extra(extra, ("usage", "oom")))
+                        **_read_extra(extra, ("usage", "oom", "not_run")))
     except Exception as exc:
         raise StoreError(f"{path}: outbox entry ({job!r}, {attempt!r}) is corrupt: {exc}") from exc

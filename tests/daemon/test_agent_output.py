@@ -72,13 +72,26 @@ async def test_output_and_error_patterns_with_real_processes(tmp_path):
 
 async def test_an_output_file_that_cannot_be_opened_means_the_job_cannot_run(tmp_path):
     with trio.fail_after(HANG):
-        async with JobRunner(tmp_path / "state") as runner:
+        async with JobRunner(tmp_path / "state", output_wait=0) as runner:
             await runner.start("1", 1, sh("echo never", output=str(tmp_path / "no-such-dir" / "%j.out")))
             async for item in runner.exits:
                 break
     assert (item.exit_code, item.signal) == (126, None)
     err = (tmp_path / "state" / "jobs" / "1.1.stderr").read_text()
     assert "cannot open the output file" in err and "no-such-dir" in err
+
+
+async def test_an_output_directory_made_just_after_the_start_is_waited_for(tmp_path):
+    """submitit makes the job's folder once sbatch has printed the id: the job may start first."""
+    with trio.fail_after(HANG):
+        async with JobRunner(tmp_path / "state", output_wait=HANG) as runner:
+            await runner.start("1", 1, sh("echo late", output=str(tmp_path / "made-later" / "%j.out")))
+            await trio.sleep(0.3)
+            (tmp_path / "made-later").mkdir()
+            async for item in runner.exits:
+                break
+    assert (item.exit_code, item.signal) == (0, None)
+    assert (tmp_path / "made-later" / "1.out").read_text() == "late\n"
 
 
 # ---- reads ----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import subprocess
 from pathlib import Path
 
@@ -105,7 +106,41 @@ async def test_the_agent_says_at_start_what_it_cannot_enforce(tmp_path, caplog):
     assert daemon.model.config.slots == resources.detect_cpus()  # no --cpus: detected
     assert daemon.model.config.resources.unenforced == ("cpus", "kill", "mem", "pids")
     assert "cannot enforce: cpus, kill, mem, pids (cgroups are off (--no-cgroups))" in said
-    assert any(line.startswith("jobs run as their owners; jobs of root are refused") for line in said)
+    # A token-mode agent (no --auth munge): its jobs have no owners and run as its own user.
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert f"token mode: jobs run as the agent's user, {me} (uid {os.geteuid()}); a shared cluster runs them " \
+           "as their owners with --auth munge" in said
+
+
+async def test_a_root_munge_agent_refuses_jobs_without_an_owner_unless_allowed(tmp_path, caplog, munged):
+    """The wiring of the refusal the runner tests (test_agent_users.py): on a munge cluster a root
+    agent's runner refuses owner-less jobs, with --allow-root-jobs it does not."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (a root agent)", pytrace=False)
+    caplog.set_level(logging.INFO, logger="reckon")
+    refused = []
+    for allow in (False, True):
+        options = AgentOptions(name="n1", slots=1, state_dir=tmp_path / f"agent-{allow}", controller="ws://127.0.0.1:9",
+                               cgroups=False, declared=resources.Declared(mem=GB, gpus=()), auth="munge",
+                               munge_socket=munged.socket, allow_root_jobs=allow)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                daemon = await nursery.start(run_agent, options)
+                refused.append(daemon.runner.refuse_ownerless)
+                nursery.cancel_scope.cancel()
+    assert refused == [True, False]
+    assert ("jobs run as their owners; jobs of root, and jobs without an owner, are refused (no --allow-root-jobs)"
+            in [r.getMessage() for r in caplog.records])
+
+
+def test_a_munge_agent_says_whom_it_runs_jobs_as():
+    from reckon.daemon.agent.users import agent_line
+
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (the lines of a root agent)", pytrace=False)
+    assert agent_line(False, munge=True) == \
+        "jobs run as their owners; jobs of root, and jobs without an owner, are refused (no --allow-root-jobs)"
+    assert agent_line(True, munge=True).endswith("are allowed (--allow-root-jobs)")
 
 
 def test_a_declared_memory_above_the_machines_is_said_at_start():
@@ -117,3 +152,32 @@ def test_a_declared_memory_above_the_machines_is_said_at_start():
                               f"{format_size(detected)}"), warning
     _, _, lines = resources.machine(resources.Declared(cpus=1, mem=detected // 2, gpus=()), ALL)
     assert not any("--mem" in line for _, line in lines)
+
+
+def _fake_nvidia_smi(tmp_path: Path, monkeypatch, script: str) -> None:
+    """An ``nvidia-smi`` first on PATH that prints what the real one does (or fails)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+
+
+def test_gpus_are_detected_from_nvidia_smi(tmp_path, monkeypatch):
+    # `nvidia-smi -L`'s lines (indices as the driver numbers them, here not in order), and a
+    # MIG line under GPU 1 that is not a GPU of its own.
+    _fake_nvidia_smi(tmp_path, monkeypatch, """[ "$1" = -L ] || exit 9
+echo 'GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-2b1c5e1e-1d3b-4a8e-9c2f-0123456789ab)'
+echo '  MIG 1g.5gb      Device  0: (UUID: MIG-5c2e1b3a-7d4f-4e2a-8b1c-0123456789ab)'
+echo 'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-9f8e7d6c-5b4a-3c2d-1e0f-0123456789ab)'
+""")
+    assert resources.detect_gpus() == (0, 1)
+    _, offered, lines = resources.machine(resources.Declared(cpus=2, mem=GB), ALL)
+    assert offered.gpus == (0, 1) and "GPUs 0,1 (detected)" in lines[0][1]
+
+
+def test_a_failing_nvidia_smi_gives_no_gpus_from_its_output(tmp_path, monkeypatch):
+    _fake_nvidia_smi(tmp_path, monkeypatch, "echo 'GPU 0: looks like one'; echo 'NVIDIA-SMI has failed' >&2; exit 9\n")
+    fallback = len(os.listdir("/proc/driver/nvidia/gpus")) if os.path.isdir("/proc/driver/nvidia/gpus") else 0
+    assert resources.detect_gpus() == tuple(range(fallback))  # the driver's /proc entries, if any

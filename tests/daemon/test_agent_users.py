@@ -79,7 +79,8 @@ async def test_a_cwd_the_owner_cannot_enter_is_the_jobs_error(tmp_path, unix_use
             after = await run(runner, "2", sh("true", cwd=str(alice.home)), alice.owner())
     assert (status.exit_code, out.read_text()) == (126, "")
     assert f"cannot change to directory '{closed}': Permission denied (exit 126)" in err.read_text()
-    assert after.exit_code == 0
+    assert status.not_run == f"cannot change to directory '{closed}': Permission denied"  # for `reckon show`
+    assert after.exit_code == 0 and after.not_run is None
 
 
 async def test_an_output_file_the_owner_cannot_write_is_the_jobs_error(tmp_path, unix_users):
@@ -125,6 +126,22 @@ async def test_root_jobs_only_with_allow_root_jobs(tmp_path, unix_users):
             out2, _ = runner2.log_paths("1", 1)
     assert (refused.exit_code, out.read_text()) == (126, "")
     assert "the job's owner root is root: this agent runs no job as root" in err.read_text()
+    assert refused.not_run.startswith("the job's owner root is root: this agent runs no job as root")
+    assert (allowed.exit_code, out2.read_text(), allowed.not_run) == (0, "0\n", None)
+
+
+async def test_a_munge_agent_runs_a_job_without_an_owner_as_root_only_with_allow_root_jobs(tmp_path):
+    """A job queued in token mode has no owner; on a munge cluster a root agent would run it as
+    root (its own user): refused like a job of root, unless --allow-root-jobs."""
+    with trio.fail_after(HANG):
+        async with JobRunner(tmp_path / "state", refuse_ownerless=True) as runner:
+            refused = await run(runner, "1", sh("id -u"), None)
+            out, err = runner.log_paths("1", 1)
+        async with JobRunner(tmp_path / "state2", refuse_ownerless=False) as runner2:
+            allowed = await run(runner2, "1", sh("id -u"), None)
+            out2, _ = runner2.log_paths("1", 1)
+    assert (refused.exit_code, out.read_text()) == (126, "")
+    assert "has no owner (submitted in token mode)" in refused.not_run and refused.not_run in err.read_text()
     assert (allowed.exit_code, out2.read_text()) == (0, "0\n")
 
 
@@ -136,6 +153,7 @@ async def test_an_owner_without_an_account_here_is_the_jobs_error(tmp_path, unix
             out, err = runner.log_paths("1", 1)
     assert (status.exit_code, out.read_text()) == (126, "")
     assert "the job's owner ghost (uid 3999999) has no account on this machine (exit 126)" in err.read_text()
+    assert status.not_run == "the job's owner ghost (uid 3999999) has no account on this machine"
 
 
 async def test_gpus_are_in_the_jobs_environment(tmp_path, unix_users):

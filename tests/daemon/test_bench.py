@@ -61,6 +61,7 @@ def test_resync_stages_time_every_stage_of_one_round():
         sum(s["median"] for s in one["per_job_seconds"].values()))
 
 
+@pytest.mark.long  # about 10 s; test_resync_stages_... runs the resync bench in `make test`
 def test_resync_with_plot(tmp_path):
     plot = tmp_path / "resync.svg"
     out = bench("resync", "--jobs", "10", "40", "--plot", str(plot))
@@ -97,6 +98,7 @@ def test_plot_rejects_a_single_point():
     assert len([e for e in root.iter() if e.tag.endswith("circle")]) == 2
 
 
+@pytest.mark.long  # about 9 s; the munge cluster's run below covers `bench cli` in `make test`
 def test_cli_bench():
     out = bench("cli", "--jobs", "4", "--slots", "4")
     assert out["jobs"] == 4 and out["bulk"] in ("--file", "--array")

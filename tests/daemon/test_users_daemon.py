@@ -160,3 +160,17 @@ async def test_the_connection_passes_its_caller_into_every_request(tmp_path, aut
             ws = ScriptedSocket({"op": "cancel", "job": job})
             await ctl.daemon._client_connection(ws)  # token mode: no caller, may do everything
             assert ws.replies[0]["ok"] and ws.replies[0]["job"]["state"] == "CANCELLED"
+
+
+async def test_a_user_with_no_account_and_no_job_is_refused_not_an_empty_list(tmp_path):
+    # The real clock: the account lookup runs on a thread, and a mock clock would jump past the guard.
+    with trio.fail_after(30):
+        async with controller(tmp_path) as ctl:
+            op = ctl.daemon._client_op
+            await submit(ctl, ALICE)  # alice has no account here, but a job: she is known
+            for request in ({"op": "jobs", "user": "nosuchuser"}, {"op": "history", "user": "nosuchuser"}):
+                with pytest.raises(LocalProtocolError, match="no user nosuchuser: no account of that name here and no job"):
+                    await op(request, BOB)
+            assert len((await op({"op": "jobs", "user": "alice"}, BOB))["jobs"]) == 1
+            assert (await op({"op": "history", "user": "alice"}, BOB))["jobs"] == []  # nothing finished yet
+            assert (await op({"op": "jobs", "user": "root"}, BOB))["jobs"] == []  # an account, no job: empty

@@ -27,6 +27,7 @@ EVERY_FAULT = {"kill controller", "term controller", "stop controller", "partiti
                "kill agent", "term agent", "stop agent", "cut agent", "stall agent"}
 
 
+@pytest.mark.long  # about 40 s; tests/daemon/test_chaos_parts.py checks its parts in `make test`
 def test_short_chaos_run_passes(cluster, tmp_path):
     # The run starts its own daemons; `cluster` runs the CLI and, at teardown, kills anything
     # left under tmp_path (also when the run is killed by the timeout below).

@@ -79,6 +79,8 @@ def test_client_mistakes_end_in_one_line(cluster):
     assert "slots" in _reason(cluster, cluster.run("submit", "--slots", "0", "--", "true"), 2)
     assert "invalid int" in _reason(cluster, cluster.run("submit", "--slots", "x", "--", "true"), 2)
     assert "unknown job" in _reason(cluster, cluster.run("show", "99"), 1)
+    for command in ("jobs", "history"):  # a user with no account and no job: a refusal, not an empty table
+        assert "no user nosuchuser" in _reason(cluster, cluster.run(command, "--user", "nosuchuser"), 1)
 
 
 def test_version():

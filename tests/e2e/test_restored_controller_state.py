@@ -12,6 +12,8 @@ import shutil
 
 import pytest
 
+from tests.e2e.conftest import wait_for
+
 pytestmark = pytest.mark.e2e
 
 
@@ -37,8 +39,9 @@ def test_restored_controller_state_never_gives_the_old_process_outcome_to_the_ne
     cluster.start_controller()
     old_pid = truth_dir / "old.pid"
     old = cluster.submit("sh", "-c", f"echo $$ > {old_pid}; exec sleep 120")
-    cluster.wait_file(old_pid)
-    pid = int(old_pid.read_text())
+    # The shell creates the file before it writes the pid: wait for the whole line, not the file.
+    pid = int(wait_for(lambda: old_pid.exists() and old_pid.read_text().endswith("\n") and old_pid.read_text(),
+                       what=f"{old_pid} to hold the pid"))
     assert cluster.alive(pid)
 
     # The controller is stopped and its older copy restored; the agent is away meanwhile

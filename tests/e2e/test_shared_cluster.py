@@ -149,10 +149,21 @@ def test_two_gpu_jobs_get_different_devices_and_a_third_waits(shared, unix_users
     assert third["gpu_ids"] == first["gpu_ids"]
 
 
-def test_accounting_records_a_cpu_bound_jobs_cpu_time(shared, unix_users):
+def test_accounting_records_a_cpu_bound_jobs_cpu_time_and_a_refused_start_says_why(shared, unix_users):
     cluster, alice, _, root, work = shared
+    # A cwd alice cannot enter (root's, 0700): the agent refuses to start the job, and says why
+    # in `show`, `history` and `history --user`, not only in the job's stderr.
+    closed = work / "closed"
+    closed.mkdir(mode=0o700)
+    refused = alice.submit("echo ran", closed)
     # The shell counts to 400,000 and prints its own CPU time (the builtin `times`).
     job = alice.submit("i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; times", work)
+    why = f"not run: cannot change to directory '{closed}': Permission denied"
+    record = cluster.wait_job(refused)
+    assert (record["state"], record["exit_code"], record["reason"]) == ("FAILED", 126, why)
+    assert any(line.startswith("reason:") and line.endswith(why) for line in cluster.cli("show", refused).splitlines())
+    assert why in cluster.cli("history", refused)
+    assert why in cluster.cli("history", "--user", unix_users.alice.name)
     record = cluster.wait_job(job)
     assert record["state"] == "COMPLETED"
     usage = record["usage"]

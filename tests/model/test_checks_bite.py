@@ -61,6 +61,7 @@ def assert_bites(*inv_ids: str) -> None:
     assert any(i in text for i in inv_ids), f"failed, but not by {inv_ids}: {text[:1500]}"
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_plain_machine_does_not_fail():
     """The control: without a re-injected bug the same settings find nothing."""
     run_state_machine_as_test(ReckonMachine, settings=settings(BITE_SETTINGS, max_examples=100))
@@ -94,6 +95,7 @@ def test_bite_outbox_gives_up_after_three_sends(monkeypatch):
             m.check()
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_failed_exit_code_not_applied(monkeypatch):
     """Seed 002 (bug-1754): no apply seam recorded a failed job's exit code."""
     finished = S._APPLY[F.JobFinished]
@@ -109,6 +111,7 @@ def test_bite_failed_exit_code_not_applied(monkeypatch):
     assert_bites("INV-TRUE-OUTCOME")
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_replay_seam_drops_exit_code(monkeypatch):
     """Seed 002: the replay seam (apply_wal_entry) ran other code than the live one and lost the code."""
 
@@ -125,6 +128,7 @@ def test_bite_replay_seam_drops_exit_code(monkeypatch):
     assert_bites("INV-REPLAY-EQUALS-LIVE")
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_decode_loses_exit_code(monkeypatch):
     """Seed 002: the stored fail fact carried no code trailer, so it read back as code 0."""
     decode = F.decode
@@ -322,6 +326,7 @@ def test_bite_report_applied_twice(monkeypatch):
     assert_bites("INV-REPORT-APPLIED-ONCE")
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_dispatch_to_reconciling_agent(monkeypatch):
     """Req 5.1: the dispatch gate forgot that a reconciling agent must get no new work."""
     monkeypatch.setattr(AgentSession, "reconciling", property(lambda self: False))
@@ -329,6 +334,7 @@ def test_bite_dispatch_to_reconciling_agent(monkeypatch):
     assert_bites("INV-DISPATCH-GATED", "INV-START-HOLD")
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_report_of_another_submission_applied(monkeypatch):
     """Issue #9 bug 3: after a controller state rollback an id is issued again, and the
     old submission's process outcome (or adoption) is taken for the new job.
@@ -366,6 +372,7 @@ def test_bite_start_gate_opens_at_once(monkeypatch):
     assert_bites("INV-START-HOLD")
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_unknown_running_job_not_killed(monkeypatch):
     """Issue #9 bug 3: ``reports.reconcile`` returned ``unknown_job`` before its orphan kill, so a
     process of a job the (rolled back) controller does not know ran on for ever."""
@@ -428,6 +435,7 @@ def test_bite_release_keeps_the_slots(monkeypatch):
     assert_bites("INV-STATE-VALID")
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_round_timeout_taken_as_not_fatal(monkeypatch):
     """The agent's refusal policy carries on after a timed-out round, on a connection the controller closes."""
     from reckon.model import agent as A

@@ -100,6 +100,7 @@ def test_explore_bite_deadline_never_resolves(monkeypatch):
 # first's ResyncDone): the swarm machine bites it by design, tests/model/test_swarm_bite.py.
 
 
+@pytest.mark.long  # over 5 s (the two-rounds / dispatching scope): `make test-long`
 def test_explore_bite_adopts_job_held_elsewhere(monkeypatch):
     """An extra is adopted although another agent's record holds it."""
     mutate_function(monkeypatch, R, "reconcile",
@@ -118,6 +119,7 @@ def test_explore_bite_heartbeat_compares_counts_only(monkeypatch):
     assert_explorer_finds("INV-LIVENESS-AGREE", scenario="equal-counts")
 
 
+@pytest.mark.long  # over 5 s (the two-rounds / dispatching scope): `make test-long`
 def test_explore_bite_requeue_ignores_cancel(monkeypatch):
     """An unrecognized attempt with a cancel pending is requeued instead of confirmed: dispatched again."""
     # Every lost attempt takes the one path (Transaction.attempt_lost), so the bug is injected there.

@@ -106,7 +106,7 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("unknown kind", {"k": "job_exploded", "v": 1}, "unknown fact kind 'job_exploded'"),
     ("unhashable kind", {"k": ["job_cancelled"], "v": 1, "job": "1"}, "unknown fact kind"),
     ("version 0", _enc(FIN, v=0), "unsupported version 0"),
-    ("future version", _enc(FIN, v=5), "unsupported version 5"),
+    ("future version", _enc(FIN, v=6), "unsupported version 6"),
     ("version as str", _enc(FIN, v="2"), "unsupported version '2'"),
     ("version as bool", _enc(F.JobCancelled(job="1"), v=True), "unsupported version True"),
     ("missing field", _drop(FIN, "finished_at"), "finished_at"),

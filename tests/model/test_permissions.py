@@ -319,3 +319,26 @@ def test_a_cluster_of_owners_refuses_agents_that_would_not_know_whom_a_job_runs_
         conn=5, join=M.Join(agent="old", slots=4, version=5), token=b"t" * M.TOKEN_BYTES, now=0.0)), M.Error)
     with pytest.raises(ValueError, match="min_agent_version"):
         ControllerConfig(min_agent_version=M.PROTOCOL_VERSION + 1)
+
+
+def test_a_job_asking_more_cpus_than_the_per_user_limit_is_refused_at_submit() -> None:
+    """It could never start (it would wait PENDING forever): single, array and batch submits are
+    refused in one line and change nothing; a job within the limit, and token mode, are not."""
+    from reckon.model.errors import LocalProtocolError
+
+    h = limited(max_cpus_per_user=4)
+    words = "needs 5 CPUs and the per-user limit (max_cpus_per_user) is 4: it could never start"
+    big = spec("big", slots=5)
+    events = [E.SubmitJob(spec=big, now=h.now, uid=h.uid(), caller=ALICE, queue_anyway=True),
+              E.SubmitArray(spec=big, array=parse_array("1-3"), now=h.now, uids=(h.uid(), h.uid(), h.uid()),
+                            caller=ALICE, queue_anyway=True),
+              E.SubmitBatch(specs=(spec("ok", slots=1), big), now=h.now, uids=(h.uid(), h.uid()), caller=ALICE,
+                            queue_anyway=True)]
+    for event in events:
+        before, log = h.controller.state.digest(), len(h.log)
+        with pytest.raises(LocalProtocolError) as info:
+            h.controller.handle(event)
+        assert words in str(info.value) and "\n" not in str(info.value), str(info.value)
+        assert h.controller.state.digest() == before and len(h.log) == log
+    assert h.job(submit(h, ALICE, slots=4)).state.value in ("PENDING", "RUNNING")  # at the limit: fine
+    assert h.job(submit(h, None, slots=5)).state.value in ("PENDING", "RUNNING")  # token mode: no limits

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
@@ -1738,5 +1740,18 @@ class ReckonMachine(RuleBasedStateMachine):
                     f"{job and (job.state.value, job.attempt, job.agent)}")
 
 
+# `make test` runs the first CI_SHORT_EXAMPLES examples of the ci draw (about 10 s on 2 shared cores);
+# `make test-long` the whole draw (the profile's 300), `make fuzz` new ones.
+CI_SHORT_EXAMPLES = 100
+
+
 def test_reckon_machine():
+    fuzz = os.environ.get("RECKON_HYPOTHESIS_PROFILE") == "fuzz"
+    run_state_machine_as_test(ReckonMachine, settings=settings() if fuzz else settings(max_examples=CI_SHORT_EXAMPLES))
+
+
+@pytest.mark.long
+def test_reckon_machine_whole_draw():
+    if os.environ.get("RECKON_HYPOTHESIS_PROFILE") == "fuzz":
+        pytest.skip("`make fuzz` draws its examples in test_reckon_machine")
     run_state_machine_as_test(ReckonMachine, settings=settings())

@@ -66,6 +66,7 @@ def test_swarm_bite_agent_stale_done_token():
 # ---- invented bugs (mutants.INVENTED) that the plain machine and the explorer let through ----------
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_swarm_bite_indeterminate_reported_running():
     """N4: an attempt whose supervisor was lost is reported RUNNING: the controller waits for it forever."""
     assert_swarm_finds("N4", "INV-LIVENESS-AGREE", "INV-LIVENESS-QUIET")

@@ -61,6 +61,7 @@ class LimitedMachine(ReckonMachine):
         getattr(ReckonMachine.setup, INITIALIZE_RULE_MARKER).function(self, **cluster)
 
 
+@pytest.mark.long  # a search of over 5 s: `make test-long`
 def test_bite_the_user_limit_ignored(monkeypatch):
     """Neither the scheduler nor the controller counts the owner's running jobs."""
     monkeypatch.setattr(SCH.UserLimits, "refusal", lambda self, user, running, cpus, slots: None)

@@ -24,8 +24,8 @@ while they work (``patches.py``).  Hypothesis also prints a
 ``@reproduce_failure`` blob, and ``--hypothesis-seed=N`` replays a whole
 search.  Shrinking a failure takes up to about five minutes.
 
-Budgets: ``ci`` (the default profile) runs ``CI_EXAMPLES`` scenarios of at
-most ``CI_STEPS`` steps (about a minute on 2 shared cores); ``RECKON_HYPOTHESIS_PROFILE=fuzz``
+Budgets: ``ci`` (the default profile) runs ``CI_SHORT_EXAMPLES`` scenarios of at most
+``CI_STEPS`` steps in ``make test`` and ``CI_EXAMPLES`` in ``make test-long``; ``RECKON_HYPOTHESIS_PROFILE=fuzz``
 (``make fuzz``) runs ``RECKON_SIM_EXAMPLES`` (default 2,000) of up to
 ``FUZZ_STEPS`` steps.
 
@@ -69,10 +69,13 @@ ENABLED = frozenset(S.RULES) - set(KNOWN_OPEN)
 RESETS_IN_HANDSHAKE = "reset_in_handshake" in ENABLED
 
 PROFILE = os.environ.get("RECKON_HYPOTHESIS_PROFILE", "ci")
-CI_EXAMPLES, CI_STEPS = 100, 30
+# `make test` draws CI_SHORT_EXAMPLES scenarios (about 30 s on a loaded machine); `make test-long`
+# the whole ci draw of CI_EXAMPLES (about two minutes there).
+CI_EXAMPLES, CI_SHORT_EXAMPLES, CI_STEPS = 100, 20, 30
 FUZZ_STEPS = 80
 EXAMPLES, STEPS = ((int(os.environ.get("RECKON_SIM_EXAMPLES", "2000")), FUZZ_STEPS) if PROFILE == "fuzz"
                    else (CI_EXAMPLES, CI_STEPS))
+SHORT_EXAMPLES = EXAMPLES if PROFILE == "fuzz" else CI_SHORT_EXAMPLES
 
 
 class BugReproduced(AssertionError):
@@ -89,13 +92,31 @@ def holds(found: list[str], *, bug_id: str | None = None, detail: str = "") -> N
 # The ci profile runs the same scenarios every time (a red `make test` is a change's doing,
 # not the draw's); the fuzz profile (`make fuzz`) draws new ones, and each find becomes a
 # directed test below.
-@settings(max_examples=EXAMPLES, deadline=None, print_blob=True, derandomize=PROFILE != "fuzz",
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def _sim_settings(examples: int):
+    return settings(max_examples=examples, deadline=None, print_blob=True, derandomize=PROFILE != "fuzz",
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@_sim_settings(SHORT_EXAMPLES)
 @given(scenario=scenarios(ENABLED, max_steps=STEPS))
 def test_the_daemons_keep_the_promise_under_faults(scenario: Scenario) -> None:
     """INV-SIM-RUN-AT-MOST-ONCE, INV-TRUE-OUTCOME, INV-TRUE-START-TIME, INV-TERMINAL-STABLE after every
     step; INV-SIM-CANCEL-STOPS-PROCESS and INV-LIVENESS-AGREE once the faults stop; INV-SIM-NOTHING-STUCK,
     INV-LIVENESS-OUTCOME once every process ended; INV-SIM-LOG-STEADY at the end."""
+    _keeps_the_promise(scenario)
+
+
+@pytest.mark.long  # the whole ci draw: about a minute and a half
+@_sim_settings(EXAMPLES)
+@given(scenario=scenarios(ENABLED, max_steps=STEPS))
+def test_the_daemons_keep_the_promise_under_faults_whole_draw(scenario: Scenario) -> None:
+    """The same checks as above, on every scenario of the ci draw."""
+    if PROFILE == "fuzz":
+        pytest.skip("`make fuzz` draws its scenarios in test_the_daemons_keep_the_promise_under_faults")
+    _keeps_the_promise(scenario)
+
+
+def _keeps_the_promise(scenario: Scenario) -> None:
     stats: dict[str, int] = {}
     found = S.run(scenario, stats)
     for what, count in stats.items():

@@ -28,6 +28,7 @@ class _NoLaunchTracking(dict):
         pass
 
 
+@pytest.mark.long  # about 20 s: `make test-long`
 def test_bite_bug1_names_are_not_bound_to_identities(monkeypatch):
     monkeypatch.setattr(names, "name_refusal", lambda ctrl, join, session, info: None)
     with pytest.raises(T.BugReproduced, match="INV-SIM-RUN-AT-MOST-ONCE"):
