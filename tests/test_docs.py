@@ -190,3 +190,14 @@ def test_the_guides_config_file_is_the_example_shipped_with_the_units_and_it_che
     (tmp_path / "reckon.toml").write_text(shown)
     assert main(["config", "check", str(tmp_path / "reckon.toml")]) == 0
     assert "OK: [controller]" in capsys.readouterr().out
+
+
+def test_the_readme_names_every_profile_ci_runs():
+    """README's "How it is checked" lists the profiles `.ci/run` runs: a profile CI added and the
+    README left out is a claim ("both run by CI") that no longer holds."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    targets = re.findall(r"^\s*make ([\w-]+)", ci, re.M)
+    assert targets, "no make targets in .ci/run"
+    section = ROOT.joinpath("README.md").read_text().partition("## How it is checked")[2].partition("\n## ")[0]
+    missing = [t for t in targets if f"`make {t}`" not in section]
+    assert not missing, f"README's 'How it is checked' does not name: {missing}"

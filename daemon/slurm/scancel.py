@@ -204,9 +204,17 @@ def _main(argv: list[str]) -> int:
     return status
 
 
+def _main_status_1(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    except SlurmCommandError as exc:
+        exc.status = 1  # Slurm's scancel exits 1 on a bad option, id or signal (sbatch's 255 is not its)
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``scancel`` command (the launcher's entry): its exit status."""
-    return run(_main, argv, PROG)
+    return run(_main_status_1, argv, PROG)
 
 
 if __name__ == "__main__":

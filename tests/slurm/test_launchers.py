@@ -31,7 +31,7 @@ def test_the_command_writes_seven_launchers_and_prints_the_path_line(tmp_path):
     assert refused.returncode == 1 and refused.stderr.startswith(
         "sbatch: error: Batch job submission failed: controller unreachable"), refused
     bad = _run(target / "scancel", "--nope")
-    assert bad.returncode == 255 and bad.stderr == ("scancel: unrecognized option '--nope'\n"
+    assert bad.returncode == 1 and bad.stderr == ("scancel: unrecognized option '--nope'\n"
                                                     "Try \"scancel --help\" for more information\n"), bad
     # Run again: its own launchers are rewritten.
     assert subprocess.run(reckon_argv() + ["slurm-commands", str(target)], capture_output=True,

@@ -288,3 +288,13 @@ def test_docs_name_every_warned_and_refused_sbatch_option():
     text = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
     missing = [o[0] for o in table.SBATCH if o[3] != table.HANDLED and f"--{o[0]}" not in text]
     assert missing == []
+
+
+def test_a_line_sbatch_or_srun_cannot_parse_exits_255_as_slurms(capsys, monkeypatch):
+    # Slurm 22.05's sbatch and srun exit(-1) on a bad option or value (checked against Debian's
+    # slurm-wlm); scancel and the query commands differ (tests/slurm/test_srun_scancel.py).
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # srun outside a job: it parses, then submits
+    for command, argv in ((sbatch, ["--bogus"]), (sbatch, ["-t", "abc", "--wrap", "true"]),
+                          (sbatch, ["--mem=4Q", "--wrap", "true"]), (srun, ["--bogus", "true"])):
+        assert command.main(argv) == 255, argv
+        assert capsys.readouterr().err.count("\n") in (1, 2), argv  # one line (+ getopt's "Try ...")

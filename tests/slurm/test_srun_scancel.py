@@ -82,6 +82,15 @@ def test_scancel_with_nothing_named_is_slurms_error(capsys):
     assert capsys.readouterr().err == "scancel: error: No job identification provided\n"
 
 
+def test_scancel_refuses_a_bad_line_with_slurms_status_1(capsys):
+    # Slurm 22.05's scancel exits 1 on a bad option, id or signal (its sbatch and srun exit 255).
+    for argv, line in ((["--bogus"], "scancel: unrecognized option '--bogus'"),
+                       (["1_x"], "scancel: error: Invalid job id 1_x"),
+                       (["--signal=BOGUS", "1"], "scancel: error: Invalid signal specification: 'BOGUS'")):
+        assert scancel.main(argv) == 1, argv
+        assert capsys.readouterr().err.splitlines()[0] == line
+
+
 class FakeClient:
     def __init__(self, jobs):
         self.jobs = jobs
