@@ -125,8 +125,7 @@ class QueryIndex:
             if obj["array_id"] is not None:
                 self.arrays.setdefault(obj["array_id"], []).append(job_id)
             self.names.setdefault(obj["name"], {})[job_id] = None
-            if obj["user"] is not None:
-                self.users.setdefault(obj["user"], {})[job_id] = None
+            self.users.setdefault(obj["user"], {})[job_id] = None  # None: no owner (token mode)
         elif old["state"] != obj["state"]:
             del self.states[old["state"]][job_id]
         self.states[obj["state"]][job_id] = None
@@ -262,6 +261,10 @@ def query(daemon: Any, request: dict) -> dict[str, Any]:
         daemon.before_release()  # a PostgreSQL leader's lease, as the loop checks before any reply
     except Exception as exc:
         raise ValueError(f"this controller may not answer: {exc}") from None
+    if fields["users"] is not None and daemon.options.auth == "token":
+        # Token mode is a single-user cluster: its jobs have no owner, and each is every user's
+        # (`squeue --me`, `scancel -u NAME` pick them; the commands show them as the caller's).
+        fields["users"] = [*fields["users"], None]
     jobs, unknown = daemon.queries.answer(**fields)
     reply: dict[str, Any] = {"jobs": jobs, "now": time.time()}
     if unknown:

@@ -16,6 +16,7 @@ id is ``ARRAY_INDEX`` (``123_4``), its own id the raw id (``%A``, ``JobIDRaw``);
 
 from __future__ import annotations
 
+import os
 import time
 
 PARTITION = "reckon"  # reckon's one partition, the default, until scheduling has partitions (#22)
@@ -38,6 +39,21 @@ from reckon.daemon.slurm.argv import UsageProblem, split_list
 
 # ---- values --------------------------------------------------------------------------------------
 
+
+
+def owner_of(job: dict) -> tuple[str, int, int]:
+    """(user name, uid, gid) a job is shown as.  A job without an owner comes from token mode, a
+    single-user cluster: it is shown as the caller's own (and ``-u``/``--me`` pick it, query.py)."""
+    owner = job.get("owner")
+    if job.get("user") and owner:
+        return job["user"], owner.get("uid", 0), owner.get("gid", 0)
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name, uid, gid
+    except (ImportError, KeyError):
+        return os.environ.get("USER") or str(uid), uid, gid
 
 def slurm_state(job: dict) -> str:
     """The job's state in Slurm's long name."""
@@ -329,15 +345,13 @@ def squeue_value(code: str, row: dict, now: float) -> str:
     if code == "T":
         return state
     if code == "u":
-        return job.get("user") or "root"
+        return owner_of(job)[0]
     if code == "U":
-        owner = job.get("owner") or {}
-        return str(owner.get("uid", 0))
+        return str(owner_of(job)[1])
     if code == "g":  # Slurm: the group's name (reckon's owner has a gid only: the user's group)
-        return job.get("user") or "root"
+        return owner_of(job)[0]
     if code == "G":
-        owner = job.get("owner") or {}
-        return str(owner.get("gid", 0))
+        return str(owner_of(job)[2])
     if code == "B":  # Slurm: the batch host, n/a before the job starts
         return nodelist(job) if job["state"] != "PENDING" and nodelist(job) else "n/a"
     if code == "p":  # Slurm's normalised priority; reckon has none (first come first served): 1, held 0
@@ -557,10 +571,9 @@ def sacct_value(name: str, row: dict, now: float) -> str | None:
             parts.append(f"gres/gpu={job['gpus']}")
         return ",".join(parts) if name == "ReqTRES" or job.get("started_at") is not None else None
     if name == "User":
-        return (job.get("user") or "root") if step is None else None
+        return owner_of(job)[0] if step is None else None
     if name in ("UID", "GID"):
-        owner = job.get("owner") or {}
-        return str(owner.get("uid" if name == "UID" else "gid", 0)) if step is None else None
+        return str(owner_of(job)[1 if name == "UID" else 2]) if step is None else None
     if name == "Group":
         return None
     if name == "Partition":

@@ -8,7 +8,7 @@ default, until #22).
 from __future__ import annotations
 
 from reckon.daemon.slurm.argv import UsageProblem
-from reckon.daemon.slurm.formats import (CLUSTER, PARTITION, array_rows, command_name, compress_indices, date,
+from reckon.daemon.slurm.formats import (CLUSTER, owner_of, PARTITION, array_rows, command_name, compress_indices, date,
                                          dependency, elapsed_seconds, exit_code, gres, label, mark_array_limits,
                                          memory, nodelist, partition, pending_reason, sacct_time, slurm_state)
 
@@ -182,8 +182,7 @@ def _null(value: object) -> str:
 
 def show_job(job: dict, now: float, oneliner: bool = False) -> str:
     """``scontrol show job``: Slurm's Key=Value lines (three spaces before each line after the first)."""
-    owner = job.get("owner") or {}
-    user, uid, gid = job.get("user") or "root", owner.get("uid", 0), owner.get("gid", 0)
+    user, uid, gid = owner_of(job)
     state = slurm_state(job)
     started, finished = job.get("started_at"), job.get("finished_at")
     limit = job.get("time_limit")

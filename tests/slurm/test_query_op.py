@@ -54,7 +54,9 @@ async def test_filters_arrays_and_unknown_ids(tmp_path):
             assert _ids(await _query(rig, states=["CANCELLED"])) == [b]
             assert _ids(await _query(rig, states=["PENDING"], names=["beta"])) == []
             assert _ids(await _query(rig, limit=2)) == [a, b]
-            assert _ids(await _query(rig, users=["nobody"])) == []  # token mode: no owners
+            # Token mode, a single-user cluster: no job has an owner, each is every user's.
+            assert _ids(await _query(rig, users=["nobody"])) == [a, b, *members]
+            assert _ids(await _query(rig, users=["nobody"], names=["beta"])) == [b]
             reply = await _query(rig, ids=["999", a])
             assert _ids(reply) == [a] and reply["unknown"] == ["999"]
             assert isinstance(reply["now"], float)
