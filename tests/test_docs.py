@@ -190,3 +190,12 @@ def test_the_guides_config_file_is_the_example_shipped_with_the_units_and_it_che
     (tmp_path / "reckon.toml").write_text(shown)
     assert main(["config", "check", str(tmp_path / "reckon.toml")]) == 0
     assert "OK: [controller]" in capsys.readouterr().out
+
+
+def test_the_readme_says_import_reckon_is_the_python_client():
+    # It said "`import reckon` has no client API yet" after reckon.Client had landed.
+    import reckon
+
+    text = (ROOT / "README.md").read_text()
+    assert "no client API" not in text
+    assert "`import reckon` is the Python client" in text and callable(reckon.Client)
