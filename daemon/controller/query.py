@@ -54,6 +54,10 @@ def job_object(daemon: Any, job: JobRecord, old: dict[str, Any] | None = None) -
         obj["labels"] = dict(getattr(spec, "labels", ()) or ())
     for name in ("time_limit", "output", "error"):
         obj.setdefault(name, getattr(spec, name, None))
+    for key, value in spec.env:  # scontrol's AllocNode: the host sbatch/srun ran on (they send it)
+        if key == "SLURM_SUBMIT_HOST":
+            obj["submit_host"] = value
+            break
     not_run = getattr(job, "not_run", None)
     if not_run is not None:
         obj.setdefault("not_run", not_run)

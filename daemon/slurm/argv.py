@@ -23,6 +23,10 @@ class OptionError(Exception):
     """A command line getopt_long refuses; the text is getopt's own (``unrecognized option '--x'``)."""
 
 
+class UsageProblem(ValueError):
+    """A query command's line that cannot work as written (squeue, sacct, sinfo, scontrol: exit status 2)."""
+
+
 def parse(argv: list[str], options: list[tuple[str, str | None, int]], *, permute: bool
           ) -> tuple[list[tuple[str, str | None]], list[str]]:
     """``(parsed options, operands)`` of ``argv`` (the words after the command's name).
@@ -100,3 +104,32 @@ def _long(name: str, longs: dict[str, tuple[str, str | None, int]]) -> tuple[str
         names = " ".join(f"'--{o[0]}'" for o in matches)
         raise OptionError(f"option '--{name}' is ambiguous; possibilities: {names}")
     return matches[0]
+
+
+def parse_keyed(argv: list[str], options: dict[str, tuple[str, bool]],
+                lists: frozenset[str] = frozenset()) -> tuple[dict[str, object], list[str]]:
+    """The query commands' form of ``parse`` (permuting): ``options`` maps each spelling (``-j``,
+    ``--jobs``) to (key, takes a value); the result maps keys to values (True for a flag).  A repeated
+    option's last value wins, but for the keys in ``lists``, whose values add up (``sacct -j 1 -j 2``,
+    as submitit calls it, is ``-j 1,2``).  getopt's refusals become ``UsageProblem``."""
+    table = [(s[2:], None, REQUIRED if wants else NONE) if s.startswith("--")
+             else (s, s[1], REQUIRED if wants else NONE) for s, (_, wants) in options.items()]
+    try:
+        parsed, operands = parse(argv, table, permute=True)
+    except OptionError as exc:
+        raise UsageProblem(str(exc)) from None
+    values: dict[str, object] = {}
+    for name, value in parsed:
+        key = options[name if name.startswith("-") else "--" + name][0]
+        if value is None:
+            values[key] = True
+        elif key in lists and key in values:
+            values[key] = f"{values[key]},{value}"
+        else:
+            values[key] = value
+    return values, operands
+
+
+def split_list(text: str) -> list[str]:
+    """``a,b c`` -> ['a', 'b', 'c']: Slurm's lists take commas (and, quoted, spaces)."""
+    return [part for chunk in text.split(",") for part in chunk.split() if part]

@@ -33,7 +33,7 @@ RECKON_STATE = {"PENDING": "PENDING", "REQUEUED": "PENDING", "RUNNING": "RUNNING
                 "COMPLETED": "COMPLETED", "FAILED": "FAILED", "TIMEOUT": "FAILED", "OUT_OF_MEMORY": "FAILED",
                 "NODE_FAIL": "FAILED", "CANCELLED": "CANCELLED"}
 
-from reckon.daemon.slurm.cmdline import UsageProblem, split_list
+from reckon.daemon.slurm.argv import UsageProblem, split_list
 
 
 # ---- values --------------------------------------------------------------------------------------
@@ -49,6 +49,20 @@ def slurm_state(job: dict) -> str:
         if reason == "oom":
             return "OUT_OF_MEMORY"
     return state
+
+
+def not_eligible(job: dict) -> bool:
+    """A job Slurm's scheduler has not looked at: held, waiting on a dependency, or ended before either
+    cleared (its EligibleTime Unknown, its time limit still the partition's)."""
+    if job["state"] == "PENDING":
+        return bool(job.get("held") or dependency(job) != "(null)")
+    return job.get("started_at") is None and job["state"] != "RUNNING"
+
+
+def never_started(job: dict) -> bool:
+    """A PENDING job that has not run yet (not a requeued one, which Slurm lists as it ran)."""
+    return (job["state"] == "PENDING" and job.get("started_at") is None and not job.get("requeues")
+            and job.get("attempt", 1) == 1)
 
 
 def job_id(job: dict) -> str:
@@ -114,13 +128,14 @@ def date(when: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
 
 
-def memory(mem: int | None, none: str = "0") -> str:
-    """Bytes as Slurm shows megabytes (convert_num_unit from M): ``500M``, ``4G``, ``1.50G``."""
+def memory(mem: int | None, none: str = "0", exact: bool = False) -> str:
+    """Bytes as Slurm shows megabytes (convert_num_unit from M): ``500M``, ``4G``, ``1.50G``; ``exact``
+    (TRES strings, CONVERT_NUM_UNIT_EXACT): a larger unit only where it divides, ``4000M``."""
     if not mem:
         return none
     value, units = mem / (1 << 20), "MGTP"
     unit = 0
-    while value >= 1024 and unit < len(units) - 1:
+    while value >= 1024 and unit < len(units) - 1 and (not exact or value % 1024 == 0):
         value /= 1024
         unit += 1
     return f"{int(value)}{units[unit]}" if value == int(value) else f"{value:.2f}{units[unit]}"
@@ -139,13 +154,53 @@ def pending_reason(job: dict) -> str:
     if state == "PENDING":
         if job.get("held"):
             return "JobHeldUser"
-        if job.get("after"):
+        if job.get("after") or job.get("after_any") or job.get("after_not_ok"):
             return "Dependency"
+        if job.get("_array_limited"):
+            return "JobArrayTaskLimit"
         return "Resources" if not job.get("requeues") else "BeginTime"
     if state == "CANCELLED" and job.get("reason") and "dependency" in job["reason"]:
         return "DependencyNeverSatisfied"
     return {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "OUT_OF_MEMORY": "OutOfMemory"}.get(
         slurm_state(job), "None")
+
+
+def command_name(job: dict) -> str:
+    """The job's Command: the script file sbatch was given; (null) for --wrap and a script on stdin,
+    whose display name sbatch sets to ``sbatch``."""
+    command = job.get("command") or []
+    if not command or (job.get("script") and command[0] == "sbatch"):
+        return "(null)"
+    return command[0]
+
+
+def dependency(job: dict) -> str:
+    """squeue's %E, scontrol's Dependency: what a PENDING job still waits on, ``afterok:N(unfulfilled)``;
+    Slurm drops a dependency once it is met, so a job that started shows (null)."""
+    if job["state"] != "PENDING":
+        return "(null)"
+    parts = [f"{kind}:{dep}(unfulfilled)" for kind, key in (("afterok", "after"), ("afterany", "after_any"),
+                                                            ("afternotok", "after_not_ok"))
+             for dep in job.get(key) or ()]
+    return ",".join(parts) or "(null)"
+
+
+def mark_array_limits(jobs: list[dict]) -> list[dict]:
+    """Mark the PENDING array members that the array's ``%`` limit holds back (as many members running
+    as it allows): Slurm's reason JobArrayTaskLimit.  Counts the running members among ``jobs``, so the
+    caller lists the whole array (an array's id names all its members)."""
+    running: dict[str, int] = {}
+    for job in jobs:
+        if job.get("array_id") is not None and job["state"] == "RUNNING":
+            running[job["array_id"]] = running.get(job["array_id"], 0) + 1
+    out = []
+    for job in jobs:
+        limit = job.get("array_max")
+        if (limit and job["state"] == "PENDING" and job.get("array_id") is not None
+                and running.get(job["array_id"], 0) >= limit):
+            job = {**job, "_array_limited": True}
+        out.append(job)
+    return out
 
 
 def nodelist(job: dict) -> str:
@@ -166,36 +221,6 @@ def compress_indices(indices: list[int]) -> str:
     return ",".join(out)
 
 
-def hostlist(names: list[str]) -> str:
-    """Slurm's compressed host list: ``a1,a2,a3,b`` -> ``a[1-3],b``."""
-    groups: dict[str, list[int]] = {}
-    plain: list[str] = []
-    order: list[str] = []
-    for name in names:
-        k = len(name)
-        while k > 0 and name[k - 1].isdigit():
-            k -= 1
-        digits = name[k:]
-        if not digits or (len(digits) > 1 and digits[0] == "0"):
-            plain.append(name)
-            order.append(name)
-            continue
-        prefix = name[:k]
-        if prefix not in groups:
-            groups[prefix] = []
-            order.append("\0" + prefix)
-        groups[prefix].append(int(digits))
-    out = []
-    for entry in order:
-        if not entry.startswith("\0"):
-            out.append(entry)
-            continue
-        prefix = entry[1:]
-        numbers = groups[prefix]
-        out.append(f"{prefix}{numbers[0]}" if len(set(numbers)) == 1 else f"{prefix}[{compress_indices(numbers)}]")
-    return ",".join(out)
-
-
 # ---- squeue --------------------------------------------------------------------------------------
 
 SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
@@ -207,7 +232,15 @@ SQUEUE_HEADERS = {
     "N": "NODELIST", "o": "COMMAND", "P": "PARTITION", "q": "QOS", "Q": "PRIORITY", "r": "REASON",
     "R": "NODELIST(REASON)", "S": "START_TIME", "t": "ST", "T": "STATE", "u": "USER", "U": "UID",
     "v": "RESERVATION", "V": "SUBMIT_TIME", "w": "WCKEY", "y": "NICE", "Z": "WORK_DIR", "f": "FEATURES",
+    "d": "MIN_TMP_DISK", "h": "OVER_SUBSCRIBE", "n": "REQ_NODES", "p": "PRIORITY", "s": "", "x": "EXC_NODES",
+    "z": "S:C:T", "B": "EXEC_HOST", "G": "GROUP", "H": "SOCKETS_PER_NODE", "I": "CORES_PER_SOCKET",
+    "J": "THREADS_PER_CORE", "O": "CONTIGUOUS", "W": "LICENSES", "X": "CORE_SPEC", "Y": "SCHEDNODES",
 }
+# squeue -o %all (opts.c): every letter, lower case then upper, `|` between, no widths
+SQUEUE_ALL = "|".join(f"%{c}" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# the fields reckon has no notion of: what Slurm prints for a job that does not set them
+SQUEUE_CONSTANT = {"d": "0", "h": "OK", "n": "", "s": "", "x": "", "z": "*:*:*", "H": "*", "I": "*", "J": "*",
+                   "O": "0", "W": "(null)", "X": "N/A", "Y": "(null)"}
 # squeue -O names (lower case) -> the % code they print
 SQUEUE_LONG = {
     "account": "a", "jobid": "i", "jobarrayid": "i", "arrayjobid": "F", "arraytaskid": "K", "name": "j",
@@ -223,6 +256,7 @@ def parse_squeue_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
     """``%.18i %j|x`` -> [(literal text before, code or None, width (0: as is), right-justified)]."""
     out: list[tuple[str, str | None, int, bool]] = []
     literal = ""
+    fmt = fmt.replace("%all", SQUEUE_ALL)  # Slurm replaces it wherever it stands, before parsing
     i = 0
     while i < len(fmt):
         ch = fmt[i]
@@ -276,6 +310,8 @@ def parse_squeue_long_format(fmt: str) -> list[tuple[str, str | None, int, bool]
 def squeue_value(code: str, row: dict, now: float) -> str:
     job = row
     state = slurm_state(job)
+    if code in SQUEUE_CONSTANT:
+        return SQUEUE_CONSTANT[code]
     if code == "i":
         return row.get("_slurm_id") or job_id(job)
     if code == "A":
@@ -297,9 +333,15 @@ def squeue_value(code: str, row: dict, now: float) -> str:
     if code == "U":
         owner = job.get("owner") or {}
         return str(owner.get("uid", 0))
-    if code == "g":
+    if code == "g":  # Slurm: the group's name (reckon's owner has a gid only: the user's group)
+        return job.get("user") or "root"
+    if code == "G":
         owner = job.get("owner") or {}
         return str(owner.get("gid", 0))
+    if code == "B":  # Slurm: the batch host, n/a before the job starts
+        return nodelist(job) if job["state"] != "PENDING" and nodelist(job) else "n/a"
+    if code == "p":  # Slurm's normalised priority; reckon has none (first come first served): 1, held 0
+        return f"{0.0 if job.get('held') else 1.0:.14f}"
     if code == "M":
         return squeue_time(elapsed_seconds(job, now))
     if code == "l":
@@ -330,8 +372,7 @@ def squeue_value(code: str, row: dict, now: float) -> str:
     if code == "Z":
         return job.get("cwd") or ""
     if code == "o":
-        command = job.get("command") or []
-        return command[0] if command else ""
+        return command_name(job)
     if code == "S":
         return date(job.get("started_at")) if job.get("started_at") is not None else "N/A"
     if code == "V":
@@ -339,17 +380,18 @@ def squeue_value(code: str, row: dict, now: float) -> str:
     if code == "e":
         if job["state"] in ("PENDING", "RUNNING"):
             limit, started = job.get("time_limit"), job.get("started_at")
-            return date(started + limit) if limit is not None and started is not None else "N/A"
+            if started is None or job["state"] == "PENDING":
+                return "N/A"
+            return date(started + limit) if limit is not None else "NONE"
         return date(job.get("finished_at") or job.get("submitted_at"))
     if code == "E":
-        after = job.get("after") or []
-        return ",".join(f"afterok:{dep}" for dep in after) or "(null)"
+        return dependency(job)
     if code in ("a", "k", "q", "w", "v", "f"):
         key = {"a": "account", "k": "comment", "q": "qos", "w": "wckey", "v": "reservation", "f": "constraint"}[code]
         value = label(job, key)
         return value if value is not None else ("normal" if code == "q" else "(null)")
     if code == "Q":
-        return "1"
+        return "0" if job.get("held") else "1"
     if code == "y":
         return "0"
     raise AssertionError(code)  # parse_squeue_format admits only the codes above
@@ -451,6 +493,8 @@ def _step_state(job: dict) -> tuple[str, str]:
         return "CANCELLED", "0:15"
     if state == "CANCELLED":
         return "CANCELLED", exit_code(job) if job.get("signal") else "0:15"
+    if state == "FAILED" and job.get("signal"):  # killed by a signal: Slurm records the step CANCELLED
+        return "CANCELLED", exit_code(job)
     return state, exit_code(job)
 
 
@@ -477,13 +521,17 @@ def sacct_value(name: str, row: dict, now: float) -> str | None:
             return "0:0"
         if step == "batch":
             return _step_state(job)[1]
+        if state in ("CANCELLED", "TIMEOUT"):  # Slurm: the job line 0:0, the signal on .batch
+            return "0:0"
         return exit_code(job)
-    if name == "DerivedExitCode":
-        return exit_code(job) if step is None else None
+    if name == "DerivedExitCode":  # the highest exit of the job's srun steps: reckon's jobs have none
+        return "0:0" if step is None else None
     if name in ("Elapsed", "ElapsedRaw"):
         seconds = elapsed_seconds(job, now)
         return sacct_time(seconds) if name == "Elapsed" else str(seconds)
-    if name == "Start":
+    if name == "Start":  # a job that ended before it started: None (Slurm's start time 0)
+        if job.get("started_at") is None and job["state"] not in ("PENDING", "RUNNING"):
+            return "None"
         return date(job.get("started_at"))
     if name == "End":
         return date(job.get("finished_at")) if job["state"] not in ("PENDING", "RUNNING") else "Unknown"
@@ -492,13 +540,14 @@ def sacct_value(name: str, row: dict, now: float) -> str | None:
     if name == "NodeList":
         return nodelist(job) or "None assigned"
     if name in ("AllocCPUS", "NCPUS", "ReqCPUS"):
-        return str(job.get("cpus") or 1) if name == "ReqCPUS" or job.get("started_at") is not None else "0"
+        # Slurm: the CPUs asked for until it starts (NCPUS too); AllocCPUS 0 only once it ended unstarted
+        return str(job.get("cpus") or 1)
     if name in ("NNodes", "AllocNodes", "ReqNodes", "NTasks"):
         if name == "NTasks":
             return "1" if step is not None else None
         return "1" if name == "ReqNodes" or job.get("started_at") is not None else "0"
     if name == "ReqMem":
-        return memory(job.get("mem"), none="0")
+        return memory(job.get("mem"), none="0") if step is None else None
     if name in ("AllocTRES", "ReqTRES"):
         parts = [f"cpu={job.get('cpus') or 1}"]
         if job.get("mem"):
@@ -527,6 +576,8 @@ def sacct_value(name: str, row: dict, now: float) -> str | None:
         if step is not None:
             return None
         limit = job.get("time_limit")
+        if limit is None and job.get("started_at") is None and not_eligible(job):
+            return "Partition_Limit"  # Slurm fills in the partition's limit when the job starts
         if name == "TimelimitRaw":
             return str(int(limit // 60)) if limit is not None else "UNLIMITED"
         return sacct_time(limit)

@@ -7,10 +7,40 @@ default, until #22).
 
 from __future__ import annotations
 
-from reckon.daemon.slurm.cmdline import UsageProblem
-from reckon.daemon.slurm.formats import (CLUSTER, PARTITION, date, elapsed_seconds, exit_code, gres, hostlist,
-                                         label, memory, nodelist, partition, pending_reason, sacct_time,
-                                         slurm_state)
+from reckon.daemon.slurm.argv import UsageProblem
+from reckon.daemon.slurm.formats import (CLUSTER, PARTITION, array_rows, command_name, compress_indices, date,
+                                         dependency, elapsed_seconds, exit_code, gres, label, mark_array_limits,
+                                         memory, nodelist, partition, pending_reason, sacct_time, slurm_state)
+
+
+def hostlist(names: list[str]) -> str:
+    """Slurm's compressed host list: ``a1,a2,a3,b`` -> ``a[1-3],b``."""
+    groups: dict[str, list[int]] = {}
+    plain: list[str] = []
+    order: list[str] = []
+    for name in names:
+        k = len(name)
+        while k > 0 and name[k - 1].isdigit():
+            k -= 1
+        digits = name[k:]
+        if not digits or (len(digits) > 1 and digits[0] == "0"):
+            plain.append(name)
+            order.append(name)
+            continue
+        prefix = name[:k]
+        if prefix not in groups:
+            groups[prefix] = []
+            order.append("\0" + prefix)
+        groups[prefix].append(int(digits))
+    out = []
+    for entry in order:
+        if not entry.startswith("\0"):
+            out.append(entry)
+            continue
+        prefix = entry[1:]
+        numbers = groups[prefix]
+        out.append(f"{prefix}{numbers[0]}" if len(set(numbers)) == 1 else f"{prefix}[{compress_indices(numbers)}]")
+    return ",".join(out)
 
 
 # ---- sinfo ---------------------------------------------------------------------------------------
@@ -161,39 +191,49 @@ def show_job(job: dict, now: float, oneliner: bool = False) -> str:
         started + limit if started is not None and limit is not None else None)
     first = [f"JobId={job['id']}"]
     if job.get("array_id") is not None:
-        first += [f"ArrayJobId={job['array_id']}", f"ArrayTaskId={job['array_index']}"]
+        first += [f"ArrayJobId={job['array_id']}", f"ArrayTaskId={job.get('_slurm_tasks') or job['array_index']}"]
         if job.get("array_max"):
             first.append(f"ArrayTaskThrottle={job['array_max']}")
     first.append(f"JobName={job['name']}")
     mem = job.get("mem")
-    tres = f"cpu={job.get('cpus') or 1}" + (f",mem={memory(mem)}" if mem else "") + ",node=1"
+    tres = f"cpu={job.get('cpus') or 1}" + (f",mem={memory(mem, exact=True)}" if mem else "") + ",node=1"
+    tres += f",billing={job.get('cpus') or 1}"  # Slurm's default billing weight: one per CPU
     if job.get("gpus"):
         tres += f",gres/gpu={job['gpus']}"
-    command = job.get("command") or []
-    after = job.get("after") or []
+    unstarted = started is None and job["state"] not in ("PENDING", "RUNNING")  # cancelled while pending
+    if unstarted:
+        started = end = finished
+    waiting = job["state"] == "PENDING" and (job.get("held") or dependency(job) != "(null)"
+                                             or job.get("_array_limited"))
+    eligible = None if (waiting or (unstarted and not job.get("_array_limited"))) else job.get("submitted_at")
+    host = nodelist(job) if job.get("started_at") is not None else ""
     lines = [
         first,
         [f"UserId={user}({uid})", f"GroupId={user}({gid})", "MCS_label=N/A"],
         ["Priority=1", "Nice=0", f"Account={_null(label(job, 'account'))}", f"QOS={label(job, 'qos') or 'normal'}"],
         [f"JobState={state}", f"Reason={pending_reason(job)}",
-         f"Dependency={','.join(f'afterok:{d}' for d in after) or '(null)'}"],
+         f"Dependency={dependency(job)}"],
         ["Requeue=1", f"Restarts={job.get('requeues') or 0}", "BatchFlag=1", "Reboot=0", f"ExitCode={exit_code(job)}"],
         [f"RunTime={sacct_time(elapsed_seconds(job, now))}", f"TimeLimit={sacct_time(limit)}", "TimeMin=N/A"],
-        [f"SubmitTime={date(job.get('submitted_at'))}", f"EligibleTime={date(job.get('submitted_at'))}"],
+        [f"SubmitTime={date(job.get('submitted_at'))}", f"EligibleTime={date(eligible)}"],
         [f"AccrueTime={date(job.get('submitted_at'))}"],
         [f"StartTime={date(started)}", f"EndTime={date(end)}", "Deadline=N/A"],
-        [f"Partition={partition(job)}", "AllocNode:Sid=(null):0"],
+        # reckon neither suspends nor has scheduler passes: Slurm's values for a job never suspended
+        ["SuspendTime=None", "SecsPreSuspend=0", f"LastSchedEval={date(job.get('submitted_at'))}",
+         "Scheduler=Main"],
+        [f"Partition={partition(job)}", f"AllocNode:Sid={_null(job.get('submit_host'))}:0"],
         ["ReqNodeList=(null)", "ExcNodeList=(null)"],
-        [f"NodeList={_null(nodelist(job) if job['state'] != 'PENDING' else None)}"],
-        [f"BatchHost={_null(nodelist(job) if job['state'] != 'PENDING' else None)}"],
-        ["NumNodes=1", f"NumCPUs={job.get('cpus') or 1}", "NumTasks=1", f"CPUs/Task={job.get('cpus') or 1}",
+        [f"NodeList={host}"],
+        *([[f"BatchHost={host}"]] if host else []),
+        ["NumNodes=1", f"NumCPUs={job.get('cpus') or 1}", f"NumTasks={'N/A' if unstarted else 1}",
+         f"CPUs/Task={job.get('cpus') or 1}",
          "ReqB:S:C:T=0:0:*:*"],
         [f"TRES={tres}"],
         ["Socks/Node=*", "NtasksPerN:B:S:C=0:0:*:*", "CoreSpec=*"],
         ["MinCPUsNode=1", f"MinMemoryNode={memory(mem)}", "MinTmpDiskNode=0"],
         [f"Features={_null(label(job, 'constraint'))}", "DelayBoot=00:00:00"],
         ["OverSubscribe=OK", "Contiguous=0", "Licenses=(null)", "Network=(null)"],
-        [f"Command={_null(command[0] if command else None)}"],
+        [f"Command={command_name(job)}"],
         [f"WorkDir={_null(job.get('cwd'))}"],
     ]
     if label(job, "comment") is not None:
@@ -201,6 +241,7 @@ def show_job(job: dict, now: float, oneliner: bool = False) -> str:
     lines += [[f"StdErr={_null(job.get('stderr'))}"], ["StdIn=/dev/null"], [f"StdOut={_null(job.get('stdout'))}"]]
     if gres(job) != "N/A":
         lines.append([f"TresPerNode={gres(job)}"])
+    lines.append(["Power="])
     if oneliner:
         return " ".join(" ".join(line) for line in lines)
     return "\n".join(("   " if k else "") + " ".join(line) for k, line in enumerate(lines)) + "\n"
@@ -208,6 +249,7 @@ def show_job(job: dict, now: float, oneliner: bool = False) -> str:
 
 def show_partition(nodes: list[dict], jobs_total: int | None = None, oneliner: bool = False) -> str:
     cpus = sum(n.get("cpus", n.get("slots", 0)) for n in nodes)
+    mem = sum(n.get("mem") or 0 for n in nodes)
     lines = [
         [f"PartitionName={PARTITION}"],
         ["AllowGroups=ALL", "AllowAccounts=ALL", "AllowQos=ALL"],
@@ -220,6 +262,7 @@ def show_partition(nodes: list[dict], jobs_total: int | None = None, oneliner: b
         ["State=UP", f"TotalCPUs={cpus}", f"TotalNodes={len(nodes)}", "SelectTypeParameters=NONE"],
         ["JobDefaults=(null)"],
         ["DefMemPerNode=UNLIMITED", "MaxMemPerNode=UNLIMITED"],
+        [f"TRES=cpu={cpus},mem={memory(mem, exact=True)},node={len(nodes)},billing={cpus}"],
     ]
     if oneliner:
         return " ".join(" ".join(line) for line in lines)

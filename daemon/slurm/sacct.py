@@ -4,7 +4,10 @@ reckon keeps every job's record for good (a snapshot prunes facts, not records),
 answers from the controller's ``query`` op: a job's line, and unless ``-X`` its ``.batch`` and
 ``.extern`` steps once it started.  The time window is Slurm's: without ``-j`` from ``-S``
 (default midnight today; ``now`` with ``-s``) to ``-E`` (default now), a job listed if it was
-known at some time in it; with ``-j`` and no ``-S``/``-E``, the jobs named whatever their age.
+known at some time in it, but for a PENDING job that never started (Slurm leaves those out of a
+time window; a job cancelled while pending stays in: Snakemake reads a job missing from its
+sacct poll as still queued, and would wait on it for good); with ``-j`` and no ``-S``/``-E``,
+the jobs named whatever their age.
 Users: every user's jobs unless ``-u`` (reckon's queue is visible to all, and in token mode jobs
 have no user to match).
 """
@@ -14,7 +17,8 @@ from __future__ import annotations
 import sys
 import time
 
-from reckon.daemon.slurm import cmdline as C
+from reckon.daemon.slurm import argv as C
+from reckon.daemon.slurm import values as V
 from reckon.daemon.slurm import formats as S
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 
@@ -55,7 +59,7 @@ def states_of(text: str) -> set[str]:
 def _main(argv: list[str]) -> int:
     now = time.time()
     try:
-        opts, rest = C.parse_argv(argv, OPTIONS, LISTS)
+        opts, rest = C.parse_keyed(argv, OPTIONS, LISTS)
         if rest:
             raise C.UsageProblem(f"unrecognized argument '{rest[0]}'")
         if opts.get("help"):
@@ -74,10 +78,10 @@ def _main(argv: list[str]) -> int:
         fields = S.parse_sacct_format(fmt)
         ids = C.split_list(str(opts["jobs"])) if "jobs" in opts else None
         wanted = states_of(str(opts["states"])) if "states" in opts else None
-        since = C.parse_time(str(opts["start"]), now) if "start" in opts else None
-        until = C.parse_time(str(opts["end"]), now) if "end" in opts else None
+        since = V.parse_when(str(opts["start"]), now) if "start" in opts else None
+        until = V.parse_when(str(opts["end"]), now) if "end" in opts else None
         if ids is None and since is None:
-            since = now if wanted is not None else C.parse_time("midnight", now)
+            since = now if wanted is not None else V.parse_when("midnight", now)
         if since is not None and until is not None and until < since:
             raise C.UsageProblem("start time is after the end time")
     except C.UsageProblem as exc:
@@ -96,6 +100,8 @@ def _main(argv: list[str]) -> int:
     jobs = [job for job in reply["jobs"] if (wanted is None or S.slurm_state(job) in wanted)
             and (partitions is None or S.partition(job) in partitions)
             and (accounts is None or S.label(job, "account") in accounts)]
+    if ids is None:  # Slurm lists a job in a time window once it is eligible to start: not while it waits
+        jobs = [job for job in jobs if not S.never_started(job)]
     rows = []
     for job in S.array_rows(jobs, expand=False):  # an array's pending members: one record, as Slurm's
         rows += S.sacct_rows(job, allocations=bool(opts.get("allocations")), now=reply["now"])

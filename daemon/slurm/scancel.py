@@ -183,7 +183,15 @@ def _main(argv: list[str]) -> int:
             targets = [(word, word) for word in ids]
         for shown, job in targets:
             try:
-                if sig is None:
+                if sig is None and filters:
+                    # Each job the filters picked, alone: an array's own id among them names only
+                    # that member (its siblings are picked, or not, on their own).
+                    try:
+                        client.call("cancel", job=job, array=False)
+                    except ClientError as exc:
+                        if " is already " not in str(exc):  # it ended since the query: no longer picked
+                            raise
+                elif sig is None:
                     client.call("cancel", job=resolve(client, job))  # an array's id: the cancel op takes all
                 else:
                     for member in members(client, job):  # the signal op takes one job: each running member

@@ -12,7 +12,7 @@ import sys
 import time
 
 from reckon.daemon.client_common import ClientError, resolve_controller
-from reckon.daemon.slurm import cmdline as C
+from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import layouts as L
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 
@@ -37,7 +37,9 @@ def _show(client, what: str, names: list[str], oneliner: bool) -> str:
             raise SlurmCommandError("Invalid job id specified")
         if not reply["jobs"]:
             return "No jobs in the system\n"
-        blocks = [L.show_job(j, reply["now"], oneliner) for j in reply["jobs"]]
+        # an array's pending members are one record (ArrayTaskId=2-5%2), as Slurm keeps them
+        jobs = L.array_rows(L.mark_array_limits(reply["jobs"]), expand=False)
+        blocks = [L.show_job(j, reply["now"], oneliner) for j in jobs]
         return "\n".join(blocks) + ("\n" if oneliner else "\n")
     if what in ("partition", "partitions", "part"):
         if names and names[0] != L.PARTITION:
@@ -78,7 +80,7 @@ def _act(client, op: str, names: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     try:
-        opts, rest = C.parse_argv(argv, OPTIONS)
+        opts, rest = C.parse_keyed(argv, OPTIONS)
     except C.UsageProblem as exc:
         raise SlurmCommandError(str(exc), 2) from None
     if opts.get("help") or not rest:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from reckon.daemon.slurm import cmdline as C
+from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import layouts as L
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 from reckon.daemon.slurm.formats import PARTITION
@@ -31,7 +31,7 @@ DEAD = ("DISCONNECTED", "LOST")
 
 def _main(argv: list[str]) -> int:
     try:
-        opts, rest = C.parse_argv(argv, OPTIONS)
+        opts, rest = C.parse_keyed(argv, OPTIONS)
         if rest:
             raise C.UsageProblem(f"unrecognized argument '{rest[0]}'")
         if opts.get("help"):

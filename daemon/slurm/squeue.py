@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from reckon.daemon.slurm import cmdline as C
+from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import formats as S
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
 
@@ -48,7 +48,7 @@ def slurm_states(text: str) -> set[str] | None:
 
 def _main(argv: list[str]) -> int:
     try:
-        opts, rest = C.parse_argv(argv, OPTIONS, frozenset({"jobs", "users", "names", "states"}))
+        opts, rest = C.parse_keyed(argv, OPTIONS, frozenset({"jobs", "users", "names", "states"}))
         if rest:
             raise C.UsageProblem(f"unrecognized argument '{rest[0]}'")
         if opts.get("help"):
@@ -91,7 +91,7 @@ def _main(argv: list[str]) -> int:
             and (accounts is None or S.label(j, "account") in accounts)]
     if ids is not None and not reply["jobs"] and len(reply.get("unknown") or ()) == len(ids):
         raise SlurmCommandError("Invalid job id specified")  # Slurm: slurm_load_jobs error
-    rows = S.array_rows(jobs, expand=bool(opts.get("array")))
+    rows = S.array_rows(S.mark_array_limits(jobs), expand=bool(opts.get("array")))
     lines = S.squeue_lines(rows, fields, reply["now"], header=not opts.get("noheader"))
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")

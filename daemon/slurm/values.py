@@ -6,6 +6,9 @@ with one line.  Light: no re, no model (the controller checks the spec these bui
 
 from __future__ import annotations
 
+import time
+
+from reckon.daemon.slurm.argv import UsageProblem
 from reckon.daemon.slurm.common import SlurmCommandError, invalid, signal_number
 
 MIB = 1 << 20
@@ -296,3 +299,60 @@ def script_directives(script: str) -> list[str]:
         if stripped and not stripped.startswith("#"):
             break
     return words
+
+
+def parse_when(text: str, now: float) -> float:
+    """sacct -S/-E's points in time (not a limit: parse_time): ``now[{+|-}N[unit]]``, ``today``,
+    ``midnight``, ``noon``, ``YYYY-MM-DD[THH:MM[:SS]]``,
+    ``MM/DD[/YY]``, ``MMDD[YY]``, ``HH:MM[:SS]`` (today), seconds since the epoch with a leading ``@``."""
+    text = text.strip()
+    lower = text.lower()
+    local = time.localtime(now)
+    midnight = time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))
+    if lower.startswith("now"):
+        rest = lower[3:]
+        if not rest:
+            return now
+        sign = 1 if rest[0] == "+" else -1 if rest[0] == "-" else 0
+        digits = rest[1:]
+        k = 0
+        while k < len(digits) and digits[k].isdigit():
+            k += 1
+        unit = digits[k:]
+        scale = {"": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60,
+                 "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400,
+                 "days": 86400, "w": 604800, "week": 604800, "weeks": 604800}.get(unit)
+        if not sign or not k or scale is None:
+            raise UsageProblem(f"invalid time specification '{text}'")
+        return now + sign * int(digits[:k]) * scale
+    named = {"today": 0, "midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
+    if lower in named:
+        return midnight + named[lower] * 3600
+    if text.startswith("@") and text[1:].isdigit():
+        return float(text[1:])
+    try:
+        if "-" in text:  # YYYY-MM-DD[THH:MM[:SS]]
+            day, _, clock = text.partition("T")
+            year, month, mday = (int(p) for p in day.split("-"))
+            hh, mm, ss = _clock(clock) if clock else (0, 0, 0)
+            return time.mktime((year, month, mday, hh, mm, ss, 0, 0, -1))
+        if "/" in text:  # MM/DD[/YY]
+            parts = [int(p) for p in text.split("/")]
+            year = local.tm_year if len(parts) == 2 else 2000 + parts[2] % 100
+            return time.mktime((year, parts[0], parts[1], 0, 0, 0, 0, 0, -1))
+        if ":" in text:  # HH:MM[:SS] today
+            hh, mm, ss = _clock(text)
+            return midnight + hh * 3600 + mm * 60 + ss
+        if text.isdigit() and len(text) in (4, 6):  # MMDD[YY]
+            year = local.tm_year if len(text) == 4 else 2000 + int(text[4:])
+            return time.mktime((year, int(text[:2]), int(text[2:4]), 0, 0, 0, 0, 0, -1))
+    except (ValueError, OverflowError):
+        pass
+    raise UsageProblem(f"invalid time specification '{text}'")
+
+
+def _clock(text: str) -> tuple[int, int, int]:
+    parts = [int(p) for p in text.split(":")]
+    if not 2 <= len(parts) <= 3:
+        raise ValueError(text)
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else 0

@@ -1,4 +1,5 @@
-"""Slurm's formats of reckon's jobs and nodes (daemon/slurm/formats.py, layouts.py, cmdline.py): pure.
+"""Slurm's formats of reckon's jobs and nodes (daemon/slurm/formats.py, layouts.py) and the query
+commands' lines (argv.parse_keyed, values.parse_when): pure.
 
 What the workflow tools parse is pinned here line by line: Parsl's ``squeue --noheader --format='%i %t'``
 and ``sacct -X --noheader --format=jobid,state%20``, submitit's ``sacct -o JobID,State,NodeList
@@ -11,9 +12,10 @@ import time
 
 import pytest
 
-from reckon.daemon.slurm import cmdline as C
+from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import formats as S
 from reckon.daemon.slurm import layouts as L
+from reckon.daemon.slurm import values as V
 
 NOW = 1_000_000.0
 
@@ -44,7 +46,7 @@ def test_times_memory_and_lists():
     assert [S.sacct_time(s) for s in (5, 3725, 90061, None)] == ["00:00:05", "01:02:05", "1-01:01:01", "UNLIMITED"]
     assert [S.memory(m) for m in (None, 500 << 20, 4 << 30, 3 << 29)] == ["0", "500M", "4G", "1.50G"]
     assert S.compress_indices([5, 1, 2, 3, 9, 10]) == "1-3,5,9-10"
-    assert S.hostlist(["a1", "a2", "a3", "b", "a5"]) == "a[1-3,5],b"
+    assert L.hostlist(["a1", "a2", "a3", "b", "a5"]) == "a[1-3,5],b"
     assert S.date(None) == "Unknown" and S.date(NOW) == time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(NOW))
 
 
@@ -75,7 +77,7 @@ def test_squeue_widths_cut_and_justify():
     assert S.squeue_lines([job(name="ab")], fields, NOW) == ["NAME | NAME|%|NAME", "ab   |   ab|%|ab"]
     long = S.parse_squeue_long_format("JobID:6,State:.10")
     assert S.squeue_lines([job()], long, NOW, header=False) == ["5         RUNNING "]
-    for bad in ("%", "%Y", "%.3"):
+    for bad in ("%", "%!", "%.3"):
         with pytest.raises(C.UsageProblem):
             S.parse_squeue_format(bad)
 
@@ -114,30 +116,30 @@ def test_sacct_what_parsl_and_snakemake_parse():
 
 
 def test_sacct_times():
-    assert C.parse_time("now", NOW) == NOW
-    assert C.parse_time("now-1hour", NOW) == NOW - 3600
-    assert C.parse_time("now+2days", NOW) == NOW + 2 * 86400
-    assert C.parse_time("2026-12-01T17:00", NOW) == time.mktime((2026, 12, 1, 17, 0, 0, 0, 0, -1))
-    assert C.parse_time("2026-12-01", NOW) == time.mktime((2026, 12, 1, 0, 0, 0, 0, 0, -1))
+    assert V.parse_when("now", NOW) == NOW
+    assert V.parse_when("now-1hour", NOW) == NOW - 3600
+    assert V.parse_when("now+2days", NOW) == NOW + 2 * 86400
+    assert V.parse_when("2026-12-01T17:00", NOW) == time.mktime((2026, 12, 1, 17, 0, 0, 0, 0, -1))
+    assert V.parse_when("2026-12-01", NOW) == time.mktime((2026, 12, 1, 0, 0, 0, 0, 0, -1))
     local = time.localtime(NOW)
     midnight = time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))
-    assert C.parse_time("midnight", NOW) == midnight and C.parse_time("noon", NOW) == midnight + 43200
-    assert C.parse_time("10:30", NOW) == midnight + 37800
+    assert V.parse_when("midnight", NOW) == midnight and V.parse_when("noon", NOW) == midnight + 43200
+    assert V.parse_when("10:30", NOW) == midnight + 37800
     for bad in ("yesterday", "now-", "now-3fortnights", "2026-13-45x"):
         with pytest.raises(C.UsageProblem):
-            C.parse_time(bad, NOW)
+            V.parse_when(bad, NOW)
 
 
 def test_the_command_line_spellings():
     options = {"-j": ("jobs", True), "--jobs": ("jobs", True), "-h": ("noheader", False),
                "--noheader": ("noheader", False), "-X": ("x", False)}
-    assert C.parse_argv(["-j", "1,2", "-hX"], options) == ({"jobs": "1,2", "noheader": True, "x": True}, [])
-    assert C.parse_argv(["-j1", "--noh", "rest"], options) == ({"jobs": "1", "noheader": True}, ["rest"])
-    assert C.parse_argv(["--jobs=3"], options)[0] == {"jobs": "3"}
+    assert C.parse_keyed(["-j", "1,2", "-hX"], options) == ({"jobs": "1,2", "noheader": True, "x": True}, [])
+    assert C.parse_keyed(["-j1", "--noh", "rest"], options) == ({"jobs": "1", "noheader": True}, ["rest"])
+    assert C.parse_keyed(["--jobs=3"], options)[0] == {"jobs": "3"}
     for bad, text in ((["-q"], "invalid option -- 'q'"), (["--jobs"], "requires an argument"),
                       (["--nope"], "unrecognized option '--nope'"), (["--noheader=1"], "doesn't allow")):
         with pytest.raises(C.UsageProblem, match=text):
-            C.parse_argv(bad, options)
+            C.parse_keyed(bad, options)
     assert C.split_list("1,2 3") == ["1", "2", "3"]
 
 
@@ -180,5 +182,74 @@ def test_sacct_collapses_an_arrays_pending_members_as_submitit_reads_them():
 
 def test_repeated_list_options_add_up():
     options = {"-j": ("jobs", True), "-o": ("format", True)}
-    assert C.parse_argv(["-j", "1", "-j", "2,3", "-o", "a", "-o", "b"], options, frozenset({"jobs"}))[0] == {
+    assert C.parse_keyed(["-j", "1", "-j", "2,3", "-o", "a", "-o", "b"], options, frozenset({"jobs"}))[0] == {
         "jobs": "1,2,3", "format": "b"}
+
+
+# ---- what Slurm 22.05 prints (issue #21: tests/slurmref's goldens, here as unit cases) ------------
+
+
+def test_squeue_all_is_every_field_bar_separated():
+    fields = S.parse_squeue_format("%all")
+    header = S.squeue_lines([], fields, NOW)[0].split("|")
+    assert len(header) == 52 and header[:3] == ["ACCOUNT", "TRES_PER_NODE", "MIN_CPUS"]
+    assert header[18:20] == ["", "ST"] and header[-1] == "WORK_DIR"
+    row = S.squeue_lines([job(), job("6", "PENDING", held=True)], fields, NOW, header=False)
+    running, held = (r.split("|") for r in row)
+    assert running[4] == "NONE" and running[27] == "a1" and held[4] == "N/A" and held[27] == "n/a"
+    assert held[15] == "0.00000000000000" and held[17] == "JobHeldUser"
+
+
+def test_reasons_dependencies_and_array_limits():
+    jobs = [job("1", array_id="1", array_index=0, array_max=1),
+            job("2", "PENDING", array_id="1", array_index=1, array_max=1),
+            job("3", "PENDING", after=["9"])]
+    marked = S.mark_array_limits(jobs)
+    assert [S.pending_reason(j) for j in marked] == ["None", "JobArrayTaskLimit", "Dependency"]
+    assert S.dependency(marked[2]) == "afterok:9(unfulfilled)" and S.dependency(job(after=["9"])) == "(null)"
+    assert S.pending_reason(S.mark_array_limits([job("2", "PENDING", array_id="1", array_index=1,
+                                                     array_max=1)])[0]) == "Resources"
+
+
+def test_sacct_exit_codes_and_unstarted_jobs():
+    fields = S.parse_sacct_format("JobID,State,ExitCode,DerivedExitCode,ReqMem,AllocCPUS,Timelimit,Start")
+
+    def lines(j: dict) -> list[str]:
+        return S.sacct_lines(S.sacct_rows(j, False, NOW), fields, NOW, header=False, parsable="|2")
+
+    cancelled = job(state="CANCELLED", signal=15, finished_at=NOW)
+    assert lines(cancelled)[0] == "5|CANCELLED by 1000|0:0|0:0|0|1|UNLIMITED|" + S.date(NOW - 50)
+    assert lines(cancelled)[1].split("|")[:5] == ["5.batch", "CANCELLED", "0:15", "", ""]  # no ReqMem
+    signalled = job(state="FAILED", signal=9, finished_at=NOW)
+    assert lines(signalled)[1].split("|")[1:3] == ["CANCELLED", "0:9"]
+    timeout = job(state="FAILED", reason="timeout", signal=15, finished_at=NOW, time_limit=60)
+    assert lines(timeout)[0].split("|")[1:4] == ["TIMEOUT", "0:0", "0:0"]
+    held = job("6", "PENDING", held=True)
+    assert lines(held) == ["6|PENDING|0:0|0:0|0|1|Partition_Limit|Unknown"]
+    gone = job("7", "CANCELLED", started_at=None, agent=None)
+    assert lines(gone)[0].split("|")[-2:] == ["Partition_Limit", "None"]
+    assert S.never_started(held) and not S.never_started(job("8", "PENDING", requeues=1))
+
+
+def test_scontrol_show_job_pending_and_partition_tres():
+    held = L.show_job(job("6", "PENDING", held=True, command=["sbatch"], script=True, submit_host="h1",
+                          after=["5"]), NOW)
+    for word in ("EligibleTime=Unknown", "Command=(null)", "AllocNode:Sid=h1:0", "NodeList=\n",
+                 "Dependency=afterok:5(unfulfilled)", "SuspendTime=None", "TRES=cpu=1,node=1,billing=1"):
+        assert word.replace("\\n", "\n") in held + "\n", word
+    assert "BatchHost" not in held and held.rstrip().endswith("Power=")
+    assert "BatchHost=a1" in L.show_job(job(), NOW)
+    rows = S.array_rows(S.mark_array_limits([job("1", array_id="1", array_index=0, array_max=1)] + [
+        job(str(i), "PENDING", array_id="1", array_index=i - 1, array_max=1) for i in (2, 3, 4)]), expand=False)
+    assert "ArrayTaskId=1-3%1" in L.show_job(rows[1], NOW) and "Reason=JobArrayTaskLimit" in L.show_job(rows[1], NOW)
+    part = L.show_partition([{"name": "n1", "cpus": 8, "mem": 4000 << 20}])
+    assert "TRES=cpu=8,mem=4000M,node=1,billing=8" in part
+
+
+def test_query_commands_parse_with_argv():
+    opts, rest = C.parse_keyed(["-j1", "--jobs", "2", "-hX", "x", "--name=a"], {
+        "-j": ("jobs", True), "--jobs": ("jobs", True), "-h": ("noheader", False), "-X": ("alloc", False),
+        "--name": ("names", True)}, frozenset({"jobs"}))
+    assert opts == {"jobs": "1,2", "noheader": True, "alloc": True, "names": "a"} and rest == ["x"]
+    with pytest.raises(C.UsageProblem, match="unrecognized option '--nope'"):
+        C.parse_keyed(["--nope"], {"--name": ("names", True)})

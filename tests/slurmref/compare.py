@@ -83,6 +83,9 @@ def _compare_rows(name: str, columns: list[str], reckon: list[str], slurm: list[
     then compared column by column; the rest as a multiset of whole rows."""
     out: list[str] = []
     by_r, by_s = _by_key(reckon), _by_key(slurm)
+    job_ids = [k for k, col in enumerate(columns) if col.lower() in ("jobid", "%i")]
+    if (by_r is None or by_s is None) and job_ids:  # squeue %all begins with ACCOUNT: pair by JOBID
+        by_r, by_s = _by_key(reckon, job_ids[0]), _by_key(slurm, job_ids[0])
     if by_r is not None and by_s is not None:
         for key in by_s:
             if key not in by_r:
@@ -102,8 +105,8 @@ def _compare_rows(name: str, columns: list[str], reckon: list[str], slurm: list[
             + [f"{name}: row: reckon (none) | slurm {row!r}" for row in sorted((s - r).elements())])
 
 
-def _by_key(rows: list[str]) -> dict[str, str] | None:
-    keys = [row.split("|", 1)[0] for row in rows]
+def _by_key(rows: list[str], column: int = 0) -> dict[str, str] | None:
+    keys = [(row.split("|") + [""] * column)[column] for row in rows]
     return dict(zip(keys, rows)) if len(set(keys)) == len(keys) else None
 
 

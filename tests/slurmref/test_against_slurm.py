@@ -45,8 +45,8 @@ KNOWN_DIFFERENCES: dict[str, str] = {
                                             "reckon gives a job without --mem no memory",
     "*: missing MinMemoryCPU: reckon (none) | slurm '100M'": "design: as above (Slurm's memory per CPU)",
     "*: extra MinMemoryNode: reckon '0' | slurm (none)": "design: as above (reckon's memory is per node)",
-    "*: TRES: reckon 'cpu=1,node=1' | slurm 'cpu=1,mem=100M,node=1,billing=1'":
-        "design: mem=100M as above; to fix: reckon leaves out billing=<CPUs> (Slurm's default weight)",
+    "*: TRES: reckon 'cpu=1,node=1,billing=1' | slurm 'cpu=1,mem=100M,node=1,billing=1'":
+        "design: mem=100M as above",
     "*: Priority: reckon '1' | slurm '*'": "design: reckon schedules first come first served, no "
                                            "multifactor priority (Slurm: 0 for a held job)",
     "*scontrol-show-config: config: *": "design: each system's own configuration (reckon's URL, limits "
@@ -69,59 +69,39 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "live/sacct-snakemake: row: reckon (none) | slurm '{id}|RUNNING'": "design: as above",
     # -- squeue
     "*/squeue-parsl: row: reckon '*|*' | slurm (none)":
-        "to decide: reckon's squeue --job lists finished jobs (CD F CA TO); Slurm 22.05 lists only pending "
-        "and running ones even when named (Parsl takes a missing job as COMPLETED, so F/CA are safer)",
-    "*: NODELIST(REASON): reckon '(Resources)' | slurm '(JobArrayTaskLimit)'":
-        "to fix: a member held back by the array's %limit waits for JobArrayTaskLimit",
-    "*: REASON: reckon 'Resources' | slurm 'JobArrayTaskLimit'": "to fix: as above",
-    "*: REASON: reckon 'None' | slurm 'JobHeldUser'": "to fix: a job cancelled while held keeps its reason",
+        "design: reckon's squeue --job lists finished jobs (CD F CA TO); Slurm 22.05 lists only pending "
+        "and running ones even when named; Parsl takes a job missing from squeue as COMPLETED, so a "
+        "failed or cancelled job would read as a success: reckon says F/CA/TO",
+    "*: REASON: reckon 'None' | slurm 'JobHeldUser'": "to fix: a job cancelled while held keeps its reason; "
+                                                      "reckon's model clears `held` at the cancel and keeps "
+                                                      "no trace of it (model/state.py, spec7's)",
     "*: Reason: reckon 'None' | slurm 'JobHeldUser'": "to fix: as above, in scontrol show job",
     "*: REASON: reckon 'NonZeroExitCode' | slurm 'JobLaunchFailure'":
         "design: Slurm says JobLaunchFailure for a batch shell killed by a signal; reckon says NonZeroExitCode",
     "*: Reason: reckon 'NonZeroExitCode' | slurm 'JobLaunchFailure'": "design: as above",
-    "*/squeue-all: *": "to fix: squeue -o %all reads %a then 'll' (prints 'ACCOUNTll'); Slurm prints every "
-                       "field, |-separated",
     # -- sacct
-    "*: State: reckon 'FAILED' | slurm 'CANCELLED'": "to fix: Slurm records the .batch step of a job killed "
-                                                     "by a signal as CANCELLED (0:9); the job line FAILED",
-    "*: ExitCode: reckon '0:15' | slurm '0:0'": "to fix: Slurm's job line of a cancelled or timed-out job "
-                                                "says 0:0 (the .batch step has 0:15)",
-    "*: DerivedExitCode: reckon '*' | slurm '0:0'": "to fix: DerivedExitCode is the highest exit of the "
-                                                    "job's srun steps (none here): 0:0, not the job's own",
-    "*: ReqMem: reckon '0' | slurm ''": "to fix: a step line's ReqMem is empty",
-    "*: AllocCPUS: reckon '0' | slurm '1'": "to fix: a job that has not started shows the CPUs it asks for",
-    "*: Timelimit: reckon 'UNLIMITED' | slurm 'Partition_Limit'":
-        "to fix: a job without -t that never started shows Partition_Limit",
-    "*: Start: reckon 'Unknown' | slurm 'None'": "to fix: a job cancelled before it started: Start None",
-    "*: End: reckon 'Unknown' | slurm '{time}'": "to fix: ... and End the time it was cancelled",
-    "*/sacct: row: reckon '*|PENDING|*' | slurm (none)": "to fix: sacct without -j leaves out jobs that "
-                                                         "never started (with -j it lists them)",
-    "*/sacct: row: reckon '{cancelled_pending}|*' | slurm (none)": "to fix: as above",
-    "live/sacct-snakemake: row: reckon '{id}|PENDING' | slurm (none)": "to fix: as above, with "
-                                                                      "--starttime/--endtime",
+    "*/sacct: row: reckon '{cancelled_pending}|*' | slurm (none)":
+        "design: sacct without -j leaves out a job that never started, as Slurm does, but not one cancelled "
+        "while pending: Snakemake's check_active_jobs reads a job missing from its sacct poll as 'not in "
+        "slurmdbd yet, still queueing' and would wait on it for good; reckon's CANCELLED line ends it",
+    "*: End: reckon 'Unknown' | slurm '{time}'": "to fix: a job cancelled while pending ends at its cancel "
+                                                 "time; reckon's model does not record it (JobCancelled has no "
+                                                 "time: a versioned field for model/, spec7's)",
     # -- scontrol show job / partition
-    "*: Command: reckon 'sbatch' | slurm '(null)'": "to fix: a --wrap job's Command is (null)",
-    "*: AllocNode:Sid: reckon '(null):{pid}' | slurm 'localhost:{pid}'": "to fix: the submit host "
-                                                                        "(sbatch sends SLURM_SUBMIT_HOST)",
-    "*: missing SuspendTime: *": "to fix: keys Slurm always prints",
-    "*: missing SecsPreSuspend: *": "to fix: as above",
-    "*: missing Scheduler: *": "to fix: as above",
-    "*: missing LastSchedEval: *": "to fix: as above",
-    "*: missing Power: *": "to fix: as above",
-    "*: EligibleTime: reckon '{time}' | slurm 'Unknown'": "to fix: Unknown while held or waiting on a "
-                                                          "dependency",
-    "*: extra BatchHost: reckon '(null)' | slurm (none)": "to fix: no BatchHost line before the job starts",
-    "*: NodeList: reckon '(null)' | slurm ''": "to fix: NodeList= is empty before the job starts",
-    "*: StartTime: reckon 'Unknown' | slurm '{time}'": "to fix: a job cancelled while pending: StartTime "
-                                                       "and EndTime are the cancel time",
+    "*: AllocNode:Sid: reckon '{node}:{pid}' | slurm 'localhost:{pid}'": "design: the host sbatch ran on "
+                                                                        "(SLURM_SUBMIT_HOST); the reference "
+                                                                        "submitted as localhost",
+    "*: StartTime: reckon 'Unknown' | slurm '{time}'": "to fix: as End above, in scontrol show job",
     "*: EndTime: reckon 'Unknown' | slurm '{time}'": "to fix: as above",
-    "*: NumTasks: reckon '1' | slurm 'N/A'": "to fix: N/A for a job cancelled before it started",
-    "*: Dependency: reckon 'afterok:{held}' | slurm 'afterok:{held}(unfulfilled)'":
-        "to fix: the dependency's state in parentheses",
-    "*scontrol-show-job-array: record {array}_2-5%2: reckon (none) | slurm (the record)":
-        "to fix: the array's pending members are one record (ArrayTaskId=2-5%2), as squeue shows them",
-    "live/scontrol-show-job-array: record {array}_*: reckon (the record) | slurm (none)": "to fix: as above",
-    "*scontrol-show-partition: *: missing TRES: *": "to fix: the partition's TRES=cpu=..,mem=..,node=..",
+    "*scontrol-show-job-array: {array}_2-5%2: Std*: reckon '{dir}/work/slurm-{array}_2.out' | "
+    "slurm '{dir}/work/slurm-{array}_4294967294.out'": "design: the pending record's file is its first "
+                                                       "member's, where that output will go; Slurm expands "
+                                                       "the pattern with the array's placeholder index",
+    # -- squeue -o %all: the design differences above, under squeue's column names
+    "*/squeue-all: *: ACCOUNT: reckon '(null)' | slurm 'root'": "design: no accounting associations (above)",
+    "*/squeue-all: *: MIN_MEMORY: reckon '0' | slurm '100M'": "design: the reference's DefMemPerCPU (above)",
+    "*/squeue-all: *: PRIORITY: reckon '*' | slurm '*'": "design: no multifactor priority (above): reckon "
+                                                        "prints 1 (%p 1.0), 0 for a held job, as Slurm does",
 }
 
 
