@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.conftest import agent_cgroups, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]  # checks the teardown every e2e test runs: 5 s
 
 
 def test_teardown_removes_a_running_attempts_cgroup(cluster):
