@@ -100,7 +100,7 @@ def send_kill(tx: Transaction, job: JobRecord) -> None:
 def on_signal(tx: Transaction, ev: E.SignalJob) -> None:
     """Signal a RUNNING job's processes now (version 7): no fact, a ``Signal`` to its agent."""
     job = tx.state.job(ev.job)
-    require(ev.caller, "cancel", job.owner, job=job.id)
+    require(ev.caller, "signal", job.owner, job=job.id)  # allowed as a cancel is; the refusal says signal
     if job.state is not JobState.RUNNING:
         raise LocalProtocolError(f"job {job.id} is {job.state.value}: only a RUNNING job can be signalled")
     session = tx.sessions.get(job.agent or "")

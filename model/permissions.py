@@ -16,7 +16,7 @@ from .resources import MAX_UNIX_ID, Owner
 
 # What a caller may ask for, by the rule that applies to it.
 EVERYONE_ACTIONS = frozenset({"submit", "see"})  # everyone may submit and see the queue (as in Slurm)
-JOB_ACTIONS = frozenset({"cancel", "hold", "release", "requeue", "read"})  # the owner's, or an operator's
+JOB_ACTIONS = frozenset({"cancel", "hold", "release", "requeue", "signal", "read"})  # the owner's, or an operator's
 NODE_ACTIONS = frozenset({"drain", "resume", "forget"})  # operators only
 ACTIONS = EVERYONE_ACTIONS | JOB_ACTIONS | NODE_ACTIONS
 

@@ -201,3 +201,12 @@ def test_the_readme_names_every_profile_ci_runs():
     section = ROOT.joinpath("README.md").read_text().partition("## How it is checked")[2].partition("\n## ")[0]
     missing = [t for t in targets if f"`make {t}`" not in section]
     assert not missing, f"README's 'How it is checked' does not name: {missing}"
+
+
+def test_the_readme_says_import_reckon_is_the_python_client():
+    # It said "`import reckon` has no client API yet" after reckon.Client had landed.
+    import reckon
+
+    text = (ROOT / "README.md").read_text()
+    assert "no client API" not in text
+    assert "`import reckon` is the Python client" in text and callable(reckon.Client)

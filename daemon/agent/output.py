@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -54,10 +55,13 @@ def custom_outputs(spec: JobSpec, job: str, attempt: int, *, user: str = "", hos
     return paths
 
 
-def note_custom_outputs(base: str, paths: dict[str, str]) -> None:
-    """Record where the attempt's output goes (before its launch), for later reads."""
+def note_custom_outputs(base: str, paths: dict[str, str], uid: int) -> None:
+    """Record where the attempt's output goes (before its launch), for later reads, and the uid
+    that makes those files (the job's owner, else the agent's own): a read serves only a regular
+    file of that uid, as the path is the user's to change after the job (a symbolic link to
+    /etc/shadow, read by a root agent, was served to them)."""
     with open(base + SIDECAR, "w") as f:
-        json.dump({"stdout": paths.get("out"), "stderr": paths.get("err")}, f)
+        json.dump({"stdout": paths.get("out"), "stderr": paths.get("err"), "uid": uid}, f)
 
 
 class OutputFiles:
@@ -74,18 +78,24 @@ class OutputFiles:
 
     def where(self, job: str, attempt: int, stream: OutputStream) -> tuple[str, bool]:
         """(path, is_default) of an attempt's stream."""
+        path, default, _ = self._where(job, attempt, stream)
+        return path, default
+
+    def _where(self, job: str, attempt: int, stream: OutputStream) -> tuple[str, bool, int | None]:
+        """(path, is_default, the uid a --output file must have: None if not noted)."""
         base = f"{self.jobs_dir}/{job}.{attempt}"
         try:
             with open(base + SIDECAR) as f:
-                noted = json.load(f).get(stream.value)
+                sidecar = json.load(f)
+            noted, uid = sidecar.get(stream.value), sidecar.get("uid")
         except (OSError, ValueError, AttributeError):
-            noted = None
+            noted = uid = None
         if isinstance(noted, str):
-            return noted, False
+            return noted, False, uid if isinstance(uid, int) and not isinstance(uid, bool) else None
         legacy = self.jobs_dir / f"{job}.{attempt}"
         if legacy.is_dir():
-            return str(legacy / stream.value), True
-        return base + _STREAM_SUFFIX[stream], True
+            return str(legacy / stream.value), True, None
+        return base + _STREAM_SUFFIX[stream], True, None
 
     def read(self, msg: M.OutputRead) -> M.OutputChunk:
         """Answer one read (blocking: run it on a thread)."""
@@ -94,7 +104,7 @@ class OutputFiles:
         except ValueError as exc:  # never a path outside jobs/
             return M.OutputChunk(request=msg.request, status=OutputStatus.UNKNOWN, reason=str(exc))
         base = f"{self.jobs_dir}/{msg.job}.{msg.attempt}"
-        path, default = self.where(msg.job, msg.attempt, msg.stream)
+        path, default, uid = self._where(msg.job, msg.attempt, msg.stream)
         if default and os.path.exists(base + EXPIRED):
             return M.OutputChunk(request=msg.request, status=OutputStatus.EXPIRED, path=path,
                                  reason=f"the output of job {msg.job} attempt {msg.attempt} was deleted by this "
@@ -108,8 +118,19 @@ class OutputFiles:
             return M.OutputChunk(request=msg.request, status=OutputStatus.UNKNOWN,
                                  reason=f"this agent never ran job {msg.job} attempt {msg.attempt}")
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+            # A --output path is the user's: never block on a FIFO, never take a terminal; noted
+            # without its uid (before the check existed), never follow a link in its place.
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+            with open(os.open(path, flags | (os.O_NOFOLLOW if uid is None and not default else 0)), "rb") as f:
+                st = os.fstat(f.fileno())
+                if not default and not stat.S_ISREG(st.st_mode):
+                    return M.OutputChunk(request=msg.request, status=OutputStatus.FAILED, path=path,
+                                         reason=f"not reading {path}: it is no longer a regular file")
+                if uid is not None and st.st_uid != uid:
+                    return M.OutputChunk(request=msg.request, status=OutputStatus.FAILED, path=path,
+                                         reason=f"not reading {path}: it belongs to uid {st.st_uid}, not to the "
+                                                f"job's uid {uid} (replaced since the job wrote it?)")
+                size = st.st_size
                 f.seek(msg.offset)
                 data = f.read(msg.limit)
         except FileNotFoundError:

@@ -250,7 +250,7 @@ class JobRunner(Supervision):
         # --output / --error: noted for later reads
         outputs = custom_outputs(spec, job, attempt, user=self._host.user_of(owner), host=self._host.short)
         if outputs:
-            note_custom_outputs(base, outputs)
+            note_custom_outputs(base, outputs, owner.uid if owner is not None else os.geteuid())
             request.update(outputs, out_wait=self.output_wait)
             # --open-mode (version 7): truncate unless asked to append; a rerun of the job (a retry,
             # a requeue) appends, so an earlier attempt's output is kept, as Slurm keeps a requeued job's.

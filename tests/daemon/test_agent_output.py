@@ -3,6 +3,7 @@ processes, chunked reads, and retention that never deletes what is not acknowled
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -68,6 +69,42 @@ async def test_output_and_error_patterns_with_real_processes(tmp_path):
     chunk = read(files, "5", 2)
     assert (chunk.status, chunk.data, chunk.path) == (OutputStatus.DATA, b"out\n", str(cwd / "logs-5" / "out.2"))
     assert read(files, "5", 2, stream=OutputStream.STDERR).data == b"err\n"
+
+
+async def test_a_read_serves_no_file_put_in_place_of_the_jobs_output(tmp_path):
+    """The --output path is the user's: once the job has written it, they may replace it with a
+    link to a file only the agent (root) may read, or with a FIFO.  A read serves neither."""
+    out = tmp_path / "out.txt"
+    with trio.fail_after(HANG):
+        async with JobRunner(tmp_path / "state") as runner:
+            await runner.start("1", 1, sh("echo mine", output=str(out)))
+            async for item in runner.exits:
+                break
+    assert item.exit_code == 0
+    files = OutputFiles(tmp_path / "state" / "jobs", held=list, keep_days=None)
+    assert read(files, "1").data == b"mine\n"
+    secret = tmp_path / "secret"  # another uid's file (as root: made so; else root's own)
+    if os.geteuid() == 0:
+        secret.write_text("not yours\n")
+        os.chown(secret, 65534, 65534)
+    else:
+        secret = Path("/etc/passwd")
+    out.unlink()
+    out.symlink_to(secret)
+    chunk = read(files, "1")
+    assert chunk.status == OutputStatus.FAILED and not chunk.data, chunk
+    assert f"belongs to uid {secret.stat().st_uid}, not to the job's uid {os.geteuid()}" in chunk.reason
+    out.unlink()
+    os.mkfifo(out)  # opened without O_NONBLOCK, the read would wait for a writer for ever
+    chunk = read(files, "1")
+    assert (chunk.status, chunk.reason) == (OutputStatus.FAILED, f"not reading {out}: it is no longer a regular file")
+    # A sidecar from before the uid was noted: a link in the output's place is not followed.
+    sidecar = tmp_path / "state" / "jobs" / "1.1.out"
+    sidecar.write_text(json.dumps({"stdout": str(out), "stderr": None}))
+    out.unlink()
+    out.symlink_to(secret)
+    chunk = read(files, "1")
+    assert chunk.status == OutputStatus.FAILED and not chunk.data, chunk
 
 
 async def test_an_output_file_that_cannot_be_opened_means_the_job_cannot_run(tmp_path):

@@ -26,6 +26,7 @@ import os
 import re
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import pytest
 
+from reckon.daemon.agent import cgroups
 from reckon.daemon.agent.launcher import read_records
 
 HANG = 30.0  # seconds: the default guard of one wait, never reached by a passing test
@@ -517,7 +519,41 @@ class Cluster:
                 except OSError:
                     pass
             time.sleep(0.05)
+        # A supervisor killed (here, or by the test) never removes its attempt's cgroup, and no
+        # later agent of this test's identity starts to clean it: remove them, and the bases.
+        for state_dir in self.base.glob("agent-*"):
+            for spec in agent_cgroups(state_dir):
+                cgroup = cgroups.Cgroup(spec)
+                cgroup.kill_all()
+                if not cgroup.remove():  # and the agent's base directories, once empty
+                    leftovers.append(f"cgroup {' '.join(cgroup.all_dirs)}")
         return leftovers
+
+
+def agent_cgroups(state_dir: Path) -> list[dict]:
+    """The v1 cgroups of the attempts of the agent whose state directory this is
+    (``<mount>/reckon/<name>-<identity>/<job>.<attempt>``, daemon/agent/resources.py), as
+    ``cgroups.Cgroup`` specs; none without v1 cgroups or before the agent made its identity."""
+    try:
+        with sqlite3.connect(f"file:{state_dir / 'agent.db'}?mode=ro", uri=True, timeout=5) as conn:
+            meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('identity', 'name')"))
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except (OSError, sqlite3.Error):
+        return []
+    if "identity" not in meta or "name" not in meta:
+        return []
+    name = cgroups.safe_name(f"{meta['name']}-{meta['identity'][:12]}")
+    attempts: dict[str, dict[str, str]] = {}
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 4 or fields[2] != "cgroup":
+            continue
+        base = Path(fields[1]) / "reckon" / name
+        for controller in set(fields[3].split(",")) & set(cgroups.V1_CONTROLLERS):
+            for d in (base.iterdir() if base.is_dir() else ()):
+                if d.is_dir():
+                    attempts.setdefault(d.name, {})[controller] = str(d)
+    return [{"v": 1, "dirs": dirs} for _, dirs in sorted(attempts.items())]
 
 
 def _processes_under(base: Path) -> Iterable[tuple[int, str]]:

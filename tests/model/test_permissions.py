@@ -52,7 +52,7 @@ def test_the_rule_table() -> None:
         assert check(ROOT, action, alice) is None and check(ROOT, action, None) is None  # operators: everything
     for action in ("submit", "see"):
         assert check(BOB, action, alice) is None
-    for action in ("cancel", "hold", "release", "requeue", "read"):
+    for action in ("cancel", "hold", "release", "requeue", "signal", "read"):
         assert check(ALICE, action, alice) is None
         assert check(BOB, action, alice, job="12") == f"job 12 belongs to alice: bob may not {action} it"
         assert "belongs to no user" in check(BOB, action, None, job="12")  # token-mode jobs: operators only

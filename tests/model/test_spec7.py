@@ -292,7 +292,7 @@ def test_signal_goes_to_the_running_attempt_and_is_no_fact():
         E.SignalProcess(job=job, attempt=1, signal=10, batch_only=True)]
     with pytest.raises(ValueError, match="not both"):
         E.SignalJob(job=job, signal=10, batch_only=True, full=True, now=h.now)
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(PermissionDenied, match="mallory may not signal it$"):  # not "may not cancel it"
         h.controller.handle(E.SignalJob(job=job, signal=10, now=h.now, caller=Caller(user="mallory", uid=1001, gid=1001)))
 
 
