@@ -162,6 +162,11 @@ class SyncClient:
             self._ws.close(time.monotonic() + min(CLOSE_WAIT, self.timeout))
             self._ws = None
 
+    def abort(self) -> None:
+        """Hang up at once, no close handshake: for a connection a request may have been cut off on
+        (an interrupt in the middle of a send or a read)."""
+        self._abort()
+
     def _abort(self) -> None:
         if self._ws is not None:
             self._ws.abort()

@@ -160,7 +160,7 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
     client = connect()
     job = None
     try:
-        job = client.call("submit", spec=spec)["job"]["id"]
+        job = _submit(client, spec)
         said = False
         pause = POLL[0]
         while True:
@@ -179,14 +179,40 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
         return _outcome(client, job, "quiet" in opts)
     except KeyboardInterrupt:
         if job is not None:
+            # On a connection of its own: the interrupt may have cut a request or a reply in half,
+            # and the next read on that one would wait for the rest.
+            client.abort()
             try:
-                client.call("cancel", job=job)
+                with connect() as fresh:
+                    fresh.call("cancel", job=job)
                 sys.stderr.write(f"srun: Job {job} cancelled (interrupted)\n")
             except Exception as exc:  # the controller's one line, or a lost connection: say it, exit anyway
                 sys.stderr.write(f"srun: error: cannot cancel job {job}: {exc}\n")
         return 130
     finally:
         client.close()
+
+
+def _submit(client, spec: dict) -> str:
+    """Submit with Ctrl-C held back until the reply is in: an interrupt between the controller's
+    commit and the reply would leave a job running that nothing here knows to cancel."""
+    import _signal
+
+    interrupted: list[int] = []
+    previous = _signal.signal(_signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        job = client.call("submit", spec=spec)["job"]["id"]
+    finally:
+        _signal.signal(_signal.SIGINT, previous)
+    if interrupted:
+        try:
+            with connect() as fresh:
+                fresh.call("cancel", job=job)
+            sys.stderr.write(f"srun: Job {job} cancelled (interrupted)\n")
+        except Exception as exc:
+            sys.stderr.write(f"srun: error: cannot cancel job {job}: {exc}\n")
+        raise SystemExit(130)
+    return job
 
 
 def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
