@@ -16,6 +16,10 @@ import sys
 
 
 TIMEOUT = 30.0  # seconds for connecting, then for each request ($RECKON_SLURM_TIMEOUT overrides)
+# Seconds a command keeps trying to connect while no controller answers (a restart, a failover), as
+# Slurm's commands retry slurmctld for about as long; nothing has been sent yet, so a retry is safe.
+# $RECKON_SLURM_CONNECT_WAIT overrides (0: one try).
+CONNECT_WAIT = 10.0
 
 # Linux's signal numbers (x86, arm, riscv: the generic table).  Not from the signal module:
 # importing it builds an enum of every signal, a cost each sbatch and scancel would pay.
@@ -71,8 +75,43 @@ def connect():  # -> SyncClient (not annotated: the import stays inside)
         raise UsageError("$RECKON_SLURM_TIMEOUT must be a number of seconds, got "
                          f"{os.environ['RECKON_SLURM_TIMEOUT']!r}") from None
     client = _connected_class()(url, auth, timeout=timeout, ssl_context=tls)
-    client.connect()
+    _connect_waiting(client, _seconds("RECKON_SLURM_CONNECT_WAIT", CONNECT_WAIT))
     return client
+
+
+def _seconds(name: str, default: float) -> float:
+    from reckon.daemon.client_common import UsageError
+
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise UsageError(f"${name} must be a number of seconds, got {text!r}")
+    return value
+
+
+def _connect_waiting(client, wait: float) -> None:
+    """Connect; while the controller is unreachable, try again for ``wait`` seconds (backing off
+    from 0.1 s to 1 s between tries), then give its last one-line reason."""
+    import time
+
+    from reckon.daemon.client_common import Unreachable
+
+    deadline = time.monotonic() + wait
+    pause = 0.1
+    while True:
+        try:
+            client.connect()
+            return
+        except Unreachable:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
 
 def _connected_class():

@@ -13,7 +13,8 @@ from tests.e2e.conftest import reckon_argv
 
 def _run(path, *args, **env):
     return subprocess.run([str(path), *args], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "RECKON_CONTROLLER": "ws://127.0.0.1:1", **env})
+                          env={"PATH": "/usr/bin:/bin", "RECKON_CONTROLLER": "ws://127.0.0.1:1",
+                               "RECKON_SLURM_CONNECT_WAIT": "0", **env})
 
 
 def test_the_command_writes_seven_launchers_and_prints_the_path_line(tmp_path):

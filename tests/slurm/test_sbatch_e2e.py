@@ -197,3 +197,32 @@ def test_scancel_ids_array_members_names_and_unknown_ids(cluster):
     warned = out.stdout.strip()
     assert cluster.wait_job(warned, ("COMPLETED",))["exit_code"] == 0, cluster.job(warned)
     assert (cluster.base / "warn.sig").read_text() == "got warn\n"
+
+
+def test_a_command_waits_for_a_controller_that_restarts(cluster):
+    """While no controller answers (a restart, a failover), a command keeps trying to connect for
+    $RECKON_SLURM_CONNECT_WAIT seconds (Slurm's commands retry slurmctld too): a workflow tool's
+    sbatch during a restart submits once the controller is back; with 0 it fails at once."""
+    cluster.start_controller()
+    cluster.start_agent("a1")
+    bin_dir = _commands(cluster)
+    cluster.stop("controller")
+    env = {**_env(cluster, bin_dir), "RECKON_SLURM_CONNECT_WAIT": "0"}
+    out = subprocess.run([str(bin_dir / "sbatch"), "--parsable", "--wrap", "true"], capture_output=True, text=True,
+                         timeout=HANG, env=env, cwd=cluster.base)
+    assert out.returncode == 1 and "controller unreachable" in out.stderr, out
+    env["RECKON_SLURM_CONNECT_WAIT"] = "60"
+    proc = subprocess.Popen([str(bin_dir / "sbatch"), "--parsable", "-J", "patient", "--wrap", "true"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cluster.base)
+    try:
+        # Its first tries meet no controller (a controller's start takes far longer than a
+        # command's first connect, and the first run above shows such a try fails); then it is back.
+        cluster.start_controller()
+        stdout, stderr = proc.communicate(timeout=HANG)
+        assert proc.returncode == 0 and stdout.strip().isdigit(), (stdout, stderr)
+        assert cluster.wait_job(stdout.strip())["state"] == "COMPLETED"
+        assert [j["name"] for j in cluster.jobs().values()] == ["patient"]  # once, and only it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -272,7 +272,7 @@ print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
 def test_sbatch_is_light():
     """A whole sbatch (spec built, connection refused on port 1): no trio, no argparse, nothing
     of the model but what the shared client floor takes (daemon/wire.py: model.errors)."""
-    env = {"RECKON_CONTROLLER": "ws://127.0.0.1:1", "PATH": "/usr/bin:/bin"}
+    env = {"RECKON_CONTROLLER": "ws://127.0.0.1:1", "PATH": "/usr/bin:/bin", "RECKON_SLURM_CONNECT_WAIT": "0"}
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, env=env)
     result = json.loads(out.stdout)
     assert result["status"] == 1, out
