@@ -85,7 +85,7 @@ def _main(argv: list[str]) -> int:
         if since is not None and until is not None and until < since:
             raise C.UsageProblem("start time is after the end time")
     except C.UsageProblem as exc:
-        raise SlurmCommandError(str(exc), 2) from None
+        raise SlurmCommandError(str(exc)) from None  # Slurm: status 1
     parsable = "|2" if opts.get("parsable2") else "|" if opts.get("parsable") else None
     users = C.split_list(str(opts["users"])) if "users" in opts else None
     names = C.split_list(str(opts["names"])) if "names" in opts else None

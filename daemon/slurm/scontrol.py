@@ -82,7 +82,7 @@ def _main(argv: list[str]) -> int:
     try:
         opts, rest = C.parse_keyed(argv, OPTIONS)
     except C.UsageProblem as exc:
-        raise SlurmCommandError(str(exc), 2) from None
+        raise SlurmCommandError(str(exc)) from None  # Slurm: status 1
     if opts.get("help") or not rest:
         sys.stdout.write(USAGE + "\n")
         return 0 if opts.get("help") else 2

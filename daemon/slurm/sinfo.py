@@ -45,7 +45,7 @@ def _main(argv: list[str]) -> int:
         default = L.SINFO_NODES_DEFAULT if opts.get("node") else L.SINFO_DEFAULT
         fields = L.parse_sinfo_format(str(opts.get("format") or default))
     except C.UsageProblem as exc:
-        raise SlurmCommandError(str(exc), 2) from None
+        raise SlurmCommandError(str(exc)) from None  # Slurm: status 1
     if "partitions" in opts and PARTITION not in C.split_list(str(opts["partitions"])):
         nodes: list[dict] = []
     else:

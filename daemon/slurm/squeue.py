@@ -71,7 +71,7 @@ def _main(argv: list[str]) -> int:
         else:
             wanted = None if ids is not None else {"PENDING", "RUNNING"}
     except C.UsageProblem as exc:
-        raise SlurmCommandError(str(exc), 2) from None
+        raise SlurmCommandError(str(exc)) from None  # Slurm: status 1
     users = C.split_list(str(opts["users"])) if "users" in opts else None
     if opts.get("me"):
         import pwd

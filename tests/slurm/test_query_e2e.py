@@ -80,9 +80,9 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
     assert "ClusterName             = reckon" in slurm(cluster, "scontrol", "show", "config")
     assert slurm(cluster, "scontrol", "show", "node", "a1").startswith("NodeName=a1 ")
     assert slurm(cluster, "scontrol", "-o", "show", "partition").startswith("PartitionName=reckon ")
-    # Errors: an unknown id (exit 1, one line), a bad option (exit 2).
+    # Errors: an unknown id (exit 1, one line), a bad option (exit 1, as Slurm's sacct).
     assert slurm(cluster, "squeue", "-j", "99999", status=1) == ""
-    slurm(cluster, "sacct", "--bogus", status=2)
+    slurm(cluster, "sacct", "--bogus", status=1)
 
     # scontrol requeue of a RUNNING job: stopped, and run again as attempt 2.
     slurm(cluster, "scontrol", "requeue", running)
