@@ -228,6 +228,10 @@ def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
     def follow(errors: bool) -> None:
         import time
 
+        if errors:  # the thread: Ctrl-C must reach the main thread (see below)
+            import _signal
+
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
         args = SimpleNamespace(job=job, stderr=errors, follow=True, attempt=None, timeout=client.timeout)
         out = _Counted(sys.stderr.buffer if errors else sys.stdout.buffer)
         deadline = time.monotonic() + MISSING_GRACE
@@ -244,6 +248,9 @@ def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
                 failed.append(exc)
                 return
 
+    # The kernel gives a process's SIGINT to any thread that does not block it.  Given to the
+    # follower thread, it would not wake the main thread from a read of the controller's reply,
+    # and Ctrl-C would wait for that reply (up to the request's time-out): the follower blocks it.
     thread = threading.Thread(target=follow, args=(True,), daemon=True) if stderr else None
     if thread is not None:
         thread.start()
