@@ -174,8 +174,10 @@ async def test_cpus_and_pids_are_limited(tmp_path, enforcement):
     probe = tmp_path / "limits"
     with trio.fail_after(HANG):
         async with JobRunner(tmp_path / "state", cgroups=enforcement, pids_max=8) as runner:
-            # 20 sleepers at once cannot all start under a pids limit of 8.
-            script = "ok=0; for i in $(seq 20); do sleep 5 2>/dev/null & done; wait; echo done"
+            # 20 sleepers at once cannot all start under a pids limit of 8.  The job then stays (exec:
+            # no fork needed) until killed: a job that ended at once, when even $(seq 20)'s fork was
+            # refused, took its cgroup with it before the limits were read (a flaky run).
+            script = "(for i in $(seq 20); do sleep 5 2>/dev/null & done; wait) 2>/dev/null; exec sleep 300"
             await runner.start("1", 1, sh(script, slots=2))
             await wait_for(lambda: runner._records(("1", 1))[0] is not None)
             plan = cgroups.plan(enforcement, "1", 1, mem=None, cpus=None, pids_max=None)
