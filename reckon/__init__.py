@@ -20,11 +20,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 __all__ = ["Client", "Job", "ReckonError", "UsageError", "Refused", "Unreachable", "NotLeader", "__version__"]
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
-if TYPE_CHECKING:
-    from reckon.client import Client
-    from reckon.errors import NotLeader, ReckonError, Refused, Unreachable, UsageError
-    from reckon.job import Job
+# Type checkers read these names' types from __init__.pyi (the stub beside this file).
 
 _WHERE = {"Client": "reckon.client", "Job": "reckon.job", "ReckonError": "reckon.errors",
           "UsageError": "reckon.errors", "Refused": "reckon.errors", "Unreachable": "reckon.errors",

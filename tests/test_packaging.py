@@ -44,6 +44,7 @@ def test_the_wheel_installs_only_reckon_with_every_package(tmp_path):
     assert packages == _package_folders()
     assert "reckon/daemon/agent/launcher.py" in names and "reckon/model/controller.py" in names
     assert "reckon/py.typed" in names  # import reckon's type hints reach its users' checkers (PEP 561)
+    assert "reckon/__init__.pyi" in names  # the types of the names __init__.py loads on first use
 
 
 def test_pyproject_names_every_package_folder():

@@ -100,7 +100,7 @@ def _source_tree(tmp_path: Path) -> Path:
     tree = tmp_path / "src" / "reckon"
     tree.mkdir(parents=True)
     for item in (ROOT / "reckon").iterdir():
-        if item.suffix in (".py", ".typed"):
+        if item.suffix in (".py", ".pyi", ".typed"):
             (tree / item.name).symlink_to(item)
     (tree / "daemon").symlink_to(ROOT / "daemon")
     (tree / "model").symlink_to(ROOT / "model")
