@@ -182,12 +182,7 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
             # On a connection of its own: the interrupt may have cut a request or a reply in half,
             # and the next read on that one would wait for the rest.
             client.abort()
-            try:
-                with connect() as fresh:
-                    fresh.call("cancel", job=job)
-                sys.stderr.write(f"srun: Job {job} cancelled (interrupted)\n")
-            except Exception as exc:  # the controller's one line, or a lost connection: say it, exit anyway
-                sys.stderr.write(f"srun: error: cannot cancel job {job}: {exc}\n")
+            _cancel_interrupted(job)
         return 130
     finally:
         client.close()
@@ -205,14 +200,19 @@ def _submit(client, spec: dict) -> str:
     finally:
         _signal.signal(_signal.SIGINT, previous)
     if interrupted:
-        try:
-            with connect() as fresh:
-                fresh.call("cancel", job=job)
-            sys.stderr.write(f"srun: Job {job} cancelled (interrupted)\n")
-        except Exception as exc:
-            sys.stderr.write(f"srun: error: cannot cancel job {job}: {exc}\n")
+        _cancel_interrupted(job)
         raise SystemExit(130)
     return job
+
+
+def _cancel_interrupted(job: str) -> None:
+    """Ctrl-C: cancel the job, on a connection of its own, and say so in one line."""
+    try:
+        with connect() as fresh:
+            fresh.call("cancel", job=job)
+        sys.stderr.write(f"srun: Job {job} cancelled (interrupted)\n")
+    except Exception as exc:  # the controller's one line, or a lost connection: say it, exit anyway
+        sys.stderr.write(f"srun: error: cannot cancel job {job}: {exc}\n")
 
 
 def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
