@@ -29,6 +29,7 @@ from pathlib import Path
 INSTALL_HINT = ("the MUNGE tests need munged and libmunge.so.2: install them (Debian/Ubuntu: "
                 "`apt-get install munge`; `make test` does this itself when run as root)")
 START_TIMEOUT = 20.0  # seconds for munged to answer its first credential
+STOP_TIMEOUT = 20.0  # seconds of repeated SIGTERM before SIGKILL
 
 
 def find_munged() -> str | None:
@@ -95,11 +96,29 @@ class Munged:
             return "(no log)"
 
     def pause(self) -> None:
-        """Stop munged (its socket goes away): a machine whose munged is down."""
-        if self.process is not None:
+        """Stop munged (its socket goes away): a machine whose munged is down.
+
+        munged's main thread tests its terminate flag and then blocks in accept(): a SIGTERM that
+        lands between the two sets the flag and is not seen until the next connection.  So the
+        signal is repeated (each one interrupts the accept) until munged exits, and SIGKILL
+        ends a munged that still has not."""
+        if self.process is None:
+            return
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while self.process.poll() is None and time.monotonic() < deadline:
             self.process.terminate()
-            self.process.wait(timeout=30)
-            self.process = None
+            try:
+                self.process.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        try:
+            os.unlink(self.socket)  # a killed munged leaves it; a stopped munged has no socket
+        except FileNotFoundError:
+            pass
+        self.process = None
 
     def __enter__(self) -> "Munged":
         try:
