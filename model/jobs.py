@@ -94,6 +94,11 @@ V7_SPEC_DEFAULTS: dict[str, Any] = {
     "script": None, "warn_signal": None, "warn_before": 0, "warn_batch_only": False,
     "open_mode": None, "after_any": (), "after_not_ok": (), "labels": (), "slurm_env": False,
 }
+# Version 8 (issue #22 and #21's remainder): what only the controller uses to schedule (when a
+# job may begin, its partition, its nice value ...).  Left out at these defaults like the rest;
+# kept in the fact log, never sent to agents (``agent_dict``): an agent has nothing to do with
+# them, so they need no agent version.
+V8_SPEC_DEFAULTS: dict[str, Any] = {}
 MAX_SCRIPT = 4 << 20  # a batch script's text, in UTF-8 bytes (Slurm's default max_script_size)
 MAX_SIGNAL = 64  # signal numbers 1..64 (SIGRTMAX on Linux)
 MAX_WARN_BEFORE = 65535  # seconds (Slurm's --signal @ limit)
@@ -281,6 +286,13 @@ class JobSpec:
                 if value != default:
                     out[key] = [list(p) for p in value] if key == "labels" else (
                         list(value) if isinstance(value, tuple) else value)
+        return out
+
+    def agent_dict(self) -> dict[str, Any]:
+        """The spec as an agent is sent it: ``to_dict`` without the scheduling-only version 8 fields."""
+        out = self.to_dict()
+        for key in V8_SPEC_DEFAULTS:
+            out.pop(key, None)
         return out
 
     @classmethod

@@ -568,7 +568,9 @@ def to_wire(msg: Message) -> dict[str, Any]:
         value = getattr(msg, name)
         if omitted is not None and name in omitted and value == omitted[name]:
             continue
-        if isinstance(value, (JobSpec, NodeResources, Usage)):
+        if isinstance(value, JobSpec):
+            value = value.agent_dict()  # messages carry specs only to agents (Dispatch)
+        elif isinstance(value, (NodeResources, Usage)):
             value = value.to_dict()
         elif isinstance(value, Owner):
             value = value.to_dict()

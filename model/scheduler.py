@@ -36,6 +36,11 @@ class JobNote(NamedTuple):
     gpus: int = 0
     gres: tuple[tuple[str, int], ...] = ()
     v7: bool = False  # it uses version 7 spec fields: only agents of version >= 7 may run it
+    # Issue #22: what priority ordering and backfill work with.
+    priority: int = 0  # the job's priority (model/priority.py): higher goes first; ties by order
+    time_limit: float | None = None  # seconds: the spec's time limit, else its partition's default
+    partition: str | None = None  # the partition it runs in (None: the cluster has no partitions)
+    started: float | None = None  # RUNNING: when its attempt started (its expected end for backfill)
 
 
 class AgentNote(NamedTuple):
@@ -50,6 +55,7 @@ class AgentNote(NamedTuple):
     free_gpus: int = 0
     free_gres: tuple[tuple[str, int], ...] = ()
     v7: bool = True  # its connection speaks version 7 or later (runs jobs using version 7 fields)
+    partitions: tuple[str, ...] = ()  # issue #22: the partitions it belongs to, sorted
 
 
 # What a pending job asks beyond slots, or None when it asks nothing more (most jobs: one test).
@@ -205,8 +211,11 @@ class Scheduler:
     def _fifo(self) -> Iterator[str]:
         return iter(sorted(self._pending, key=lambda job: self._pending[job][0]))
 
-    def place(self, limit: int | None = None) -> list[tuple[str, str]]:
-        """Propose (job, agent) pairs in FIFO order, first fit by free slots (and memory, GPUs, gres)."""
+    def place(self, limit: int | None = None, now: float | None = None) -> list[tuple[str, str]]:
+        """Propose (job, agent) pairs in FIFO order, first fit by free slots (and memory, GPUs, gres).
+
+        ``now`` (the controller's clock, as events carry it) is what backfill measures expected
+        ends against; FIFO does not use it."""
         free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
         # Free memory, GPUs and gres per agent, copied when a job first asks for them in this call.
         beyond: dict[str, list] = {}

@@ -220,11 +220,11 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
             if budget <= 0:
                 self._work_send.send_nowait(WorkItem())
                 break
-            proposals = self.scheduler.place(limit=budget)
+            now = time.time()
+            proposals = self.scheduler.place(limit=budget, now=now)
             budget -= len(proposals)
             if not proposals:
                 break
-            now = time.time()
             pending_notes = False
             for job, agent in proposals:
                 cmds = self._handle(E.DispatchProposed(job=job, agent=agent, now=now))
