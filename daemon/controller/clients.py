@@ -54,8 +54,11 @@ class ClientRequests:
             jobs = reply.get("jobs")
             # A query's objects are the index's: each encoded once, while it is the same object
             # (daemon/encoded.py; squeue and sacct poll the same jobs many times a second).
-            encode = (partial(cbor_reply, objects=self.encoded_jobs) if reply["ok"] and request.get("op") == "query"
-                      else wire.dumps)
+            if reply["ok"] and request.get("op") == "query":
+                objects = self.encoded_jobs if request.get("fields") is None else self.selections
+                encode = partial(cbor_reply, objects=objects)
+            else:
+                encode = wire.dumps
             if isinstance(jobs, list) and len(jobs) > BIG_REPLY:
                 # Encoding 10,000 job objects takes ~0.1 s: off the event loop, so the core loop's
                 # batches go on meanwhile.  Safe: the objects are the query index's (replaced on a

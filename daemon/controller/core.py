@@ -26,7 +26,7 @@ from reckon.model.scheduler import Scheduler
 
 from reckon.daemon.auth.handshake import Authenticator
 from reckon.daemon.commands import facts_of
-from reckon.daemon.encoded import cbor_objects
+from reckon.daemon.encoded import Selections, cbor_objects
 from reckon.daemon.controller import lifecycle, startup
 from reckon.daemon.controller.clients import ClientRequests
 from reckon.daemon.controller.connections import AgentConnections, AgentConn
@@ -73,6 +73,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         self.mark_hold = False  # the id mark file says a restored copy's whole-grace hold lasts (startup.commit)
         self.queries = QueryIndex.of(self)  # the replayed (committed) jobs; startup.commit keeps it
         self.encoded_jobs = cbor_objects()  # the query index's objects, each encoded once (daemon/encoded.py)
+        self.selections = Selections()  # a query's ``fields`` of those objects, each kept likewise
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
