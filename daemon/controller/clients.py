@@ -30,6 +30,8 @@ from reckon.daemon.controller.logs import output_paths_of
 
 log = logging.getLogger("reckon.controller")
 BIG_REPLY = 1000  # job objects in a reply above which it is encoded on a worker thread
+MAX_POLL_DEFER = 0.05  # seconds a query waits at most for the batch being decided to end
+POLL_DEFER = os.environ.get("RECKON_POLL_DEFER", "1") != "0"  # (measuring: 0 answers at once)
 
 
 class ClientRequests:
@@ -71,6 +73,9 @@ class ClientRequests:
     async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:
         op = request.get("op")
         if op == "query":  # squeue, sacct, the HTTP API: from the index, no turn of the loop (query.py)
+            if self.deciding and POLL_DEFER:  # answered at the batch's end (core.py batch_ended), not mid-batch
+                with trio.move_on_after(MAX_POLL_DEFER):
+                    await self.batch_ended.wait()
             return query.query(self, request)
         if op in operator.OPS:  # show, nodes, drain, resume, history
             return await operator.OPS[op](self, request, caller)
