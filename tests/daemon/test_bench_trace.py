@@ -133,7 +133,8 @@ def test_the_command_line_and_its_one_line_refusals(tmp_path, capsys):
     args = build_parser().parse_args(["bench", "trace", str(log), "--agents", "1x4", "--limit", "2"])
     figures, lines = trace.run_trace_bench(args)
     assert figures["trace"]["replayed"]["jobs"] == 2
-    assert lines[0].startswith("1 agent(s) x 4 CPUs, scheduler fifo, fair share off: 2 jobs replayed")
+    assert lines[0] == f"log {log}: a test machine"
+    assert lines[1].startswith("1 agent(s) x 4 CPUs, scheduler fifo, fair share off: 2 jobs replayed")
     assert any(x.startswith("production log") for x in lines) and any("wall time" in x for x in lines)
     for argv, message in [([str(log), "--agents", "4"], "--agents '4': give agents x CPUs each"),
                           ([str(tmp_path / "none.swf")], "none.swf: No such file or directory"),
