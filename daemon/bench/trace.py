@@ -24,7 +24,7 @@ import heapq
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from reckon.model import events as E
 from reckon.model import facts as F
@@ -272,7 +272,7 @@ class Replay:
         self._runs[job_id] = line
         return job_id
 
-    def run(self, jobs: list[SwfJob], tick: Callable[[float], Any] | None = None) -> dict[str, SwfJob]:
+    def run(self, jobs: list[SwfJob]) -> dict[str, SwfJob]:
         """Replay ``jobs`` (sorted by submit time) to the end; job id -> its log line."""
         t0 = time.perf_counter()
         ids: dict[str, SwfJob] = {}
@@ -290,8 +290,10 @@ class Replay:
             while i < n and jobs[i].submit <= at:
                 ids[self.submit(jobs[i], now)] = jobs[i]
                 i += 1
-            if tick is not None:
-                tick(now)
+            # The controller's tick (lost agents, and priorities recomputed every priority_interval):
+            # the daemon ticks every second; here at every instant something happens, as between
+            # two such instants nothing the scheduler sees changes.
+            self._handle(E.Tick(now=now, mono=at))
             self._schedule(at)
         self.timings.total = time.perf_counter() - t0
         return ids
