@@ -20,7 +20,9 @@ from its recorded waits over the same jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import inspect
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -147,14 +149,30 @@ def select(trace: SwfTrace, *, max_cpus: int, limit: int | None = None) -> Selec
     return Selection(chosen, dict(skipped))
 
 
-def make_scheduler(kind: str, fairshare: bool, config: ControllerConfig) -> Scheduler:
-    """The scheduler the daemon would build for ``kind`` (``fifo``: today's; ``backfill``: EASY backfill)."""
+def setup(kind: str, fairshare: bool, config: ControllerConfig | None = None) -> tuple[ControllerConfig, Scheduler]:
+    """The controller's config and the scheduler of a replay, as the daemon builds them.
+
+    ``kind``: ``fifo`` (the queue's order, every job that fits) or ``backfill`` (EASY).
+    ``fairshare`` on: the config's priorities (fair share, age, size: model/priority.py); off: every
+    priority weight 0, so the queue is in submission order, as the production EASY scheduler's.
+    Backfill (``Scheduler(policy=)``) and priorities (``ControllerConfig.priority``) are issue
+    #22's other parts: a build without one refuses its flag in one line."""
     if kind not in SCHEDULERS:
         raise TraceError(f"--scheduler {kind!r}: one of {', '.join(SCHEDULERS)}")
-    if kind != "fifo" or fairshare:
-        raise TraceError(f"this build's scheduler has no {'backfill' if kind != 'fifo' else 'fair share'} "
-                         f"(model/scheduler.py is FIFO by free slots): only --scheduler fifo --fairshare off")
-    return Scheduler(config.user_limits)
+    config = config or ControllerConfig()
+    priority = getattr(config, "priority", None)
+    if priority is None:
+        if fairshare:
+            raise TraceError("this build has no priorities or fair share (model/priority.py): only --fairshare off")
+    elif not fairshare:
+        zero = {f.name: 0 for f in dataclasses.fields(priority) if f.name.startswith("weight_")}
+        config = dataclasses.replace(config, priority=dataclasses.replace(priority, **zero))
+    if "policy" in inspect.signature(Scheduler).parameters:
+        return config, Scheduler(config.user_limits, policy=kind)  # type: ignore[call-arg]
+    if kind != "fifo":
+        raise TraceError("this build's scheduler has no backfill (model/scheduler.py is FIFO by free slots): "
+                         "only --scheduler fifo")
+    return config, Scheduler(config.user_limits)
 
 
 @dataclass
@@ -313,9 +331,8 @@ class Replay:
 def replay(trace: SwfTrace, *, agents: int = 1, cpus: int = 100, scheduler: str = "fifo", fairshare: bool = False,
            limit: int | None = None, config: ControllerConfig | None = None) -> dict[str, Any]:
     """Replay ``trace`` and return its figures (and the production log's over the same jobs)."""
-    config = config or ControllerConfig()
+    config, sched = setup(scheduler, fairshare, config)
     selection = select(trace, max_cpus=cpus, limit=limit)
-    sched = make_scheduler(scheduler, fairshare, config)
     base = float(trace.header.get("UnixStartTime", "0") or 0)
     rep = Replay(agents, cpus, scheduler=sched, config=config, base=base)
     ids = rep.run(selection.jobs)
@@ -367,7 +384,7 @@ def run_trace_bench(args: Any) -> tuple[dict[str, Any], list[str]]:
         agents, cpus = parse_layout(args.agents)
         if args.limit is not None and args.limit < 1:
             raise TraceError(f"--limit {args.limit}: give a positive number of jobs")
-        make_scheduler(args.scheduler, args.fairshare == "on", ControllerConfig())  # refuse before reading the file
+        setup(args.scheduler, args.fairshare == "on")  # refuse before reading the file
         try:
             trace = read(args.file)
         except OSError as exc:
