@@ -5,6 +5,9 @@ test of it here is `long` and asserts only that it completes with sane figures."
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,6 +178,19 @@ def test_the_command_line_and_its_one_line_refusals(tmp_path, capsys):
     log.write_text(SAMPLE + "4 5 6\n")
     with pytest.raises(UsageError, match=r"tiny.swf: line 10: 3 fields, an SWF job line has 18"):
         trace.run_trace_bench(build_parser().parse_args(["bench", "trace", str(log)]))
+
+
+def test_reckon_bench_trace_prints_its_figures_and_refuses_a_bad_file_with_status_2(tmp_path):
+    log = tmp_path / "tiny.swf"
+    log.write_text(SAMPLE)
+    run = [sys.executable, "-m", "reckon.daemon.cli", "bench", "trace", "--agents", "1x4"]
+    proc = subprocess.run([*run, str(log), "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["trace"]["replayed"]["mean_wait"] == pytest.approx(170 / 3)
+    log.write_text(SAMPLE.replace(" 100 ", " 1OO ", 1))
+    proc = subprocess.run([*run, str(log)], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"reckon: {log}: line 7: field 4 (run time) is '1OO', not a number\n"
 
 
 @pytest.mark.long
