@@ -70,6 +70,11 @@ class SwfTrace:
     def max_nodes(self) -> int | None:
         return self._int_header("MaxNodes")
 
+    @property
+    def unix_start(self) -> int:
+        """The epoch time of the log's time 0 (0 if the header does not say)."""
+        return self._int_header("UnixStartTime") or 0
+
 
 def _value(text: str, index: int, where: str) -> float | int | None:
     try:
@@ -93,12 +98,12 @@ def _header(text: str, header: dict[str, str], where: str) -> None:
     key, value = key.strip(), value.strip()
     if not sep or not key or " " in key:
         return  # a comment, a continuation line, or an empty ";"
-    if key in ("MaxProcs", "MaxNodes"):
+    if key in ("MaxProcs", "MaxNodes", "UnixStartTime"):  # the ones a replay reads
         try:
             count = int(value)
         except ValueError:
             raise SwfError(f"{where}: header {key} is {value!r}, not an integer") from None
-        if count < 1:
+        if count < (0 if key == "UnixStartTime" else 1):
             raise SwfError(f"{where}: header {key} is {count}: it must be positive")
     header.setdefault(key, value)
 

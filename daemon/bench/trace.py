@@ -335,7 +335,7 @@ def replay(trace: SwfTrace, *, agents: int = 1, cpus: int = 100, scheduler: str 
     """Replay ``trace`` and return its figures (and the production log's over the same jobs)."""
     config, sched = setup(scheduler, fairshare, config)
     selection = select(trace, max_cpus=cpus, limit=limit)
-    base = float(trace.header.get("UnixStartTime", "0") or 0)
+    base = float(trace.unix_start)
     rep = Replay(agents, cpus, scheduler=sched, config=config, base=base)
     ids = rep.run(selection.jobs)
     total_cpus = agents * cpus

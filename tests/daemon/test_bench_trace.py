@@ -42,7 +42,7 @@ def line(number: int, submit: float, run: float | str, procs: int, req: float, *
 
 def test_the_reader_reads_fields_headers_and_unknowns():
     t = swf.parse(SAMPLE.splitlines())
-    assert (t.max_procs, t.max_nodes, t.header["Computer"]) == (4, 4, "a test machine")
+    assert (t.max_procs, t.max_nodes, t.header["Computer"], t.unix_start) == (4, 4, "a test machine", 0)
     assert t.header["Note"] == "a comment: with colons"
     assert [j.number for j in t.jobs] == [1, 2, 3]
     first, _, third = t.jobs
@@ -60,6 +60,7 @@ def test_the_reader_reads_fields_headers_and_unknowns():
     (line(1, 0, -5, 1, 10), "<swf>: line 1: field 4 (run time) is -5: negative, and not -1 (unknown)"),
     ("; MaxProcs: many\n", "<swf>: line 1: header MaxProcs is 'many', not an integer"),
     ("; MaxNodes: 0\n", "header MaxNodes is 0: it must be positive"),
+    (";  UnixStartTime: soon\n", "line 1: header UnixStartTime is 'soon', not an integer"),
     (line(1, -1, 5, 1, 10), "line 1: job 1's submit time is unknown (-1)"),
 ])
 def test_a_malformed_line_is_one_line_naming_it(text, message):
