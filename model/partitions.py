@@ -402,9 +402,11 @@ def admit(partitions: dict[str, Partition], spec: "JobSpec", caller: "Caller | N
     time limit the partition's default when it gives none.  ``LocalProtocolError`` (or
     ``PermissionDenied`` for a group not allowed) in one line for a job the partition refuses."""
     if not partitions:
-        if spec.partition is not None:
-            raise LocalProtocolError(f"invalid partition {spec.partition!r}: this cluster has no partitions")
-        return spec
+        if spec.partition is None:
+            return spec
+        if spec.slurm_env:  # sbatch/srun -p on a cluster without partitions: a label, as before issue #22
+            return replace(spec, partition=None, labels=_with_label(spec.labels, spec.partition))
+        raise LocalProtocolError(f"invalid partition {spec.partition!r}: this cluster has no partitions")
     name = partition_of(partitions, spec)
     if name is None:
         raise LocalProtocolError("no partition given and this cluster has no default partition "
@@ -424,9 +426,15 @@ def admit(partitions: dict[str, Partition], spec: "JobSpec", caller: "Caller | N
     if limit is not None and p.max_time is not None and limit > p.max_time:
         raise LocalProtocolError(f"partition {name} refuses this job: its time limit {_time_text(limit)} "
                                  f"is over the partition's {_time_text(p.max_time)} (max_time)")
-    if name == spec.partition and limit == spec.time_limit:
+    # A Slurm job's SLURM_JOB_PARTITION comes from its "partition" label (agents never see the field).
+    labels = _with_label(spec.labels, name) if spec.slurm_env else spec.labels
+    if name == spec.partition and limit == spec.time_limit and labels == spec.labels:
         return spec
-    return replace(spec, partition=name, time_limit=limit)
+    return replace(spec, partition=name, time_limit=limit, labels=labels)
+
+
+def _with_label(labels: tuple[tuple[str, str], ...], name: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({**dict(labels), "partition": name}.items()))
 
 
 def hold_reason(partitions: dict[str, Partition], job: "JobRecord") -> str | None:

@@ -69,7 +69,7 @@ class ClientRequests:
         op = request.get("op")
         if op == "query":  # squeue, sacct, the HTTP API: from the index, no turn of the loop (query.py)
             return query.query(self, request)
-        if op in operator.OPS:  # show, nodes, drain, resume, history
+        if op in operator.OPS:  # show, nodes, drain, resume, history, partitions, partition_set
             return await operator.OPS[op](self, request, caller)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it

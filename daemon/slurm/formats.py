@@ -93,7 +93,8 @@ def label(job: dict, key: str) -> str | None:
 
 
 def partition(job: dict) -> str:
-    return label(job, "partition") or PARTITION
+    """The job's partition: its own (issue #22), else its label (a cluster without partitions), else reckon's."""
+    return job.get("partition") or label(job, "partition") or PARTITION
 
 
 def exit_code(job: dict) -> str:

@@ -42,9 +42,13 @@ def _show(client, what: str, names: list[str], oneliner: bool) -> str:
         blocks = [L.show_job(j, reply["now"], oneliner) for j in jobs]
         return "\n".join(blocks) + ("\n" if oneliner else "\n")
     if what in ("partition", "partitions", "part"):
-        if names and names[0] != L.PARTITION:
-            raise SlurmCommandError(f"Partition {names[0]} not found")
-        return L.show_partition(client.call("nodes")["nodes"], oneliner=oneliner) + ("\n" if oneliner else "\n")
+        parts = L.partitions_of(client.call("nodes"))  # issue #22: the controller's (or the implicit one)
+        if names:
+            parts = [p for p in parts if p["name"] == names[0]]
+            if not parts:
+                raise SlurmCommandError(f"Partition {names[0]} not found")
+        return "".join(L.show_partition(p["members"], oneliner=oneliner, part=p) + ("\n" if oneliner else "\n")
+                       for p in parts)
     if what in ("node", "nodes", "nodename"):
         nodes = client.call("nodes")["nodes"]
         if names:
