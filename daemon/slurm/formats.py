@@ -173,6 +173,8 @@ def pending_reason(job: dict) -> str:
             return "JobHeldUser"
         if job.get("after") or job.get("after_any") or job.get("after_not_ok"):
             return "Dependency"
+        if job.get("_partition_reason"):
+            return job["_partition_reason"]
         if job.get("_array_limited"):
             return "JobArrayTaskLimit"
         return "Resources" if not job.get("requeues") else "BeginTime"
@@ -200,6 +202,17 @@ def dependency(job: dict) -> str:
                                                             ("afternotok", "after_not_ok"))
              for dep in job.get(key) or ()]
     return ",".join(parts) or "(null)"
+
+
+def mark_partition_reasons(jobs: list[dict], partitions: list[dict]) -> None:
+    """Mark the PENDING jobs whose partition starts nothing now with Slurm's reason (PartitionDown,
+    PartitionInactive; a removed partition reads as down), from the ``partitions`` op's answer."""
+    states = {p["name"]: p["state"] for p in partitions}
+    for job in jobs:
+        if job["state"] == "PENDING" and job.get("partition"):
+            state = states.get(job["partition"], "DOWN")
+            if state in ("DOWN", "INACTIVE"):
+                job["_partition_reason"] = "PartitionDown" if state == "DOWN" else "PartitionInactive"
 
 
 def mark_array_limits(jobs: list[dict]) -> list[dict]:

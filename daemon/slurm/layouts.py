@@ -10,7 +10,8 @@ from __future__ import annotations
 from reckon.daemon.slurm.argv import UsageProblem
 from reckon.daemon.slurm.formats import (CLUSTER, owner_of, PARTITION, array_rows, command_name, compress_indices, date,
                                          dependency, elapsed_seconds, exit_code, gres, label, mark_array_limits,
-                                         memory, nodelist, partition, pending_reason, sacct_time, slurm_state)
+                                         memory, nodelist, partition, pending_reason, sacct_time, slurm_state,
+                                         mark_partition_reasons)
 
 
 def hostlist(names: list[str]) -> str:

@@ -37,6 +37,8 @@ def _show(client, what: str, names: list[str], oneliner: bool) -> str:
             raise SlurmCommandError("Invalid job id specified")
         if not reply["jobs"]:
             return "No jobs in the system\n"
+        if any(j["state"] == "PENDING" and j.get("partition") for j in reply["jobs"]):  # issue #22
+            L.mark_partition_reasons(reply["jobs"], client.call("partitions")["partitions"])
         # an array's pending members are one record (ArrayTaskId=2-5%2), as Slurm keeps them
         jobs = L.array_rows(L.mark_array_limits(reply["jobs"]), expand=False)
         blocks = [L.show_job(j, reply["now"], oneliner) for j in jobs]

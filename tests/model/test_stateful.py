@@ -54,7 +54,7 @@ from reckon.model.permissions import Caller, check, owner_of
 from reckon.model.policy import ready, user_limit_refusal
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.partition_ops import SetPartition
-from reckon.model.partitions import Partition, may_run_on
+from reckon.model.partitions import Partition, may_run_on, startable
 from reckon.model.resources import NodeResources, Usage
 from reckon.model.scheduler import Scheduler
 
@@ -443,6 +443,8 @@ class ReckonMachine(RuleBasedStateMachine):
     def _wire_roundtrip(self, msg: M.Message, *, to: str) -> dict:
         data = cbor_like(M.to_wire(msg))
         back = M.from_wire(copy.deepcopy(data), to=to)
+        if isinstance(msg, M.Dispatch):  # an agent is never sent the scheduling-only (v8) spec fields
+            msg = replace(msg, spec=JobSpec.from_dict(msg.spec.agent_dict()))
         if back != msg:
             self._violate("INV-MESSAGE-CODEC", f"{msg!r} arrives as {back!r}")
         return data
@@ -1663,12 +1665,15 @@ class ReckonMachine(RuleBasedStateMachine):
     def _pending_that_fits(self) -> bool:
         state = self.controller.state
         return any(self._may_start(job) and not info.drained and resource_checks.would_fit(state, name, job)
+                   and may_run_on(state.partitions, job.spec, name)
                    for job in state.jobs.values() for name, info in state.agents.items())
 
     def _may_start(self, job: Any) -> bool:
-        """Ready, and not waiting for its owner's per-user limits (which a quiet cluster may hold it to)."""
+        """Ready, and not waiting for its owner's per-user limits (which a quiet cluster may hold it to),
+        nor for its partition (down, or its limits lowered below it: issue #22)."""
         state = self.controller.state
-        return ready(state, job) and user_limit_refusal(state, self.cconf.user_limits, job) is None
+        return (ready(state, job) and user_limit_refusal(state, self.cconf.user_limits, job) is None
+                and startable(state.partitions, job))
 
     # The invariants that compare the whole state with a rebuilt copy (a snapshot, a replay of
     # every fact, the scheduler's own view): three quarters of a check's cost.  A settling run
@@ -1757,8 +1762,10 @@ class ReckonMachine(RuleBasedStateMachine):
             if not self._may_start(job):  # a held job waits for its release, another for its owner's limit
                 continue
             for name, info in state.agents.items():
-                # A drained agent takes none; the fit is in every dimension (CPUs, memory, GPUs, gres).
-                assert info.drained or not resource_checks.would_fit(state, name, job), (
+                # A drained agent takes none; the fit is in every dimension (CPUs, memory, GPUs, gres);
+                # an agent outside the job's partition takes none either.
+                assert (info.drained or not resource_checks.would_fit(state, name, job)
+                        or not may_run_on(state.partitions, job.spec, name)), (
                     f"INV-LIVENESS-SCHEDULES: pending job {job.id} ({job.spec.resources_text()}) fits on {name} "
                     f"({info.used}/{info.slots} used) but was not dispatched")
         for p in self.procs:

@@ -47,7 +47,7 @@ def test_two_partitions_on_two_agents(cluster):
     assert slurm(cluster, "sinfo", "-h", "-o", "%P %a %l %D %N").splitlines() == [
         "cpu* up infinite 1 cpu1", "gpu down infinite 1 gpu1"]
     assert slurm(cluster, "sinfo", "-h", "-o", "%P").split() == ["cpu*", "gpu"]  # Snakemake's call
-    assert slurm(cluster, "squeue", "-h", "-o", "%i %P").split() == [held, "gpu"]
+    assert slurm(cluster, "squeue", "-h", "-o", "%i %P %r").split() == [held, "gpu", "PartitionDown"]
     part = slurm(cluster, "scontrol", "show", "partition", "cpu")
     assert "PartitionName=cpu" in part and "DefaultTime=10:00" in part and "Nodes=cpu1" in part
     cluster.cli("partition", "set", "gpu", "state=up")
