@@ -357,8 +357,14 @@ def partition_of(partitions: dict[str, Partition], spec: "JobSpec") -> str | Non
 
 
 def agent_partitions(partitions: dict[str, Partition], agent: str) -> tuple[str, ...]:
-    """The partitions ``agent`` belongs to, sorted."""
-    return tuple(sorted(name for name, p in partitions.items() if p.has_node(agent)))
+    """The partitions ``agent`` belongs to, sorted (asked for every agent note: memoized on the
+    partitions' records, which are immutable)."""
+    return _member_of(tuple(partitions.values()), agent)
+
+
+@lru_cache(maxsize=4096)
+def _member_of(partitions: tuple[Partition, ...], agent: str) -> tuple[str, ...]:
+    return tuple(sorted(p.name for p in partitions if p.has_node(agent)))
 
 
 def tier_of(partitions: dict[str, Partition], name: str | None) -> int:

@@ -9,7 +9,7 @@ import pytest
 from tests.e2e.conftest import cluster, hang_guard, wait_for  # noqa: F401 (fixtures)
 from tests.slurm.test_query_e2e import slurm
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
 CONFIG = """
 [partitions.cpu]
