@@ -92,6 +92,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--modes", nargs="+", choices=("fresh", "kept", "http"), default=["fresh", "kept", "http"],
                    help="fresh: a connection per poll (as each squeue process); kept: one per client; http: "
                         "GET /api/v1/query with keep-alive (default: all three)")
+    q.add_argument("--whole", action="store_true",
+                   help="poll for whole job objects, not the fields squeue %%i %%t and sacct JobIdRaw,State ask for")
 
     q = bench("memory", "controller resident memory per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

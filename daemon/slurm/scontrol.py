@@ -70,7 +70,7 @@ def _act(client, op: str, names: list[str]) -> int:
     ids = [i for n in names for i in C.split_list(n)]
     if not ids:
         raise SlurmCommandError(f"{op} needs a job id", 2)
-    reply = client.call("query", ids=ids)
+    reply = client.call("query", ids=ids, fields=["id"])
     failed = 0
     for unknown in reply.get("unknown") or ():
         sys.stderr.write(f"Invalid job id specified for job {unknown}\n")

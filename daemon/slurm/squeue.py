@@ -83,7 +83,8 @@ def _main(argv: list[str]) -> int:
     states = sorted({S.RECKON_STATE[s] for s in wanted}) if wanted is not None else None
     client = connect()
     try:
-        reply = client.call("query", ids=ids, names=names, users=users, states=states)
+        reply = client.call("query", ids=ids, names=names, users=users, states=states,  # only what it prints
+                            fields=S.squeue_query_fields(fields, partitions is not None or accounts is not None))
         jobs = [j for j in reply["jobs"] if (wanted is None or S.slurm_state(j) in wanted)
                 and (partitions is None or S.partition(j) in partitions)
                 and (accounts is None or S.label(j, "account") in accounts)]
