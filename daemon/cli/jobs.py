@@ -44,6 +44,7 @@ def run_client_command(args: argparse.Namespace) -> int:
         from reckon.daemon.cli.logs import run_logs
 
         return run_logs(args, url, auth, tls)
+    changes = partition_changes(args) if args.command == "partition" and args.partition_command == "set" else []
     with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state, user=args.user)["jobs"]
@@ -84,7 +85,7 @@ def run_client_command(args: argparse.Namespace) -> int:
             history = client.call("history", job=args.job)["history"]
             out.write((_json(history) if args.json else format_history(history)) + "\n")
         elif args.command == "partition":
-            _partition(client, args, out)
+            _partition(client, args, out, changes)
         elif args.command in ("drain", "resume"):
             result = client.call(args.command, agent=args.node)
             node = result["node"]
@@ -96,7 +97,17 @@ def run_client_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _partition(client: SyncClient, args: argparse.Namespace, out: Any) -> None:
+def partition_changes(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """``reckon partition set``'s words, checked before it connects (a bad one: exit status 2)."""
+    from reckon.daemon.cli.partitions import parse_assignments
+
+    try:
+        return parse_assignments(args.assignments)
+    except ValueError as exc:
+        raise UsageError(f"partition {args.name}: {exc}") from None
+
+
+def _partition(client: SyncClient, args: argparse.Namespace, out: Any, changes: list) -> None:
     """``reckon partition list | set NAME KEY=VALUE ... | remove NAME``."""
     if args.partition_command == "list":
         parts = client.call("partitions")["partitions"]
@@ -106,12 +117,6 @@ def _partition(client: SyncClient, args: argparse.Namespace, out: Any) -> None:
         client.call("partition_set", name=args.name, remove=True)
         out.write(f"removed partition {args.name}\n")
         return
-    from reckon.daemon.cli.partitions import parse_assignments
-
-    try:
-        changes = parse_assignments(args.assignments)
-    except ValueError as exc:
-        raise UsageError(f"partition {args.name}: {exc}") from None
     reply = client.call("partition_set", name=args.name, changes=[list(c) for c in changes])
     already = "" if reply["changed"] else " (it already was so)"
     out.write(f"partition {args.name} set{already}\n{format_partitions([reply['partition']])}\n")
