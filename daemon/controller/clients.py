@@ -77,7 +77,7 @@ class ClientRequests:
                 with trio.move_on_after(MAX_POLL_DEFER):
                     await self.batch_ended.wait()
             return query.query(self, request)
-        if op in operator.OPS:  # show, nodes, drain, resume, history
+        if op in operator.OPS:  # show, nodes, drain, resume, history, partitions, partition_set
             return await operator.OPS[op](self, request, caller)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it

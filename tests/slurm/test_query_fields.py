@@ -172,7 +172,7 @@ class _Reads(dict):
 
 def test_the_maps_name_every_key_each_column_reads():
     now = time.time()
-    derived = {"_slurm_id", "_slurm_tasks", "_array_limited"}  # the rows' own keys (array_rows, ...)
+    derived = {"_slurm_id", "_slurm_tasks", "_array_limited", "_partition_reason"}  # the rows' own keys (array_rows, ...)
     for code, job in itertools.product(sorted(S.SQUEUE_HEADERS), _shapes()):
         reads = _Reads(job)
         S.squeue_value(code, reads, now)
