@@ -72,7 +72,7 @@ class Checker:
         """INV-TRUE-OUTCOME: a recorded outcome is the end of a process of that (job, attempt) and submission."""
         out = []
         for job in jobs.values():
-            if job.finished_at is None:
+            if job.exit_code is None and job.signal is None:  # no outcome (a cancel before it ran has a time only)
                 continue
             recorded = (job.exit_code, job.signal, job.finished_at)
             truth = [(p.exit_code, p.signal, p.finished_at) for p in _processes_of(self.world, job) if not p.alive]
@@ -138,7 +138,8 @@ class Checker:
                f"{j.state.value} (attempt {j.attempt}, agent {j.agent})" for j in jobs.values() if not j.terminal]
         for job in jobs.values():
             ran = [p for p in _processes_of(self.world, job) if not p.alive]
-            if job.terminal and ran and job.finished_at is None and job.state is not JobState.CANCELLED:
+            if (job.terminal and ran and job.exit_code is None and job.signal is None
+                    and job.state is not JobState.CANCELLED):
                 out.append(f"INV-LIVENESS-OUTCOME: job {job.id} ran (ended {ran[0].finished_at}) but is "
                            f"{job.state.value} with no outcome")
         return out
