@@ -12,12 +12,13 @@ sure the clock moves when nothing else happens.  Volatile: rebuilt from the stat
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from .jobs import JobRecord, JobState
 
-if TYPE_CHECKING:
-    from .transaction import Transaction, Volatile
+# The volatile view and the transaction (model/transaction.py) are ``Any`` here: that module
+# imports this one (no import circle, not even for the type checker).
+Volatile = Transaction = Any
 
 
 def watch(volatile: Volatile, job: JobRecord) -> None:

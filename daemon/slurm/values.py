@@ -387,4 +387,7 @@ def _clock(text: str) -> tuple[int, int, int]:
     parts = [int(p) for p in text.split(":")]
     if not 2 <= len(parts) <= 3:
         raise ValueError(text)
-    return parts[0], parts[1], parts[2] if len(parts) == 3 else 0
+    hh, mm, ss = parts[0], parts[1], parts[2] if len(parts) == 3 else 0
+    if not (0 <= hh <= 23 and 0 <= mm <= 59 and 0 <= ss <= 59):  # as Slurm's _get_time refuses them
+        raise ValueError(text)
+    return hh, mm, ss
