@@ -144,7 +144,7 @@ def write_job_state(out: TextIO, job: dict) -> None:
     notes = []
     if job["state"] == "RUNNING" and job.get("cancel_requested"):
         notes.append("cancel requested")
-    if job.get("held"):
+    if job.get("held") and job["state"] == "PENDING":  # a cancelled job keeps its hold: not worth a note
         notes.append("held")
     if job.get("reason"):
         notes.append(job["reason"])

@@ -8,6 +8,7 @@ import pytest
 
 from reckon.model import events as E
 from reckon.model import facts as F
+from reckon.model.history import job_history
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.nodes import pending_reason
 from reckon.model.permissions import Caller
@@ -145,6 +146,8 @@ def test_a_job_cancelled_while_held_keeps_its_hold_and_its_cancel_time() -> None
     record = h.job(job)
     assert record.state is JobState.CANCELLED and record.held and record.finished_at == 75.0
     assert record.exit_code is None and record.signal is None  # no outcome: it never ran
+    assert job_history(job, h.log).events[-1] == {"event": "cancelled", "attempt": None,
+                                                  "reason": "cancelled by a user before it ran", "at": 75.0}
     with pytest.raises(Exception, match="only a PENDING job can be released"):
         h.controller.handle(E.ReleaseJob(job=job, now=h.now))
     h.assert_replay_agrees()

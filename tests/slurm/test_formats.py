@@ -277,3 +277,14 @@ def test_query_commands_parse_with_argv():
     assert opts == {"jobs": "1,2", "noheader": True, "alloc": True, "names": "a"} and rest == ["x"]
     with pytest.raises(C.UsageProblem, match="unrecognized option '--nope'"):
         C.parse_keyed(["--nope"], {"--name": ("names", True)})
+
+
+def test_begin_singleton_and_a_cancelled_hold_as_slurm_shows_them() -> None:
+    later = time.time() + 3600
+    waiting = job("7", "PENDING", begin=later, started_at=None)
+    assert S.pending_reason(waiting) == "BeginTime"
+    assert S.squeue_value("S", waiting, time.time()) == S.date(later)
+    assert S.pending_reason(job("7", "PENDING", begin=later - 7200, started_at=None)) == "Resources"
+    solo = job("8", "PENDING", singleton=True, started_at=None)
+    assert S.pending_reason(solo) == "Dependency" and S.dependency(solo) == "singleton(unfulfilled)"
+    assert S.pending_reason(job("9", "CANCELLED", held=True, started_at=None)) == "JobHeldUser"
