@@ -9,7 +9,9 @@ The index (``ControllerState.named``) holds, for each (user, name) with a live j
 its RUNNING jobs and the ids of its PENDING ones, sorted: a singleton job's check is O(1), and a
 change of one job's state O(log n) plus the list's shift.  ``state.apply`` keeps it (one hook,
 for the fact's own job: no fact changes another job's state), so replay rebuilds it; ``restore``
-rebuilds it from the records and ``validate_state`` recomputes it.  Pure.
+rebuilds it from the records and ``validate_state`` recomputes it.  It is None (and costs
+nothing) until the first singleton job is submitted: then it is built from the job table once.
+Pure.
 """
 
 from __future__ import annotations
@@ -49,11 +51,17 @@ def _order(job: JobRecord) -> tuple[int, str]:
 def enter(named: dict[NameKey, NameLoad], job: JobRecord) -> None:
     """Count ``job`` in its current state (a live one; a terminal job is not counted)."""
     if job.state is JobState.PENDING:
-        load = named.setdefault(key_of(job), NameLoad())
-        bisect.insort(load.pending, _order(job))
+        load = named.get(key_of(job))
+        if load is None:
+            named[key_of(job)] = NameLoad(pending=[_order(job)])
+        else:
+            bisect.insort(load.pending, _order(job))
     elif job.state is JobState.RUNNING:
-        load = named.setdefault(key_of(job), NameLoad())
-        load.running = (*load.running, job.id)
+        load = named.get(key_of(job))
+        if load is None:
+            named[key_of(job)] = NameLoad(running=(job.id,))
+        else:
+            load.running = (*load.running, job.id)
 
 
 def moved(jobs: Mapping[str, JobRecord], named: dict[NameKey, NameLoad], job: JobRecord,
@@ -63,33 +71,47 @@ def moved(jobs: Mapping[str, JobRecord], named: dict[NameKey, NameLoad], job: Jo
     job before and after: only the first can be free to start).  Called by ``state.apply``."""
     key = key_of(job)
     load = named.get(key)
-    first = load.first_pending() if load is not None else None
-    if load is not None:
-        if before is JobState.PENDING:
-            at = bisect.bisect_left(load.pending, _order(job))
-            if at < len(load.pending) and load.pending[at] == _order(job):
-                del load.pending[at]
-        elif before is JobState.RUNNING:
-            load.running = tuple(j for j in load.running if j != job.id)
-    enter(named, job)
-    load = named.get(key)
-    if load is None:
+    if load is None:  # the key's first live job: nobody else to tell
+        enter(named, job)
         return ()
-    after = load.first_pending()
-    if not load.running and not load.pending:
-        del named[key]
-    out = []
-    for job_id in {first, after} - {None, job.id}:
-        other = jobs[job_id]  # type: ignore[index]
-        if other.spec.singleton:
-            out.append(other.id)
-    return tuple(sorted(out))
+    pending = load.pending
+    first = pending[0][1] if pending else None
+    if before is JobState.PENDING:
+        order = _order(job)
+        at = bisect.bisect_left(pending, order)
+        if at < len(pending) and pending[at] == order:
+            del pending[at]
+    elif before is JobState.RUNNING:
+        load.running = () if load.running == (job.id,) else tuple(j for j in load.running if j != job.id)
+    if job.state is JobState.PENDING:
+        bisect.insort(pending, _order(job))
+    elif job.state is JobState.RUNNING:
+        load.running = (*load.running, job.id)
+    if not pending:
+        if not load.running:
+            del named[key]
+        return () if first is None or first == job.id else _singletons(jobs, (first,))
+    after = pending[0][1]
+    if first is None or first == after:
+        return () if after == job.id else _singletons(jobs, (after,))
+    return _singletons(jobs, tuple(j for j in (first, after) if j != job.id))
 
 
-def blocker(named: Mapping[NameKey, NameLoad], job: JobRecord) -> str | None:
+def _singletons(jobs: Mapping[str, JobRecord], ids: tuple[str, ...]) -> tuple[str, ...]:
+    """The ones of ``ids`` that are singleton jobs (others never wait on the index)."""
+    return tuple(job_id for job_id in ids if jobs[job_id].spec.singleton)
+
+
+def any_singleton(jobs: Mapping[str, JobRecord]) -> bool:
+    """Whether the table has a singleton job: only then is the index kept (jobs are never removed,
+    so replay, a restore and the live state agree on when it began)."""
+    return any(job.spec.singleton for job in jobs.values())
+
+
+def blocker(named: Mapping[NameKey, NameLoad] | None, job: JobRecord) -> str | None:
     """The job that keeps the PENDING singleton ``job`` waiting (RUNNING, or PENDING and submitted
     before it), or None when it may start as far as singleton goes."""
-    load = named.get(key_of(job))
+    load = named.get(key_of(job)) if named is not None else None
     if load is None:
         return None
     if load.running:
@@ -107,6 +129,8 @@ def rebuild(jobs: Mapping[str, JobRecord]) -> dict[NameKey, NameLoad]:
     return named
 
 
-def normal(named: Mapping[NameKey, NameLoad]) -> dict:
+def normal(named: Mapping[NameKey, NameLoad] | None) -> dict | None:
     """The index in a form two equal indexes share (its running tuples in any order)."""
+    if named is None:
+        return None
     return {key: (sorted(load.running), list(load.pending)) for key, load in named.items()}
