@@ -134,6 +134,10 @@ def test_submitit_and_snakemake_shapes_wait_and_hold(cluster):
     assert out.stdout.splitlines() == [f"{later} BeginTime (null)", f"{solo[1]} Dependency singleton(unfulfilled)"]
     assert cluster.job(later)["state"] == cluster.job(solo[1])["state"] == "PENDING"
     _run(cluster, bin_dir, "scancel", later, *solo)
+    # A begin two seconds ahead: the controller's tick (every second) lets it start then, not before.
+    soon = _run(cluster, bin_dir, "sbatch", "--parsable", "--begin=now+2", "--wrap", "true").stdout.strip()
+    done = wait_for(lambda: (j := cluster.job(soon))["state"] == "COMPLETED" and j, what="the --begin job")
+    assert done["started_at"] >= done["begin"]
 
 
 def test_srun_outside_a_job_streams_its_output_and_exits_with_its_code(cluster):
