@@ -99,7 +99,9 @@ class Checker:
         """The operator restored an older controller state: what it decided after that copy is
         forgotten, by the operator's choice.  Outcomes come back from the agents (and must be the
         same), but a cancel of a job that had not run is gone: it may now run."""
-        self.terminal_seen = {sub: seen for sub, seen in self.terminal_seen.items() if seen[3] is not None}
+        # An outcome is an exit code or a signal (a cancel before the job ran has its time only).
+        self.terminal_seen = {sub: seen for sub, seen in self.terminal_seen.items()
+                              if seen[1] is not None or seen[2] is not None}
 
     def terminal_stable(self, jobs: dict[str, JobRecord]) -> list[str]:
         """INV-TERMINAL-STABLE: a submission's terminal state and outcome never change."""
