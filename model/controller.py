@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import batches
+from . import begin
 from . import connections
 from . import events as E
 from . import facts as F
@@ -75,10 +76,16 @@ def notify_scheduler(tx: Transaction, ev: E.ControllerEvent) -> None:
     tx.flush_notes()
 
 
+def begin_due(tx: Transaction, ev: E.ControllerEvent) -> None:
+    """The jobs whose begin time the clock reached are noted again (model.begin)."""
+    begin.due(tx)
+
+
 # What runs after every handler, in order, on the same transaction: the ids agents
-# reported are reserved (a fact), the scheduler hears of every change (that one
-# included), and the start gate is checked (it may open, after those notes).
-POST_HANDLE: tuple[Handler, ...] = (reports.reserve_reported_ids, notify_scheduler, startup.check_gate)
+# reported are reserved (a fact), the jobs whose begin time came are noted, the scheduler
+# hears of every change (those included), and the start gate is checked (it may open, after
+# those notes).
+POST_HANDLE: tuple[Handler, ...] = (reports.reserve_reported_ids, begin_due, notify_scheduler, startup.check_gate)
 
 
 class Controller(VolatileAccess):
@@ -86,6 +93,7 @@ class Controller(VolatileAccess):
         self.config = config or ControllerConfig()
         self.state = state or ControllerState()
         self.volatile = Volatile()
+        begin.watch_all(self.volatile, self.state.jobs.values())  # a recovered state's jobs waiting to begin
 
     # ---- the volatile view (sessions, conns, start_gate: VolatileAccess), for the daemon, views, tests ----
 
@@ -130,7 +138,8 @@ class Controller(VolatileAccess):
         handler = HANDLERS.get(type(event))
         if handler is None:
             raise LocalProtocolError(f"the controller does not handle {type(event).__name__}")
-        tx = Transaction(self.state, self.volatile, self.config)
+        begin.advance(self.volatile, event)  # the clock is the latest event's time (model.begin)
+        tx = Transaction(self.state, self.volatile, self.config, now=getattr(event, "now", None))
         try:
             handler(tx, event)
             for hook in POST_HANDLE:
@@ -172,7 +181,7 @@ class Controller(VolatileAccess):
     def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool, dict[str, tuple]]:
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
-            (j for j in self.state.jobs.values() if ready(self.state, j) and startable(self.state.partitions, j)),
+            (j for j in self.state.jobs.values() if ready(self.state, j, self.clock) and startable(self.state.partitions, j)),
             key=lambda j: int(j.id)))
         agents = {}
         for name, info in self.state.agents.items():

@@ -169,14 +169,17 @@ class JobCancelled:
     """A pending job was cancelled before it ever ran (again)."""
 
     KIND: ClassVar[str] = "job_cancelled"
-    VERSION: ClassVar[int] = 2  # v1 had no reason
+    VERSION: ClassVar[int] = 3  # v1 had no reason; v2 no cancelled_at
     job: str
     reason: str | None = None  # None: a user's cancel; else why (e.g. "dependency 12 ended FAILED")
+    # v3: when it was cancelled (the job's end: sacct End, reckon history); None in older facts.
+    cancelled_at: float | None = None
 
     def __post_init__(self) -> None:
         check_str("job", self.job)
         if self.reason is not None:
             check_str("reason", self.reason)
+        check_opt_time("cancelled_at", self.cancelled_at)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,6 +442,7 @@ _NEW_AT_DEFAULT: dict[type, dict[str, tuple[Any, int]]] = {
     JobFinished: {"usage": (None, 4), "oom": (False, 4), "not_run": (None, 5)},
     AgentRegistered: {"resources": (None, 3)},
     JobSubmitted: {"owner": (None, 3)},  # v1-2 had no owner (None is what they meant)
+    JobCancelled: {"cancelled_at": (None, 3)},  # v1-2 did not record the time
 }
 # Fields whose value is a record of model/resources.py: encoded by to_dict, decoded by from_dict.
 _RECORD_FIELDS: dict[str, Any] = {"usage": Usage.from_dict, "resources": NodeResources.from_dict,

@@ -111,8 +111,10 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
             a.ended, a.reason = "cancelled", "cancelled by a user; its process is gone"
             h.events.append({"event": "cancelled", "attempt": fact.attempt, "reason": a.reason})
         elif kind is F.JobCancelled:
-            h.events.append({"event": "cancelled", "attempt": None,
-                             "reason": fact.reason or "cancelled by a user before it ran"})
+            event = {"event": "cancelled", "attempt": None, "reason": fact.reason or "cancelled by a user before it ran"}
+            if fact.cancelled_at is not None:  # v3: when (older facts did not say)
+                event["at"] = fact.cancelled_at
+            h.events.append(event)
         elif kind is F.JobHeld:
             h.events.append({"event": "held", "attempt": None, "reason": "held by a user"})
         elif kind is F.JobReleased:

@@ -68,6 +68,8 @@ def on_release(tx: Transaction, ev: E.ReleaseJob) -> None:
     require(ev.caller, "release", job.owner, job=job.id)
     if not job.held:
         raise LocalProtocolError(f"job {job.id} is not held")
+    if job.state is not JobState.PENDING:  # a cancelled job keeps its hold (Slurm's JobHeldUser): nothing to release
+        raise LocalProtocolError(f"job {job.id} is {job.state.value}: only a PENDING job can be released")
     tx.apply(F.JobReleased(job=job.id))
 
 
@@ -178,7 +180,7 @@ def on_cancel(tx: Transaction, ev: E.CancelJob) -> None:
     job = tx.state.job(ev.job)  # LocalProtocolError for an unknown job
     require(ev.caller, "cancel", job.owner, job=job.id)
     if job.state is JobState.PENDING:
-        tx.apply(F.JobCancelled(job=job.id))
+        tx.apply(F.JobCancelled(job=job.id, cancelled_at=ev.now))
     elif job.state is JobState.RUNNING:
         if job.cancel_requested:
             return  # already asked: cancelling twice changes nothing
@@ -197,7 +199,7 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
     session = tx.sessions.get(ev.agent)
     info = tx.state.agents.get(ev.agent)
     ok = (
-        job is not None and job.state is JobState.PENDING and ready(tx.state, job)
+        job is not None and job.state is JobState.PENDING and ready(tx.state, job, tx.clock)
         and not array_full(tx.state, job) and tx.start_gate is None
         and session is not None and session.connected and not session.reconciling
         and info is not None and not info.drained and info.shortfall(job.spec) is None
@@ -221,7 +223,7 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
     # The lowest free GPU indices of the agent: a fact, so a replay or a restart gives the job the same ones.
     gpus = lowest_free(info.resources.gpus, info.gpus_held, job.spec.gpus) if job.spec.gpus else ()
     tx.apply(F.JobDispatched(job=job.id, attempt=job.attempt, agent=ev.agent, gpus=gpus))
-    spec, uid = job.spec, session.uid_for(job.uid)
+    spec, uid = job.spec.for_agent(), session.uid_for(job.uid)  # no scheduling-only (v8) fields
     owner = session.owner_for(job.owner)
     tx.send(session, lambda seq: M.Dispatch(seq=seq, job=job.id, attempt=job.attempt, spec=spec, uid=uid,
                                             owner=owner, gpus=gpus))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
 
@@ -100,7 +100,9 @@ V7_SPEC_DEFAULTS: dict[str, Any] = {
 # them, so they need no agent version.
 V8_SPEC_DEFAULTS: dict[str, Any] = {
     "partition": None,  # [partitions] model/partitions.py
+    "begin": None, "singleton": False,  # model21: --begin, --dependency=singleton (model/begin.py, model/singleton.py)
 }
+MAX_BEGIN = 1e11  # an epoch time (year 5138): a finite number the wire and sqlite carry exactly
 MAX_SCRIPT = 4 << 20  # a batch script's text, in UTF-8 bytes (Slurm's default max_script_size)
 MAX_SIGNAL = 64  # signal numbers 1..64 (SIGRTMAX on Linux)
 MAX_WARN_BEFORE = 65535  # seconds (Slurm's --signal @ limit)
@@ -154,6 +156,11 @@ class JobSpec:
     slurm_env: bool = False  # the agent adds Slurm's SLURM_* variables to the job's environment
     # Version 8 (scheduling-only, never sent to agents).
     partition: str | None = None  # the partition it asked for (model/partitions.py; None: the default)
+    # begin: not dispatched before this epoch
+    # time (sbatch --begin; None: at once); singleton: not dispatched while another job of the same
+    # name and owner runs, or one submitted before it waits (--dependency=singleton).
+    begin: float | None = None
+    singleton: bool = False
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -220,6 +227,12 @@ class JobSpec:
         self._check_v7()
         if self.partition is not None:
             check_str("partition", self.partition, max_len=64)
+        if self.begin is not None:
+            if (not isinstance(self.begin, (int, float)) or isinstance(self.begin, bool)
+                    or not 0 <= self.begin <= MAX_BEGIN):
+                raise ValueError("begin must be a time in seconds since the epoch")
+        if not isinstance(self.singleton, bool):
+            raise ValueError("singleton must be a bool")
 
     def _check_v7(self) -> None:
         if (self.script is None and self.warn_signal is None and self.warn_before == 0 and self.open_mode is None
@@ -292,9 +305,18 @@ class JobSpec:
                 if value != default:
                     out[key] = [list(p) for p in value] if key == "labels" else (
                         list(value) if isinstance(value, tuple) else value)
-        if self.partition is not None:
-            out["partition"] = self.partition
+        for key, default in V8_SPEC_DEFAULTS.items():  # scheduling only: left out at the default
+            value = getattr(self, key)
+            if value != default:
+                out[key] = list(value) if isinstance(value, tuple) else value
         return out
+
+    def for_agent(self) -> "JobSpec":
+        """The spec an agent gets (a Dispatch's): without the scheduling-only version 8 fields, so
+        the message is what its wire form (``agent_dict``) reads back as."""
+        if all(getattr(self, key) == default for key, default in V8_SPEC_DEFAULTS.items()):
+            return self
+        return replace(self, **V8_SPEC_DEFAULTS)
 
     def agent_dict(self) -> dict[str, Any]:
         """The spec as an agent is sent it: ``to_dict`` without the scheduling-only version 8 fields."""
@@ -330,7 +352,7 @@ class JobSpec:
             gres=tuple(tuple(p) if isinstance(p, (list, tuple)) else p
                        for p in _tuple("gres", data.get("gres", ()))),
             **(_v7_fields(data) if not _V7_KEYS.isdisjoint(data) else {}),
-            partition=data.get("partition"),
+            **(_v8_fields(data) if not _V8_KEYS.isdisjoint(data) else {}),
         )
 
     def resources_text(self) -> str:
@@ -345,6 +367,7 @@ class JobSpec:
 
 
 _V7_KEYS = frozenset(V7_SPEC_DEFAULTS)
+_V8_KEYS = frozenset(V8_SPEC_DEFAULTS)
 
 
 def _v7_fields(data: dict) -> dict[str, Any]:
@@ -360,6 +383,11 @@ def _v7_fields(data: dict) -> dict[str, Any]:
         labels=_labels(data.get("labels", ())),
         slurm_env=data.get("slurm_env", False),
     )
+
+
+def _v8_fields(data: dict) -> dict[str, Any]:
+    """The version 8 (scheduling-only) fields of a spec's map that has some."""
+    return {key: data[key] for key in V8_SPEC_DEFAULTS if key in data}
 
 
 def check_labels(name: str, labels: Any) -> None:
@@ -411,7 +439,9 @@ class JobRecord:
     ran_on: str | None = None  # the agent of the latest attempt that ran (kept after it ends)
     submitted_at: float = 0.0
     started_at: float | None = None  # as the agent reported it
-    finished_at: float | None = None  # as the agent observed the process end
+    # As the agent observed the process end; for a job cancelled before it ran, the cancel's time
+    # (JobCancelled v3; None for older facts).  Only a job with an exit code or signal has an outcome.
+    finished_at: float | None = None
     exit_code: int | None = None
     signal: int | None = None
     cancel_requested: bool = False
@@ -488,6 +518,9 @@ class JobRecord:
             "script": self.spec.script is not None,  # whether it runs a batch script (its text stays out)
             "requeue_requested": self.requeue_requested,
             "partition": self.spec.partition,  # issue #22: its partition (None: the cluster has none)
+            # Version 8 (model21): when it may begin (None: at once), --dependency=singleton.
+            "begin": self.spec.begin,
+            "singleton": self.spec.singleton,
         }
 
     def snapshot_key(self) -> tuple:

@@ -19,7 +19,9 @@ from .errors import LocalProtocolError
 from .jobs import TERMINAL_STATES, JobState
 from .admission import beyond_every_agent, capacity_shortfall
 from .partitions import hold_reason, hold_text, partition_of
+from .begin import waiting_reason as begin_reason
 from .permissions import require
+from .singleton import blocker
 from .policy import NOT_OK_STATES, array_full, user_limit_refusal
 from .state import AgentInfo
 from .transaction import ControllerView, Transaction
@@ -93,6 +95,12 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
             shown = ", ".join(f"{dep} ({deps[dep].state.value if deps[dep] else 'unknown'})" for dep in waiting[:3])
             more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
             return f"waiting for job{'s' if len(waiting) > 1 else ''} {shown}{more} to {what}"
+    if job.spec.singleton and (other := blocker(ctl.state.named, job)) is not None:
+        what = ctl.state.jobs[other].state.value
+        return (f"waiting for job {other} ({what}) of the same name and user to end "
+                f"(--dependency=singleton: one at a time)")
+    if (waiting := begin_reason(job, ctl.clock)) is not None:
+        return waiting
     if ctl.state.partitions and (held := hold_reason(ctl.state.partitions, job)) is not None:
         return hold_text(ctl.state.partitions, job, held)  # issue #22: its partition keeps it back
     if array_full(ctl.state, job):

@@ -12,6 +12,7 @@ from typing import Mapping, Protocol
 
 from .jobs import TERMINAL_STATES, JobRecord, JobSpec, JobState
 from .scheduler import UserLimits
+from .singleton import NameLoad, blocker
 
 
 class JobTable(Protocol):
@@ -31,6 +32,9 @@ class JobTable(Protocol):
 
     @property
     def user_running(self) -> Mapping[str, list[int]]: ...
+
+    @property
+    def named(self) -> Mapping[tuple, NameLoad] | None: ...
 
 TIMEOUT_REASON = "timeout"  # JobRecord.reason of a job its supervisor stopped at its time limit
 
@@ -61,12 +65,18 @@ _MEETS = {"after": frozenset({JobState.COMPLETED}), "after_any": TERMINAL_STATES
 _FLAG = {"after": "--after", "after_any": "after_any", "after_not_ok": "after_not_ok"}
 
 
-def ready(state: JobTable, job: JobRecord) -> bool:
-    """A PENDING job the scheduler may place: not held, every dependency met (after: COMPLETED;
+def ready(state: JobTable, job: JobRecord, now: float | None = None) -> bool:
+    """A PENDING job the scheduler may place: not held, its begin time reached (``now``: the
+    controller's clock, ``Volatile.clock``; None: a job with a begin time is not ready), no other
+    job of its name and owner in the way (singleton), every dependency met (after: COMPLETED;
     after_any: ended in any state; after_not_ok: ended FAILED or CANCELLED)."""
     if job.state is not JobState.PENDING or job.held:
         return False
     spec = job.spec
+    if spec.begin is not None and (now is None or now < spec.begin):
+        return False
+    if spec.singleton and blocker(state.named, job) is not None:
+        return False
     for kind, deps in (("after", spec.after), ("after_any", spec.after_any), ("after_not_ok", spec.after_not_ok)):
         meets = _MEETS[kind]
         for dep in deps:

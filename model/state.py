@@ -14,6 +14,7 @@ from operator import attrgetter
 from typing import Any
 
 from . import facts as F
+from . import singleton
 from .errors import LocalProtocolError, ModelCorrupted
 from .messages import pair_hash, running_digest
 from .jobs import JobRecord, JobState, JobTransition, finish_transition, next_state
@@ -85,7 +86,7 @@ _RESOURCES = AGENT_ROW.index("resources")
 # The state's own fields that are not records: in the digest (but facts_applied: how many facts
 # led here, not what the state is; equal states reached by different paths are equal) and the snapshot.
 STATE_SCALARS = ("next_job", "id_mark", "cluster", "facts_applied")
-STATE_DERIVED = frozenset({"dependants", "array_running", "arrays", "user_running"})  # indexes of the job table
+STATE_DERIVED = frozenset({"dependants", "array_running", "arrays", "user_running", "named"})  # indexes of the job table
 NOT_IN_DIGEST = frozenset({"facts_applied"})
 
 
@@ -114,6 +115,9 @@ class ControllerState:
     # Issue #22: the partitions by name (model/partitions.py), and the config file's as recorded last.
     partitions: dict[str, Partition] = field(default_factory=dict)
     partitions_configured: tuple[Partition, ...] = ()
+    # (owner's user, job name) -> its RUNNING and PENDING jobs: what --dependency=singleton asks (model/singleton.py)
+    # None until a singleton job is submitted (most clusters never pay for it).
+    named: dict[tuple, singleton.NameLoad] | None = None
 
     def job(self, job_id: str) -> JobRecord:
         try:
@@ -214,6 +218,9 @@ class ControllerState:
                 digest = running_digest((job_id, self.jobs[job_id].attempt) for job_id in placed[name])
                 if info.digest != digest:
                     wrong.append(f"agent {name}'s placement digest is {info.digest}, recomputed {digest}")
+        named = singleton.rebuild(self.jobs) if singleton.any_singleton(self.jobs) else None
+        if singleton.normal(self.named) != singleton.normal(named):
+            wrong.append(f"named is {singleton.normal(self.named)}, recomputed {singleton.normal(named)}")
         if wrong:
             raise ModelCorrupted("the controller state's derived indexes disagree with its records: "
                                  + "; ".join(wrong))
@@ -328,8 +335,24 @@ def _index_job(state: ControllerState, job: JobRecord) -> None:
 
 def apply(state: ControllerState, fact: F.Fact) -> Changes:
     """Apply one fact.  Raises ``LocalProtocolError`` and changes nothing if it does not apply."""
+    named = state.named
+    if named is None:  # no singleton job yet (the common case: one test)
+        changes = _APPLY[type(fact)](state, fact)
+        state.facts_applied += 1
+        if type(fact) is F.JobSubmitted and fact.spec.singleton:
+            state.named = singleton.rebuild(state.jobs)  # the first one: the index starts (model/singleton.py)
+        return changes
+    job_id = getattr(fact, "job", None)
+    job = state.jobs.get(job_id) if job_id is not None else None
+    before = job.state if job is not None else None
     changes = _APPLY[type(fact)](state, fact)
     state.facts_applied += 1
+    # A fact changes the state of its own job at most: the singleton index follows it here, once.
+    job = state.jobs.get(job_id) if job_id is not None else None
+    if job is not None and job.state is not before:
+        waiting = singleton.moved(state.jobs, named, job, before)
+        if waiting:
+            changes = Changes(jobs=(*changes.jobs, *waiting), agents=changes.agents)
     return changes
 
 
@@ -469,8 +492,10 @@ def _cancelled(state: ControllerState, fact: F.JobCancelled) -> Changes:
     job = state.job(fact.job)
     job.state = next_state(job.state, JobTransition.CANCEL)
     job.cancel_requested = True
-    job.held = False
+    # A hold stays on the cancelled record, as Slurm keeps it (reason JobHeldUser, priority 0);
+    # a user's requeue (JobRestarted) clears it.
     job.reason = fact.reason
+    job.finished_at = fact.cancelled_at  # its end (None: a fact from before v3 did not say)
     # An after_any / after_not_ok dependant may be ready now.
     return Changes(jobs=(job.id, *state.dependants.get(job.id, ())))
 
@@ -498,7 +523,7 @@ def _restarted(state: ControllerState, fact: F.JobRestarted) -> Changes:
     job.state = next_state(job.state, JobTransition.RESTART)  # only a terminal job has this entry
     job.attempt = _next_attempt(job)
     job.started_at = job.finished_at = job.exit_code = job.signal = job.reason = job.usage = None
-    job.cancel_requested = False
+    job.cancel_requested = job.held = False  # a new run, unheld (a hold kept by its cancel ends here)
     job.retried = 0  # a new run: the retry budget starts again
     job.requeues += 1
     # Jobs waiting on this one are not ready again until it completes again.
@@ -694,4 +719,5 @@ def restore(data: dict[str, Any]) -> ControllerState:
         _index_job(state, job)
         if agent is not None:
             _place(state, job, agent)
+    state.named = singleton.rebuild(state.jobs) if singleton.any_singleton(state.jobs) else None
     return state

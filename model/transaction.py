@@ -25,6 +25,7 @@ from typing import Callable, Protocol
 from . import events as E
 from . import facts as F
 from . import messages as M
+from .begin import watch as watch_begin
 from .jobs import JobRecord, JobState
 from .partitions import Partition, agent_partitions, check_set, partition_of, startable
 from .policy import doomed_dependants, ready
@@ -100,6 +101,10 @@ class Volatile:
     applied_rounds: list[bytes] = field(default_factory=list)  # tokens whose reports were applied (each once)
     started: bool = False  # ControllerStarted was handled (once per start; replay never sets it)
     start_gate: StartGate | None = None  # dispatch held after a start: model.startup
+    # model.begin: the clock (the latest event's now) and the jobs waiting for their begin time.
+    clock: float = 0.0
+    begin_heap: list[tuple[float, int, str]] = field(default_factory=list)  # (begin, order, job)
+    begin_queued: set[str] = field(default_factory=set)  # the jobs in begin_heap
 
 
 class ControllerView(Protocol):
@@ -114,6 +119,8 @@ class ControllerView(Protocol):
     def start_gate(self) -> StartGate | None: ...
     @property
     def config(self) -> ControllerConfig: ...
+    @property
+    def clock(self) -> float: ...
 
 
 def placed_on(state: ControllerState, agent: str) -> dict[str, int]:
@@ -146,15 +153,21 @@ class VolatileAccess:
     def start_gate(self, gate: StartGate | None) -> None:
         self.volatile.start_gate = gate
 
+    @property
+    def clock(self) -> float:  # the latest event's now (model.begin)
+        return self.volatile.clock
+
 
 class Transaction(VolatileAccess):
     """One ``handle`` call's reads, changes and output (see the module docstring)."""
 
     __slots__ = ("state", "config", "volatile", "facts", "commands", "changed_jobs", "changed_agents",
-                 "reserve_upto")
+                 "reserve_upto", "now")
 
-    def __init__(self, state: ControllerState, volatile: Volatile, config: ControllerConfig) -> None:
+    def __init__(self, state: ControllerState, volatile: Volatile, config: ControllerConfig,
+                 now: float | None = None) -> None:
         self.state = state
+        self.now = now  # the handled event's time (facts that record a time take it: a dependant's cancel)
         self.config = config
         self.volatile = volatile
         self.facts: list[F.Fact] = []
@@ -192,7 +205,7 @@ class Transaction(VolatileAccess):
             if self.state.dependants.get(job_id):
                 for dependant, reason in doomed_dependants(self.state, self.state.jobs[job_id]):
                     if self.state.jobs[dependant].state is JobState.PENDING:  # an earlier one may have got it
-                        self.apply(F.JobCancelled(job=dependant, reason=reason))
+                        self.apply(F.JobCancelled(job=dependant, reason=reason, cancelled_at=self.now))
         for name in changes.agents:
             self.note_agent(name)
 
@@ -219,12 +232,15 @@ class Transaction(VolatileAccess):
     def flush_notes(self) -> None:
         """Hand every pending change to the scheduler's notification path, with current values."""
         partitions = self.state.partitions
+        clock = self.volatile.clock
         for job in self.changed_jobs.values():
+            if job.spec.begin is not None:
+                watch_begin(self.volatile, job)  # noted again when its begin comes (model.begin)
             # Partitions (issue #22): the job's partition, and whether it lets the job start now.
             part = partition_of(partitions, job.spec) if partitions else None
             self.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
                                                        slots=job.spec.slots, agent=job.agent,
-                                                       ready=ready(self.state, job) and startable(partitions, job),
+                                                       ready=ready(self.state, job, clock) and startable(partitions, job),
                                                        partition=part, time_limit=job.spec.time_limit,
                                                        array=job.spec.array_id,
                                                        array_max=job.spec.array_max, mem=job.spec.mem,

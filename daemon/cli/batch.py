@@ -60,10 +60,27 @@ def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"bad --retry-on-exit {args.retry_on_exit!r}: expected exit codes like 1,75") from None
     if args.after:
         fields["after"] = tuple(j.strip() for j in args.after.split(",") if j.strip())
+    if getattr(args, "begin", None) is not None:
+        fields["begin"] = parse_begin(args.begin)
+    if getattr(args, "singleton", False):
+        fields["singleton"] = True
     fields.update(resource_fields(args))
     if getattr(args, "partition", None):  # issue #22: the controller checks the name
         fields["partition"] = args.partition
     return fields
+
+
+def parse_begin(text: str) -> float:
+    """``--begin``'s time (Slurm's formats, looking ahead: sbatch's) as seconds since the epoch."""
+    import time
+
+    from reckon.daemon.slurm.argv import UsageProblem
+    from reckon.daemon.slurm.values import parse_when
+
+    try:
+        return parse_when(text, time.time(), future=True)
+    except UsageProblem as exc:
+        raise UsageError(f"bad --begin: {exc}") from None
 
 
 def resource_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -131,7 +148,7 @@ def write_job_state(out: TextIO, job: dict) -> None:
     notes = []
     if job["state"] == "RUNNING" and job.get("cancel_requested"):
         notes.append("cancel requested")
-    if job.get("held"):
+    if job.get("held") and job["state"] == "PENDING":  # a cancelled job keeps its hold: not worth a note
         notes.append("held")
     if job.get("reason"):
         notes.append(job["reason"])

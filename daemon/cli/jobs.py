@@ -371,7 +371,8 @@ def format_history(history: dict) -> str:
     lines.append(_table(rows))
     for e in history["events"]:
         attempt = "" if e["attempt"] is None else f" attempt {e['attempt']}"
-        lines.append(f"{e['event']}{attempt}: {e['reason']}")
+        at = f" at {_when(e['at'])}" if e.get("at") is not None else ""
+        lines.append(f"{e['event']}{attempt}{at}: {e['reason']}")
     return "\n".join(lines)
 
 

@@ -455,6 +455,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="queue a job even if no registered agent has the CPUs, memory, GPUs or gres to run it")
     p.add_argument("--hold", action="store_true",
                    help="the job(s) start held: not dispatched until released (reckon release)")
+    p.add_argument("--begin", metavar="TIME",
+                   help="not started before TIME, in Slurm's formats: now+60, now+1hour, 16:00 (the next one), "
+                        "2026-12-02T10:00, midnight, noon, teatime, tomorrow")
+    p.add_argument("--singleton", action="store_true",
+                   help="one at a time: not started while another job of this name and user runs, or one "
+                        "submitted before it waits (Slurm's --dependency=singleton)")
     p.add_argument("--json", action="store_true",
                    help="print the job object (with --file: the list of ids; with --array: the job objects)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command to run")

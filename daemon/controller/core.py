@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reckon.controller")
 
+TICK_EVERY = 1.0  # seconds between the controller's ticks: a --begin job starts at most this late
 REFUSAL_REMINDER = 600.0  # seconds between log reminders of a peer that keeps being refused
 
 
@@ -250,14 +251,15 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         await self.store.write_snapshot(snap, self.store.last_seq)
 
     async def ticker(self) -> None:
-        """Time: lost-agent detection when ``lost_after`` is set; the start gate's grace."""
+        """Time: a tick every second, always (the model's clock: jobs whose ``--begin`` came are
+        noted to the scheduler; lost-agent detection when ``lost_after`` is set); the start gate's grace."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.grace_timer.run, lambda event: self.submit(WorkItem(event=event)))
-            if self.options.model.lost_after is not None:
-                nursery.start_soon(self._lost_ticks)
+            nursery.start_soon(self._ticks)
 
-    async def _lost_ticks(self) -> None:
-        assert self.options.model.lost_after is not None
+    async def _ticks(self) -> None:
+        lost_after = self.options.model.lost_after
+        every = TICK_EVERY if lost_after is None else min(TICK_EVERY, lost_after / 4)
         while True:
-            await trio.sleep(min(1.0, self.options.model.lost_after / 4))
+            await trio.sleep(every)
             await self.submit(WorkItem(event=E.Tick(now=time.time(), mono=trio.current_time())))

@@ -171,17 +171,35 @@ def pending_reason(job: dict) -> str:
     if state == "PENDING":
         if job.get("held"):
             return "JobHeldUser"
-        if job.get("after") or job.get("after_any") or job.get("after_not_ok"):
+        if job.get("after") or job.get("after_any") or job.get("after_not_ok") or job.get("singleton"):
             return "Dependency"
         if job.get("_partition_reason"):
             return job["_partition_reason"]
         if job.get("_array_limited"):
             return "JobArrayTaskLimit"
+        if waits_to_begin(job):
+            return "BeginTime"
         return "Resources" if not job.get("requeues") else "BeginTime"
+    if state == "CANCELLED" and job.get("held"):  # cancelled while held: Slurm keeps the reason
+        return "JobHeldUser"
     if state == "CANCELLED" and job.get("reason") and "dependency" in job["reason"]:
         return "DependencyNeverSatisfied"
     return {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "OUT_OF_MEMORY": "OutOfMemory"}.get(
         slurm_state(job), "None")
+
+
+def waits_to_begin(job: dict) -> bool:
+    """A PENDING job whose --begin time is still ahead (by this machine's clock)."""
+    begin = job.get("begin")
+    return job["state"] == "PENDING" and begin is not None and begin > time.time()
+
+
+def eligible_time(job: dict) -> float | None:
+    """When the job may start as far as time goes: its --begin, else its submission."""
+    begin, submitted = job.get("begin"), job.get("submitted_at")
+    if begin is None or submitted is None:
+        return submitted
+    return max(begin, submitted)
 
 
 def command_name(job: dict) -> str:
@@ -201,6 +219,8 @@ def dependency(job: dict) -> str:
     parts = [f"{kind}:{dep}(unfulfilled)" for kind, key in (("afterok", "after"), ("afterany", "after_any"),
                                                             ("afternotok", "after_not_ok"))
              for dep in job.get(key) or ()]
+    if job.get("singleton"):
+        parts.append("singleton(unfulfilled)")
     return ",".join(parts) or "(null)"
 
 
@@ -402,6 +422,8 @@ def squeue_value(code: str, row: dict, now: float) -> str:
     if code == "o":
         return command_name(job)
     if code == "S":
+        if job.get("started_at") is None and waits_to_begin(job):
+            return date(job["begin"])  # Slurm: a pending job's expected start, its begin time at the earliest
         return date(job.get("started_at")) if job.get("started_at") is not None else "N/A"
     if code == "V":
         return date(job.get("submitted_at"))
@@ -563,8 +585,10 @@ def sacct_value(name: str, row: dict, now: float) -> str | None:
         return date(job.get("started_at"))
     if name == "End":
         return date(job.get("finished_at")) if job["state"] not in ("PENDING", "RUNNING") else "Unknown"
-    if name in ("Submit", "Eligible"):
+    if name == "Submit":
         return date(job.get("submitted_at"))
+    if name == "Eligible":
+        return date(eligible_time(job))
     if name == "NodeList":
         return nodelist(job) or "None assigned"
     if name in ("AllocCPUS", "NCPUS", "ReqCPUS"):

@@ -11,7 +11,7 @@ from reckon.daemon.slurm.argv import UsageProblem
 from reckon.daemon.slurm.formats import (CLUSTER, owner_of, PARTITION, array_rows, command_name, compress_indices, date,
                                          dependency, elapsed_seconds, exit_code, gres, label, mark_array_limits,
                                          memory, nodelist, partition, pending_reason, sacct_time, slurm_state,
-                                         mark_partition_reasons)
+                                         mark_partition_reasons, eligible_time, waits_to_begin)
 
 
 def hostlist(names: list[str]) -> str:
@@ -246,7 +246,9 @@ def show_job(job: dict, now: float, oneliner: bool = False) -> str:
         started = end = finished
     waiting = job["state"] == "PENDING" and (job.get("held") or dependency(job) != "(null)"
                                              or job.get("_array_limited"))
-    eligible = None if (waiting or (unstarted and not job.get("_array_limited"))) else job.get("submitted_at")
+    eligible = None if (waiting or (unstarted and not job.get("_array_limited"))) else eligible_time(job)
+    if started is None and waits_to_begin(job):
+        started = job["begin"]  # Slurm's StartTime of a job waiting to begin: its begin time
     host = nodelist(job) if job.get("started_at") is not None else ""
     lines = [
         first,

@@ -29,7 +29,7 @@ _NO_MAIL = "reckon sends no mail"
 _COMMON: list[tuple[str, str | None, int, str, str]] = [
     ("account", "A", 1, HANDLED, "kept as the label account"),
     ("acctg-freq", None, 1, WARNED, _ACCT),
-    ("begin", "b", 1, REFUSED, "reckon has no deferred start time"),
+    ("begin", "b", 1, HANDLED, "not started before this time (Slurm's time formats)"),
     ("bb", None, 1, REFUSED, "reckon has no burst buffers"),
     ("bbf", None, 1, REFUSED, "reckon has no burst buffers"),
     ("chdir", "D", 1, HANDLED, "the job's working directory"),
@@ -47,7 +47,7 @@ _COMMON: list[tuple[str, str | None, int, str, str]] = [
     ("cpus-per-task", "c", 1, HANDLED, "the job's CPUs"),
     ("deadline", None, 1, REFUSED, "reckon has no deadlines"),
     ("delay-boot", None, 1, WARNED, "reckon reboots no nodes"),
-    ("dependency", "d", 1, HANDLED, "afterok, afterany, afternotok; singleton refused"),
+    ("dependency", "d", 1, HANDLED, "afterok, afterany, afternotok, singleton"),
     ("distribution", "m", 1, WARNED, _ONE_NODE),
     ("error", "e", 1, HANDLED, "the job's stderr file pattern"),
     ("exclude", "x", 1, WARNED, "reckon does not pick nodes by name: the job may run on any"),

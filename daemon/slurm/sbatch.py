@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
@@ -33,7 +34,7 @@ _OPTIONS = table.by_name(table.SBATCH)
 _GETOPT = table.table(table.SBATCH)
 # The options spec_of reads; a test checks it against the table's HANDLED entries.
 HANDLED = frozenset({
-    *LABELS, "array", "chdir", "cluster", "clusters", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
+    *LABELS, "array", "begin", "chdir", "cluster", "clusters", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
     "gpus-per-node", "gpus-per-task", "gres", "help", "hold", "ignore-pbs", "job-name", "kill-on-invalid-dep",
     "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "nodes", "ntasks", "ntasks-per-core",
     "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "parsable", "quiet",
@@ -191,6 +192,8 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
                 spec["warn_batch_only"] = True
     if opts.get("dependency"):
         spec.update(values.parse_dependency(opts["dependency"] or ""))
+    if opts.get("begin") is not None:  # kept even once past, as Slurm keeps it (EligibleTime)
+        spec["begin"] = values.parse_when(opts["begin"] or "", time.time(), future=True)
     kill = (opts.get("kill-on-invalid-dep") or "yes").strip().lower()
     if kill not in ("yes", "no"):
         raise invalid(f"Invalid --kill-on-invalid-dep specification: {kill!r} (yes or no)")

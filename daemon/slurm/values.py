@@ -122,7 +122,8 @@ def parse_dependency(text: str) -> dict[str, list[str]]:
     """``afterok:1:2,afterany:3`` -> {"after": [1, 2], "after_any": [3]}: the spec's keys.
 
     All of them must be met (``,``); ``?`` (any one of them) is the same when one job is named,
-    else refused, as are ``after`` (started), ``aftercorr``, ``afterburstbuffer`` and ``singleton``.
+    else refused, as are ``after`` (started), ``aftercorr`` and ``afterburstbuffer``; ``singleton``
+    gives {"singleton": True}.
     """
     out: dict[str, list[str]] = {}
     text = text.strip()
@@ -135,9 +136,11 @@ def parse_dependency(text: str) -> dict[str, list[str]]:
         if not item:
             continue
         kind, _, ids = item.partition(":")
-        if kind == "singleton":
-            raise SlurmCommandError("--dependency=singleton is not supported by reckon (it does not serialize "
-                                    "jobs by name and user)")
+        if kind == "singleton":  # one job at a time of this name and user (the spec's singleton)
+            if ids:
+                raise invalid(f"Invalid dependency specification: {item!r} (singleton takes no job)")
+            out["singleton"] = True  # type: ignore[assignment]
+            continue
         key = DEPENDENCY_KEYS.get(kind)
         if key is None:
             raise SlurmCommandError(f"--dependency={text}: reckon knows afterok, afterany and afternotok, "
@@ -301,16 +304,19 @@ def script_directives(script: str) -> list[str]:
     return words
 
 
-def parse_when(text: str, now: float) -> float:
-    """sacct -S/-E's points in time (not a limit: parse_time): ``now[{+|-}N[unit]]``, ``today``,
-    ``midnight``, ``noon``, ``YYYY-MM-DD[THH:MM[:SS]]``,
-    ``MM/DD[/YY]``, ``MMDD[YY]``, ``HH:MM[:SS]`` (today), seconds since the epoch with a leading ``@``."""
+def parse_when(text: str, now: float, future: bool = False) -> float:
+    """A point in time as Slurm's parse_time reads it: ``now[{+|-}N[unit]]`` (seconds by default),
+    ``today``, ``tomorrow``, ``midnight``, ``noon``, ``elevenses``, ``fika``, ``teatime``,
+    ``YYYY-MM-DD[THH:MM[:SS]]``, ``MM/DD[/YY]``, ``MMDD[YY]``, ``HH:MM[:SS]``, seconds since the
+    epoch with a leading ``@`` (or Slurm's ``uts``).  sacct -S/-E look back (a time of day is
+    today's); ``future`` (sbatch --begin) looks ahead as Slurm does: a time of day already past
+    is tomorrow's, a date without a year already past is next year's."""
     text = text.strip()
     lower = text.lower()
     local = time.localtime(now)
     midnight = time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))
     if lower.startswith("now"):
-        rest = lower[3:]
+        rest = lower[3:].replace(" ", "")
         if not rest:
             return now
         sign = 1 if rest[0] == "+" else -1 if rest[0] == "-" else 0
@@ -325,34 +331,63 @@ def parse_when(text: str, now: float) -> float:
         if not sign or not k or scale is None:
             raise UsageProblem(f"invalid time specification '{text}'")
         return now + sign * int(digits[:k]) * scale
-    named = {"today": 0, "midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
+    if lower in ("today", "tomorrow"):
+        return midnight if lower == "today" else _next_day(midnight)
+    named = {"midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
     if lower in named:
-        return midnight + named[lower] * 3600
+        return _soonest(midnight + named[lower] * 3600, now, future)
     if text.startswith("@") and text[1:].isdigit():
         return float(text[1:])
+    if lower.startswith("uts") and text[3:].isdigit():
+        return float(text[3:])
     try:
-        if "-" in text:  # YYYY-MM-DD[THH:MM[:SS]]
+        if "-" in text and text[:4].isdigit():  # YYYY-MM-DD[THH:MM[:SS]]
             day, _, clock = text.partition("T")
             year, month, mday = (int(p) for p in day.split("-"))
             hh, mm, ss = _clock(clock) if clock else (0, 0, 0)
             return time.mktime((year, month, mday, hh, mm, ss, 0, 0, -1))
-        if "/" in text:  # MM/DD[/YY]
-            parts = [int(p) for p in text.split("/")]
+        if "/" in text or (text.isdigit() and len(text) in (4, 6)):  # MM/DD[/YY][-HH:MM[:SS]], MMDD[YY]
+            day, _, clock = text.partition("-")
+            parts = [int(p) for p in day.split("/")] if "/" in day else [int(day[:2]), int(day[2:4])] + (
+                [int(day[4:])] if len(day) == 6 else [])
+            if not 2 <= len(parts) <= 3:
+                raise ValueError(text)
+            hh, mm, ss = _clock(clock) if clock else (0, 0, 0)
             year = local.tm_year if len(parts) == 2 else 2000 + parts[2] % 100
-            return time.mktime((year, parts[0], parts[1], 0, 0, 0, 0, 0, -1))
-        if ":" in text:  # HH:MM[:SS] today
+            when = time.mktime((year, parts[0], parts[1], hh, mm, ss, 0, 0, -1))
+            if future and len(parts) == 2 and when <= now:  # no year: the next such day
+                when = time.mktime((year + 1, parts[0], parts[1], hh, mm, ss, 0, 0, -1))
+            return when
+        if ":" in text:  # HH:MM[:SS] today (or, looking ahead, tomorrow once past)
             hh, mm, ss = _clock(text)
-            return midnight + hh * 3600 + mm * 60 + ss
-        if text.isdigit() and len(text) in (4, 6):  # MMDD[YY]
-            year = local.tm_year if len(text) == 4 else 2000 + int(text[4:])
-            return time.mktime((year, int(text[:2]), int(text[2:4]), 0, 0, 0, 0, 0, -1))
+            return _soonest(midnight + hh * 3600 + mm * 60 + ss, now, future)
     except (ValueError, OverflowError):
         pass
     raise UsageProblem(f"invalid time specification '{text}'")
+
+
+def _next_day(midnight: float) -> float:
+    """The next day's midnight (a day is not always 86400 s: daylight saving)."""
+    later = time.localtime(midnight + 36 * 3600)
+    return time.mktime((later.tm_year, later.tm_mon, later.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def _soonest(today: float, now: float, future: bool) -> float:
+    """A time of day: today's, or when looking ahead and it is not later than now, tomorrow's
+    (Slurm compares hours and minutes: 16:00 given at 16:00:30 is tomorrow)."""
+    if not future or today // 60 > now // 60:
+        return today
+    local = time.localtime(today)
+    after = time.localtime(_next_day(time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))))
+    return time.mktime((after.tm_year, after.tm_mon, after.tm_mday, local.tm_hour, local.tm_min, local.tm_sec,
+                        0, 0, -1))
 
 
 def _clock(text: str) -> tuple[int, int, int]:
     parts = [int(p) for p in text.split(":")]
     if not 2 <= len(parts) <= 3:
         raise ValueError(text)
-    return parts[0], parts[1], parts[2] if len(parts) == 3 else 0
+    hh, mm, ss = parts[0], parts[1], parts[2] if len(parts) == 3 else 0
+    if not (0 <= hh <= 23 and 0 <= mm <= 59 and 0 <= ss <= 59):  # as Slurm's _get_time refuses them
+        raise ValueError(text)
+    return hh, mm, ss

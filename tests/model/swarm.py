@@ -509,7 +509,10 @@ def _gate(name: str):
             self._tamper(lambda: base.function(self, **kwargs))
         tampering.__name__ = name
         fn = tampering
-    gated = rule(**base.arguments)(fn)
+    # The base machine's version 8 submits (``when``: --begin, singleton) stay out of the swarm: its
+    # derandomized draws, which its bites were tuned on, stay what they were.
+    arguments = {k: v for k, v in base.arguments.items() if not (name == "submit" and k == "when")}
+    gated = rule(**arguments)(fn)
     for check in (*base.preconditions, lambda self: name in self.enabled):
         gated = precondition(check)(gated)
     return gated

@@ -282,8 +282,10 @@ def test_bite_extra_job_guard_regresses_terminal(monkeypatch):
         if (extra and job is not None and job.terminal and job.attempt == entry.attempt
                 and entry.status is not M.EntryStatus.UNRECOGNIZED):
             # "not assigned to this worker" -> record it as assigned to the reporter
+            # (With the GPUs it asks: a well-formed adoption, so the regression is what fails.)
+            gpus = job.gpu_ids if len(job.gpu_ids) == job.spec.gpus else tuple(range(job.spec.gpus))
             tx.apply(F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name,
-                                  started_at=entry.started_at))
+                                  started_at=entry.started_at, gpus=gpus))
             return M.AckOutcome.APPLIED
         return reconcile(tx, session, entry, queried=queried, **how)
 
@@ -508,3 +510,23 @@ def test_bite_requeue_counted_twice(monkeypatch):
     monkeypatch.setattr(S, "_back_to_pending", twice)
     with pytest.raises(AssertionError, match="INV-REQUEUE-ONCE"):
         _requeue_a_running_job()
+
+
+@pytest.mark.long  # a search of minutes on a loaded machine: `make test-long`
+def test_bite_begin_time_ignored(monkeypatch):
+    """Issue #21: a dispatch that does not wait for the job's --begin time (the check dropped)."""
+    from reckon.model import job_ops, policy, transaction
+
+    plain = policy.ready
+    for module in (job_ops, transaction, C):  # the dispatch check, the scheduler's notes and its view alike
+        monkeypatch.setattr(module, "ready", lambda state, job, now=None: plain(state, job, float("inf")))
+    assert_bites("INV-BEGIN-TIME")
+
+
+@pytest.mark.long  # a search of over 5 s: `make test-long`
+def test_bite_singleton_ignored(monkeypatch):
+    """Issue #21: a singleton job dispatched while another of its name and owner runs (no blocker)."""
+    from reckon.model import policy
+
+    monkeypatch.setattr(policy, "blocker", lambda named, job: None)
+    assert_bites("INV-SINGLETON")

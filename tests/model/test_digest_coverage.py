@@ -36,6 +36,7 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
         "array_running": "derived from the RUNNING jobs (validate_state)",
         "arrays": "derived from the jobs' specs (validate_state)",
         "user_running": "derived from the RUNNING jobs and their owners (validate_state)",
+        "named": "derived from the live jobs' owners, names and states (validate_state)",
     },
     AgentInfo: {
         "used": "derived from the RUNNING jobs placed here (validate_state)",
@@ -49,7 +50,7 @@ OUT_OF_DIGEST: dict[type, dict[str, str]] = {
 }
 # Fields allowed out of the snapshot: the derived ones, which restore rebuilds.
 OUT_OF_SNAPSHOT: dict[type, set[str]] = {
-    ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays", "user_running"},
+    ControllerState: {"jobs", "agents", "dependants", "array_running", "arrays", "user_running", "named"},
     AgentInfo: {"used", "running", "digest", "mem_used", "gpus_held", "gres_used"},
     JobRecord: set(),
 }

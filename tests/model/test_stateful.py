@@ -79,6 +79,8 @@ AGENT_RESOURCES = (
 # What a job asks beyond CPUs: most ask nothing more.
 JOB_ASKS = ({}, {}, {"mem": _G // 2}, {"mem": _G}, {"gpus": 1}, {"gpus": 2, "mem": _G // 2},
             {"gres": (("lic", 1),)}, {"gpus": 1, "gres": (("lic", 2),)})
+# Version 8 (when a job may start): (--begin this many seconds from now or None, --dependency=singleton).
+WHEN = (None, None, None, None, (0.0, False), (3.0, False), (40.0, False), (None, True), (None, True), (5.0, True))
 INDEX = st.integers(min_value=0, max_value=1 << 16)
 # Who asks (issue #20): token mode (None: may do everything, its jobs have no owner), two users, an operator.
 CALLERS = (None, Caller(uid=1001, gid=1001, user="alice"), Caller(uid=1002, gid=1002, user="bob"),
@@ -364,6 +366,7 @@ class ReckonMachine(RuleBasedStateMachine):
             if info is not None and info.used > info.slots:
                 self._violate("INV-CAPACITY", f"dispatch of {fact.job} made {fact.agent} use {info.used}/{info.slots}")
             self._check_user_limit(fact)
+            self._check_when(fact)
         if isinstance(back, F.JobDispatched):
             placed_on = self.durable.agents.get(back.agent)
             before_job = self.durable.jobs.get(back.job)
@@ -399,6 +402,25 @@ class ReckonMachine(RuleBasedStateMachine):
         if cpus is not None and sum(j.spec.slots for j in mine) > cpus:
             self._violate("INV-USER-LIMIT", f"dispatch of {fact.job} gives {job.owner.user} "
                                             f"{sum(j.spec.slots for j in mine)} CPUs, limit {cpus}")
+
+    def _check_when(self, fact: F.JobDispatched) -> None:
+        """INV-BEGIN-TIME and INV-SINGLETON, when a dispatch is appended: the job's begin time has
+        come (the machine's clock), and a singleton job starts only while no other job of its
+        name and owner runs and none submitted before it waits, counted from the job table."""
+        job = self.controller.state.jobs.get(fact.job)
+        if job is None:
+            return
+        if job.spec.begin is not None and self.now < job.spec.begin:
+            self._violate("INV-BEGIN-TIME", f"dispatch of {fact.job} at {self.now}, before its begin {job.spec.begin}")
+        if job.spec.singleton:
+            user = job.owner.user if job.owner is not None else None
+            others = [o for o in self.controller.state.jobs.values() if o.id != job.id and o.spec.name == job.spec.name
+                      and (o.owner.user if o.owner is not None else None) == user
+                      and (o.state is JobState.RUNNING or (o.state is JobState.PENDING and int(o.id) < int(job.id)))]
+            if others:
+                self._violate("INV-SINGLETON", f"dispatch of singleton {fact.job} while job(s) "
+                                               f"{[(o.id, o.state.value) for o in others]} of its name and owner "
+                                               f"run or wait before it")
 
     def _client_op(self, event: Any, action: str, job: Any = None, node: str | None = None) -> bool:
         """Run a client operation as its ``caller``; False if it was refused for permission.
@@ -832,9 +854,16 @@ class ReckonMachine(RuleBasedStateMachine):
     # ---- rules: work ----------------------------------------------------------------
 
     def _submit(self, slots: int, command: tuple, retries: int = 0, caller: Caller | None = None,
-                asks: dict | None = None) -> None:
-        spec = JobSpec(name=f"job{len(self.controller.state.jobs) + 1}", command=tuple(command), slots=slots,
-                       retries=retries, **(asks or {}))
+                asks: dict | None = None, when: tuple | None = None) -> None:
+        name = f"job{len(self.controller.state.jobs) + 1}"
+        more: dict[str, Any] = {}
+        if when is not None:  # version 8: (begin offset or None, singleton): the singletons share a name
+            offset, one_at_a_time = when
+            if offset is not None:
+                more["begin"] = self.now + offset
+            if one_at_a_time:
+                name, more["singleton"] = "solo", True
+        spec = JobSpec(name=name, command=tuple(command), slots=slots, retries=retries, **(asks or {}), **more)
         self.submissions += 1
         uid = f"{self.submissions:016x}"
         self.owners[uid] = owner_of(caller)
@@ -843,10 +872,11 @@ class ReckonMachine(RuleBasedStateMachine):
 
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
           command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2),
-          retries=st.sampled_from((0, 0, 1, 2)), caller=CALLER, asks=st.sampled_from(JOB_ASKS))
-    def submit(self, slots, command, retries, caller=None, asks=None):
+          retries=st.sampled_from((0, 0, 1, 2)), caller=CALLER, asks=st.sampled_from(JOB_ASKS),
+          when=st.sampled_from(WHEN))
+    def submit(self, slots, command, retries, caller=None, asks=None, when=None):
         for n in slots:
-            self._submit(n, tuple(command), retries, caller, asks)
+            self._submit(n, tuple(command), retries, caller, asks, when)
 
     @precondition(lambda self: self.controller.state.jobs)
     @rule(i=INDEX, action=st.sampled_from(("hold", "release", "requeue")), caller=CALLER)
@@ -1285,7 +1315,13 @@ class ReckonMachine(RuleBasedStateMachine):
         self._take("INV-TRUE-OUTCOME")
         placed = self._placements()
         for job in self.controller.state.jobs.values():
-            if job.finished_at is None and job.exit_code is None and job.signal is None:
+            if job.exit_code is None and job.signal is None:
+                # No outcome.  A job cancelled before it ran has its end time only: the cancel's.
+                if job.finished_at is not None:
+                    cancels = [f.cancelled_at for f in self.log if isinstance(f, F.JobCancelled) and f.job == job.id]
+                    assert job.state is JobState.CANCELLED and cancels and job.finished_at == cancels[-1], (
+                        f"INV-TRUE-OUTCOME: job {job.id} ({job.state.value}) ended at {job.finished_at} "
+                        f"with no outcome; its cancels were at {cancels}")
                 continue
             where = placed.get((job.id, job.attempt))
             truths = [p.outcome for p in self.procs
@@ -1308,7 +1344,7 @@ class ReckonMachine(RuleBasedStateMachine):
         """INV-OUTCOME-OWNER: an outcome is only ever applied to the submission whose process produced it."""
         placed = self._placements()
         for job in self.controller.state.jobs.values():
-            if job.finished_at is None:
+            if job.exit_code is None and job.signal is None:  # no outcome
                 continue
             where = placed.get((job.id, job.attempt))
             got = (job.exit_code, job.signal, job.finished_at)
@@ -1631,6 +1667,17 @@ class ReckonMachine(RuleBasedStateMachine):
         self._take("INV-PARTITION")
 
     @invariant()
+    def inv_begin_time(self):
+        """INV-BEGIN-TIME: no job is dispatched before its begin time (--begin)."""
+        self._take("INV-BEGIN-TIME")
+
+    @invariant()
+    def inv_singleton(self):
+        """INV-SINGLETON: a singleton job is dispatched only while no other job of its name and owner
+        runs and none submitted before it is pending."""
+        self._take("INV-SINGLETON")
+
+    @invariant()
     def inv_drained_not_dispatched(self):
         """INV-DRAINED-NOT-DISPATCHED: no job is dispatched to an agent the operator drained."""
         self._take("INV-DRAINED-NOT-DISPATCHED")
@@ -1672,7 +1719,7 @@ class ReckonMachine(RuleBasedStateMachine):
         """Ready, and not waiting for its owner's per-user limits (which a quiet cluster may hold it to),
         nor for its partition (down, or its limits lowered below it: issue #22)."""
         state = self.controller.state
-        return (ready(state, job) and user_limit_refusal(state, self.cconf.user_limits, job) is None
+        return (ready(state, job, self.now) and user_limit_refusal(state, self.cconf.user_limits, job) is None
                 and startable(state.partitions, job))
 
     # The invariants that compare the whole state with a rebuilt copy (a snapshot, a replay of
@@ -1737,7 +1784,7 @@ class ReckonMachine(RuleBasedStateMachine):
             assert job.terminal, (
                 f"INV-LIVENESS-OUTCOME: job {job.id} attempt {job.attempt} ended in the world but is {job.state.value}")
             got = (job.exit_code, job.signal, job.finished_at)
-            if job.finished_at is None:
+            if job.exit_code is None and job.signal is None:
                 assert job.state is JobState.CANCELLED and job.cancel_requested and self.cconf.lost_after, (
                     f"INV-LIVENESS-OUTCOME: job {job.id} ended in the world, recorded without an outcome")
             else:

@@ -72,7 +72,7 @@ class Checker:
         """INV-TRUE-OUTCOME: a recorded outcome is the end of a process of that (job, attempt) and submission."""
         out = []
         for job in jobs.values():
-            if job.finished_at is None:
+            if job.exit_code is None and job.signal is None:  # no outcome (a cancel before it ran has a time only)
                 continue
             recorded = (job.exit_code, job.signal, job.finished_at)
             truth = [(p.exit_code, p.signal, p.finished_at) for p in _processes_of(self.world, job) if not p.alive]
@@ -99,7 +99,9 @@ class Checker:
         """The operator restored an older controller state: what it decided after that copy is
         forgotten, by the operator's choice.  Outcomes come back from the agents (and must be the
         same), but a cancel of a job that had not run is gone: it may now run."""
-        self.terminal_seen = {sub: seen for sub, seen in self.terminal_seen.items() if seen[3] is not None}
+        # An outcome is an exit code or a signal (a cancel before the job ran has its time only).
+        self.terminal_seen = {sub: seen for sub, seen in self.terminal_seen.items()
+                              if seen[1] is not None or seen[2] is not None}
 
     def terminal_stable(self, jobs: dict[str, JobRecord]) -> list[str]:
         """INV-TERMINAL-STABLE: a submission's terminal state and outcome never change."""
@@ -138,7 +140,8 @@ class Checker:
                f"{j.state.value} (attempt {j.attempt}, agent {j.agent})" for j in jobs.values() if not j.terminal]
         for job in jobs.values():
             ran = [p for p in _processes_of(self.world, job) if not p.alive]
-            if job.terminal and ran and job.finished_at is None and job.state is not JobState.CANCELLED:
+            if (job.terminal and ran and job.exit_code is None and job.signal is None
+                    and job.state is not JobState.CANCELLED):
                 out.append(f"INV-LIVENESS-OUTCOME: job {job.id} ran (ended {ran[0].finished_at}) but is "
                            f"{job.state.value} with no outcome")
         return out

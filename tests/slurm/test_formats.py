@@ -16,6 +16,7 @@ from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import formats as S
 from reckon.daemon.slurm import layouts as L
 from reckon.daemon.slurm import values as V
+from reckon.daemon.slurm.argv import UsageProblem
 
 NOW = 1_000_000.0
 
@@ -121,6 +122,29 @@ def test_sacct_times():
     assert V.parse_when("now+2days", NOW) == NOW + 2 * 86400
     assert V.parse_when("2026-12-01T17:00", NOW) == time.mktime((2026, 12, 1, 17, 0, 0, 0, 0, -1))
     assert V.parse_when("2026-12-01", NOW) == time.mktime((2026, 12, 1, 0, 0, 0, 0, 0, -1))
+
+
+def test_begin_times_look_ahead_as_slurms_parse_time_does() -> None:
+    """sbatch --begin (parse_time with past=0): a time of day already past is tomorrow's."""
+    now = time.mktime((2026, 12, 1, 16, 0, 30, 0, 0, -1))
+    at = lambda *t: time.mktime((*t, 0, 0, -1))  # noqa: E731
+    assert V.parse_when("now+60", now, future=True) == now + 60
+    assert V.parse_when("now+1hour", now, future=True) == now + 3600
+    assert V.parse_when("16:00", now, future=True) == at(2026, 12, 2, 16, 0, 0)  # 16:00 has begun
+    assert V.parse_when("16:00", now) == at(2026, 12, 1, 16, 0, 0)  # sacct looks back: today's
+    assert V.parse_when("17:30", now, future=True) == at(2026, 12, 1, 17, 30, 0)
+    assert V.parse_when("teatime", now, future=True) == at(2026, 12, 2, 16, 0, 0)
+    assert V.parse_when("noon", now, future=True) == at(2026, 12, 2, 12, 0, 0)
+    assert V.parse_when("midnight", now, future=True) == at(2026, 12, 2, 0, 0, 0)
+    assert V.parse_when("tomorrow", now, future=True) == at(2026, 12, 2, 0, 0, 0)
+    assert V.parse_when("today", now, future=True) == at(2026, 12, 1, 0, 0, 0)
+    assert V.parse_when("2026-12-02T10:00", now, future=True) == at(2026, 12, 2, 10, 0, 0)
+    assert V.parse_when("11/30", now, future=True) == at(2027, 11, 30, 0, 0, 0)  # past: next year's
+    assert V.parse_when("12/24-18:00", now, future=True) == at(2026, 12, 24, 18, 0, 0)
+    assert V.parse_when("uts1800000000", now, future=True) == 1800000000.0
+    for bad in ("soon", "now+", "now+5fortnights", "25:00"):
+        with pytest.raises(UsageProblem):
+            V.parse_when(bad, now, future=True)
     local = time.localtime(NOW)
     midnight = time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))
     assert V.parse_when("midnight", NOW) == midnight and V.parse_when("noon", NOW) == midnight + 43200
@@ -253,3 +277,14 @@ def test_query_commands_parse_with_argv():
     assert opts == {"jobs": "1,2", "noheader": True, "alloc": True, "names": "a"} and rest == ["x"]
     with pytest.raises(C.UsageProblem, match="unrecognized option '--nope'"):
         C.parse_keyed(["--nope"], {"--name": ("names", True)})
+
+
+def test_begin_singleton_and_a_cancelled_hold_as_slurm_shows_them() -> None:
+    later = time.time() + 3600
+    waiting = job("7", "PENDING", begin=later, started_at=None)
+    assert S.pending_reason(waiting) == "BeginTime"
+    assert S.squeue_value("S", waiting, time.time()) == S.date(later)
+    assert S.pending_reason(job("7", "PENDING", begin=later - 7200, started_at=None)) == "Resources"
+    solo = job("8", "PENDING", singleton=True, started_at=None)
+    assert S.pending_reason(solo) == "Dependency" and S.dependency(solo) == "singleton(unfulfilled)"
+    assert S.pending_reason(job("9", "CANCELLED", held=True, started_at=None)) == "JobHeldUser"

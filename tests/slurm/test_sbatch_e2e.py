@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import HANG, cluster, hang_guard, hermetic_env, reckon_argv  # noqa: F401 (fixtures)
+from tests.e2e.conftest import HANG, cluster, hang_guard, hermetic_env, reckon_argv, wait_for  # noqa: F401 (fixtures)
 
 # With tests/e2e's group (tests/conftest.py): one real cluster at a time on the e2e worker.
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
@@ -117,11 +118,26 @@ def test_submitit_and_snakemake_shapes_wait_and_hold(cluster):
     assert out.returncode == 0 and cluster.job(held)["held"] is True, out
     before = len(cluster.jobs())
     for args, line in ((["-N", "2"], "sbatch: error: --nodes=2: reckon runs single-node jobs (at most 1 node)\n"),
-                       (["--begin=now+1hour"], "sbatch: error: -b/--begin is not supported by reckon (reckon has "
-                                                "no deferred start time)\n")):
+                       (["--deadline=now+1hour"], "sbatch: error: --deadline is not supported by reckon (reckon "
+                                                   "has no deadlines)\n")):
         out = _run(cluster, bin_dir, "sbatch", *args, "--wrap", "true")
         assert (out.returncode, out.stdout, out.stderr) == (1, "", line)
     assert len(cluster.jobs()) == before
+    # --begin (issue #21): the job waits, reason BeginTime; singletons of one name: Dependency.
+    submitted = time.time()
+    later = _run(cluster, bin_dir, "sbatch", "--parsable", "--begin=now+1hour", "--wrap", "true").stdout.strip()
+    assert 3590 < cluster.job(later)["begin"] - submitted < 3610
+    solo = [_run(cluster, bin_dir, "sbatch", "--parsable", "-J", "solo", "-d", "singleton", "--wrap", "sleep 600")
+            .stdout.strip() for _ in range(2)]
+    wait_for(lambda: cluster.job(solo[0])["state"] == "RUNNING", what="the first singleton")
+    out = _run(cluster, bin_dir, "squeue", "-h", "-o", "%i %r %E", "-j", f"{later},{solo[1]}")
+    assert out.stdout.splitlines() == [f"{later} BeginTime (null)", f"{solo[1]} Dependency singleton(unfulfilled)"]
+    assert cluster.job(later)["state"] == cluster.job(solo[1])["state"] == "PENDING"
+    _run(cluster, bin_dir, "scancel", later, *solo)
+    # A begin two seconds ahead: the controller's tick (every second) lets it start then, not before.
+    soon = _run(cluster, bin_dir, "sbatch", "--parsable", "--begin=now+2", "--wrap", "true").stdout.strip()
+    done = wait_for(lambda: (j := cluster.job(soon))["state"] == "COMPLETED" and j, what="the --begin job")
+    assert done["started_at"] >= done["begin"]
 
 
 def test_srun_outside_a_job_streams_its_output_and_exits_with_its_code(cluster):

@@ -83,7 +83,9 @@ def test_gres_gpus_licenses_dependencies_signals():
     assert values.parse_dependency("afterok:1:2,afterany:3,afternotok:4") == {
         "after": ["1", "2"], "after_any": ["3"], "after_not_ok": ["4"]}
     assert values.parse_dependency("afterok:7?") == {"after": ["7"]}
-    for bad in ("singleton", "after:1", "afterok:1?afterany:2", "afterok:1+5", "aftercorr:1"):
+    assert values.parse_dependency("singleton") == {"singleton": True}
+    assert values.parse_dependency("afterok:3,singleton") == {"after": ["3"], "singleton": True}
+    for bad in ("singleton:4", "after:1", "afterok:1?afterany:2", "afterok:1+5", "aftercorr:1"):
         with pytest.raises(SlurmCommandError):
             values.parse_dependency(bad)
     assert values.parse_signal("USR2@90") == (12, 90, False)

@@ -72,10 +72,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "design: reckon's squeue --job lists finished jobs (CD F CA TO); Slurm 22.05 lists only pending "
         "and running ones even when named; Parsl takes a job missing from squeue as COMPLETED, so a "
         "failed or cancelled job would read as a success: reckon says F/CA/TO",
-    "*: REASON: reckon 'None' | slurm 'JobHeldUser'": "to fix: a job cancelled while held keeps its reason; "
-                                                      "reckon's model clears `held` at the cancel and keeps "
-                                                      "no trace of it (model/state.py, spec7's)",
-    "*: Reason: reckon 'None' | slurm 'JobHeldUser'": "to fix: as above, in scontrol show job",
     "*: REASON: reckon 'NonZeroExitCode' | slurm 'JobLaunchFailure'":
         "design: Slurm says JobLaunchFailure for a batch shell killed by a signal; reckon says NonZeroExitCode",
     "*: Reason: reckon 'NonZeroExitCode' | slurm 'JobLaunchFailure'": "design: as above",
@@ -84,15 +80,10 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "design: sacct without -j leaves out a job that never started, as Slurm does, but not one cancelled "
         "while pending: Snakemake's check_active_jobs reads a job missing from its sacct poll as 'not in "
         "slurmdbd yet, still queueing' and would wait on it for good; reckon's CANCELLED line ends it",
-    "*: End: reckon 'Unknown' | slurm '{time}'": "to fix: a job cancelled while pending ends at its cancel "
-                                                 "time; reckon's model does not record it (JobCancelled has no "
-                                                 "time: a versioned field for model/, spec7's)",
     # -- scontrol show job / partition
     "*: AllocNode:Sid: reckon '{node}:{pid}' | slurm 'localhost:{pid}'": "design: the host sbatch ran on "
                                                                         "(SLURM_SUBMIT_HOST); the reference "
                                                                         "submitted as localhost",
-    "*: StartTime: reckon 'Unknown' | slurm '{time}'": "to fix: as End above, in scontrol show job",
-    "*: EndTime: reckon 'Unknown' | slurm '{time}'": "to fix: as above",
     "*scontrol-show-job-array: {array}_2-5%2: Std*: reckon '{dir}/work/slurm-{array}_2.out' | "
     "slurm '{dir}/work/slurm-{array}_4294967294.out'": "design: the pending record's file is its first "
                                                        "member's, where that output will go; Slurm expands "
