@@ -683,9 +683,9 @@ def sacct_lines(rows: list[dict], fields: list[tuple[str, int]], now: float, *, 
 
 _STATE = ("state", "reason")  # slurm_state
 _ELAPSED = ("state", "started_at", "finished_at")
-_DEPENDENCY = ("state", "after", "after_any", "after_not_ok")
+_DEPENDENCY = ("state", "after", "after_any", "after_not_ok", "singleton")
 # pending_reason (and _array_limited: the rows'; partition: PartitionDown, mark_partition_reasons)
-_REASON = (*_STATE, *_DEPENDENCY, "held", "requeues", "partition")
+_REASON = (*_STATE, *_DEPENDENCY, "held", "requeues", "partition", "begin")
 _OWNER = ("user", "owner")
 # What the commands read of every job whatever the columns: the state filter, array_rows and
 # mark_array_limits, never_started (sacct's window), and the labels of -p/-A (partition, label).
@@ -697,7 +697,7 @@ SQUEUE_FIELDS = {
     "B": ("state", "agent"), "p": ("held",), "Q": ("held",), "M": _ELAPSED, "l": ("time_limit",),
     "L": ("time_limit", *_ELAPSED), "D": (), "C": ("cpus", "slots"), "c": ("cpus", "slots"), "m": ("mem",),
     "b": ("gpus", "gres"), "N": ("state", "agent"), "R": (*_REASON, "agent"), "r": _REASON, "P": ("labels", "partition"),
-    "Z": ("cwd",), "o": ("command", "script"), "S": ("started_at",), "V": ("submitted_at",),
+    "Z": ("cwd",), "o": ("command", "script"), "S": ("started_at", "state", "begin"), "V": ("submitted_at",),
     "e": (*_ELAPSED, "time_limit", "submitted_at"), "E": _DEPENDENCY, "a": ("labels",), "k": ("labels",),
     "q": ("labels",), "w": ("labels",), "v": ("labels",), "f": ("labels",), "y": (),
 }
@@ -706,7 +706,7 @@ SACCT_KEYS = {
     "JobID": ("id", "array_id", "array_index"), "JobIDRaw": ("id",), "JobName": ("name",),
     "State": (*_EXIT, "owner"), "ExitCode": _EXIT, "DerivedExitCode": (), "Elapsed": _ELAPSED,
     "ElapsedRaw": _ELAPSED, "Start": ("state", "started_at"), "End": ("state", "finished_at"),
-    "Submit": ("submitted_at",), "Eligible": ("submitted_at",), "NodeList": ("agent",), "AllocCPUS": ("cpus",),
+    "Submit": ("submitted_at",), "Eligible": ("submitted_at", "begin"), "NodeList": ("agent",), "AllocCPUS": ("cpus",),
     "NCPUS": ("cpus",), "ReqCPUS": ("cpus",), "NNodes": ("started_at",), "AllocNodes": ("started_at",),
     "ReqNodes": ("started_at",), "NTasks": (), "ReqMem": ("mem",), "AllocTRES": ("cpus", "mem", "gpus", "started_at"),
     "ReqTRES": ("cpus", "mem", "gpus", "started_at"), "User": _OWNER, "UID": _OWNER, "GID": _OWNER, "Group": (),
