@@ -67,6 +67,9 @@ def run_labelled(command: list[str], env: dict[str, str]) -> int:
     pid = os.fork()
     if pid == 0:  # the command: its output into the pipes, its stdin ours
         try:
+            from reckon.daemon.slurm.srun import default_signals
+
+            default_signals()
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             for fd in (out_r, out_w, err_r, err_w):

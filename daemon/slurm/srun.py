@@ -112,6 +112,16 @@ def step_number() -> int:
     return number
 
 
+def default_signals() -> None:
+    """Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored through exec: give the
+    command their defaults back (``srun yes | head`` ends ``yes`` as a shell would)."""
+    import _signal
+
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(_signal, name):
+            _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
+
+
 def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
     """Become the command (exec), as the job's next step; with --label, run it as a child."""
     env = step_env(dict(os.environ), step_number())
@@ -153,6 +163,7 @@ def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
         from reckon.daemon.slurm.labels import run_labelled
 
         return run_labelled(command, env)
+    default_signals()
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

@@ -133,3 +133,22 @@ def test_the_labeller_keeps_line_state_across_chunks():
     assert [lab.label(c) for c in (b"a\nb", b"c\n", b"", b"\n\nx\n", b"y")] == [
         b"0: a\n0: b", b"c\n", b"", b"0: \n0: \n0: x\n", b"0: y"]
     assert srun.step_env({"SLURM_JOB_NODELIST": "n1"}, 3)["SLURM_STEPID"] == "3"
+
+
+def test_a_pending_list_array_is_one_row_in_slurms_form():
+    from reckon.daemon.slurm.formats import array_rows
+
+    jobs = [{"id": str(10 + i), "array_id": "10", "array_index": index, "state": "PENDING", "array_max": 2}
+            for i, index in enumerate((1, 3, 5))]
+    [row] = array_rows(jobs, expand=False)
+    assert row["_slurm_id"] == "10_[1,3,5%2]"
+    assert len(array_rows(jobs, expand=True)) == 3
+
+
+def test_the_step_gets_sigpipe_back(tmp_path):
+    # Python ignores SIGPIPE and exec keeps an ignored signal ignored: the command must not inherit it.
+    for label in ([], ["-l"]):
+        out = subprocess.run(SRUN + label + ["sh", "-c", "grep SigIgn /proc/self/status"], capture_output=True,
+                             text=True, timeout=60, env=_job_env(tmp_path))
+        ignored = int(out.stdout.split()[-1], 16)
+        assert not ignored & (1 << (signal.SIGPIPE - 1)), out
