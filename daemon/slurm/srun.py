@@ -190,6 +190,7 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
     if opts.get("output") is not None and opts.get("error") is None:
         spec["error"] = spec["output"]
     spec["env"].append(["SLURM_SUBMIT_HOST", os.uname().nodename])
+    spec["env"] += [["SLURM_STEP_ID", "0"], ["SLURM_STEPID", "0"]]  # the command is its job's step 0, as Slurm's
     client = connect()
     job = None
     try:

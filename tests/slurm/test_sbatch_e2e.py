@@ -164,11 +164,11 @@ def test_srun_outside_a_job_streams_its_output_and_exits_with_its_code(cluster):
     cluster.start_controller()
     cluster.start_agent("a1")
     bin_dir = _commands(cluster)
-    out = _run(cluster, bin_dir, "srun", "-J", "step", "sh", "-c",
-               "echo out $SLURM_NTASKS; echo err >&2; exit 4")
+    out = _run(cluster, bin_dir, "srun", "-l", "-J", "step", "sh", "-c",
+               "echo out $SLURM_NTASKS $SLURM_STEP_ID; echo err >&2; exit 4")
     assert out.returncode == 4, out
-    assert out.stdout == "out 1\n"
-    assert "err\n" in out.stderr and "srun: error: a1: task 0: Exited with exit code 4" in out.stderr
+    assert out.stdout == "0: out 1 0\n"  # --label, step 0 of its own job
+    assert "0: err\n" in out.stderr and "srun: error: a1: task 0: Exited with exit code 4" in out.stderr
     [job] = [j for j in cluster.jobs().values() if j["name"] == "step"]
     assert job["state"] == "FAILED" and job["exit_code"] == 4
 
