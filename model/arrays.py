@@ -107,7 +107,8 @@ def array_member(spec: JobSpec, *, array_id: str, index: int, max_running: int |
                  array: ArrayRange | None = None) -> JobSpec:
     """The spec of one job of the array: the template plus its array fields and environment.
     With ``slurm_env`` (version 7) the array's shape too (``array``): its task count, min, max and
-    step (Slurm's: the first ``:STEP`` of the text, else 1) are known here only, not to the agent that runs one of its jobs."""
+    step (Slurm's: the first ``:STEP`` of the text, else 1) are known here only, not to the agent
+    that runs one of its jobs."""
     names = (ENV_ARRAY_ID, ENV_ARRAY_INDEX) + (SLURM_ARRAY_SHAPE if spec.slurm_env else ())
     env = tuple(p for p in spec.env if p[0] not in names) + ((ENV_ARRAY_ID, array_id), (ENV_ARRAY_INDEX, str(index)))
     if spec.slurm_env and array is not None:

@@ -60,7 +60,8 @@ def test_a_variable_reckon_does_not_implement_is_one_line_naming_it(capsys):
         sbatch.refuse_and_warn(opts, origin=origin)
     opts, origin = _opts([], ["--no-kill"], {"SBATCH_NO_KILL": "1"})  # the command line's: named as an option
     sbatch.refuse_and_warn(opts, origin=origin)
-    assert capsys.readouterr().err == "sbatch: warning: -k/--no-kill is ignored by reckon (reckon runs single-node jobs)\n"
+    assert capsys.readouterr().err == ("sbatch: warning: -k/--no-kill is ignored by reckon (reckon runs "
+                                       "single-node jobs)\n")
 
 
 def test_pending_array_task_strings_are_slurms():
@@ -103,7 +104,8 @@ def test_a_counter_directory_that_is_not_the_callers_own_is_not_used(tmp_path):
     assert next_step("42", "1", str(tmp_path)) is None
     out = subprocess.run(SRUN + ["sh", "-c", "echo $SLURM_STEP_ID"], capture_output=True, text=True, timeout=60,
                          env=_job_env(tmp_path))
-    assert out.stdout == "0\n" and out.stderr == f"srun: warning: no step counter could be kept in {tmp_path}: this step is numbered 0\n"
+    assert out.stdout == "0\n" and out.stderr == (f"srun: warning: no step counter could be kept in {tmp_path}: "
+                                                   "this step is numbered 0\n")
 
 
 def test_labels_put_the_task_number_before_each_line(tmp_path):
@@ -125,7 +127,8 @@ def test_srun_reads_its_input_variables(tmp_path):
     assert out.returncode == 0 and (tmp_path / "o-42.txt").read_text() == "before\nafter\n", out
     out = subprocess.run(SRUN + ["true"], capture_output=True, text=True, timeout=60,
                          env=_job_env(tmp_path, SLURM_CPU_BIND="cores"))
-    assert out.stderr == "srun: warning: SLURM_CPU_BIND (--cpu-bind) is ignored by reckon (reckon does not tune CPU or memory binding)\n"
+    assert out.stderr == ("srun: warning: SLURM_CPU_BIND (--cpu-bind) is ignored by reckon (reckon does not tune "
+                          "CPU or memory binding)\n")
 
 
 def test_the_labeller_keeps_line_state_across_chunks():
