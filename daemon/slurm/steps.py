@@ -6,8 +6,9 @@ that attempt (daemon/agent/launcher.py ``setsid``), so the counter is a file on 
 (``/tmp/reckon-steps-UID``, or under ``$RECKON_STEP_DIR``; mode 0700, checked to be the caller's
 and not a link).  The number is taken under an exclusive ``flock`` (read, write the next,
 unlock), so concurrent sruns of one job never get the same one; the session leader's start time
-keeps a recycled session id (or a recreated cluster's same job id) from continuing an old count.  Asking the controller instead
-would need a fact per step (a durable counter) for what is one node's local business.
+keeps a recycled session id (or a recreated cluster's same job id) from continuing an old count.
+Asking the controller instead would need a fact per step (a durable counter) for what is one
+node's local business.
 
 A counter file is removed by the first srun of a later attempt once its session is gone
 (``prune``), so the directory holds the live attempts' files and a few stale ones at most.
