@@ -67,7 +67,7 @@ def run_labelled(command: list[str], env: dict[str, str]) -> int:
     pid = os.fork()
     if pid == 0:  # the command: its output into the pipes, its stdin ours
         try:
-            from reckon.daemon.slurm.srun import default_signals
+            from reckon.daemon.slurm.common import default_signals
 
             default_signals()
             os.dup2(out_w, 1)

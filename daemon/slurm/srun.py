@@ -22,7 +22,7 @@ import sys
 
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
-from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, run, warn
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, default_signals, run, warn
 
 PROG = "srun"
 _OPTIONS = table.by_name(table.SRUN)
@@ -110,16 +110,6 @@ def step_number() -> int:
         warn(PROG, f"no step counter could be kept in {root}: this step is numbered 0")
         return 0
     return number
-
-
-def default_signals() -> None:
-    """Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored through exec: give the
-    command their defaults back (``srun yes | head`` ends ``yes`` as a shell would)."""
-    import _signal
-
-    for name in ("SIGPIPE", "SIGXFSZ"):
-        if hasattr(_signal, name):
-            _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
 
 
 def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
