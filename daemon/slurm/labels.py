@@ -6,7 +6,7 @@ parent of the command, reads its stdout and stderr from pipes and writes them, p
 own (already pointed at ``--output``/``--error``); it exits as the command did.  The job's signals
 reach the command directly (reckon signals every process of a job but its top one, srun and the
 command alike), so the parent ignores them rather than forward a second copy, and ends when the
-command's output ends and the command has exited.  Light: os, select, signal only.
+command's output ends and the command has exited.  Light: os, select, _signal only.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def run_labelled(command: list[str], env: dict[str, str]) -> int:
     """Run ``command`` as a child, its stdout and stderr labelled onto ours; its exit status."""
     import select
-    import signal
+
+    import _signal as signal  # the module without signal.py's enum import
 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
