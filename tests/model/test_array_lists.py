@@ -33,7 +33,7 @@ def _reference(items: list[tuple[int, int, int, bool]]) -> list[int]:
     return sorted(out)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(item, min_size=1, max_size=6), st.none() | st.integers(1, 50))
 def test_a_list_names_the_indices_slurm_names(items, limit):
     text = _text(items, limit)
