@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .partitions import partition_of
 from .resources import format_size
 
 if TYPE_CHECKING:

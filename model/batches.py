@@ -13,7 +13,8 @@ from . import events as E
 from . import facts as F
 from .id_marks import mark_for_submit
 from .admission import beyond_the_user_limit, unrunnable_reason
-from .errors import LocalProtocolError
+from .partitions import admit
+from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobSpec
 from .permissions import owner_of
 from .policy import dependency_refusal
@@ -35,14 +36,20 @@ def entry_refusal(state: ControllerState, spec: JobSpec, queue_anyway: bool) -> 
 
 def on_submit_batch(tx: Transaction, ev: E.SubmitBatch) -> None:
     state = tx.state
+    specs = []
     for number, spec in enumerate(ev.specs, start=1):
+        try:
+            spec = admit(state.partitions, spec, ev.caller)  # its partition's refusals, default time
+        except (LocalProtocolError, PermissionDenied) as exc:
+            raise type(exc)(f"nothing submitted: entry {number} of {len(ev.specs)}: {exc}") from None
+        specs.append(spec)
         refusal = (entry_refusal(state, spec, ev.queue_anyway)
                    or beyond_the_user_limit(tx.config.user_limits, owner_of(ev.caller), spec))
         if refusal is not None:
             raise LocalProtocolError(f"nothing submitted: entry {number} of {len(ev.specs)}: {refusal}")
     mark_for_submit(tx, count=len(ev.specs))  # every entry's id, before any
     owner = owner_of(ev.caller)
-    for spec, uid in zip(ev.specs, ev.uids):
+    for spec, uid in zip(specs, ev.uids):
         job_id = state.next_job_id()
         tx.apply(F.JobSubmitted(job=job_id, spec=spec, submitted_at=ev.now, uid=uid, owner=owner))
         if ev.hold:  # in the same call: one group commit, never seen unheld

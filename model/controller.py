@@ -26,11 +26,13 @@ from . import events as E
 from . import facts as F
 from . import job_ops
 from . import nodes
+from . import partition_ops
 from . import reports
 from . import startup
 from .errors import LocalProtocolError, ModelCorrupted
 from .jobs import JobState
 from .nodes import NodeState
+from .partitions import startable
 from .policy import ready
 from .scheduler import DispatchHold
 from .session import AgentSession
@@ -63,6 +65,8 @@ HANDLERS: dict[type, Handler] = {
     E.SignalJob: job_ops.on_signal,
     E.ControllerStarted: startup.on_controller_started,
     E.StartGraceEnded: startup.on_grace_ended,
+    partition_ops.SetPartition: partition_ops.on_set_partition,
+    partition_ops.RemovePartition: partition_ops.on_remove_partition,
 }
 
 
@@ -168,7 +172,8 @@ class Controller(VolatileAccess):
     def scheduler_view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool, dict[str, tuple]]:
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
-            (j for j in self.state.jobs.values() if ready(self.state, j)), key=lambda j: int(j.id)))
+            (j for j in self.state.jobs.values() if ready(self.state, j) and startable(self.state.partitions, j)),
+            key=lambda j: int(j.id)))
         agents = {}
         for name, info in self.state.agents.items():
             session = self.sessions.get(name)

@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Union
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
 from .messages import MAX_GENERATION, check_identity
+from .partitions import FACTS as _PARTITION_FACTS, PartitionRemoved, PartitionSet, PartitionsConfigured
+from .partitions import decode_fields as _partition_fields, encode_record as _partition_value
 from .report_entry import check_not_run
 from .resources import NodeResources, Owner, Usage
 
@@ -409,6 +411,7 @@ Fact = Union[
     AgentDrained, AgentResumed,
     JobHeld, JobReleased, JobRestarted,
     IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
+    PartitionsConfigured, PartitionSet, PartitionRemoved,  # issue #22: model/partitions.py
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -418,6 +421,7 @@ FACT_TYPES: dict[str, type] = {
         AgentDrained, AgentResumed,
         JobHeld, JobReleased, JobRestarted,
         IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
+        *_PARTITION_FACTS,
     )
 }
 
@@ -453,6 +457,8 @@ def encode(fact: Fact) -> dict[str, Any]:
             value = value.to_dict()
         elif isinstance(value, (Usage, NodeResources, Owner)):
             value = value.to_dict()
+        elif isinstance(fact, _PARTITION_FACTS):
+            value = _partition_value(value)
         elif name == "gpus":
             value = list(value)
         out[name] = value
@@ -499,6 +505,8 @@ def decode(data: Any) -> Fact:
     kwargs = {name: data[name] for name in names if name in data}
     if "spec" in kwargs:
         kwargs["spec"] = JobSpec.from_dict(kwargs["spec"])
+    if cls in _PARTITION_FACTS:
+        kwargs = _partition_fields(kwargs)
     for name, read in _RECORD_FIELDS.items():
         if kwargs.get(name) is not None:
             kwargs[name] = read(kwargs[name])

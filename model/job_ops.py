@@ -18,6 +18,7 @@ from .admission import beyond_the_user_limit, unrunnable_reason
 from .arrays import array_member
 from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobRecord, JobSpec, JobState
+from .partitions import admit, may_run_on, startable
 from .permissions import check, owner_of, require
 from .policy import array_full, dependency_refusal, ready, user_limit_refusal
 from .resources import lowest_free
@@ -34,14 +35,15 @@ def check_submit(tx: Transaction, spec: JobSpec, caller: E.Caller | None = None)
 
 
 def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
-    if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, ev.spec)) is not None:
+    template = admit(tx.state.partitions, ev.spec, ev.caller)  # its partition's refusals, default time
+    if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, template)) is not None:
         raise LocalProtocolError(refusal)
-    check_submit(tx, ev.spec, ev.caller)
+    check_submit(tx, template, ev.caller)
     state = tx.state
     mark_for_submit(tx, count=len(ev.array.indices()))  # every member's id, before any
     array_id = state.next_job_id()  # the first job's id names the array
     for n, index in enumerate(ev.array.indices()):
-        spec = array_member(ev.spec, array_id=array_id, index=index, max_running=ev.array.max_running,
+        spec = array_member(template, array_id=array_id, index=index, max_running=ev.array.max_running,
                             array=ev.array)
         uid = ev.uids[n] if ev.uids is not None else None
         job_id = state.next_job_id()
@@ -157,12 +159,13 @@ def on_forget(tx: Transaction, ev: E.ForgetAgent) -> None:
 
 
 def on_submit(tx: Transaction, ev: E.SubmitJob) -> None:
-    if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, ev.spec)) is not None:
+    spec = admit(tx.state.partitions, ev.spec, ev.caller)  # its partition's refusals, default time
+    if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, spec)) is not None:
         raise LocalProtocolError(refusal)
-    check_submit(tx, ev.spec, ev.caller)
+    check_submit(tx, spec, ev.caller)
     mark_for_submit(tx)
     job_id = tx.state.next_job_id()
-    tx.apply(F.JobSubmitted(job=job_id, spec=ev.spec, submitted_at=ev.now, uid=ev.uid,
+    tx.apply(F.JobSubmitted(job=job_id, spec=spec, submitted_at=ev.now, uid=ev.uid,
                             owner=owner_of(ev.caller)))
     if ev.hold:  # in the same call: one group commit, never seen unheld
         tx.apply(F.JobHeld(job=job_id))
@@ -199,6 +202,9 @@ def on_dispatch(tx: Transaction, ev: E.DispatchProposed) -> None:
         and session is not None and session.connected and not session.reconciling
         and info is not None and not info.drained and info.shortfall(job.spec) is None
         and user_limit_refusal(tx.state, tx.config.user_limits, job) is None
+        # Issue #22: only onto an agent of the job's partition, while that partition starts jobs.
+        and (not tx.state.partitions or (may_run_on(tx.state.partitions, job.spec, ev.agent)
+                                         and startable(tx.state.partitions, job)))
         # Version 7 fields go only to agents that read them (an older one would run the job wrong).
         and (session.version >= M.SPEC7_SINCE or not job.spec.uses_v7)
     )

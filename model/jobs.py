@@ -98,7 +98,9 @@ V7_SPEC_DEFAULTS: dict[str, Any] = {
 # job may begin, its partition, its nice value ...).  Left out at these defaults like the rest;
 # kept in the fact log, never sent to agents (``agent_dict``): an agent has nothing to do with
 # them, so they need no agent version.
-V8_SPEC_DEFAULTS: dict[str, Any] = {}
+V8_SPEC_DEFAULTS: dict[str, Any] = {
+    "partition": None,  # [partitions] model/partitions.py
+}
 MAX_SCRIPT = 4 << 20  # a batch script's text, in UTF-8 bytes (Slurm's default max_script_size)
 MAX_SIGNAL = 64  # signal numbers 1..64 (SIGRTMAX on Linux)
 MAX_WARN_BEFORE = 65535  # seconds (Slurm's --signal @ limit)
@@ -150,6 +152,8 @@ class JobSpec:
     after_not_ok: tuple[str, ...] = ()  # jobs that must have ended FAILED or CANCELLED
     labels: tuple[tuple[str, str], ...] = ()  # free labels (Slurm's comment, account, ...), by key
     slurm_env: bool = False  # the agent adds Slurm's SLURM_* variables to the job's environment
+    # Version 8 (scheduling-only, never sent to agents).
+    partition: str | None = None  # the partition it asked for (model/partitions.py; None: the default)
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -214,6 +218,8 @@ class JobSpec:
         check_int("gpus", self.gpus, minimum=0, maximum=MAX_GPUS)
         check_gres("gres", self.gres)
         self._check_v7()
+        if self.partition is not None:
+            check_str("partition", self.partition, max_len=64)
 
     def _check_v7(self) -> None:
         if (self.script is None and self.warn_signal is None and self.warn_before == 0 and self.open_mode is None
@@ -286,6 +292,8 @@ class JobSpec:
                 if value != default:
                     out[key] = [list(p) for p in value] if key == "labels" else (
                         list(value) if isinstance(value, tuple) else value)
+        if self.partition is not None:
+            out["partition"] = self.partition
         return out
 
     def agent_dict(self) -> dict[str, Any]:
@@ -322,6 +330,7 @@ class JobSpec:
             gres=tuple(tuple(p) if isinstance(p, (list, tuple)) else p
                        for p in _tuple("gres", data.get("gres", ()))),
             **(_v7_fields(data) if not _V7_KEYS.isdisjoint(data) else {}),
+            partition=data.get("partition"),
         )
 
     def resources_text(self) -> str:
@@ -478,6 +487,7 @@ class JobRecord:
             "slurm_env": self.spec.slurm_env,
             "script": self.spec.script is not None,  # whether it runs a batch script (its text stays out)
             "requeue_requested": self.requeue_requested,
+            "partition": self.spec.partition,  # issue #22: its partition (None: the cluster has none)
         }
 
     def snapshot_key(self) -> tuple:

@@ -18,6 +18,7 @@ from . import messages as M
 from .errors import LocalProtocolError
 from .jobs import TERMINAL_STATES, JobState
 from .admission import beyond_every_agent, capacity_shortfall
+from .partitions import hold_reason, hold_text, partition_of
 from .permissions import require
 from .policy import NOT_OK_STATES, array_full, user_limit_refusal
 from .state import AgentInfo
@@ -92,6 +93,8 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
             shown = ", ".join(f"{dep} ({deps[dep].state.value if deps[dep] else 'unknown'})" for dep in waiting[:3])
             more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
             return f"waiting for job{'s' if len(waiting) > 1 else ''} {shown}{more} to {what}"
+    if ctl.state.partitions and (held := hold_reason(ctl.state.partitions, job)) is not None:
+        return hold_text(ctl.state.partitions, job, held)  # issue #22: its partition keeps it back
     if array_full(ctl.state, job):
         return (f"its array {job.spec.array_id} runs {job.spec.array_max} job(s) at once (%{job.spec.array_max}): "
                 "waiting for one of them to end")
@@ -105,6 +108,10 @@ def pending_reason(ctl: ControllerView, job_id: str) -> str | None:
     agents = ctl.state.agents
     if not agents:
         return "no agent has joined"
+    if ctl.state.partitions and (part := partition_of(ctl.state.partitions, job.spec)) is not None:
+        agents = {name: info for name, info in agents.items() if ctl.state.partitions[part].has_node(name)}
+        if not agents:
+            return f"no agent of partition {part} has joined"
     big_enough = sorted(name for name, info in agents.items() if capacity_shortfall(info, job.spec) is None)
     if not big_enough:
         if job.spec.mem is None and not job.spec.gpus and not job.spec.gres:

@@ -18,7 +18,8 @@ from .resources import MAX_UNIX_ID, Owner
 EVERYONE_ACTIONS = frozenset({"submit", "see"})  # everyone may submit and see the queue (as in Slurm)
 JOB_ACTIONS = frozenset({"cancel", "hold", "release", "requeue", "signal", "read"})  # the owner's, or an operator's
 NODE_ACTIONS = frozenset({"drain", "resume", "forget"})  # operators only
-ACTIONS = EVERYONE_ACTIONS | JOB_ACTIONS | NODE_ACTIONS
+CLUSTER_ACTIONS = frozenset({"partition"})  # operators only: change the partitions (model/partition_ops.py)
+ACTIONS = EVERYONE_ACTIONS | JOB_ACTIONS | NODE_ACTIONS | CLUSTER_ACTIONS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +31,9 @@ class Caller:
     gid: int
     user: str
     operator: bool = False
+    # The Unix groups (names) it is in on the controller's machine: partitions' allow_groups
+    # (model/partitions.py).  Empty: not looked up (the daemon fills it in MUNGE mode).
+    groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_int("uid", self.uid, minimum=0, maximum=MAX_UNIX_ID)
@@ -37,6 +41,8 @@ class Caller:
         check_str("user", self.user, max_len=256)
         if not isinstance(self.operator, bool):
             raise ValueError("operator must be a bool")
+        if not isinstance(self.groups, tuple) or not all(type(g) is str for g in self.groups):
+            raise ValueError("groups must be a tuple of group names")
 
     def owner(self) -> Owner:
         """The owner a job this caller submits gets."""
@@ -57,6 +63,8 @@ def check(caller: Caller | None, action: str, owner: Owner | None, *, job: str |
         raise ValueError(f"unknown action {action!r}; one of {', '.join(sorted(ACTIONS))}")
     if caller is None or caller.operator or action in EVERYONE_ACTIONS:
         return None
+    if action in CLUSTER_ACTIONS:
+        return f"only an operator may change partitions: {caller.user} is not one"
     if action in NODE_ACTIONS:
         what = f"agent {node}" if node is not None else "a node"
         return f"only an operator may {action} {what}: {caller.user} is not one"

@@ -107,6 +107,7 @@ class _AgentView:
     free_gpus: int = 0
     free_gres: tuple[tuple[str, int], ...] = ()
     v7: bool = True
+    partitions: tuple[str, ...] = ()
 
     @property
     def available(self) -> bool:
@@ -120,6 +121,7 @@ class Scheduler:
         # ready job -> (order, slots, throttled array, what it asks beyond slots)
         self._pending: dict[str, tuple[int, int, str | None, Need]] = {}
         self._v7: set[str] = set()  # pending jobs that only agents of version >= 7 may run
+        self._partition_of: dict[str, str] = {}  # pending job -> its partition (jobs with one only)
         # FIFO queue with lazy deletion: entries of jobs no longer pending are
         # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
         self._queue: list[tuple[int, str]] = []
@@ -155,13 +157,18 @@ class Scheduler:
                     heapq.heappush(self._queue, (note.order, note.job))
                     if note.v7:
                         self._v7.add(note.job)
+                if note.partition is not None:  # a job without --partition follows the default's changes
+                    self._partition_of[note.job] = note.partition
+                else:
+                    self._partition_of.pop(note.job, None)
             else:
                 self._pending.pop(note.job, None)
                 self._v7.discard(note.job)
+                self._partition_of.pop(note.job, None)
         elif isinstance(note, AgentNote):
             self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling,
                                                   note.drained, note.free_mem, note.free_gpus, note.free_gres,
-                                                  note.v7)
+                                                  note.v7, note.partitions)
         elif isinstance(note, DispatchHold):
             self._held = note.held
         else:
@@ -249,8 +256,11 @@ class Scheduler:
                     heapq.heappush(self._parked.setdefault(user, []), (order, job))
                     continue
             v7 = job in self._v7
+            partition = self._partition_of.get(job)  # issue #22: only agents of the job's partition
             for name in sorted(free, key=lambda n: (-free[n], n)):
                 if v7 and not self._agents[name].v7:
+                    continue
+                if partition is not None and partition not in self._agents[name].partitions:
                     continue
                 if free[name] >= slots and (need is None or self._take(need, name, beyond)):
                     proposals.append((job, name))

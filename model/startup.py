@@ -40,6 +40,7 @@ from . import facts as F
 from .errors import LocalProtocolError
 from .id_marks import mark_for_submit
 from .jobs import JobState
+from .partitions import PartitionsConfigured
 from .scheduler import DispatchHold
 from .transaction import ControllerView, StartGate, Transaction, silence_clock
 
@@ -51,6 +52,10 @@ def on_controller_started(tx: Transaction, ev: E.ControllerStarted) -> None:
     restored = _continue_ids(tx, ev.id_mark, mark_file=ev.mark_file, facts=ev.facts)  # may refuse
     mark_for_submit(tx)  # the next block now, so submits rarely wait for the file
     tx.volatile.started = True
+    configured = tx.config.partitions
+    if configured is not None and configured != tx.state.partitions_configured:
+        # The config file's partitions changed since they were recorded last (model/partitions.py).
+        tx.apply(PartitionsConfigured(partitions=configured))
     pending = any(j.state is JobState.PENDING for j in tx.state.jobs.values())
     # After a restore, a job the copy calls RUNNING may since have been requeued and run on an agent
     # the copy does not know: its placement's "unrecognized" must not send it out again at once.

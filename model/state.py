@@ -17,6 +17,7 @@ from . import facts as F
 from .errors import LocalProtocolError, ModelCorrupted
 from .messages import pair_hash, running_digest
 from .jobs import JobRecord, JobState, JobTransition, finish_transition, next_state
+from .partitions import FACTS as PARTITION_FACTS, Partition, apply_fact as apply_partition_fact
 from .policy import TIMEOUT_REASON, retry_due
 from .resources import NodeResources, shortfall
 
@@ -110,6 +111,9 @@ class ControllerState:
     arrays: dict[str, list[str]] = field(default_factory=dict)  # array id -> its jobs, in index order
     # owner's name -> [its RUNNING jobs, their slots]: what the per-user limits count (model/scheduler.py UserLimits)
     user_running: dict[str, list[int]] = field(default_factory=dict)
+    # Issue #22: the partitions by name (model/partitions.py), and the config file's as recorded last.
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    partitions_configured: tuple[Partition, ...] = ()
 
     def job(self, job_id: str) -> JobRecord:
         try:
@@ -220,6 +224,7 @@ class ControllerState:
             tuple(getattr(self, name) for name in STATE_SCALARS if name not in NOT_IN_DIGEST),
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
             tuple(sorted(_AGENT_KEY(a) for a in self.agents.values())),
+            tuple(self.partitions[name] for name in sorted(self.partitions)), self.partitions_configured,
         )
 
 
@@ -593,6 +598,14 @@ def _resumed(state: ControllerState, fact: F.AgentResumed) -> Changes:
         raise LocalProtocolError(f"agent {fact.agent} is not drained")
     info.drained = False
     return Changes(agents=(fact.agent,))
+def _partition_fact(state: ControllerState, fact: Any) -> Changes:
+    """A partition changed (model/partitions.py): every PENDING job and every agent is noted again
+    (the job's partition may have gone down, its limits or the agents in it changed)."""
+    state.partitions_configured = apply_partition_fact(state.partitions, state.partitions_configured, fact)
+    return Changes(jobs=tuple(j.id for j in state.jobs.values() if j.state is JobState.PENDING),
+                   agents=tuple(state.agents))
+
+
 def _id_mark_raised(state: ControllerState, fact: F.IdMarkRaised) -> Changes:
     if fact.upto <= state.id_mark:
         raise LocalProtocolError(f"the id mark is already {state.id_mark}, not below {fact.upto}")
@@ -630,6 +643,7 @@ _APPLY: dict[type, Any] = {
     F.JobRestarted: _restarted,
     F.IdMarkRaised: _id_mark_raised,
     F.JoinGenerationIssued: _join_generation,
+    **dict.fromkeys(PARTITION_FACTS, _partition_fact),
 }
 
 
@@ -646,8 +660,10 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
     # v1: agents were [name, slots, registered], without the identity; v2: agents without drained,
     # jobs had 14 fields, no id_mark; v3: agents without join generations.  Rows only ever grow at
     # their end (AgentInfo, JobRecord): restore reads every version's rows the same way.
-    data: dict[str, Any] = {"v": 5}  # v4: no agent resources, no job gpu_ids or usage
+    data: dict[str, Any] = {"v": 6}  # v5: no partitions; v4: no agent resources, no job gpu_ids or usage
     data.update((name, getattr(state, name)) for name in STATE_SCALARS)
+    data["partitions"] = [p.to_dict() for p in state.partitions.values()]
+    data["partitions_configured"] = [p.to_dict() for p in state.partitions_configured]
     data["agents"] = [a.row() for a in state.agents.values()]
     data["jobs"] = [j.row() for j in state.jobs.values()]
     return data
@@ -655,10 +671,14 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
 
 def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running, the indexes) are recomputed."""
-    if data.get("v") not in (1, 2, 3, 4, 5):
+    if data.get("v") not in (1, 2, 3, 4, 5, 6):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
                             cluster=data.get("cluster"), id_mark=data.get("id_mark", 0))
+    for row in data.get("partitions", ()):
+        partition = Partition.from_dict(row)
+        state.partitions[partition.name] = partition
+    state.partitions_configured = tuple(Partition.from_dict(row) for row in data.get("partitions_configured", ()))
     for row in data["agents"]:
         if not 3 <= len(row) <= len(AGENT_ROW):
             raise ValueError(f"an agent row has 3 to {len(AGENT_ROW)} fields, not {len(row)}")

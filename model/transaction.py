@@ -26,6 +26,7 @@ from . import events as E
 from . import facts as F
 from . import messages as M
 from .jobs import JobRecord, JobState
+from .partitions import Partition, agent_partitions, check_set, partition_of, startable
 from .policy import doomed_dependants, ready
 from .scheduler import AgentNote, JobNote, UserLimits
 from .session import AgentSession
@@ -54,8 +55,13 @@ class ControllerConfig:
     # version 6 (messages.OWNERS_SINCE): an older agent is never told a job's owner and would run
     # it as itself, root included.
     min_agent_version: int = 1
+    # Issue #22: the config file's partitions (model/partitions.py), sorted by name; None: the file
+    # configures none (the partitions are the log's alone).  Recorded at a start when they differ.
+    partitions: tuple[Partition, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.partitions is not None:
+            check_set(self.partitions)
         if type(self.min_agent_version) is not int or not 1 <= self.min_agent_version <= M.PROTOCOL_VERSION:
             raise ValueError(f"min_agent_version must be in 1..{M.PROTOCOL_VERSION}")
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= M.MAX_PAGE_ENTRIES:
@@ -212,10 +218,15 @@ class Transaction(VolatileAccess):
 
     def flush_notes(self) -> None:
         """Hand every pending change to the scheduler's notification path, with current values."""
+        partitions = self.state.partitions
         for job in self.changed_jobs.values():
+            # Partitions (issue #22): the job's partition, and whether it lets the job start now.
+            part = partition_of(partitions, job.spec) if partitions else None
             self.commands.append(E.Notify(note=JobNote(job=job.id, order=int(job.id), state=job.state,
                                                        slots=job.spec.slots, agent=job.agent,
-                                                       ready=ready(self.state, job), array=job.spec.array_id,
+                                                       ready=ready(self.state, job) and startable(partitions, job),
+                                                       partition=part, time_limit=job.spec.time_limit,
+                                                       array=job.spec.array_id,
                                                        array_max=job.spec.array_max, mem=job.spec.mem,
                                                        gpus=job.spec.gpus, gres=job.spec.gres,
                                                        user=job.owner.user if job.owner is not None else None,
@@ -233,6 +244,7 @@ class Transaction(VolatileAccess):
                 drained=bool(info and info.drained),
                 free_mem=free_mem, free_gpus=free_gpus, free_gres=tuple(sorted(free_gres.items())),
                 v7=session is None or session.version >= M.SPEC7_SINCE,
+                partitions=agent_partitions(partitions, name) if partitions else (),
             )))
         self.changed_jobs.clear()
         self.changed_agents.clear()

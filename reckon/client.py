@@ -201,6 +201,21 @@ class Client:
         """Every job the controller holds (of ``state``, of ``user``), arrays expanded."""
         return [Job(j) for j in self.call("jobs", state=state, user=user)["jobs"]]
 
+    def query(self, ids: Iterable[JobRef] | None = None, *, names: Iterable[str] | None = None,
+              users: Iterable[str] | None = None, states: Iterable[str] | None = None,
+              since: float | None = None, until: float | None = None, limit: int | None = None,
+              fields: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Jobs by id (an array's id: its members), name, user, state and time window, in submit
+        order, as the ``query`` op's job objects; ``fields``: only these keys of each (``["id",
+        "state"]``: a poll's reply a tenth the size), None: whole objects.  A controller before the
+        query op refuses (``Refused``, "unknown op")."""
+        def listed(values: Iterable[Any] | None) -> list[Any] | None:
+            return None if values is None else [str(v) for v in values]
+
+        return self.call("query", ids=None if ids is None else [_id(j) for j in ids], names=listed(names),
+                         users=listed(users), states=listed(states), since=since, until=until, limit=limit,
+                         fields=listed(fields))["jobs"]
+
     def _jobs_of(self, ids: list[str]) -> list[Job]:
         """These jobs, in this order: one ``query`` (a controller that has the op), else a ``show``
         each on one connection, or one whole listing for many."""

@@ -154,10 +154,19 @@ def caller_for(uid: int, gid: int, operators_gid: int | None) -> Caller:
     except UnicodeEncodeError:  # pwd decodes the name's bytes with surrogateescape
         raise UnnamableUser(f"uid {uid}'s user name {os.fsencode(user)!r} is not UTF-8: reckon names every job's "
                             "owner in UTF-8 and takes no request from this account (rename it)") from None
-    operator = uid == 0
-    if not operator and operators_gid is not None:
-        groups = {gid}
-        if not user.startswith("#"):
-            groups.update(os.getgrouplist(user, gid))
-        operator = operators_gid in groups
-    return Caller(uid=uid, gid=gid, user=user, operator=operator)
+    groups = {gid}
+    if not user.startswith("#"):
+        groups.update(os.getgrouplist(user, gid))
+    operator = uid == 0 or (operators_gid is not None and operators_gid in groups)
+    # Group names, for partitions' allow_groups (model/partitions.py); a gid without a name is left out.
+    return Caller(uid=uid, gid=gid, user=user, operator=operator, groups=tuple(sorted(_group_names(groups))))
+
+
+def _group_names(gids: set[int]) -> set[str]:
+    names = set()
+    for gid in gids:
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            pass
+    return names

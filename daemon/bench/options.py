@@ -92,6 +92,23 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--modes", nargs="+", choices=("fresh", "kept", "http"), default=["fresh", "kept", "http"],
                    help="fresh: a connection per poll (as each squeue process); kept: one per client; http: "
                         "GET /api/v1/query with keep-alive (default: all three)")
+    q.add_argument("--whole", action="store_true",
+                   help="poll for whole job objects, not the fields squeue %%i %%t and sacct JobIdRaw,State ask for")
+
+    q = which.add_parser("trace", help="replay a workload log (SWF) through the controller model and scheduler on "
+                                       "simulated time: wait, slowdown, utilization",
+                         description="Replay a Standard Workload Format log (the Parallel Workloads Archive's) "
+                                     "through the real controller model and scheduler on simulated time, and print "
+                                     "mean wait, mean bounded slowdown, utilization and the worst user's mean wait, "
+                                     "next to the production log's own figures.")
+    q.add_argument("file", type=path, metavar="FILE", help="the SWF log")
+    q.add_argument("--agents", default="1x100", metavar="AxC",
+                   help="A agents of C CPUs each (default 1x100; 10x10 drops jobs asking more than 10 CPUs)")
+    q.add_argument("--scheduler", choices=("fifo", "backfill"), default="fifo",
+                   help="fifo: today's FIFO by free slots; backfill: EASY backfill (default fifo)")
+    q.add_argument("--fairshare", choices=("on", "off"), default="off", help="per-user fair share (default off)")
+    q.add_argument("--limit", type=int, metavar="N", help="replay only the log's first N jobs")
+    q.add_argument("--json", action="store_true", help="print one JSON object of figures")
 
     q = bench("memory", "controller resident memory per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

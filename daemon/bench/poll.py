@@ -65,6 +65,18 @@ TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 HANG_GUARD = 1800.0  # seconds: no run may take longer
 
 
+def _tool_fields() -> dict[str, list[str]]:
+    """The query's ``fields`` the commands send for Parsl's ``squeue --format='%i %t'`` and
+    Snakemake's ``sacct --format=JobIdRaw,State`` (daemon/slurm/formats.py's maps)."""
+    from reckon.daemon.slurm import formats as S
+
+    return {"squeue": S.squeue_query_fields(S.parse_squeue_format("%i %t")),
+            "sacct": S.sacct_query_fields(S.parse_sacct_format("JobIdRaw,State"))}
+
+
+TOOL_FIELDS = _tool_fields()
+
+
 # ---- the poller process -------------------------------------------------------------------
 
 
@@ -77,17 +89,19 @@ class _Poller:
         self.shape, self.name = plan["shape"], plan["name"]
         self.active = list(plan["ids"])  # jobs not yet seen terminal
         self.period = 1.0 / config["rate"]
+        self.whole = config.get("whole", False)
         self.latencies: list[float] = []
         self.error: str | None = None
         self._ws: Any = None
         self._http: Any = None
 
     def fields(self) -> dict[str, Any]:
+        selected = None if self.whole else TOOL_FIELDS[self.shape]
         if self.shape == "squeue":
-            return {"ids": self.active, "names": None, "users": None, "states": None}
+            return {"ids": self.active, "names": None, "users": None, "states": None, "fields": selected}
         now = time.time()
         return {"ids": None, "names": [self.name], "users": None, "states": None, "since": now - WINDOW,
-                "until": now}
+                "until": now, "fields": selected}
 
     def run(self, stop: threading.Event, offset: float) -> None:
         try:
@@ -249,7 +263,7 @@ async def poll_run(args: argparse.Namespace, mode: str | None) -> dict[str, Any]
                 t0 = time.perf_counter()
                 ids = (await client.call("submit_many", specs=specs))["jobs"]
                 if poller is not None:
-                    config = {"mode": mode, "ws": cluster.url, "http": http, "rate": args.rate,
+                    config = {"mode": mode, "ws": cluster.url, "http": http, "rate": args.rate, "whole": args.whole,
                               "clients": _plans(ids, args.clients)}
                     assert poller.stdin is not None
                     poller.stdin.write(json.dumps(config).encode() + b"\n")
@@ -312,9 +326,10 @@ def run_poll_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any
 
     alone = summary([r["alone"]["jobs_per_s"] for r in runs])
     out: dict[str, Any] = {"jobs": args.jobs, "agents": args.agents, "slots": args.slots, "clients": args.clients,
-                           "rate": args.rate, "alone_jobs_per_s": alone, "modes": {}}
+                           "rate": args.rate, "whole": args.whole, "alone_jobs_per_s": alone, "modes": {}}
     lines = [f"poll, null executor, {args.agents} agents x {args.slots} slots, {args.jobs} jobs, "
-             f"{args.clients} clients x {args.rate:g} polls/s (half squeue --job IDS, half sacct --name)",
+             f"{args.clients} clients x {args.rate:g} polls/s (half squeue --job IDS, half sacct --name; "
+             f"{'whole objects' if args.whole else 'the fields those commands ask for'})",
              f"alone: {summary_text(alone, 'jobs/s', digits=0)}"]
     for mode in modes:
         rows = [r[mode] for r in runs]

@@ -375,6 +375,12 @@ def _run_bench(args: argparse.Namespace) -> int:
         figures, poll_lines = run_poll_bench(args, quiet)
         out.update(figures)
         lines += poll_lines
+    elif args.bench == "trace":
+        from reckon.daemon.bench.trace import run_trace_bench
+
+        figures, trace_lines = run_trace_bench(args)
+        out.update(figures)
+        lines += trace_lines
     elif args.bench == "memory":
         out["sizes"] = []
         for n in args.jobs:

@@ -61,6 +61,8 @@ def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.after:
         fields["after"] = tuple(j.strip() for j in args.after.split(",") if j.strip())
     fields.update(resource_fields(args))
+    if getattr(args, "partition", None):  # issue #22: the controller checks the name
+        fields["partition"] = args.partition
     return fields
 
 
@@ -116,6 +118,8 @@ def _summary(array: str, members: list[dict]) -> dict:
     indices = [job["array_index"] for job in members]
     return {
         "id": f"{array}_[{min(indices)}-{max(indices)}]", "name": members[0]["name"], "user": members[0].get("user"),
+        "partition": members[0].get("partition"),
+        "partition": members[0].get("partition"),
         "state": ",".join(f"{state}:{n}" for state, n in counts.items()),
         "agent": None, "attempt": "-", "exit_code": None, "signal": None,
         "finished_at": max((j["finished_at"] for j in members if j["finished_at"] is not None), default=None),

@@ -19,6 +19,9 @@ override the file.  Values have the TOML type of the option: a string
 (integer or float), a duration as a number of seconds or a string such as
 ``"10m"`` (as on the command line), a boolean for a switch.
 
+The controller's partitions are tables of their own, ``[partitions.NAME]``
+(``daemon/cli/partitions.py``): checked here too, read by the controller at its start.
+
 ``reckon config check FILE`` validates a file without starting anything;
 every error names the key (``agent.slots``) and says what is wrong with it:
 an unknown table or key, a wrong type, a bad value.  Exit status 2.
@@ -125,8 +128,10 @@ def check(path: Path, parsers: dict[str, argparse.ArgumentParser]) -> dict[str, 
     """Validate every table of the file; the values by daemon.  ``ConfigError`` names the first bad key."""
     data = read_file(path)
     for name in data:
-        if name not in parsers:
-            raise ConfigError(f"{path}: {name}: unknown table (expected {' or '.join(f'[{d}]' for d in parsers)})")
+        if name not in parsers and name != "partitions":
+            raise ConfigError(f"{path}: {name}: unknown table (expected {' or '.join(f'[{d}]' for d in parsers)}"
+                              " or [partitions.NAME])")
+    partitions_of(path, data)
     found = {command: daemon_values(path, data, command, parser) for command, parser in parsers.items()
              if command in data}
     _check_daemon_tables(path, data, found)
@@ -148,6 +153,17 @@ def _check_daemon_tables(path: Path, data: dict[str, Any], found: dict[str, dict
     if controller is not None and controller.get("state_dir") is None and controller.get("store") is None:
         raise ConfigError(f"{path}: controller: no state-dir (nor store): the controller needs one to keep "
                           "its facts in")
+
+
+def partitions_of(path: Path, data: dict[str, Any] | None = None) -> "tuple[Any, ...] | None":
+    """The file's partitions (model/partitions.py records, by name); None when it has no
+    ``[partitions]`` table.  ``ConfigError`` in one line naming the table and the key."""
+    from reckon.daemon.cli.partitions import read_partitions
+
+    try:
+        return read_partitions(path, read_file(path) if data is None else data)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def apply_config(parser: argparse.ArgumentParser, path: Path, command: str) -> None:

@@ -118,6 +118,18 @@ async def _until_signalled(run: Any, log_file: Any = None) -> None:
                 break
 
 
+def _config_partitions(args: argparse.Namespace) -> Any:
+    """The partitions of the controller's --config file (None: it has none, or there is no file)."""
+    if getattr(args, "config", None) is None:
+        return None
+    from reckon.daemon.cli.config import ConfigError, partitions_of
+
+    try:
+        return partitions_of(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
 async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     from reckon.daemon.controller.options import VALIDATE_STATE_ENV
     from reckon.daemon.controller.server import ControllerOptions, serve_controller
@@ -153,6 +165,7 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after, max_running_per_user=args.max_running_per_user,
                                max_cpus_per_user=args.max_cpus_per_user,
+                               partitions=_config_partitions(args),
                                # Users' jobs run as their owners: no agent that would not know whom.
                                min_agent_version=OWNERS_SINCE if mode == "munge" else 1),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,

@@ -44,6 +44,7 @@ def run_client_command(args: argparse.Namespace) -> int:
         from reckon.daemon.cli.logs import run_logs
 
         return run_logs(args, url, auth, tls)
+    changes = partition_changes(args) if args.command == "partition" and args.partition_command == "set" else []
     with SyncClient(url, auth, timeout=args.timeout, ssl_context=tls) as client:
         if args.command == "jobs":
             jobs = client.call("jobs", state=args.state, user=args.user)["jobs"]
@@ -83,6 +84,8 @@ def run_client_command(args: argparse.Namespace) -> int:
                 raise UsageError("--user and --since list finished jobs: give them without a job id")
             history = client.call("history", job=args.job)["history"]
             out.write((_json(history) if args.json else format_history(history)) + "\n")
+        elif args.command == "partition":
+            _partition(client, args, out, changes)
         elif args.command in ("drain", "resume"):
             result = client.call(args.command, agent=args.node)
             node = result["node"]
@@ -92,6 +95,55 @@ def run_client_command(args: argparse.Namespace) -> int:
         else:
             raise AssertionError(f"not a client command: {args.command}")
     return 0
+
+
+def partition_changes(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """``reckon partition set``'s words, checked before it connects (a bad one: exit status 2)."""
+    from reckon.daemon.cli.partitions import parse_assignments
+
+    try:
+        return parse_assignments(args.assignments)
+    except ValueError as exc:
+        raise UsageError(f"partition {args.name}: {exc}") from None
+
+
+def _partition(client: SyncClient, args: argparse.Namespace, out: Any, changes: list) -> None:
+    """``reckon partition list | set NAME KEY=VALUE ... | remove NAME``."""
+    if args.partition_command == "list":
+        parts = client.call("partitions")["partitions"]
+        out.write((_json(parts) if args.json else format_partitions(parts)) + "\n")
+        return
+    if args.partition_command == "remove":
+        client.call("partition_set", name=args.name, remove=True)
+        out.write(f"removed partition {args.name}\n")
+        return
+    reply = client.call("partition_set", name=args.name, changes=[list(c) for c in changes])
+    already = "" if reply["changed"] else " (it already was so)"
+    out.write(f"partition {args.name} set{already}\n{format_partitions([reply['partition']])}\n")
+
+
+def format_partitions(parts: list[dict]) -> str:
+    """One row per partition: state, limits, and the agents it holds now."""
+    if not parts:
+        return "no partitions (every agent takes every job)"
+    rows = [("NAME", "STATE", "DEFAULT", "MAX_TIME", "DEFAULT_TIME", "MAX_CPUS", "MAX_MEM", "MAX_GPUS", "TIER",
+             "GROUPS", "NODES", "AGENTS")]
+    for p in parts:
+        rows.append((p["name"], p["state"].lower(), "yes" if p["default"] else "-", _duration(p["max_time"]),
+                     _duration(p["default_time"]), str(p["max_cpus_per_job"] or "-"),
+                     format_size(p["max_mem_per_job"]), "-" if p["max_gpus_per_job"] is None else str(p["max_gpus_per_job"]),
+                     str(p["priority_tier"]), ",".join(p["allow_groups"]) or "-", ",".join(p["nodes"]) or "-",
+                     ",".join(p["agents"]) or "-"))
+    return _table(rows)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
 
 
 def _submit(args: argparse.Namespace, url: str, auth: ClientAuth, tls: object) -> int:
@@ -236,6 +288,9 @@ def format_jobs(jobs: list[dict]) -> str:
                      str(j.get("cpus") or j.get("slots") or "-"), format_size(j.get("mem")), _gpus(j),
                      "-" if j["exit_code"] is None else str(j["exit_code"]),
                      "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"]), j.get("user") or "-"))
+    if any(j.get("partition") for j in jobs):  # issue #22: a last column, only on a cluster with partitions
+        rows = [row + (("PARTITION",) if i == 0 else (jobs[i - 1].get("partition") or "-",))
+                for i, row in enumerate(rows)]
     return _table(rows)
 
 
@@ -258,6 +313,8 @@ def _used_of(used: Any, total: Any, size: bool = False) -> str:
 def format_nodes(nodes: list[dict]) -> str:
     """One row per agent: what it offers and what is in use, in every dimension; how it enforces it."""
     rows = [("NAME", "STATE", "CPUS", "MEM", "GPUS", "GRES", "ENFORCER", "SINCE")]
+    if any(n.get("partitions") for n in nodes):  # issue #22: a last column, on a cluster with partitions
+        rows = [rows[0] + ("PARTITIONS",)]
     notes = []
     for n in nodes:
         gres_used = dict(map(tuple, n.get("gres_used") or []))
@@ -266,7 +323,8 @@ def format_nodes(nodes: list[dict]) -> str:
         rows.append((n["name"], n["state"], f"{n['used']}/{n['slots']}",
                      _used_of(n.get("mem_used"), n.get("mem"), size=True),
                      f"{len(n.get('gpus_used') or [])}/{len(gpus)}" if gpus else "-", gres,
-                     n.get("enforcer") or "-", _since(n.get("since"))))
+                     n.get("enforcer") or "-", _since(n.get("since")))
+                    + ((",".join(n.get("partitions") or ()) or "-",) if len(rows[0]) > 8 else ()))
         if n.get("unenforced"):
             notes.append(f"{n['name']}: cannot enforce: {', '.join(n['unenforced'])}")
     return "\n".join([_table(rows), *notes])

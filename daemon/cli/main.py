@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
-                   "release", "requeue", "logs", "whoami", "signal")
+                   "release", "requeue", "logs", "whoami", "signal", "partition")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
 COMMANDS += ("slurm-commands",)  # reckon slurm-commands DIR: daemon/slurm/launchers.py
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
@@ -449,6 +449,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--after", metavar="JOB[,JOB...]",
                    help="run after all these jobs COMPLETED; if one ends FAILED or CANCELLED this job is "
                         "cancelled with the reason")
+    p.add_argument("--partition", "-p", metavar="NAME",
+                   help="the partition to run in (default: the cluster's default partition; reckon partition list)")
     p.add_argument("--queue-anyway", action="store_true",
                    help="queue a job even if no registered agent has the CPUs, memory, GPUs or gres to run it")
     p.add_argument("--hold", action="store_true",
@@ -537,6 +539,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", parents=[client], help="let a drained node take new jobs again")
     p.add_argument("node", help="the agent's name")
+
+    p = sub.add_parser("partition", parents=[client], help="list the partitions; an operator sets or removes one",
+                       description="Partitions (Slurm's): named sets of agents with per-job limits.  `set` creates "
+                                   "or changes one at run time (a fact: it survives restarts and failovers until "
+                                   "the controller's config file changes); keys: nodes, default, max_time, "
+                                   "default_time, max_cpus_per_job, max_mem_per_job, max_gpus_per_job, "
+                                   "allow_groups, priority_tier, state (up, down, drain, inactive).")
+    part_sub = p.add_subparsers(dest="partition_command", required=True, metavar="ACTION")
+    q = part_sub.add_parser("list", parents=[client], help="every partition, its limits and agents")
+    q.add_argument("--json", action="store_true", help="print a JSON list of partition objects")
+    q = part_sub.add_parser("set", parents=[client], help="create or change a partition (operators only)")
+    q.add_argument("name", help="the partition's name")
+    q.add_argument("assignments", nargs="+", metavar="KEY=VALUE", help="e.g. state=down max_time=2h nodes=node[01-04]")
+    q = part_sub.add_parser("remove", parents=[client], help="remove a partition (operators only)")
+    q.add_argument("name", help="the partition's name")
 
     p = sub.add_parser("dev", parents=[verbose, token],
                        help="a controller and N agents on this machine, in the foreground")

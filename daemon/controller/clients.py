@@ -30,6 +30,8 @@ from reckon.daemon.controller.logs import output_paths_of
 
 log = logging.getLogger("reckon.controller")
 BIG_REPLY = 1000  # job objects in a reply above which it is encoded on a worker thread
+MAX_POLL_DEFER = 0.05  # seconds a query waits at most for the batch being decided to end
+POLL_DEFER = os.environ.get("RECKON_POLL_DEFER", "1") != "0"  # (measuring: 0 answers at once)
 
 
 class ClientRequests:
@@ -54,8 +56,11 @@ class ClientRequests:
             jobs = reply.get("jobs")
             # A query's objects are the index's: each encoded once, while it is the same object
             # (daemon/encoded.py; squeue and sacct poll the same jobs many times a second).
-            encode = (partial(cbor_reply, objects=self.encoded_jobs) if reply["ok"] and request.get("op") == "query"
-                      else wire.dumps)
+            if reply["ok"] and request.get("op") == "query":
+                objects = self.encoded_jobs if request.get("fields") is None else self.selections
+                encode = partial(cbor_reply, objects=objects)
+            else:
+                encode = wire.dumps
             if isinstance(jobs, list) and len(jobs) > BIG_REPLY:
                 # Encoding 10,000 job objects takes ~0.1 s: off the event loop, so the core loop's
                 # batches go on meanwhile.  Safe: the objects are the query index's (replaced on a
@@ -68,8 +73,11 @@ class ClientRequests:
     async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:
         op = request.get("op")
         if op == "query":  # squeue, sacct, the HTTP API: from the index, no turn of the loop (query.py)
+            if self.deciding and POLL_DEFER:  # answered at the batch's end (core.py batch_ended), not mid-batch
+                with trio.move_on_after(MAX_POLL_DEFER):
+                    await self.batch_ended.wait()
             return query.query(self, request)
-        if op in operator.OPS:  # show, nodes, drain, resume, history
+        if op in operator.OPS:  # show, nodes, drain, resume, history, partitions, partition_set
             return await operator.OPS[op](self, request, caller)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it

@@ -26,7 +26,7 @@ from reckon.model.scheduler import Scheduler
 
 from reckon.daemon.auth.handshake import Authenticator
 from reckon.daemon.commands import facts_of
-from reckon.daemon.encoded import cbor_objects
+from reckon.daemon.encoded import Selections, cbor_objects
 from reckon.daemon.controller import lifecycle, startup
 from reckon.daemon.controller.clients import ClientRequests
 from reckon.daemon.controller.connections import AgentConnections, AgentConn
@@ -73,6 +73,12 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         self.mark_hold = False  # the id mark file says a restored copy's whole-grace hold lasts (startup.commit)
         self.queries = QueryIndex.of(self)  # the replayed (committed) jobs; startup.commit keeps it
         self.encoded_jobs = cbor_objects()  # the query index's objects, each encoded once (daemon/encoded.py)
+        self.selections = Selections()  # a query's ``fields`` of those objects, each kept likewise
+        # Set at the end of each batch (and replaced): a poll that comes while a batch is being
+        # decided and committed waits for its end (clients.py), so polls are answered between
+        # batches, not between each of a batch's steps.
+        self.batch_ended = trio.Event()
+        self.deciding = False
         for cmd in controller.initial_notes():
             assert isinstance(cmd, E.Notify)
             self.scheduler.notify(cmd.note)
@@ -109,6 +115,7 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
     async def _decide_batches(self) -> None:
         while True:
             batch = [await self._work_recv.receive()]
+            self.deciding = True
             while len(batch) < self.options.max_batch:
                 try:
                     batch.append(self._work_recv.receive_nowait())
@@ -142,6 +149,9 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
                     work.reply.send_nowait(work)
             if self.store.facts_since_snapshot >= self.options.snapshot_every:
                 await self._snapshot()
+            self.deciding = False
+            self.batch_ended.set()
+            self.batch_ended = trio.Event()
 
     def _decide(self, work: WorkItem) -> None:
         """Let the model decide one work item.  A refusal answers its sender; anything else that

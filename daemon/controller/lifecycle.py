@@ -60,6 +60,10 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
     F.JobHeld: lambda f: f"job {f.job} held: not dispatched until released",
     F.JobReleased: lambda f: f"job {f.job} released",
     F.JobRestarted: lambda f: f"job {f.job} requeued by the user: it runs again as attempt {f.attempt}",
+    F.PartitionsConfigured: lambda f: (f"partitions from the config file: "
+                                       f"{', '.join(p.name for p in f.partitions) or 'none'}"),
+    F.PartitionSet: lambda f: f"partition {f.partition.name} set: {f.partition.to_dict()}",
+    F.PartitionRemoved: lambda f: f"partition {f.name} removed",
 }
 assert set(FACT_LINES) == set(F.FACT_TYPES.values()), "every fact kind needs a lifecycle entry"
 

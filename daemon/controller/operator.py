@@ -17,6 +17,8 @@ from reckon.model import events as E
 from reckon.model.errors import LocalProtocolError
 from reckon.model.history import job_history
 from reckon.model.nodes import node_resources, pending_reason
+from reckon.model.partition_ops import RemovePartition, SetPartition
+from reckon.model.partitions import agent_partitions
 from reckon.model.permissions import Caller
 
 from reckon.daemon.commands import facts_of
@@ -40,8 +42,43 @@ def node_objects(daemon: "DaemonHost") -> list[dict]:
         tracker.observe(name, state, slots=info.slots,
                         at=daemon.started_at if tracker.since(name) is None else None)
         out.append({"name": name, "state": state.value, "slots": info.slots, "used": info.used,
-                    "drained": info.drained, "since": tracker.since(name), **node_resources(info)})
+                    "drained": info.drained, "since": tracker.since(name), **node_resources(info),
+                    "partitions": list(agent_partitions(model.state.partitions, name))})
     return out
+
+
+def partition_objects(daemon: "DaemonHost") -> list[dict]:
+    """Every partition (model/partitions.py), by name, with the agents it holds now."""
+    state = daemon.model.state
+    out = []
+    for name in sorted(state.partitions):
+        p = state.partitions[name]
+        obj = p.describe()
+        obj["agents"] = [agent for agent in sorted(state.agents) if p.has_node(agent)]
+        out.append(obj)
+    return out
+
+
+async def _partitions(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
+    return {"partitions": await daemon.call(call=lambda: partition_objects(daemon))}
+
+
+async def _partition_set(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
+    """``reckon partition set NAME key=value ...`` (the client parsed the values), or ``remove``."""
+    name = request.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("name must be a partition name")
+    if request.get("remove"):
+        event: Any = RemovePartition(name=name, now=time.time(), caller=caller)
+    else:
+        changes = request.get("changes")
+        if not isinstance(changes, (list, tuple)) or not all(
+                isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[0], str) for c in changes):
+            raise ValueError("changes must be a list of [key, value] pairs")
+        event = SetPartition(name=name, changes=tuple((k, v) for k, v in changes), now=time.time(), caller=caller)
+    changed = bool(facts_of(await daemon.call(event=event)))
+    partitions = await daemon.call(call=lambda: partition_objects(daemon))
+    return {"changed": changed, "partition": next((p for p in partitions if p["name"] == name), None)}
 
 
 async def _show(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
@@ -56,7 +93,8 @@ async def _show(daemon: "DaemonHost", request: dict, caller: Caller | None = Non
 
 
 async def _nodes(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
-    return {"nodes": await daemon.call(call=lambda: node_objects(daemon))}
+    # The partitions too (issue #22): sinfo and scontrol show partition print nodes by partition.
+    return await daemon.call(call=lambda: {"nodes": node_objects(daemon), "partitions": partition_objects(daemon)})
 
 
 async def _drain_or_resume(daemon: "DaemonHost", request: dict, drain: bool, caller: Caller | None) -> dict:
@@ -144,4 +182,6 @@ OPS: dict[str, Callable[["DaemonHost", dict, Caller | None], Awaitable[dict[str,
     "drain": _drain,
     "resume": _resume,
     "history": _history,
+    "partitions": _partitions,
+    "partition_set": _partition_set,
 }

@@ -28,7 +28,7 @@ import math
 import time
 from typing import Any, Iterable
 
-from reckon.model.jobs import JobRecord, JobState
+from reckon.model.jobs import JobRecord, JobSpec, JobState
 
 from reckon.daemon.controller.logs import output_paths_of
 
@@ -62,6 +62,13 @@ def job_object(daemon: Any, job: JobRecord, old: dict[str, Any] | None = None) -
     if not_run is not None:
         obj.setdefault("not_run", not_run)
     return obj
+
+
+# The keys ``job_object`` may add to ``JobRecord.to_dict()``'s: a new one goes here too, or a query's
+# ``fields`` cannot name it (tests/slurm/test_query_fields.py checks job_object against this).
+EXTRA_FIELDS = ("stdout", "stderr", "array_max", "mem", "labels", "time_limit", "output", "error",
+                "submit_host", "not_run")
+JOB_FIELDS = frozenset([*JobRecord(id="0", spec=JobSpec(name="x", command=("true",))).to_dict(), *EXTRA_FIELDS])
 
 
 class QueryIndex:
@@ -240,8 +247,22 @@ def _time(request: dict, key: str) -> float | None:
     return float(value)
 
 
+def selection(request: dict) -> tuple[str, ...] | None:
+    """The job-object keys a query asks for (``fields``; None: whole objects), in the order asked,
+    each once; an unknown name is a one-line ValueError naming it."""
+    value = request.get("fields")
+    if value is None:
+        return None
+    names = _strings(request, "fields")
+    assert names is not None
+    for name in names:
+        if name not in JOB_FIELDS:
+            raise ValueError(f"unknown query field {name!r}; one of {', '.join(sorted(JOB_FIELDS))}")
+    return tuple(dict.fromkeys(names))
+
+
 def parse(request: dict) -> dict[str, Any]:
-    """The query's fields, checked: a bad one is a one-line ValueError."""
+    """The query's terms, checked: a bad one is a one-line ValueError."""
     states = _strings(request, "states")
     for state in states or ():
         if state not in JobState.__members__:
@@ -257,6 +278,7 @@ def parse(request: dict) -> dict[str, Any]:
 def query(daemon: Any, request: dict) -> dict[str, Any]:
     """The ``query`` op's reply (daemon/controller/clients.py routes it here); no await: see above."""
     fields = parse(request)
+    selected = selection(request)
     try:
         daemon.before_release()  # a PostgreSQL leader's lease, as the loop checks before any reply
     except Exception as exc:
@@ -266,6 +288,8 @@ def query(daemon: Any, request: dict) -> dict[str, Any]:
         # (`squeue --me`, `scancel -u NAME` pick them; the commands show them as the caller's).
         fields["users"] = [*fields["users"], None]
     jobs, unknown = daemon.queries.answer(**fields)
+    if selected is not None:  # only the keys asked for: a poll's reply is a tenth of the bytes
+        jobs = daemon.selections.select(jobs, selected)
     reply: dict[str, Any] = {"jobs": jobs, "now": time.time()}
     if unknown:
         reply["unknown"] = unknown

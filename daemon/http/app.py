@@ -111,7 +111,9 @@ class HttpApp:
             raise error from None
         if route.finish is not None:
             reply = route.finish(fields, reply)
-        elif op == "query":  # the index's objects, each encoded once while it is the same (daemon/encoded.py)
+        elif op == "query" and fields.get("fields") is None:
+            # the index's objects, each encoded once while it is the same (daemon/encoded.py); a
+            # ``fields`` selection's small dicts are encoded as they come
             return 200, await _encode(reply, self.encoded_jobs), b"application/json"
         return 200, await _encode(reply), b"application/json"
 

@@ -141,7 +141,9 @@ ROUTES: tuple[Route, ...] = (
         Param("states", "list", "states, comma-separated"),
         Param("since", "number", "ended (or submitted) at or after, seconds since the epoch"),
         Param("until", "number", "submitted at or before, seconds since the epoch"),
-        Param("limit", "integer", "at most this many jobs"))),
+        Param("limit", "integer", "at most this many jobs"),
+        Param("fields", "list", "only these keys of each job object, comma-separated (e.g. id,state); "
+                                "default: whole objects"))),
     Route("GET", "/history", "history", "Finished jobs, oldest end first", query=(
         _USER, Param("since", "number", "ended at or after, seconds since the epoch"))),
     Route("GET", "/nodes", "nodes", "The nodes (agents): state and resources", tag="nodes"),

@@ -93,7 +93,8 @@ def label(job: dict, key: str) -> str | None:
 
 
 def partition(job: dict) -> str:
-    return label(job, "partition") or PARTITION
+    """The job's partition: its own (issue #22), else its label (a cluster without partitions), else reckon's."""
+    return job.get("partition") or label(job, "partition") or PARTITION
 
 
 def exit_code(job: dict) -> str:
@@ -172,6 +173,8 @@ def pending_reason(job: dict) -> str:
             return "JobHeldUser"
         if job.get("after") or job.get("after_any") or job.get("after_not_ok"):
             return "Dependency"
+        if job.get("_partition_reason"):
+            return job["_partition_reason"]
         if job.get("_array_limited"):
             return "JobArrayTaskLimit"
         return "Resources" if not job.get("requeues") else "BeginTime"
@@ -199,6 +202,17 @@ def dependency(job: dict) -> str:
                                                             ("afternotok", "after_not_ok"))
              for dep in job.get(key) or ()]
     return ",".join(parts) or "(null)"
+
+
+def mark_partition_reasons(jobs: list[dict], partitions: list[dict]) -> None:
+    """Mark the PENDING jobs whose partition starts nothing now with Slurm's reason (PartitionDown,
+    PartitionInactive; a removed partition reads as down), from the ``partitions`` op's answer."""
+    states = {p["name"]: p["state"] for p in partitions}
+    for job in jobs:
+        if job["state"] == "PENDING" and job.get("partition"):
+            state = states.get(job["partition"], "DOWN")
+            if state in ("DOWN", "INACTIVE"):
+                job["_partition_reason"] = "PartitionDown" if state == "DOWN" else "PartitionInactive"
 
 
 def mark_array_limits(jobs: list[dict]) -> list[dict]:
@@ -647,3 +661,64 @@ def sacct_lines(rows: list[dict], fields: list[tuple[str, int]], now: float, *, 
     for row in rows:
         lines.append(render([sacct_value(name, row, now) for name, _ in fields]))
     return lines
+
+
+# ---- what a query asks for -------------------------------------------------------------------
+# squeue and sacct ask the ``query`` op only for the job-object keys their columns read (its
+# ``fields``; issue #21's polling cost: Parsl's ``%i %t`` needs 9 of 50).  Each code's and
+# field's keys are what its value above reads, through the helpers it calls; a new read goes
+# here too (tests/slurm/test_query_fields.py renders every column from a selection and from the
+# whole object, over many job shapes, and records what each reads).
+
+_STATE = ("state", "reason")  # slurm_state
+_ELAPSED = ("state", "started_at", "finished_at")
+_DEPENDENCY = ("state", "after", "after_any", "after_not_ok")
+# pending_reason (and _array_limited: the rows'; partition: PartitionDown, mark_partition_reasons)
+_REASON = (*_STATE, *_DEPENDENCY, "held", "requeues", "partition")
+_OWNER = ("user", "owner")
+# What the commands read of every job whatever the columns: the state filter, array_rows and
+# mark_array_limits, never_started (sacct's window), and the labels of -p/-A (partition, label).
+ROW_FIELDS = ("id", *_STATE, "array_id", "array_index", "array_max", "held", "started_at", "attempt", "requeues")
+FILTER_FIELDS = ("labels", "partition")
+SQUEUE_FIELDS = {
+    "i": ("id", "array_id", "array_index"), "A": ("id",), "F": ("id", "array_id"), "K": ("array_id", "array_index"),
+    "j": ("name",), "t": _STATE, "T": _STATE, "u": _OWNER, "U": _OWNER, "g": _OWNER, "G": _OWNER,
+    "B": ("state", "agent"), "p": ("held",), "Q": ("held",), "M": _ELAPSED, "l": ("time_limit",),
+    "L": ("time_limit", *_ELAPSED), "D": (), "C": ("cpus", "slots"), "c": ("cpus", "slots"), "m": ("mem",),
+    "b": ("gpus", "gres"), "N": ("state", "agent"), "R": (*_REASON, "agent"), "r": _REASON, "P": ("labels", "partition"),
+    "Z": ("cwd",), "o": ("command", "script"), "S": ("started_at",), "V": ("submitted_at",),
+    "e": (*_ELAPSED, "time_limit", "submitted_at"), "E": _DEPENDENCY, "a": ("labels",), "k": ("labels",),
+    "q": ("labels",), "w": ("labels",), "v": ("labels",), "f": ("labels",), "y": (),
+}
+_EXIT = (*_STATE, "exit_code", "signal")
+SACCT_KEYS = {
+    "JobID": ("id", "array_id", "array_index"), "JobIDRaw": ("id",), "JobName": ("name",),
+    "State": (*_EXIT, "owner"), "ExitCode": _EXIT, "DerivedExitCode": (), "Elapsed": _ELAPSED,
+    "ElapsedRaw": _ELAPSED, "Start": ("state", "started_at"), "End": ("state", "finished_at"),
+    "Submit": ("submitted_at",), "Eligible": ("submitted_at",), "NodeList": ("agent",), "AllocCPUS": ("cpus",),
+    "NCPUS": ("cpus",), "ReqCPUS": ("cpus",), "NNodes": ("started_at",), "AllocNodes": ("started_at",),
+    "ReqNodes": ("started_at",), "NTasks": (), "ReqMem": ("mem",), "AllocTRES": ("cpus", "mem", "gpus", "started_at"),
+    "ReqTRES": ("cpus", "mem", "gpus", "started_at"), "User": _OWNER, "UID": _OWNER, "GID": _OWNER, "Group": (),
+    "Partition": ("labels", "partition"), "Account": ("labels",), "Comment": ("labels",), "WCKey": ("labels",),
+    "QOS": ("labels",), "Reservation": ("labels",), "Constraints": ("labels",),
+    "Timelimit": ("time_limit", "started_at", *_DEPENDENCY, "held"),
+    "TimelimitRaw": ("time_limit", "started_at", *_DEPENDENCY, "held"), "Reason": _REASON,
+    "Restarts": ("requeues",), "StdOut": ("stdout",), "StdErr": ("stderr",), "WorkDir": ("cwd",), "Cluster": (),
+}
+
+
+def squeue_query_fields(fields: list, filtered: bool = False) -> list[str]:
+    """The job-object keys squeue's ``fields`` (parse_squeue_format's) read; ``filtered``: -p or -A."""
+    names = dict.fromkeys(ROW_FIELDS + (FILTER_FIELDS if filtered else ()))
+    for _, code, _, _ in fields:
+        if code is not None and code not in SQUEUE_CONSTANT:
+            names.update(dict.fromkeys(SQUEUE_FIELDS[code]))
+    return list(names)
+
+
+def sacct_query_fields(fields: list, filtered: bool = False) -> list[str]:
+    """The job-object keys sacct's ``fields`` (parse_sacct_format's) read; ``filtered``: -r or -A."""
+    names = dict.fromkeys(ROW_FIELDS + (FILTER_FIELDS if filtered else ()))
+    for name, _ in fields:
+        names.update(dict.fromkeys(SACCT_KEYS[name]))
+    return list(names)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from reckon.daemon.slurm.argv import UsageProblem
 from reckon.daemon.slurm.formats import (CLUSTER, owner_of, PARTITION, array_rows, command_name, compress_indices, date,
                                          dependency, elapsed_seconds, exit_code, gres, label, mark_array_limits,
-                                         memory, nodelist, partition, pending_reason, sacct_time, slurm_state)
+                                         memory, nodelist, partition, pending_reason, sacct_time, slurm_state,
+                                         mark_partition_reasons)
 
 
 def hostlist(names: list[str]) -> str:
@@ -70,13 +71,53 @@ def sinfo_groups(nodes: list[dict], node_oriented: bool) -> list[list[dict]]:
     return list(groups.values())
 
 
-def sinfo_value(code: str, group: list[dict]) -> str:
-    if code in ("P", "R"):
-        return PARTITION + ("*" if code == "P" else "")
-    if code == "a":
-        return "up"
-    if code == "l":
+# The one partition of a cluster without partitions (issue #22): every node, the default, no limits.
+IMPLICIT = {"name": PARTITION, "default": True, "state": "UP", "max_time": None, "default_time": None,
+            "max_cpus_per_job": None, "max_mem_per_job": None, "max_gpus_per_job": None, "allow_groups": [],
+            "priority_tier": 1}
+
+
+def partitions_of(reply: dict) -> list[dict]:
+    """The ``nodes`` op's partitions, each with ``members`` (its node objects); the implicit one if none."""
+    nodes = reply["nodes"]
+    parts = reply.get("partitions") or []
+    if not parts:
+        return [{**IMPLICIT, "members": nodes}]
+    by_name = {n["name"]: n for n in nodes}
+    return [{**p, "members": [by_name[a] for a in p.get("agents", ()) if a in by_name]} for p in parts]
+
+
+def sinfo_partition_groups(parts: list[dict], node_oriented: bool) -> tuple[list[list[dict]], list[dict]]:
+    """sinfo's lines per partition (Slurm prints a partition's nodes by state; a node once per
+    partition it is in), and each line's partition."""
+    groups: list[list[dict]] = []
+    owners: list[dict] = []
+    for part in parts:
+        found = sinfo_groups(part["members"], node_oriented) or ([] if node_oriented else [[]])
+        groups += found
+        owners += [part] * len(found)
+    return groups, owners
+
+
+def slurm_time(seconds: float | None) -> str:
+    """Slurm's time limit: ``infinite``, ``30:00``, ``1:00:00``, ``1-00:00:00``."""
+    if seconds is None:
         return "infinite"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, minutes, secs = rest // 3600, rest % 3600 // 60, rest % 60
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def sinfo_value(code: str, group: list[dict], part: dict = IMPLICIT) -> str:
+    if code in ("P", "R"):
+        return part["name"] + ("*" if code == "P" and part.get("default") else "")
+    if code == "a":
+        return {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}.get(part.get("state", "UP"), "up")
+    if code == "l":
+        return slurm_time(part.get("max_time"))
     if code == "D":
         return str(len(group))
     if code == "t":
@@ -149,8 +190,9 @@ def parse_sinfo_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
 
 
 def sinfo_lines(groups: list[list[dict]], fields: list[tuple[str, str | None, int, bool]],
-                header: bool = True) -> list[str]:
-    rows = [[sinfo_value(code, g) if code else "" for _, code, _, _ in fields] for g in groups]
+                header: bool = True, parts: list[dict] | None = None) -> list[str]:
+    owners = parts if parts is not None else [IMPLICIT] * len(groups)
+    rows = [[sinfo_value(code, g, p) if code else "" for _, code, _, _ in fields] for g, p in zip(groups, owners)]
     widths = []
     for k, (_, code, width, _) in enumerate(fields):
         if width == -1:  # '#': the longest value or the header, whichever is longer
@@ -246,21 +288,31 @@ def show_job(job: dict, now: float, oneliner: bool = False) -> str:
     return "\n".join(("   " if k else "") + " ".join(line) for k, line in enumerate(lines)) + "\n"
 
 
-def show_partition(nodes: list[dict], jobs_total: int | None = None, oneliner: bool = False) -> str:
+def _limit_time(seconds: float | None, none: str) -> str:
+    return none if seconds is None else slurm_time(seconds)
+
+
+def show_partition(nodes: list[dict], jobs_total: int | None = None, oneliner: bool = False,
+                   part: dict = IMPLICIT) -> str:
     cpus = sum(n.get("cpus", n.get("slots", 0)) for n in nodes)
     mem = sum(n.get("mem") or 0 for n in nodes)
+    max_mem = part.get("max_mem_per_job")
     lines = [
-        [f"PartitionName={PARTITION}"],
-        ["AllowGroups=ALL", "AllowAccounts=ALL", "AllowQos=ALL"],
-        ["AllocNodes=ALL", "Default=YES", "QoS=N/A"],
-        ["DefaultTime=NONE", "DisableRootJobs=NO", "ExclusiveUser=NO", "GraceTime=0", "Hidden=NO"],
-        ["MaxNodes=1", "MaxTime=UNLIMITED", "MinNodes=0", "LLN=NO", "MaxCPUsPerNode=UNLIMITED"],
+        [f"PartitionName={part['name']}"],
+        [f"AllowGroups={','.join(part.get('allow_groups') or ()) or 'ALL'}", "AllowAccounts=ALL", "AllowQos=ALL"],
+        ["AllocNodes=ALL", f"Default={'YES' if part.get('default') else 'NO'}", "QoS=N/A"],
+        [f"DefaultTime={_limit_time(part.get('default_time'), 'NONE')}", "DisableRootJobs=NO", "ExclusiveUser=NO",
+         "GraceTime=0", "Hidden=NO"],
+        ["MaxNodes=1", f"MaxTime={_limit_time(part.get('max_time'), 'UNLIMITED')}", "MinNodes=0", "LLN=NO",
+         f"MaxCPUsPerNode={part.get('max_cpus_per_job') or 'UNLIMITED'}"],
         [f"Nodes={hostlist([n['name'] for n in nodes]) or '(null)'}"],
-        ["PriorityJobFactor=1", "PriorityTier=1", "RootOnly=NO", "ReqResv=NO", "OverSubscribe=NO"],
+        ["PriorityJobFactor=1", f"PriorityTier={part.get('priority_tier', 1)}", "RootOnly=NO", "ReqResv=NO",
+         "OverSubscribe=NO"],
         ["OverTimeLimit=NONE", "PreemptMode=OFF"],
-        ["State=UP", f"TotalCPUs={cpus}", f"TotalNodes={len(nodes)}", "SelectTypeParameters=NONE"],
+        [f"State={part.get('state', 'UP')}", f"TotalCPUs={cpus}", f"TotalNodes={len(nodes)}",
+         "SelectTypeParameters=NONE"],
         ["JobDefaults=(null)"],
-        ["DefMemPerNode=UNLIMITED", "MaxMemPerNode=UNLIMITED"],
+        ["DefMemPerNode=UNLIMITED", f"MaxMemPerNode={max_mem >> 20 if max_mem else 'UNLIMITED'}"],
         [f"TRES=cpu={cpus},mem={memory(mem, exact=True)},node={len(nodes)},billing={cpus}"],
     ]
     if oneliner:
@@ -288,7 +340,7 @@ def show_node(node: dict, oneliner: bool = False) -> str:
         [f"RealMemory={mem}", f"AllocMem={(node.get('mem_used') or 0) >> 20}", "FreeMem=N/A", f"Sockets={cpus}",
          "Boards=1"],
         [f"State={state}", "ThreadsPerCore=1", "TmpDisk=0", "Weight=1", "Owner=N/A", "MCS_label=N/A"],
-        [f"Partitions={PARTITION}"],
+        [f"Partitions={','.join(node.get('partitions') or ()) or PARTITION}"],
         [f"LastBusyTime={date(node.get('since'))}"],
         [f"CfgTRES=cpu={cpus},mem={mem}M,billing={cpus}"],
         [f"AllocTRES={'cpu=' + str(used) if used else ''}"],

@@ -90,7 +90,7 @@ _COMMON: list[tuple[str, str | None, int, str, str]] = [
     ("output", "o", 1, HANDLED, "the job's stdout file pattern"),
     ("overcommit", "O", 0, WARNED, _PLACE),
     ("oversubscribe", "s", 0, WARNED, _PLACE),
-    ("partition", "p", 1, HANDLED, "kept as the label partition"),
+    ("partition", "p", 1, HANDLED, "the partition (reckon partition list)"),
     ("power", None, 1, WARNED, "reckon manages no power"),
     ("prefer", None, 1, WARNED, _PLACE),
     ("priority", None, 1, WARNED, "reckon has no priorities yet"),

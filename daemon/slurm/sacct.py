@@ -94,7 +94,8 @@ def _main(argv: list[str]) -> int:
     states = sorted({S.RECKON_STATE[s] for s in wanted}) if wanted is not None else None
     client = connect()
     try:
-        reply = client.call("query", ids=ids, names=names, users=users, states=states, since=since, until=until)
+        reply = client.call("query", ids=ids, names=names, users=users, states=states, since=since, until=until,
+                            fields=S.sacct_query_fields(fields, partitions is not None or accounts is not None))
     finally:
         client.close()
     jobs = [job for job in reply["jobs"] if (wanted is None or S.slurm_state(job) in wanted)

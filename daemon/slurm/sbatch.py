@@ -221,7 +221,11 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
         "slurm-%A_%I.out" if array else "slurm-%j.out")
     spec["error"] = values.translate_pattern(error, "--error") if error else spec["output"]
     labels = {}
+    if opts.get("partition"):  # issue #22: the real field (the controller checks it and labels it)
+        spec["partition"] = opts["partition"]
     for option, key in LABELS.items():
+        if option == "partition":
+            continue
         value = opts.get(option)
         if value is not None:
             if len(value) > MAX_LABEL:

@@ -37,14 +37,20 @@ def _show(client, what: str, names: list[str], oneliner: bool) -> str:
             raise SlurmCommandError("Invalid job id specified")
         if not reply["jobs"]:
             return "No jobs in the system\n"
+        if any(j["state"] == "PENDING" and j.get("partition") for j in reply["jobs"]):  # issue #22
+            L.mark_partition_reasons(reply["jobs"], client.call("partitions")["partitions"])
         # an array's pending members are one record (ArrayTaskId=2-5%2), as Slurm keeps them
         jobs = L.array_rows(L.mark_array_limits(reply["jobs"]), expand=False)
         blocks = [L.show_job(j, reply["now"], oneliner) for j in jobs]
         return "\n".join(blocks) + ("\n" if oneliner else "\n")
     if what in ("partition", "partitions", "part"):
-        if names and names[0] != L.PARTITION:
-            raise SlurmCommandError(f"Partition {names[0]} not found")
-        return L.show_partition(client.call("nodes")["nodes"], oneliner=oneliner) + ("\n" if oneliner else "\n")
+        parts = L.partitions_of(client.call("nodes"))  # issue #22: the controller's (or the implicit one)
+        if names:
+            parts = [p for p in parts if p["name"] == names[0]]
+            if not parts:
+                raise SlurmCommandError(f"Partition {names[0]} not found")
+        return "".join(L.show_partition(p["members"], oneliner=oneliner, part=p) + ("\n" if oneliner else "\n")
+                       for p in parts)
     if what in ("node", "nodes", "nodename"):
         nodes = client.call("nodes")["nodes"]
         if names:
@@ -64,7 +70,7 @@ def _act(client, op: str, names: list[str]) -> int:
     ids = [i for n in names for i in C.split_list(n)]
     if not ids:
         raise SlurmCommandError(f"{op} needs a job id", 2)
-    reply = client.call("query", ids=ids)
+    reply = client.call("query", ids=ids, fields=["id"])
     failed = 0
     for unknown in reply.get("unknown") or ():
         sys.stderr.write(f"Invalid job id specified for job {unknown}\n")

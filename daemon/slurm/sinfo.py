@@ -1,7 +1,8 @@
 """``sinfo``: reckon's nodes (its agents) as Slurm prints them (layouts.py; the ``nodes`` op).
 
-reckon has one partition, ``reckon``, the default (``reckon*``), until #22.  Lines are grouped by
-node state as Slurm groups them; ``-N`` prints one line per node.
+Its partitions are the controller's (issue #22); a cluster without any has one, ``reckon``, the
+default (``reckon*``), holding every node.  Lines are grouped per partition by node state as Slurm
+groups them; ``-N`` prints one line per node and partition.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import sys
 from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import layouts as L
 from reckon.daemon.slurm.common import SlurmCommandError, connect, run
-from reckon.daemon.slurm.formats import PARTITION
 
 PROG = "sinfo"
 OPTIONS = {
@@ -46,28 +46,30 @@ def _main(argv: list[str]) -> int:
         fields = L.parse_sinfo_format(str(opts.get("format") or default))
     except C.UsageProblem as exc:
         raise SlurmCommandError(str(exc)) from None  # Slurm: status 1
-    if "partitions" in opts and PARTITION not in C.split_list(str(opts["partitions"])):
-        nodes: list[dict] = []
-    else:
-        client = connect()
-        try:
-            nodes = client.call("nodes")["nodes"]
-        finally:
-            client.close()
-    if "nodes" in opts:
-        names = set(C.split_list(str(opts["nodes"])))
-        nodes = [n for n in nodes if n["name"] in names]
-    if opts.get("responding"):
-        nodes = [n for n in nodes if n["state"] not in DEAD]
-    if opts.get("dead"):
-        nodes = [n for n in nodes if n["state"] in DEAD]
-    if "states" in opts:
-        wanted = {s.lower() for s in C.split_list(str(opts["states"]))}
-        nodes = [n for n in nodes if {L.node_state(n).rstrip("*"), L.node_state(n, long=True).rstrip("*")} & wanted]
-    groups = L.sinfo_groups(nodes, node_oriented=bool(opts.get("node")))
-    if not groups and not opts.get("node"):
-        groups = [[]]  # Slurm prints the partition with 0 nodes, state n/a
-    lines = L.sinfo_lines(groups, fields, header=not opts.get("noheader"))
+    client = connect()
+    try:
+        parts = L.partitions_of(client.call("nodes"))
+    finally:
+        client.close()
+    if "partitions" in opts:
+        wanted_parts = set(C.split_list(str(opts["partitions"])))
+        parts = [p for p in parts if p["name"] in wanted_parts]
+    for part in parts:
+        nodes = part["members"]
+        if "nodes" in opts:
+            names = set(C.split_list(str(opts["nodes"])))
+            nodes = [n for n in nodes if n["name"] in names]
+        if opts.get("responding"):
+            nodes = [n for n in nodes if n["state"] not in DEAD]
+        if opts.get("dead"):
+            nodes = [n for n in nodes if n["state"] in DEAD]
+        if "states" in opts:
+            wanted = {s.lower() for s in C.split_list(str(opts["states"]))}
+            nodes = [n for n in nodes if {L.node_state(n).rstrip("*"), L.node_state(n, long=True).rstrip("*")} & wanted]
+        part["members"] = nodes
+    # A partition with no node left prints one line, 0 nodes, state n/a (as Slurm does).
+    groups, owners = L.sinfo_partition_groups(parts, node_oriented=bool(opts.get("node")))
+    lines = L.sinfo_lines(groups, fields, header=not opts.get("noheader"), parts=owners)
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

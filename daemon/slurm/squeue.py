@@ -83,12 +83,17 @@ def _main(argv: list[str]) -> int:
     states = sorted({S.RECKON_STATE[s] for s in wanted}) if wanted is not None else None
     client = connect()
     try:
-        reply = client.call("query", ids=ids, names=names, users=users, states=states)
+        reply = client.call("query", ids=ids, names=names, users=users, states=states,  # only what it prints
+                            fields=S.squeue_query_fields(fields, partitions is not None or accounts is not None))
+        jobs = [j for j in reply["jobs"] if (wanted is None or S.slurm_state(j) in wanted)
+                and (partitions is None or S.partition(j) in partitions)
+                and (accounts is None or S.label(j, "account") in accounts)]
+        # Issue #22: a queued job whose partition does not start jobs waits for it (PartitionDown):
+        # one more call, only on a cluster with partitions and pending jobs in one.
+        if any(j["state"] == "PENDING" and j.get("partition") for j in jobs):
+            S.mark_partition_reasons(jobs, client.call("partitions")["partitions"])
     finally:
         client.close()
-    jobs = [j for j in reply["jobs"] if (wanted is None or S.slurm_state(j) in wanted)
-            and (partitions is None or S.partition(j) in partitions)
-            and (accounts is None or S.label(j, "account") in accounts)]
     if ids is not None and not reply["jobs"] and len(reply.get("unknown") or ()) == len(ids):
         raise SlurmCommandError("Invalid job id specified")  # Slurm: slurm_load_jobs error
     rows = S.array_rows(S.mark_array_limits(jobs), expand=bool(opts.get("array")))

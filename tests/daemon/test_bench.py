@@ -162,5 +162,6 @@ def test_poll_plans_deal_the_jobs_out_and_a_missing_job_fails_the_poller():
                  {"id": "7", "state": "PENDING"}, {"id": "10", "state": "FAILED"}])
     assert poller.active == ["4", "7"]  # Parsl asks no more about a finished job
     assert poller.fields()["ids"] == ["4", "7"]
+    assert {"id", "state"} <= set(poller.fields()["fields"])  # what squeue --format='%i %t' asks for
     with pytest.raises(RuntimeError, match="7"):  # Parsl would take it as COMPLETED
         poller.seen([{"id": "4", "state": "RUNNING"}])

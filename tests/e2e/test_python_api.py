@@ -36,6 +36,8 @@ def test_submit_wait_logs_cancel_hold_and_refusals(cluster, tmp_path):
     many = c.submit_many([["true"], {"command": ["sh", "-c", "exit 0"], "name": "second"}], cpus=1)
     assert [j.name for j in many] == ["true", "second"]
     assert {j.state for j in c.wait(many, timeout=30)} == {"COMPLETED"}
+    assert c.query(many, fields=["id", "state"]) == [{"id": j.id, "state": "COMPLETED"} for j in many]
+    assert c.query(names=["second"], states=["COMPLETED"])[0]["name"] == "second"  # no fields: whole objects
 
     members = c.submit_array(["sh", "-c", 'echo "$RECKON_ARRAY_INDEX"'], "1-3", cwd=str(tmp_path))
     assert [j.array_index for j in members] == [1, 2, 3]

@@ -66,6 +66,10 @@ async def test_every_route_on_a_real_cluster(tmp_path):
             assert sorted(j["id"] for j in queried["jobs"]) == sorted([job, second]) and queried["now"] > 0
             by_state = (await api.get("/api/v1/query", params={"states": "COMPLETED"})).json()["jobs"]
             assert [j["id"] for j in by_state] == [job]
+            selected = (await api.get("/api/v1/query", params={"states": "COMPLETED", "fields": "id,state"})).json()
+            assert selected["jobs"] == [{"id": job, "state": "COMPLETED"}]
+            refused = await api.get("/api/v1/query", params={"fields": "id,colour"})
+            assert refused.status_code == 400 and refused.json()["error"].startswith("unknown query field 'colour'")
             assert (await api.post(f"/api/v1/jobs/{array['array']}/cancel")).json()["array"][0]["state"] == "CANCELLED"
 
             # nodes: drain, resume; forget a connected one is refused

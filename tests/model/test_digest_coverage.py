@@ -19,6 +19,7 @@ import pytest
 from reckon.model import facts as F
 from reckon.model import state as S
 from reckon.model.jobs import JobRecord, JobSpec, JobState
+from reckon.model.partitions import Partition
 from reckon.model.resources import NodeResources, Owner, Usage
 from reckon.model.state import AgentInfo, ControllerState
 
@@ -84,6 +85,9 @@ def other_value(value: Any, annotation: str) -> Any:
         return dataclasses.replace(value, slots=value.slots + 1)
     if isinstance(value, Owner):
         return dataclasses.replace(value, uid=value.uid + 7, user=value.user + "x")
+    if "Partition" in annotation and isinstance(value, (dict, tuple)):  # issue #22's partitions
+        extra = Partition(name="p7", nodes=("node[01-07]",), max_time=70.0)
+        return {**value, extra.name: extra} if isinstance(value, dict) else value + (extra,)
     if isinstance(value, tuple):
         return value + (7,)
     if value is None and "Usage" in annotation:

@@ -10,6 +10,7 @@ import pytest
 from tests.model.harness import Harness, spec
 
 from reckon.model import facts as F
+from reckon.model.partitions import Partition
 from reckon.model.errors import LocalProtocolError
 from reckon.model.jobs import JOB_TRANSITIONS, JobSpec, JobState, JobTransition, allowed, finish_transition, next_state
 from reckon.model.state import ControllerState, apply, replay, restore, snapshot
@@ -47,6 +48,13 @@ SAMPLES = [
     F.IdMarkRaised(upto=1000),
     F.JoinGenerationIssued(agent="a1", generation=3, confirmed=2),
     F.JobAttemptsReserved(job="1", upto=3),
+    # issue #22: partitions
+    F.PartitionsConfigured(partitions=(Partition(name="batch", nodes=("node[01-10]",), default=True,
+                                                 max_time=86400.0, default_time=3600.0),
+                                       Partition(name="gpu", nodes=("gpu*",), allow_groups=("ml",),
+                                                 max_mem_per_job=64 << 30, priority_tier=2, state="DRAIN"))),
+    F.PartitionSet(partition=Partition(name="gpu", max_gpus_per_job=4, state="DOWN")),
+    F.PartitionRemoved(name="gpu"),
 ]
 
 

@@ -53,6 +53,8 @@ from reckon.model.errors import LocalProtocolError, ModelCorrupted, PermissionDe
 from reckon.model.permissions import Caller, check, owner_of
 from reckon.model.policy import ready, user_limit_refusal
 from reckon.model.jobs import JobSpec, JobState
+from reckon.model.partition_ops import SetPartition
+from reckon.model.partitions import Partition, may_run_on, startable
 from reckon.model.resources import NodeResources, Usage
 from reckon.model.scheduler import Scheduler
 
@@ -183,17 +185,22 @@ class ReckonMachine(RuleBasedStateMachine):
         max_running=st.sampled_from([None, None, 1, 2]),
         max_cpus=st.sampled_from([None, None, 2, 3]),
         resources=st.lists(st.sampled_from(AGENT_RESOURCES), min_size=3, max_size=3),
+        partitioned=st.booleans(),
     )
     def setup(self, n_agents, slots, ctrl_page, agent_page, round_timeout, lost_after, recent_window, retry_max,
-              initial_jobs, start_grace=15.0, max_running=None, max_cpus=None, resources=(None, None, None)):
+              initial_jobs, start_grace=15.0, max_running=None, max_cpus=None, resources=(None, None, None),
+              partitioned=False):
         self.now = 100.0
         self.start_grace = start_grace  # the controller's rejoin grace after each start (0: no start gate)
         self.id_mark_file = 0  # the daemon's id mark file: outside the log, a rollback keeps it
         self.issued_ids: set[str] = set()  # every job id any history of this controller issued
         self.grace_timer: float | None = None  # the armed StartGraceTimer's deadline
         self.expected_hold: tuple[set[str], bool, float] | None = None  # INV-START-HOLD: (waiting, known, deadline)
+        # Issue #22: two partitions in the config, pa (agent a1, the default) and pb (the others).
+        parts = (Partition(name="pa", nodes=("a1",), default=True), Partition(name="pb", nodes=("a[2-3]",)))
         self.cconf = ControllerConfig(page_size=ctrl_page, round_timeout=round_timeout, lost_after=lost_after,
-                                      max_running_per_user=max_running, max_cpus_per_user=max_cpus)
+                                      max_running_per_user=max_running, max_cpus_per_user=max_cpus,
+                                      partitions=parts if partitioned else None)
         self.owners: dict[str | None, Any] = {}  # INV-OWNER: submission uid -> the owner its submit's caller gives
         self.controller = Controller(self.cconf)
         self.scheduler = Scheduler(self.cconf.user_limits)
@@ -359,6 +366,10 @@ class ReckonMachine(RuleBasedStateMachine):
             self._check_user_limit(fact)
         if isinstance(back, F.JobDispatched):
             placed_on = self.durable.agents.get(back.agent)
+            before_job = self.durable.jobs.get(back.job)
+            if before_job is not None and not may_run_on(self.durable.partitions, before_job.spec, back.agent):
+                self._violate("INV-PARTITION", f"{back.job}/{back.attempt} dispatched to {back.agent}, outside its "
+                                               f"partition {before_job.spec.partition} (or it starts nothing)")
             if placed_on is not None and placed_on.drained:
                 self._violate("INV-DRAINED-NOT-DISPATCHED", f"{back.job}/{back.attempt} dispatched to drained "
                                                             f"agent {back.agent}")
@@ -432,6 +443,8 @@ class ReckonMachine(RuleBasedStateMachine):
     def _wire_roundtrip(self, msg: M.Message, *, to: str) -> dict:
         data = cbor_like(M.to_wire(msg))
         back = M.from_wire(copy.deepcopy(data), to=to)
+        if isinstance(msg, M.Dispatch):  # an agent is never sent the scheduling-only (v8) spec fields
+            msg = replace(msg, spec=JobSpec.from_dict(msg.spec.agent_dict()))
         if back != msg:
             self._violate("INV-MESSAGE-CODEC", f"{msg!r} arrives as {back!r}")
         return data
@@ -893,6 +906,19 @@ class ReckonMachine(RuleBasedStateMachine):
         drained = self.controller.state.agents[name].drained
         event = (E.ResumeAgent if drained else E.DrainAgent)(agent=name, now=self.now, caller=caller)
         self._client_op(event, "resume" if drained else "drain", node=name)
+
+    @precondition(lambda self: self.controller.state.partitions)
+    @rule(i=INDEX, key=st.sampled_from(("state", "nodes", "default")), caller=CALLER)
+    def partition_change(self, i, key, caller=None):
+        """The operator changes a partition at run time (``reckon partition set``): takes it down or
+        up, moves its agents, or makes it the default; a user who is no operator is refused."""
+        names = sorted(self.controller.state.partitions)
+        part = self.controller.state.partitions[names[i % len(names)]]
+        value = {"state": "UP" if part.state == "DOWN" else "DOWN",
+                 "nodes": (AGENT_NAMES[i % len(AGENT_NAMES)],) if part.nodes != (AGENT_NAMES[i % 3],) else ("a*",),
+                 "default": True}[key]
+        self._client_op(SetPartition(name=part.name, changes=((key, value),), now=self.now, caller=caller),
+                        "partition")
 
     @rule(limit=st.none() | st.integers(1, 2), defer=st.booleans())
     def scheduler_pass(self, limit, defer):
@@ -1599,6 +1625,12 @@ class ReckonMachine(RuleBasedStateMachine):
         self._take("INV-USER-LIMIT")
 
     @invariant()
+    def inv_partition(self):
+        """INV-PARTITION: a job is dispatched only to an agent of its partition, while that
+        partition starts jobs (UP or DRAIN)."""
+        self._take("INV-PARTITION")
+
+    @invariant()
     def inv_drained_not_dispatched(self):
         """INV-DRAINED-NOT-DISPATCHED: no job is dispatched to an agent the operator drained."""
         self._take("INV-DRAINED-NOT-DISPATCHED")
@@ -1633,12 +1665,15 @@ class ReckonMachine(RuleBasedStateMachine):
     def _pending_that_fits(self) -> bool:
         state = self.controller.state
         return any(self._may_start(job) and not info.drained and resource_checks.would_fit(state, name, job)
+                   and may_run_on(state.partitions, job.spec, name)
                    for job in state.jobs.values() for name, info in state.agents.items())
 
     def _may_start(self, job: Any) -> bool:
-        """Ready, and not waiting for its owner's per-user limits (which a quiet cluster may hold it to)."""
+        """Ready, and not waiting for its owner's per-user limits (which a quiet cluster may hold it to),
+        nor for its partition (down, or its limits lowered below it: issue #22)."""
         state = self.controller.state
-        return ready(state, job) and user_limit_refusal(state, self.cconf.user_limits, job) is None
+        return (ready(state, job) and user_limit_refusal(state, self.cconf.user_limits, job) is None
+                and startable(state.partitions, job))
 
     # The invariants that compare the whole state with a rebuilt copy (a snapshot, a replay of
     # every fact, the scheduler's own view): three quarters of a check's cost.  A settling run
@@ -1727,8 +1762,10 @@ class ReckonMachine(RuleBasedStateMachine):
             if not self._may_start(job):  # a held job waits for its release, another for its owner's limit
                 continue
             for name, info in state.agents.items():
-                # A drained agent takes none; the fit is in every dimension (CPUs, memory, GPUs, gres).
-                assert info.drained or not resource_checks.would_fit(state, name, job), (
+                # A drained agent takes none; the fit is in every dimension (CPUs, memory, GPUs, gres);
+                # an agent outside the job's partition takes none either.
+                assert (info.drained or not resource_checks.would_fit(state, name, job)
+                        or not may_run_on(state.partitions, job.spec, name)), (
                     f"INV-LIVENESS-SCHEDULES: pending job {job.id} ({job.spec.resources_text()}) fits on {name} "
                     f"({info.used}/{info.slots} used) but was not dispatched")
         for p in self.procs:

@@ -169,8 +169,8 @@ def test_specs_the_model_accepts():
     assert spec["time_limit"] == 86400 and (spec["warn_signal"], spec["warn_before"], spec["warn_batch_only"]) == (
         10, 30, True)
     assert spec["cwd"] == "/w/sub" and spec["output"] == spec["error"] == "out-%j.txt"
-    assert dict(spec["labels"]) == {"partition": "gpu", "account": "lab", "qos": "hi", "wckey": "w",
-                                    "constraint": "avx", "comment": "c"}
+    assert dict(spec["labels"]) == {"account": "lab", "qos": "hi", "wckey": "w", "constraint": "avx", "comment": "c"}
+    assert spec["partition"] == "gpu"  # the real field (issue #22): the controller checks it and labels it
     assert spec["after"] == ["1"] and spec["after_any"] == ["2"] and spec["open_mode"] == "append"
     assert spec["slurm_env"] is True and spec["script"].startswith("#!") and spec["command"] == ["job.sh"]
     default = _spec([])
