@@ -46,7 +46,7 @@ def test_the_command_line_beats_the_variables_which_beat_the_script():
     spec = sbatch.spec_of(opts, "#!/bin/sh\n", ["job.sh"], environ={"PATH": "/bin"}, cwd="/w", array=True,
                           default_name="job.sh")
     assert spec["time_limit"] == 300 and spec["open_mode"] == "append" and spec["env"] == [["SLURM_OPEN_MODE", "a"]]
-    assert ["partition", "envp"] in spec["labels"] and spec["output"] == "slurm-%A_%I.out"
+    assert spec["partition"] == "envp" and spec["output"] == "slurm-%A_%I.out"
 
 
 def test_a_variable_reckon_does_not_implement_is_one_line_naming_it(capsys):
