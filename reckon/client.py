@@ -146,7 +146,8 @@ class Client:
 
     def submit_array(self, command: Sequence[str], array: str, *, hold: bool = False, queue_anyway: bool = False,
                      **spec: Any) -> list[Job]:
-        """One job per index of ``array`` (``"1-100"``, ``"0-9:2%3"``: ``%3`` at most three at once);
+        """One job per index of ``array`` (``"1-100"``, ``"0-9:2%3"``: ``%3`` at most three at once; a list
+        as Slurm's ``--array``, ``"1,3,5-9:2"``);
         each gets ``RECKON_ARRAY_INDEX``; the first job's id names the array.  ``spec``: as ``submit``'s."""
         try:
             check_array(array)

@@ -162,25 +162,42 @@ def job_spec(command: list[str] | tuple[str, ...], *, name: str | None = None, c
 
 MAX_ARRAY_JOBS = 100_000  # model/arrays.py
 MAX_ARRAY_INDEX = (1 << 31) - 1
+ARRAY_SYNTAX = "expected START-END[:STEP][%MAX], N, or a list of them, e.g. 1-100:2%10 or 1,3,5-9:2%4"
 
 
 def check_array(text: str) -> None:
     """model.arrays.parse_array's checks, without its regular expression (the controller parses it again)."""
+    array_items(text)
+
+
+def array_items(text: str) -> tuple[list[tuple[int, int, int]], int | None]:
+    """``1,3,5-9:2%4`` -> ([(1, 1, 1), (3, 3, 1), (5, 9, 2)], 4): model.arrays.parse_array's
+    items (first, last, step) and ``%MAX``, with its checks and words."""
     body = text.strip() if isinstance(text, str) else ""
     rest, pct, limit = body.partition("%")
-    span, colon, step = rest.partition(":")
-    start, dash, end = span.partition("-")
-    parts = [start] + ([end] if dash else []) + ([step] if colon else []) + ([limit] if pct else [])
-    if not all(p.isdecimal() for p in parts) or (colon and not dash):
-        raise ValueError(f"bad array {text!r}: expected START-END[:STEP][%MAX] or N, e.g. 1-100:2%10")
-    first, last, every = int(start), int(end if dash else start), int(step or 1)
-    check_int("array start", first, 0, MAX_ARRAY_INDEX)
-    check_int("array end", last, 0, MAX_ARRAY_INDEX)
-    check_int("array step", every, 1, MAX_ARRAY_INDEX)
-    if last < first:
-        raise ValueError(f"array range {first}-{last} ends before it starts")
-    if pct:
-        check_int("array %MAX", int(limit), 1, 1 << 20)
-    count = (last - first) // every + 1
-    if count > MAX_ARRAY_JOBS:
-        raise ValueError(f"an array has at most {MAX_ARRAY_JOBS} jobs, {count} asked")
+    if pct and not limit.isdecimal():
+        raise ValueError(f"bad array {text!r}: {ARRAY_SYNTAX}")
+    items: list[tuple[int, int, int]] = []
+    total = 0
+    for item in rest.split(","):
+        span, colon, step = item.partition(":")
+        start, dash, end = span.partition("-")
+        parts = [start] + ([end] if dash else []) + ([step] if colon else [])
+        if not all(p.isdecimal() for p in parts) or (colon and not dash):
+            raise ValueError(f"bad array {text!r}: {ARRAY_SYNTAX}")
+        items.append((int(start), int(end if dash else start), int(step or 1)))
+    for first, last, every in items:
+        check_int("array start", first, 0, MAX_ARRAY_INDEX)
+        check_int("array end", last, 0, MAX_ARRAY_INDEX)
+        check_int("array step", every, 1, MAX_ARRAY_INDEX)
+        if last < first:
+            raise ValueError(f"array range {first}-{last} ends before it starts")
+        if pct:
+            check_int("array %MAX", int(limit), 1, 1 << 20)
+        count = (last - first) // every + 1
+        if count > MAX_ARRAY_JOBS:
+            raise ValueError(f"an array has at most {MAX_ARRAY_JOBS} jobs, {count} asked")
+        total += count
+    if total > MAX_ARRAY_JOBS:
+        raise ValueError(f"an array has at most {MAX_ARRAY_JOBS} jobs, {total} asked")
+    return items, int(limit) if pct else None

@@ -437,8 +437,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--error", "-e", metavar="PATH", help="the job's stderr likewise (same patterns)")
     p.add_argument("--file", metavar="FILE", help="submit one job per line of FILE ('-': standard input): "
                                                   "shell-quoted command lines; blank and '#' lines skipped")
-    p.add_argument("--array", metavar="START-END[:STEP][%MAX]",
-                   help="submit one job per index (env RECKON_ARRAY_INDEX, RECKON_ARRAY_ID = the first job's "
+    p.add_argument("--array", metavar="START-END[:STEP][,...][%MAX]",
+                   help="submit one job per index (a list as Slurm's: 1,3,5-9:2; env RECKON_ARRAY_INDEX, RECKON_ARRAY_ID = the first job's "
                         "id, which names the array); %%MAX: at most MAX of them run at once; prints every id")
     p.add_argument("--time", metavar="DURATION",
                    help="time limit (90s, 10m, 2h, 1h30m; a bare number is seconds): SIGTERM at the limit, "

@@ -198,3 +198,13 @@ def query(client, *, ids: list[str] | None = None, names: list[str] | None = Non
             continue
         out.append(job)
     return out
+
+
+def default_signals() -> None:
+    """Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored through exec: give the
+    command their defaults back (``srun yes | head`` ends ``yes`` as a shell would)."""
+    import _signal
+
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(_signal, name):
+            _signal.signal(getattr(_signal, name), _signal.SIG_DFL)

@@ -271,6 +271,19 @@ def compress_indices(indices: list[int]) -> str:
     return ",".join(out)
 
 
+def array_task_str(indices: list[int]) -> str:
+    """A pending array's tasks as Slurm prints them (xlate_array_task_str): ``FIRST-LAST:STEP`` when
+    the indices are evenly spaced (more than 5 of them, over a span above 10, not adjacent), else
+    ``1-3,5`` cut to 60 characters and ``...``."""
+    ordered = sorted(set(indices))
+    if len(ordered) > 5 and ordered[-1] - ordered[0] > 10 and ordered[1] != ordered[0] + 1:
+        step = ordered[1] - ordered[0]
+        if all(b - a == step for a, b in zip(ordered, ordered[1:])):
+            return f"{ordered[0]}-{ordered[-1]}:{step}"
+    text = compress_indices(ordered)
+    return text[:60] + "..." if len(text) > 61 else text
+
+
 # ---- squeue --------------------------------------------------------------------------------------
 
 SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
@@ -466,7 +479,7 @@ def array_rows(jobs: list[dict], expand: bool) -> list[dict]:
             continue
         if job is not group[0]:
             continue
-        tasks = compress_indices([m["array_index"] for m in group])
+        tasks = array_task_str([m["array_index"] for m in group])
         if job.get("array_max"):
             tasks += f"%{job['array_max']}"
         rows.append({**job, "_slurm_id": f"{job['array_id']}_[{tasks}]", "_slurm_tasks": tasks})

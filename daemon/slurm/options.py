@@ -119,7 +119,7 @@ _COMMON: list[tuple[str, str | None, int, str, str]] = [
 ]
 
 SBATCH: list[tuple[str, str | None, int, str, str]] = sorted(_COMMON + [
-    ("array", "a", 1, HANDLED, "START-END[:STEP][%MAX] or a list of indices"),
+    ("array", "a", 1, HANDLED, "N, START-END[:STEP] or a list of them; %MAX for the whole array"),
     ("batch", None, 1, WARNED, _PLACE),
     ("export-file", None, 1, REFUSED, "give the variables with --export"),
     ("get-user-env", None, 2, WARNED, "the job gets the caller's environment (--export)"),
@@ -146,7 +146,7 @@ SRUN: list[tuple[str, str | None, int, str, str]] = sorted(
         ("input", "i", 1, HANDLED, "the task's stdin: all, none, 0 or a file (in a job)"),
         ("jobid", None, 1, REFUSED, "srun runs in its own job (SLURM_JOB_ID) or submits one"),
         ("kill-on-bad-exit", "K", 2, HANDLED, "accepted (one task)"),
-        ("label", "l", 0, WARNED, "one task: lines are not prefixed with its number"),
+        ("label", "l", 0, HANDLED, "each line starts with the task number (0: )"),
         ("mpi", None, 1, WARNED, "reckon runs one task: no MPI wire-up"),
         ("multi-prog", None, 0, REFUSED, "reckon runs one task"),
         ("no-allocate", "Z", 0, REFUSED, "srun runs in a job"),
@@ -175,3 +175,82 @@ def by_name(options: list[tuple[str, str | None, int, str, str]]) -> dict[str, t
 def spelled(option: tuple[str, str | None, int, str, str]) -> str:
     """``-J/--job-name`` or ``--wckey``: how messages name an option."""
     return f"-{option[1]}/--{option[0]}" if option[1] else f"--{option[0]}"
+
+
+# Input environment variables (Slurm 22.05's src/sbatch/opt.c env_vars[] and sbatch.1 "INPUT
+# ENVIRONMENT VARIABLES"): each sets the option it names, under the command line and over the
+# script's #SBATCH lines; the option's action above applies (a message names the variable).
+SBATCH_ENV: dict[str, str] = {
+    "SBATCH_ACCOUNT": "account", "SBATCH_ACCTG_FREQ": "acctg-freq", "SBATCH_ARRAY_INX": "array",
+    "SBATCH_BATCH": "batch", "SBATCH_BURST_BUFFER": "bb", "SBATCH_CLUSTER_CONSTRAINT": "cluster-constraint",
+    "SBATCH_CLUSTERS": "clusters", "SLURM_CLUSTERS": "clusters", "SBATCH_CONTAINER": "container",
+    "SBATCH_CONSTRAINT": "constraint", "SBATCH_CORE_SPEC": "core-spec", "SBATCH_CPU_FREQ_REQ": "cpu-freq",
+    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu", "SBATCH_DEBUG": "verbose", "SBATCH_DELAY_BOOT": "delay-boot",
+    "SBATCH_DISTRIBUTION": "distribution", "SBATCH_EXCLUSIVE": "exclusive", "SBATCH_EXPORT": "export",
+    "SBATCH_GET_USER_ENV": "get-user-env", "SBATCH_GRES": "gres", "SBATCH_GRES_FLAGS": "gres-flags",
+    "SBATCH_GPUS": "gpus", "SBATCH_GPU_BIND": "gpu-bind", "SBATCH_GPU_FREQ": "gpu-freq",
+    "SBATCH_GPUS_PER_NODE": "gpus-per-node", "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
+    "SBATCH_GPUS_PER_TASK": "gpus-per-task", "SLURM_HINT": "hint", "SBATCH_HINT": "hint",
+    "SBATCH_IGNORE_PBS": "ignore-pbs", "SBATCH_JOB_NAME": "job-name", "SBATCH_MEM_BIND": "mem-bind",
+    "SBATCH_MEM_PER_CPU": "mem-per-cpu", "SBATCH_MEM_PER_GPU": "mem-per-gpu", "SBATCH_MEM_PER_NODE": "mem",
+    "SBATCH_NETWORK": "network", "SBATCH_NO_KILL": "no-kill", "SBATCH_NO_REQUEUE": "no-requeue",
+    "SBATCH_OPEN_MODE": "open-mode", "SBATCH_OVERCOMMIT": "overcommit", "SBATCH_PARTITION": "partition",
+    "SBATCH_POWER": "power", "SBATCH_PROFILE": "profile", "SBATCH_QOS": "qos", "SBATCH_REQ_SWITCH": "switches",
+    "SBATCH_REQUEUE": "requeue", "SBATCH_RESERVATION": "reservation", "SBATCH_SIGNAL": "signal",
+    "SBATCH_SPREAD_JOB": "spread-job", "SBATCH_THREAD_SPEC": "thread-spec",
+    "SBATCH_THREADS_PER_CORE": "threads-per-core", "SBATCH_TIMELIMIT": "time",
+    "SBATCH_USE_MIN_NODES": "use-min-nodes", "SBATCH_WAIT": "wait", "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
+    "SBATCH_WAIT4SWITCH": "switches", "SBATCH_WCKEY": "wckey", "SBATCH_ERROR": "error", "SBATCH_INPUT": "input",
+    "SBATCH_OUTPUT": "output",
+}
+
+# srun's (src/srun/libsrun/opt.c env_vars[]), less those a job's own environment holds that are no
+# srun option here: SLURM_JOB_ID (srun's --jobid: reckon's srun is in that job) and
+# SLURM_JOB_NODELIST.  Inside a job the agent sets SLURM_NTASKS, SLURM_JOB_NUM_NODES,
+# SLURM_JOB_NAME and SLURM_MEM_PER_NODE to the job's own (1, 1, its name, its memory), which read
+# as options say the same.
+SRUN_ENV: dict[str, str] = {
+    "SLURM_ACCOUNT": "account", "SLURM_ACCTG_FREQ": "acctg-freq", "SLURM_BURST_BUFFER": "bb",
+    "SLURM_CLUSTERS": "clusters", "SLURM_CLUSTER_CONSTRAINT": "cluster-constraint", "SLURM_CONSTRAINT": "constraint",
+    "SLURM_CORE_SPEC": "core-spec", "SRUN_CPUS_PER_TASK": "cpus-per-task", "SLURM_CPU_BIND": "cpu-bind",
+    "SLURM_CPU_FREQ_REQ": "cpu-freq", "SLURM_CPUS_PER_GPU": "cpus-per-gpu", "SLURM_DELAY_BOOT": "delay-boot",
+    "SLURM_DEPENDENCY": "dependency", "SLURM_DISABLE_STATUS": "disable-status", "SLURM_DISTRIBUTION": "distribution",
+    "SLURM_EPILOG": "epilog", "SLURM_EXACT": "exact", "SLURM_EXCLUSIVE": "exclusive", "SLURM_EXPORT_ENV": "export",
+    "SRUN_EXPORT_ENV": "export", "SLURM_GPUS": "gpus", "SLURM_GPU_BIND": "gpu-bind", "SLURM_GPU_FREQ": "gpu-freq",
+    "SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_GPUS_PER_SOCKET": "gpus-per-socket",
+    "SLURM_GPUS_PER_TASK": "gpus-per-task", "SLURM_GRES": "gres", "SLURM_GRES_FLAGS": "gres-flags",
+    "SLURM_HINT": "hint", "SLURM_JOB_NAME": "job-name", "SLURM_JOB_NUM_NODES": "nodes",
+    "SLURM_KILL_BAD_EXIT": "kill-on-bad-exit", "SLURM_LABELIO": "label", "SLURM_MEM_BIND": "mem-bind",
+    "SLURM_MEM_PER_CPU": "mem-per-cpu", "SLURM_MEM_PER_GPU": "mem-per-gpu", "SLURM_MEM_PER_NODE": "mem",
+    "SLURM_MPI_TYPE": "mpi", "SLURM_NCORES_PER_SOCKET": "cores-per-socket", "SLURM_NETWORK": "network",
+    "SLURM_NO_KILL": "no-kill", "SLURM_NPROCS": "ntasks", "SLURM_NTASKS": "ntasks",
+    "SLURM_NSOCKETS_PER_NODE": "sockets-per-node", "SLURM_NTASKS_PER_NODE": "ntasks-per-node",
+    "SLURM_NTASKS_PER_GPU": "ntasks-per-gpu", "SLURM_OPEN_MODE": "open-mode", "SLURM_OVERCOMMIT": "overcommit",
+    "SLURM_OVERLAP": "overlap", "SLURM_PARTITION": "partition", "SLURM_POWER": "power", "SLURM_PROFILE": "profile",
+    "SLURM_PROLOG": "prolog", "SLURM_QOS": "qos", "SLURM_REMOTE_CWD": "chdir", "SLURM_REQ_SWITCH": "switches",
+    "SLURM_RESERVATION": "reservation", "SLURM_SIGNAL": "signal", "SLURM_SPREAD_JOB": "spread-job",
+    "SLURM_SRUN_MULTI": "multi-prog", "SLURM_STDERRMODE": "error", "SLURM_STDINMODE": "input",
+    "SLURM_STDOUTMODE": "output", "SLURM_TASK_EPILOG": "task-epilog", "SLURM_TASK_PROLOG": "task-prolog",
+    "SLURM_THREAD_SPEC": "thread-spec", "SLURM_THREADS": "threads", "SLURM_THREADS_PER_CORE": "threads-per-core",
+    "SLURM_TIMELIMIT": "time", "SLURM_UNBUFFEREDIO": "unbuffered", "SLURM_USE_MIN_NODES": "use-min-nodes",
+    "SLURM_WAIT": "wait", "SLURM_WAIT4SWITCH": "switches", "SLURM_WCKEY": "wckey", "SLURM_WORKING_DIR": "chdir",
+    "SRUN_CONTAINER": "container", "SLURM_DEBUG": "verbose",
+}
+
+
+def env_options(environ: dict[str, str], names: dict[str, str], options: dict[str, tuple]
+                ) -> tuple[list[tuple[str, str | None]], dict[str, str]]:
+    """The options the input variables set, in the table's order (a later variable for the same
+    option wins, as Slurm reads them in that order: SRUN_EXPORT_ENV over SLURM_EXPORT_ENV), and
+    which variable set each.  A flag's value is not read (Slurm's: set by the variable's presence);
+    an empty optional argument is none."""
+    parsed: list[tuple[str, str | None]] = []
+    origin: dict[str, str] = {}
+    for var, name in names.items():
+        value = environ.get(var)
+        if value is None:
+            continue
+        arg = options[name][2]
+        parsed.append((name, None if arg == 0 or (arg == 2 and not value) else value))
+        origin[name] = var
+    return parsed, origin

@@ -68,16 +68,30 @@ def merge(*parsed: list[tuple[str, str | None]]) -> dict[str, str | None]:
 
 
 def refuse_and_warn(opts: dict[str, str | None], prog: str = PROG,
-                    known: dict[str, tuple] = _OPTIONS) -> None:
-    """One line per warned option (on stderr); the first refused one ends the command."""
+                    known: dict[str, tuple] = _OPTIONS, origin: dict[str, str] | None = None) -> None:
+    """One line per warned option (on stderr); the first refused one ends the command.  ``origin``:
+    the input variable an option's value came from (``SBATCH_NO_KILL``), named in the line."""
+    def named(option: tuple) -> str:
+        var = (origin or {}).get(option[0])
+        return f"{var} ({table.spelled(option)})" if var else table.spelled(option)
+
     for name in opts:
         option = known[name]
         if option[3] == table.REFUSED:
-            raise SlurmCommandError(f"{table.spelled(option)} is not supported by reckon ({option[4]})")
+            raise SlurmCommandError(f"{named(option)} is not supported by reckon ({option[4]})")
     for name in opts:
         option = known[name]
         if option[3] == table.WARNED:
-            warn(prog, f"{table.spelled(option)} is ignored by reckon ({option[4]})")
+            warn(prog, f"{named(option)} is ignored by reckon ({option[4]})")
+
+
+def with_environment(script: dict[str, str | None], cmdline: dict[str, str | None], environ,
+                     names: dict[str, str], known: dict[str, tuple]) -> tuple[dict[str, str | None], dict[str, str]]:
+    """The options in Slurm's precedence: the command line's over the input variables' over the
+    script's; and the variable each option that a variable set (and the command line did not) came from."""
+    from_env, origin = table.env_options(environ, names, known)
+    opts = merge(list(script.items()), from_env, list(cmdline.items()))
+    return opts, {name: var for name, var in origin.items() if name not in cmdline and name in opts}
 
 
 def read_script(operands: list[str], opts: dict[str, str | None]) -> tuple[str, str, list[str]]:
@@ -201,8 +215,7 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
         warn(prog, "--kill-on-invalid-dep=no: reckon cancels a job whose dependency can never be met")
     mode = opts.get("open-mode")
     if mode is not None:
-        if mode not in ("append", "truncate"):
-            raise invalid(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
+        mode = values.parse_open_mode(mode)
         spec["open_mode"] = mode
         spec["env"].append(["SLURM_OPEN_MODE", mode[0]])  # as sbatch sets it: srun's steps follow it
     output = opts.get("output")
@@ -274,8 +287,8 @@ def _main(argv: list[str]) -> int:
         script_opts, extra = parse_args(values.script_directives(script))
         if extra:
             raise SlurmCommandError(f"{name}: #SBATCH lines hold options only, not {extra[0]!r}")
-    opts = merge(list(script_opts.items()), list(cmdline.items()))  # the command line overrides the script
-    refuse_and_warn(opts)
+    opts, origin = with_environment(script_opts, cmdline, os.environ, table.SBATCH_ENV, _OPTIONS)
+    refuse_and_warn(opts, origin=origin)
     try:
         cwd = os.getcwd()
     except FileNotFoundError:
@@ -317,15 +330,14 @@ def _submission_failed(exc: Exception) -> None:
 
 
 def check_array(text: str) -> str:
-    """Slurm's ``--array`` in reckon's one range: ``START-END[:STEP][%MAX]`` or ``N``."""
-    body, pct, limit = text.strip().partition("%")
-    if "," in body:
-        raise SlurmCommandError(f"--array={text}: reckon takes one range START-END[:STEP][%MAX], not a list")
-    low, dash, rest = body.partition("-")
-    high, colon, step = rest.partition(":")
-    parts = [low] + ([high] if dash else []) + ([step] if colon else []) + ([limit] if pct else [])
-    if not all(p.isdigit() for p in parts) or (colon and not dash):
-        raise invalid(f"Invalid job array specification: {text!r} (START-END[:STEP][%MAX])")
+    """Slurm's ``--array``: ``N``, ``START-END[:STEP]`` or a list of them, with one ``%MAX`` for the
+    whole array (``1-3,7,10-20:5%4``); checked here in Slurm's words, parsed again by the controller."""
+    from reckon.daemon.blocking.spec import array_items
+
+    try:
+        array_items(text)
+    except ValueError as exc:
+        raise invalid(f"Invalid job array specification: {text!r} ({exc})") from None
     return text.strip()
 
 

@@ -3,7 +3,12 @@
 Inside a job (``SLURM_JOB_ID`` is set: a batch script's ``srun --unbuffered --output ... CMD``,
 submitit's shape), the command runs in place: this process becomes it (``exec``), with
 ``--output``/``--error``/``--input``/``--chdir``/``--export`` applied and the step's variables
-(``SLURM_STEP_ID`` ...) set; no new job, as a Slurm step runs inside its job's allocation.
+(``SLURM_STEP_ID`` ...) set; no new job, as a Slurm step runs inside its job's allocation.  Steps
+are numbered 0, 1, 2 ... per attempt (steps.py).  With ``-l``/``--label`` srun stays, runs the
+command as its child and puts ``0: `` (the task's number) before each line it writes.
+
+Slurm's input variables (``SLURM_LABELIO``, ``SLURM_STDOUTMODE`` ... options.SRUN_ENV) set options
+under the command line's.
 
 Outside a job, the command is submitted as a job of its own (the options as sbatch reads them),
 its output is streamed to the terminal by ``reckon logs --follow``'s code (daemon/cli/logs.py),
@@ -17,13 +22,14 @@ import sys
 
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
-from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, invalid, run, warn
+from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, default_signals, run, warn
 
 PROG = "srun"
 _OPTIONS = table.by_name(table.SRUN)
 _GETOPT = table.table(table.SRUN)
 # What srun reads itself; the other HANDLED options are sbatch.spec_of's (a job outside one).
-HANDLED = frozenset({"cluster", "clusters", "chdir", "error", "export", "help", "input", "job-name", "open-mode", "output", "quiet",
+HANDLED = frozenset({"cluster", "clusters", "chdir", "error", "export", "help", "input", "job-name", "label",
+                     "open-mode", "output", "quiet",
                      "unbuffered", "usage", "verbose", "version", "disable-status", "exact", "kill-on-bad-exit",
                      "overlap", "whole"})
 NO_ARRAY_INDEX = "4294967294"
@@ -80,10 +86,10 @@ def _open(path: str, flags: int) -> int:
         raise SlurmCommandError(f"cannot open {path}: {exc.strerror or exc}") from None
 
 
-def step_env(env: dict[str, str]) -> dict[str, str]:
-    """The job's environment with the step's variables (one task on one node)."""
+def step_env(env: dict[str, str], number: int = 0) -> dict[str, str]:
+    """The job's environment with the variables of its step ``number`` (one task on one node)."""
     step = dict(env)
-    step.update({"SLURM_STEP_ID": step.get("SLURM_STEP_ID", "0"), "SLURM_STEP_NUM_TASKS": "1",
+    step.update({"SLURM_STEP_ID": str(number), "SLURM_STEP_NUM_TASKS": "1",
                  "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_PROCID": "0",
                  "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS": "1", "SLURM_NPROCS": "1",
                  "SLURM_TASK_PID": str(os.getpid())})
@@ -94,9 +100,21 @@ def step_env(env: dict[str, str]) -> dict[str, str]:
     return step
 
 
+def step_number() -> int:
+    """This srun's step number in its job (steps.py); 0, said once, when no counter can be kept."""
+    from reckon.daemon.slurm.steps import ROOT, next_step
+
+    root = os.environ.get("RECKON_STEP_DIR") or ROOT
+    number = next_step(os.environ.get("SLURM_JOB_ID", ""), os.environ.get("RECKON_ATTEMPT", "1"), root)
+    if number is None:
+        warn(PROG, f"no step counter could be kept in {root}: this step is numbered 0")
+        return 0
+    return number
+
+
 def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
-    """Become the command (exec), as the job's step 0."""
-    env = step_env(dict(os.environ))
+    """Become the command (exec), as the job's next step; with --label, run it as a child."""
+    env = step_env(dict(os.environ), step_number())
     export = opts.get("export")
     if export is not None:
         from reckon.daemon.slurm.values import export_env
@@ -109,9 +127,9 @@ def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
             os.chdir(chdir)
         except OSError as exc:
             raise SlurmCommandError(f"cannot change directory to {chdir}: {exc.strerror or exc}") from None
-    mode = opts.get("open-mode") or ("append" if env.get("SLURM_OPEN_MODE", "").startswith("a") else "truncate")
-    if mode not in ("append", "truncate"):
-        raise invalid(f"Invalid --open-mode specification: {mode!r} (append or truncate)")
+    from reckon.daemon.slurm.values import parse_open_mode
+
+    mode = parse_open_mode(opts.get("open-mode") or env.get("SLURM_OPEN_MODE") or "truncate")
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "append" else os.O_TRUNC)
     out = opts.get("output")
     err = opts.get("error")
@@ -131,6 +149,11 @@ def run_in_job(opts: dict[str, str | None], command: list[str]) -> int:
         os.dup2(fd, target)
         os.close(fd)
     sys.stdout.flush()
+    if "label" in opts:
+        from reckon.daemon.slurm.labels import run_labelled
+
+        return run_labelled(command, env)
+    default_signals()
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:
@@ -157,6 +180,7 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
     if opts.get("output") is not None and opts.get("error") is None:
         spec["error"] = spec["output"]
     spec["env"].append(["SLURM_SUBMIT_HOST", os.uname().nodename])
+    spec["env"] += [["SLURM_STEP_ID", "0"], ["SLURM_STEPID", "0"]]  # the command is its job's step 0, as Slurm's
     client = connect()
     job = None
     try:
@@ -175,7 +199,7 @@ def run_as_job(opts: dict[str, str | None], command: list[str]) -> int:
             sys.stderr.write(f"srun: job {job} has been allocated resources\n")
         # A stream sent to a file (-o, -e) is not also shown here, as with Slurm's srun.
         _stream(client, job, stdout=opts.get("output") is None, stderr=opts.get("error") is None
-                and opts.get("output") is None)
+                and opts.get("output") is None, label="label" in opts)
         return _outcome(client, job, "quiet" in opts)
     except KeyboardInterrupt:
         if job is not None:
@@ -215,7 +239,7 @@ def _cancel_interrupted(job: str) -> None:
         sys.stderr.write(f"srun: error: cannot cancel job {job}: {exc}\n")
 
 
-def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
+def _stream(client, job: str, *, stdout: bool, stderr: bool, label: bool = False) -> None:
     """The job's stdout here and its stderr to stderr, until the attempt has ended: ``reckon logs
     --follow``'s code, one follower per stream (the stderr one on a thread of its own)."""
     import threading
@@ -233,7 +257,12 @@ def _stream(client, job: str, *, stdout: bool, stderr: bool) -> None:
 
             _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
         args = SimpleNamespace(job=job, stderr=errors, follow=True, attempt=None, timeout=client.timeout)
-        out = _Counted(sys.stderr.buffer if errors else sys.stdout.buffer)
+        stream = sys.stderr.buffer if errors else sys.stdout.buffer
+        if label:
+            from reckon.daemon.slurm.labels import Labeller
+
+            stream = Labeller(stream)
+        out = _Counted(stream)
         deadline = time.monotonic() + MISSING_GRACE
         while True:
             try:
@@ -314,9 +343,10 @@ def usage() -> str:
 
 
 def _main(argv: list[str]) -> int:
-    from reckon.daemon.slurm.sbatch import refuse_and_warn
+    from reckon.daemon.slurm.sbatch import refuse_and_warn, with_environment
 
-    opts, command = parse_args(argv)
+    cmdline, command = parse_args(argv)
+    opts, origin = with_environment({}, cmdline, os.environ, table.SRUN_ENV, _OPTIONS)
     if "help" in opts or "usage" in opts:
         sys.stdout.write(usage())
         return 0
@@ -325,7 +355,7 @@ def _main(argv: list[str]) -> int:
         return 0
     if not command:
         raise SlurmCommandError("No command given to execute.")
-    refuse_and_warn(opts, PROG, _OPTIONS)
+    refuse_and_warn(opts, PROG, _OPTIONS, origin)
     if os.environ.get("SLURM_JOB_ID"):
         from reckon.daemon.slurm import values
 

@@ -168,6 +168,14 @@ def parse_signal(text: str) -> tuple[int, int, bool]:
     return signal_number(sig), int(secs) if at else 60, batch
 
 
+def parse_open_mode(text: str) -> str:
+    """``append`` or ``truncate``: as Slurm, by the first letter (``a``, ``T``: SLURM_OPEN_MODE's spelling)."""
+    first = text.strip()[:1].lower()
+    if first not in ("a", "t"):
+        raise invalid(f"Invalid --open-mode specification: {text!r} (append or truncate)")
+    return "append" if first == "a" else "truncate"
+
+
 CLUSTER = "reckon"  # the name the jobs see (SLURM_CLUSTER_NAME)
 
 

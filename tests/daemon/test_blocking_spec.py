@@ -47,7 +47,8 @@ def test_gres_parse_as_the_model_parses_them(items):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet="0123456789-:% ", max_size=10) | st.sampled_from(["1-100:2%10", "5-1", "0-200000", "7"]))
+@given(st.text(alphabet="0123456789-:%, \n", max_size=12) | st.sampled_from(
+    ["1-100:2%10", "5-1", "0-200000", "7", "1,3,5", "0-15:4", "1-3,7,10-20:5%4", "0-60000,0-60000", "1%2,3"]))
 def test_arrays_are_checked_as_the_model_checks_them(text):
     model = _model(arrays.parse_array, text)
     mine = _model(light.check_array, text)

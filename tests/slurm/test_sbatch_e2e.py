@@ -31,7 +31,8 @@ def _commands(cluster) -> Path:
 
 
 def _env(cluster, bin_dir: Path) -> dict[str, str]:
-    env = hermetic_env(RECKON_CONTROLLER=cluster.url)
+    # RECKON_STEP_DIR: the jobs' srun step counters under this test's own directory, not /tmp
+    env = hermetic_env(RECKON_CONTROLLER=cluster.url, RECKON_STEP_DIR=str(cluster.base))
     env.pop("SLURM_JOB_ID", None)
     env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
@@ -140,15 +141,50 @@ def test_submitit_and_snakemake_shapes_wait_and_hold(cluster):
     assert done["started_at"] >= done["begin"]
 
 
+STEPS = """#!/bin/sh
+#SBATCH --output={out}/%A_%a.out
+echo "array $SLURM_ARRAY_TASK_COUNT $SLURM_ARRAY_TASK_MIN $SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_STEP"
+srun sh -c 'echo "step $SLURM_STEP_ID"' &
+srun sh -c 'echo "step $SLURM_STEP_ID"' &
+wait
+srun --label sh -c 'echo "last $SLURM_STEPID"'
+"""
+
+
+def test_a_list_array_and_numbered_steps(cluster):
+    """Slurm's --array list with a step and a throttle, from SBATCH_ARRAY_INX under the command line's
+    -J; in each member, three sruns (two at once) as steps 0, 1, 2 and the last one labelled."""
+    cluster.start_controller()
+    cluster.start_agent("a1")
+    bin_dir = _commands(cluster)
+    out_dir = cluster.base / "steps"
+    out_dir.mkdir()
+    script = cluster.base / "steps.sh"
+    script.write_text(STEPS.format(out=out_dir))
+    env = {**_env(cluster, bin_dir), "SBATCH_ARRAY_INX": "1,4-10:3%2", "SBATCH_JOB_NAME": "env-name"}
+    out = subprocess.run([str(bin_dir / "sbatch"), "--parsable", "-J", "steps", str(script)], capture_output=True,
+                         text=True, timeout=HANG, env=env, cwd=cluster.base)
+    assert out.returncode == 0 and out.stderr == "", out
+    array = out.stdout.strip()
+    members = [j for j in cluster.jobs().values() if j.get("array_id") == array]
+    assert sorted(j["array_index"] for j in members) == [1, 4, 7, 10]
+    assert {j["name"] for j in members} == {"steps"} and {j["array_max"] for j in members} == {2}
+    cluster.wait_jobs([j["id"] for j in members], ("COMPLETED",))
+    for job in members:
+        lines = (out_dir / f"{array}_{job['array_index']}.out").read_text().splitlines()
+        assert lines[0] == "array 4 1 10 3" and lines[3] == "0: last 2", lines
+        assert sorted(lines[1:3]) == ["step 0", "step 1"], lines
+
+
 def test_srun_outside_a_job_streams_its_output_and_exits_with_its_code(cluster):
     cluster.start_controller()
     cluster.start_agent("a1")
     bin_dir = _commands(cluster)
-    out = _run(cluster, bin_dir, "srun", "-J", "step", "sh", "-c",
-               "echo out $SLURM_NTASKS; echo err >&2; exit 4")
+    out = _run(cluster, bin_dir, "srun", "-l", "-J", "step", "sh", "-c",
+               "echo out $SLURM_NTASKS $SLURM_STEP_ID; echo err >&2; exit 4")
     assert out.returncode == 4, out
-    assert out.stdout == "out 1\n"
-    assert "err\n" in out.stderr and "srun: error: a1: task 0: Exited with exit code 4" in out.stderr
+    assert out.stdout == "0: out 1 0\n"  # --label, step 0 of its own job
+    assert "0: err\n" in out.stderr and "srun: error: a1: task 0: Exited with exit code 4" in out.stderr
     [job] = [j for j in cluster.jobs().values() if j["name"] == "step"]
     assert job["state"] == "FAILED" and job["exit_code"] == 4
 

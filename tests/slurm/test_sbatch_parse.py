@@ -198,8 +198,9 @@ def test_multi_node_asks_are_refused_naming_the_limit(words, error):
 
 def test_array_ranges():
     assert sbatch.check_array("0-9%2") == "0-9%2" and sbatch.check_array("1-99:2") == "1-99:2"
-    for bad in ("1,3,5", "1-x", "a"):
-        with pytest.raises(SlurmCommandError):
+    assert sbatch.check_array(" 1,3,5 ") == "1,3,5" and sbatch.check_array("1-3,7,10-20:5%4") == "1-3,7,10-20:5%4"
+    for bad in ("1-x", "a", "1,,3", "1%2,3", "1,3%", "5-1,7"):
+        with pytest.raises(SlurmCommandError, match="Invalid job array specification"):
             sbatch.check_array(bad)
 
 
