@@ -77,12 +77,12 @@ async def test_a_standby_points_to_the_leader_and_takes_over_with_the_log(pg_dsn
         # The CLI's blocking client, given the standby first, is sent on to the leader.
         b_url = f"ws://127.0.0.1:{b_port}"
         nodes = await trio.to_thread.run_sync(lambda: _sync_call(f"{b_url},{a_url}", "nodes"))
-        assert nodes == {"ok": True, "nodes": []}
+        assert nodes == {"ok": True, "nodes": [], "partitions": []}
         # Given the standby alone, it still goes where the standby points.
-        assert await trio.to_thread.run_sync(lambda: _sync_call(b_url, "nodes")) == {"ok": True, "nodes": []}
+        assert await trio.to_thread.run_sync(lambda: _sync_call(b_url, "nodes")) == {"ok": True, "nodes": [], "partitions": []}
         # The trio client (bench, demo, chaos) the same way: past a dead URL and the standby, to the leader.
         async with Client(f"ws://127.0.0.1:1,{b_url},{a_url}", None) as client:
-            assert await client.call("nodes") == {"ok": True, "nodes": []} and client.url == a_url
+            assert await client.call("nodes") == {"ok": True, "nodes": [], "partitions": []} and client.url == a_url
         async with Client(b_url, None) as client:  # the standby alone: where it points
             assert (await client.call("show", job=job))["job"]["id"] == job
 
