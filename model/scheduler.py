@@ -60,6 +60,13 @@ class AgentNote(NamedTuple):
 
 # What a pending job asks beyond slots, or None when it asks nothing more (most jobs: one test).
 Need = tuple[int | None, int, tuple[tuple[str, int], ...]] | None
+# A pending job's place in the queue: (-priority, submission order), smallest first.
+Key = tuple[int, int]
+
+
+def queue_key(note: JobNote) -> Key:
+    """Higher priority first; equal priorities in submission order (FIFO when all are 0)."""
+    return (-note.priority, note.order)
 
 
 class UserLimits(NamedTuple):
@@ -118,13 +125,15 @@ class Scheduler:
     """FIFO placement by free slots onto connected, non-reconciling, non-drained agents."""
 
     def __init__(self, limits: UserLimits = NO_LIMITS) -> None:
-        # ready job -> (order, slots, throttled array, what it asks beyond slots)
-        self._pending: dict[str, tuple[int, int, str | None, Need]] = {}
+        # ready job -> (queue key, slots, throttled array, what it asks beyond slots).  The key is
+        # (-priority, order): higher priority first, ties in submission order (``queue_key``).
+        self._pending: dict[str, tuple[Key, int, str | None, Need]] = {}
         self._v7: set[str] = set()  # pending jobs that only agents of version >= 7 may run
         self._partition_of: dict[str, str] = {}  # pending job -> its partition (jobs with one only)
-        # FIFO queue with lazy deletion: entries of jobs no longer pending are
-        # dropped when they surface, so a dispatch costs O(log n), not a re-sort.
-        self._queue: list[tuple[int, str]] = []
+        # The queue with lazy deletion: entries of jobs no longer pending, or whose key changed
+        # (a new priority), are dropped when they surface, so a dispatch or a reprioritized job
+        # costs O(log n), not a re-sort.
+        self._queue: list[tuple[Key, str]] = []
         self._agents: dict[str, _AgentView] = {}
         self._array_max: dict[str, int] = {}  # throttled array -> its %MAX
         self._array_running: dict[str, set[str]] = {}  # throttled array -> its jobs RUNNING (as noted)
@@ -136,7 +145,7 @@ class Scheduler:
         self._user_of: dict[str, str] = {}  # pending job -> its owner's name (limited jobs only)
         self._running_of: dict[str, tuple[str, int]] = {}  # RUNNING job -> (user, slots)
         self._user_running: dict[str, list[int]] = {}  # user -> [RUNNING jobs, their slots]
-        self._parked: dict[str, list[tuple[int, str]]] = {}  # user -> heap of (order, job) at the limit
+        self._parked: dict[str, list[tuple[Key, str]]] = {}  # user -> heap of (key, job) at the limit
 
     def notify(self, note: JobNote | AgentNote | DispatchHold) -> None:
         if isinstance(note, JobNote):
@@ -150,11 +159,13 @@ class Scheduler:
             if self._limits.any and note.user is not None:
                 self._note_user(note)
             if note.state is JobState.PENDING and note.ready:
-                if note.job not in self._pending:
+                key = queue_key(note)
+                known = self._pending.get(note.job)
+                if known is None or known[0] != key:
                     need = (note.mem, note.gpus, note.gres) if note.mem is not None or note.gpus or note.gres else None
-                    self._pending[note.job] = (note.order, note.slots,
+                    self._pending[note.job] = (key, note.slots,
                                                note.array if note.array_max is not None else None, need)
-                    heapq.heappush(self._queue, (note.order, note.job))
+                    heapq.heappush(self._queue, (key, note.job))  # an old entry is dropped when it surfaces
                     if note.v7:
                         self._v7.add(note.job)
                 if note.partition is not None:  # a job without --partition follows the default's changes
@@ -198,9 +209,9 @@ class Scheduler:
             parked = self._parked[user]
             running, cpus = self.user_load(user)
             while parked:
-                order, job = parked[0]
+                key, job = parked[0]
                 entry = self._pending.get(job)
-                if entry is None or entry[0] != order:
+                if entry is None or entry[0] != key:
                     heapq.heappop(parked)  # no longer pending: dropped
                     continue
                 if self._limits.refusal(user, running, cpus, entry[1]) is not None:
@@ -219,7 +230,8 @@ class Scheduler:
         return iter(sorted(self._pending, key=lambda job: self._pending[job][0]))
 
     def place(self, limit: int | None = None, now: float | None = None) -> list[tuple[str, str]]:
-        """Propose (job, agent) pairs in FIFO order, first fit by free slots (and memory, GPUs, gres).
+        """Propose (job, agent) pairs in queue order (``queue_key``), first fit by free slots (and
+        memory, GPUs, gres).
 
         ``now`` (the controller's clock, as events carry it) is what backfill measures expected
         ends against; FIFO does not use it."""
@@ -237,10 +249,10 @@ class Scheduler:
         proposed: dict[str, list[int]] = {}  # user -> [jobs, slots] proposed in this call
         queue = self._queue
         while queue and free and (limit is None or len(proposals) < limit):
-            order, job = heapq.heappop(queue)
-            if job in examined or self._pending.get(job, (None,))[0] != order:
-                continue  # a job that left the queue, or a second entry of one
-            examined[job] = (order, job)
+            key, job = heapq.heappop(queue)
+            if job in examined or self._pending.get(job, (None,))[0] != key:
+                continue  # a job that left the queue, a stale key, or a second entry of one
+            examined[job] = (key, job)
             _, slots, array, need = self._pending[job]
             if array is not None and array_load.get(array, 0) >= self._array_max[array]:
                 continue  # the array runs its %MAX already: the job waits for one to end
@@ -253,7 +265,7 @@ class Scheduler:
                     # Each pass first puts back as many as the user's noted load leaves room for, so a
                     # refused proposal or an ended job lets them out again.
                     del examined[job]
-                    heapq.heappush(self._parked.setdefault(user, []), (order, job))
+                    heapq.heappush(self._parked.setdefault(user, []), (key, job))
                     continue
             v7 = job in self._v7
             partition = self._partition_of.get(job)  # issue #22: only agents of the job's partition
@@ -300,7 +312,7 @@ class Scheduler:
         return True
 
     def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool, dict[str, tuple]]:
-        """(pending jobs in FIFO order, agent -> (slots, used, available), dispatch held,
+        """(pending jobs in queue order, agent -> (slots, used, available), dispatch held,
         agent -> (free memory, free GPUs, free gres))."""
         return (
             tuple(self._fifo()),
