@@ -8,10 +8,12 @@ drain, ``view()`` equals ``Controller.scheduler_view()``: an invariant.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
+from .backfill import INFINITY, Free, Release, Reservation, Usage, earliest_start
 from .jobs import JobState
 
 # Notes are immutable named tuples rather than frozen dataclasses: a round
@@ -121,10 +123,20 @@ class _AgentView:
         return self.connected and not self.reconciling and not self.drained
 
 
-class Scheduler:
-    """FIFO placement by free slots onto connected, non-reconciling, non-drained agents."""
+POLICIES = ("fifo", "backfill")
 
-    def __init__(self, limits: UserLimits = NO_LIMITS) -> None:
+
+class Scheduler:
+    """Placement in queue order onto connected, non-reconciling, non-drained agents.
+
+    ``fifo``: every job that fits starts, in queue order (first fit: a job that does not fit is
+    passed over).  ``backfill``: the same, but the first job of each partition that does not fit
+    gets a reservation (model/backfill.py) that no job behind it may delay."""
+
+    def __init__(self, limits: UserLimits = NO_LIMITS, *, policy: str = "fifo") -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"scheduler policy {policy!r}: one of {', '.join(POLICIES)}")
+        self.policy = policy
         # ready job -> (queue key, slots, throttled array, what it asks beyond slots).  The key is
         # (-priority, order): higher priority first, ties in submission order (``queue_key``).
         self._pending: dict[str, tuple[Key, int, str | None, Need]] = {}
@@ -146,6 +158,12 @@ class Scheduler:
         self._running_of: dict[str, tuple[str, int]] = {}  # RUNNING job -> (user, slots)
         self._user_running: dict[str, list[int]] = {}  # user -> [RUNNING jobs, their slots]
         self._parked: dict[str, list[tuple[Key, str]]] = {}  # user -> heap of (key, job) at the limit
+        # Backfill only: pending jobs' time limits, and what runs where until when.
+        self._limit_of: dict[str, float] = {}  # pending job -> its time limit (jobs with one)
+        self._running_at: dict[str, dict[str, tuple[float | None, float | None, Usage]]] = {}
+        self._runs_on: dict[str, str] = {}  # RUNNING job -> its agent
+        # The reservations of the latest pass that ran (job -> Reservation): ``expected_start``.
+        self.reservations: dict[str, Reservation] = {}
 
     def notify(self, note: JobNote | AgentNote | DispatchHold) -> None:
         if isinstance(note, JobNote):
@@ -158,6 +176,8 @@ class Scheduler:
                     running.discard(note.job)
             if self._limits.any and note.user is not None:
                 self._note_user(note)
+            if self.policy == "backfill":
+                self._note_backfill(note)
             if note.state is JobState.PENDING and note.ready:
                 key = queue_key(note)
                 known = self._pending.get(note.job)
@@ -184,6 +204,25 @@ class Scheduler:
             self._held = note.held
         else:
             raise TypeError(f"not a scheduler note: {note!r}")
+
+    def _note_backfill(self, note: JobNote) -> None:
+        """Keep the pending jobs' time limits and the running jobs' expected ends."""
+        if note.state is JobState.PENDING and note.time_limit is not None:
+            self._limit_of[note.job] = note.time_limit
+        else:
+            self._limit_of.pop(note.job, None)
+        if note.state is not JobState.PENDING:
+            self.reservations.pop(note.job, None)
+        was = self._runs_on.pop(note.job, None)
+        if was is not None:
+            on = self._running_at[was]
+            del on[note.job]
+            if not on:
+                del self._running_at[was]
+        if note.state is JobState.RUNNING and note.agent is not None:
+            self._runs_on[note.job] = note.agent
+            self._running_at.setdefault(note.agent, {})[note.job] = (
+                note.started, note.time_limit, Usage(note.slots, note.mem, note.gpus, note.gres))
 
     def _note_user(self, note: JobNote) -> None:
         """Keep what each user runs (RUNNING jobs and their slots), from the notes."""
@@ -231,10 +270,15 @@ class Scheduler:
 
     def place(self, limit: int | None = None, now: float | None = None) -> list[tuple[str, str]]:
         """Propose (job, agent) pairs in queue order (``queue_key``), first fit by free slots (and
-        memory, GPUs, gres).
+        memory, GPUs, gres), onto the agent with the most free slots (ties by name).
 
         ``now`` (the controller's clock, as events carry it) is what backfill measures expected
-        ends against; FIFO does not use it."""
+        ends against; FIFO does not use it, and without it backfill places as FIFO does.
+
+        Cost: O(agents) to gather the free ones, then per examined job O(log agents) when it fits
+        the agent with the most free slots or when no agent has its slots, and one heap step
+        more per agent it is tried on and does not fit; backfill adds one reservation per
+        partition a pass, O(agents + their running jobs x log).  No sort of the agents per job."""
         free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
         # Free memory, GPUs and gres per agent, copied when a job first asks for them in this call.
         beyond: dict[str, list] = {}
@@ -243,7 +287,14 @@ class Scheduler:
             return proposals
         if self._parked:
             self._unpark()
-        examined: dict[str, tuple[int, str]] = {}
+        backfill = self.policy == "backfill" and now is not None
+        if backfill:
+            self.reservations = {}
+        reserved_on: dict[str, list[Reservation]] = {}  # agent -> the reservations it holds
+        tried: set[str | None] = set()  # partitions whose first blocked job got its reservation (or none)
+        proposed_ends: dict[str, list[Release]] = {}  # agent -> this pass's proposals, as releases
+        index = (_BestFit if backfill else _FreeIndex)(free, self._agents)
+        examined: dict[str, tuple[Key, str]] = {}
         # Running plus proposed jobs per throttled array: %MAX holds within one call too.
         array_load = {array: len(jobs) for array, jobs in self._array_running.items()}
         proposed: dict[str, list[int]] = {}  # user -> [jobs, slots] proposed in this call
@@ -269,31 +320,75 @@ class Scheduler:
                     continue
             v7 = job in self._v7
             partition = self._partition_of.get(job)  # issue #22: only agents of the job's partition
-            for name in sorted(free, key=lambda n: (-free[n], n)):
+            time_limit = self._limit_of.get(job)
+            usage = Usage(slots, *need) if need is not None else Usage(slots)
+
+            def fits(name: str) -> bool:
                 if v7 and not self._agents[name].v7:
-                    continue
-                if partition is not None and partition not in self._agents[name].partitions:
-                    continue
-                if free[name] >= slots and (need is None or self._take(need, name, beyond)):
-                    proposals.append((job, name))
-                    if array is not None:
-                        array_load[array] = array_load.get(array, 0) + 1
-                    if user is not None:
-                        mine = proposed.setdefault(user, [0, 0])
-                        mine[0] += 1
-                        mine[1] += slots
-                    free[name] -= slots
-                    if not free[name]:
-                        del free[name]
-                    break
+                    return False
+                if need is not None and not self._fits(need, name, beyond):
+                    return False
+                held = reserved_on.get(name)
+                return held is None or all(r.admits(usage, now, time_limit) for r in held)  # type: ignore[arg-type]
+
+            name = index.take(slots, partition, fits)
+            if name is None:
+                if backfill and partition not in tried:
+                    tried.add(partition)
+                    self._reserve(job, usage, v7, partition, free, beyond, proposed_ends, reserved_on, now)  # type: ignore[arg-type]
+                continue
+            proposals.append((job, name))
+            if need is not None:
+                self._take(need, name, beyond)
+            for r in reserved_on.get(name, ()):
+                r.consume(usage, now, time_limit)  # type: ignore[arg-type]
+            if backfill:
+                end = now + time_limit if time_limit is not None else INFINITY  # type: ignore[operator]
+                proposed_ends.setdefault(name, []).append(Release(end, usage))
+            if array is not None:
+                array_load[array] = array_load.get(array, 0) + 1
+            if user is not None:
+                mine = proposed.setdefault(user, [0, 0])
+                mine[0] += 1
+                mine[1] += slots
+            index.used(name, slots)
         # Proposals are not decisions: every examined job stays queued until a
         # note says it left PENDING (the controller may refuse a proposal).
         for entry in examined.values():
             heapq.heappush(queue, entry)
         return proposals
 
-    def _take(self, need: Need, name: str, extra: dict[str, list]) -> bool:
-        """Whether ``need`` fits what is left of agent ``name`` in this call; if so, take it."""
+    def _reserve(self, job: str, usage: Usage, v7: bool, partition: str | None, free: dict[str, int],
+                 beyond: dict[str, list], proposed_ends: dict[str, list[Release]],
+                 reserved_on: dict[str, list[Reservation]], now: float) -> None:
+        """Give ``job`` (blocked: the first of its partition this pass) the soonest start any
+        agent it may run on can promise, counting running jobs and this pass's proposals."""
+        best: Reservation | None = None
+        for name, a in self._agents.items():
+            if not a.available or a.slots < usage.slots or (v7 and not a.v7):
+                continue
+            if partition is not None and partition not in a.partitions:
+                continue
+            left = beyond.get(name)
+            mem, gpus, gres = (left[0], left[1], tuple(left[2].items())) if left is not None else (
+                a.free_mem, a.free_gpus, a.free_gres)
+            releases = [Release(INFINITY if limit is None else max(now, (now if started is None else started) + limit),
+                                held) for started, limit, held in self._running_at.get(name, {}).values()]
+            releases += proposed_ends.get(name, ())
+            r = earliest_start(job, name, usage, Free(free.get(name, 0), mem, gpus, gres), releases, now)
+            if r is not None and (best is None or (r.start, r.agent) < (best.start, best.agent)):
+                best = r
+        if best is not None:
+            reserved_on.setdefault(best.agent, []).append(best)
+            self.reservations[job] = best
+
+    def expected_start(self, job: str) -> tuple[float, str] | None:
+        """(when, on which agent) the latest backfill pass promised ``job`` its start; None if it did not."""
+        r = self.reservations.get(job)
+        return (r.start, r.agent) if r is not None else None
+
+    def _fits(self, need: Need, name: str, extra: dict[str, list]) -> bool:
+        """Whether ``need`` fits what is left of agent ``name`` in this call."""
         assert need is not None
         mem, gpus, gres = need
         left = extra.get(name)
@@ -302,14 +397,18 @@ class Scheduler:
             left = extra[name] = [a.free_mem, a.free_gpus, dict(a.free_gres)]
         if mem is not None and (left[0] is None or mem > left[0]) or gpus > left[1]:
             return False
-        if any(count > left[2].get(kind, 0) for kind, count in gres):
-            return False
+        return not any(count > left[2].get(kind, 0) for kind, count in gres)
+
+    def _take(self, need: Need, name: str, extra: dict[str, list]) -> None:
+        """Take ``need`` from what is left of agent ``name`` in this call (``_fits`` said it fits)."""
+        assert need is not None
+        mem, gpus, gres = need
+        left = extra[name]
         if mem is not None:
             left[0] -= mem
         left[1] -= gpus
         for kind, count in gres:
             left[2][kind] -= count
-        return True
 
     def view(self) -> tuple[tuple[str, ...], dict[str, tuple[int, int, bool]], bool, dict[str, tuple]]:
         """(pending jobs in queue order, agent -> (slots, used, available), dispatch held,
@@ -320,3 +419,97 @@ class Scheduler:
             self._held,
             {name: (a.free_mem, a.free_gpus, a.free_gres) for name, a in self._agents.items()},
         )
+
+
+class _FreeIndex:
+    """The agents with free slots, most free first (ties by name), as heaps with lazy deletion:
+    one of every agent, and one per partition asked for in the pass, built when first asked.
+
+    A heap entry (-free, name) is current while ``free[name]`` still equals it; a change pushes a
+    new entry and the old one is dropped when it surfaces."""
+
+    def __init__(self, free: dict[str, int], agents: dict[str, _AgentView]) -> None:
+        self._free = free
+        self._agents = agents
+        self._heaps: dict[str | None, list[tuple[int, str]]] = {}
+
+    def _heap(self, partition: str | None) -> list[tuple[int, str]]:
+        heap = self._heaps.get(partition)
+        if heap is None:
+            heap = [(-f, n) for n, f in self._free.items()
+                    if partition is None or partition in self._agents[n].partitions]
+            heapq.heapify(heap)
+            self._heaps[partition] = heap
+        return heap
+
+    def take(self, slots: int, partition: str | None, fits) -> str | None:
+        """The first agent, most free first, with ``slots`` free for which ``fits(name)``; None if none."""
+        heap = self._heap(partition)
+        tried: list[tuple[int, str]] = []
+        found = None
+        while heap:
+            negative, name = heap[0]
+            if self._free.get(name) != -negative:
+                heapq.heappop(heap)  # stale: the agent's free slots changed (or none are left)
+                continue
+            if -negative < slots:
+                break  # the most free agent has too few: so has every other
+            heapq.heappop(heap)
+            if fits(name):
+                found = name
+                break
+            tried.append((negative, name))
+        for entry in tried:
+            heapq.heappush(heap, entry)
+        return found
+
+    def used(self, name: str, slots: int) -> None:
+        """``slots`` of agent ``name`` were proposed: its entries move (or leave, at none free)."""
+        left = self._free[name] - slots
+        if left <= 0:
+            del self._free[name]
+            return
+        self._free[name] = left
+        for partition, heap in self._heaps.items():
+            if partition is None or partition in self._agents[name].partitions:
+                heapq.heappush(heap, (-left, name))
+
+
+class _BestFit:
+    """Backfill's index of the agents with free slots: the one with the *fewest* free slots that
+    fits goes first (ties by name), so small jobs fill the fragments and the large holes are
+    left for wide jobs.  Sorted lists of (free, name), one of every agent and one per partition
+    asked for in the pass; a change is a bisect and a list move (memmove), not a sort."""
+
+    def __init__(self, free: dict[str, int], agents: dict[str, _AgentView]) -> None:
+        self._free = free
+        self._agents = agents
+        self._lists: dict[str | None, list[tuple[int, str]]] = {}
+
+    def _list(self, partition: str | None) -> list[tuple[int, str]]:
+        entries = self._lists.get(partition)
+        if entries is None:
+            entries = sorted((f, n) for n, f in self._free.items()
+                             if partition is None or partition in self._agents[n].partitions)
+            self._lists[partition] = entries
+        return entries
+
+    def take(self, slots: int, partition: str | None, fits) -> str | None:
+        entries = self._list(partition)
+        for i in range(bisect.bisect_left(entries, (slots, "")), len(entries)):
+            if fits(entries[i][1]):
+                return entries[i][1]
+        return None
+
+    def used(self, name: str, slots: int) -> None:
+        was = self._free[name]
+        left = was - slots
+        if left <= 0:
+            del self._free[name]
+        else:
+            self._free[name] = left
+        for partition, entries in self._lists.items():
+            if partition is None or partition in self._agents[name].partitions:
+                del entries[bisect.bisect_left(entries, (was, name))]
+                if left > 0:
+                    bisect.insort(entries, (left, name))

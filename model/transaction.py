@@ -29,7 +29,7 @@ from .begin import watch as watch_begin
 from .jobs import JobRecord, JobState
 from .partitions import Partition, agent_partitions, check_set, partition_of, startable
 from .policy import doomed_dependants, ready
-from .scheduler import AgentNote, JobNote, UserLimits
+from .scheduler import POLICIES, AgentNote, JobNote, UserLimits
 from .session import AgentSession
 from .state import ControllerState, apply
 
@@ -59,8 +59,13 @@ class ControllerConfig:
     # Issue #22: the config file's partitions (model/partitions.py), sorted by name; None: the file
     # configures none (the partitions are the log's alone).  Recorded at a start when they differ.
     partitions: tuple[Partition, ...] | None = None
+    # Issue #22: the scheduler's policy (model/scheduler.py POLICIES): "backfill" (EASY: the first
+    # blocked job of each partition gets a start no later job may delay) or "fifo" (first fit).
+    scheduler: str = "backfill"
 
     def __post_init__(self) -> None:
+        if self.scheduler not in POLICIES:
+            raise ValueError(f"scheduler must be one of {', '.join(POLICIES)}, got {self.scheduler!r}")
         if self.partitions is not None:
             check_set(self.partitions)
         if type(self.min_agent_version) is not int or not 1 <= self.min_agent_version <= M.PROTOCOL_VERSION:
@@ -242,6 +247,7 @@ class Transaction(VolatileAccess):
                                                        slots=job.spec.slots, agent=job.agent,
                                                        ready=ready(self.state, job, clock) and startable(partitions, job),
                                                        partition=part, time_limit=job.spec.time_limit,
+                                                       started=job.started_at if job.state is JobState.RUNNING else None,
                                                        array=job.spec.array_id,
                                                        array_max=job.spec.array_max, mem=job.spec.mem,
                                                        gpus=job.spec.gpus, gres=job.spec.gres,

@@ -165,7 +165,7 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
         model=ControllerConfig(page_size=args.page_size, round_timeout=args.round_timeout,
                                lost_after=args.lost_after, max_running_per_user=args.max_running_per_user,
                                max_cpus_per_user=args.max_cpus_per_user,
-                               partitions=_config_partitions(args),
+                               partitions=_config_partitions(args), scheduler=args.scheduler,
                                # Users' jobs run as their owners: no agent that would not know whom.
                                min_agent_version=OWNERS_SINCE if mode == "munge" else 1),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,

@@ -343,6 +343,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--lost-after", type=duration, default=None, metavar="DURATION",
                    help="requeue the jobs of an agent disconnected this long (10m, 1h, or seconds; default: never)")
     p.add_argument("--snapshot-every", type=_whole, default=200_000, help="facts between snapshots")
+    p.add_argument("--scheduler", choices=("backfill", "fifo"), default="backfill",
+                   help="backfill (default): EASY backfill, the first blocked job of each partition gets a start "
+                        "that no job behind it may delay (jobs' time limits tell when jobs end); fifo: every job "
+                        "that fits starts, in queue order")
     p.add_argument("--max-running-per-user", type=_whole, default=None, metavar="N",
                    help="start no job of a user who runs N jobs already (default: no limit; why pending says so)")
     p.add_argument("--max-cpus-per-user", type=_whole, default=None, metavar="N",

@@ -74,6 +74,10 @@ class Scope:
 class ExploredMachine(ReckonMachine):
     """The stateful machine, driven step by step by the explorer instead of Hypothesis."""
 
+    # The scenarios are written for FIFO's placement (most free agent first); backfill's
+    # promise is checked by the stateful machine and tests/model/test_backfill.py.
+    SCHEDULER_POLICY = "fifo"
+
     def __init__(self) -> None:  # noqa: D107 - skip Hypothesis' set-up: nothing here uses it
         self.ready = False
 

@@ -59,6 +59,7 @@ from reckon.model.resources import NodeResources, Usage
 from reckon.model.scheduler import Scheduler
 
 from tests.model import resource_checks
+from tests.model.backfill_check import soonest
 
 AGENT_NAMES = ("a1", "a2", "a3")
 # (exit_code, signal) of a process end: success, failures, killed by a signal.
@@ -78,7 +79,10 @@ AGENT_RESOURCES = (
 )
 # What a job asks beyond CPUs: most ask nothing more.
 JOB_ASKS = ({}, {}, {"mem": _G // 2}, {"mem": _G}, {"gpus": 1}, {"gpus": 2, "mem": _G // 2},
-            {"gres": (("lic", 1),)}, {"gpus": 1, "gres": (("lic", 2),)})
+            {"gres": (("lic", 1),)}, {"gpus": 1, "gres": (("lic", 2),)},
+            # Issue #22: time limits, which backfill's reservations count on.
+            {"time_limit": 5.0}, {"time_limit": 60.0}, {"time_limit": 60.0}, {"time_limit": 90.0},
+            {"time_limit": 20.0, "mem": _G // 2}, {"time_limit": 30.0, "gpus": 1})
 # Version 8 (when a job may start): (--begin this many seconds from now or None, --dependency=singleton).
 WHEN = (None, None, None, None, (0.0, False), (3.0, False), (40.0, False), (None, True), (None, True), (5.0, True))
 INDEX = st.integers(min_value=0, max_value=1 << 16)
@@ -167,6 +171,9 @@ class Side:
 
 
 class ReckonMachine(RuleBasedStateMachine):
+    # Issue #22: the scheduler's policy (the daemon's default); the explorer's scenarios keep FIFO.
+    SCHEDULER_POLICY = "backfill"
+
     def __init__(self) -> None:
         super().__init__()
         self.ready = False
@@ -205,7 +212,7 @@ class ReckonMachine(RuleBasedStateMachine):
                                       partitions=parts if partitioned else None)
         self.owners: dict[str | None, Any] = {}  # INV-OWNER: submission uid -> the owner its submit's caller gives
         self.controller = Controller(self.cconf)
-        self.scheduler = Scheduler(self.cconf.user_limits)
+        self.scheduler = Scheduler(self.cconf.user_limits, policy=self.SCHEDULER_POLICY)
         self.notes: list = []
         self.log: list[F.Fact] = []  # the controller's durable fact log (decoded facts)
         self.durable = S.ControllerState()  # the log applied incrementally: what is durable right now
@@ -798,8 +805,53 @@ class ReckonMachine(RuleBasedStateMachine):
 
     def _schedule(self, limit: int | None) -> None:
         self._drain_notes()
-        for job, agent in self.scheduler.place(limit):
+        before = self.scheduler.reservations
+        for job, agent in self.scheduler.place(limit, now=self.now):
             self._ctrl(E.DispatchProposed(job=job, agent=agent, now=self.now))
+        if self.scheduler.reservations is not before:  # a pass that ran (not one with nothing free)
+            self._check_backfill_promise()
+
+    def _promised_start(self, job: Any, agent: str, also: Any = None) -> float:
+        """When ``job``'s ask fits on ``agent`` if every job running there (the controller's
+        records; and ``also``, started now) ends at its time limit; inf if never."""
+        state = self.controller.state
+        cpus, mem, gpus, _ = state.agents[agent].free()
+        started = [j for j in state.jobs.values() if j.state is JobState.RUNNING and j.agent == agent]
+        running = [(float("inf") if j.spec.time_limit is None
+                    else (self.now if j.started_at is None else j.started_at) + j.spec.time_limit,
+                    (j.spec.slots, j.spec.mem, j.spec.gpus)) for j in started]
+        if also is not None:
+            cpus, gpus = cpus - also.spec.slots, gpus - also.spec.gpus
+            if mem is not None and also.spec.mem is not None:
+                mem -= also.spec.mem
+            end = float("inf") if also.spec.time_limit is None else self.now + also.spec.time_limit
+            running.append((end, (also.spec.slots, also.spec.mem, also.spec.gpus)))
+        return soonest((job.spec.slots, job.spec.mem, job.spec.gpus), (cpus, mem, gpus), running, self.now)
+
+    def _check_backfill_promise(self) -> None:
+        """INV-BACKFILL-PROMISE, right after a pass's proposals reached the controller: each job
+        the pass gave a reservation can still start on its agent by the promised time, if every
+        job running there (the controller's records) ends at its time limit."""
+        state = self.controller.state
+        for job, r in self.scheduler.reservations.items():
+            rec = state.jobs.get(job)
+            if rec is None or rec.state is not JobState.PENDING or r.agent not in state.agents:
+                continue  # it started (or left): nothing left to delay
+            at = self._promised_start(rec, r.agent)
+            if at > r.start:
+                self._violate("INV-BACKFILL-PROMISE", f"job {job} was promised {r.start} on {r.agent}, "
+                                                      f"this pass's proposals delay it to {at}")
+
+    def _delays_a_promise(self, job: Any, agent: str) -> bool:
+        """Backfill: starting ``job`` on ``agent`` now would delay the start the latest pass
+        promised a job queued before it there (so a quiet pass rightly leaves it pending)."""
+        state = self.controller.state
+        for other, r in self.scheduler.reservations.items():
+            rec = state.jobs.get(other)
+            if (r.agent == agent and other != job.id and rec is not None and rec.state is JobState.PENDING
+                    and self._promised_start(rec, agent, also=job) > r.start):
+                return True
+        return False
 
     def _fire_due_timers(self) -> None:
         if self.grace_timer is not None and self.grace_timer <= self.now:
@@ -877,6 +929,18 @@ class ReckonMachine(RuleBasedStateMachine):
     def submit(self, slots, command, retries, caller=None, asks=None, when=None):
         for n in slots:
             self._submit(n, tuple(command), retries, caller, asks, when)
+
+    @rule(first=st.sampled_from((5.0, 30.0, 90.0)), later=st.sampled_from((None, 10.0, 200.0)), caller=CALLER)
+    def submit_wide(self, first, later, caller=None):
+        """Issue #22: backfill's case: a short job, then one as wide as the widest agent (it waits
+        for that agent to empty: the blocked job a pass reserves a start for), then one slot more
+        (which may start now only if it does not delay that start)."""
+        widest = max((a.slots for a in self.controller.state.agents.values()), default=3)
+        if self.cconf.user_limits.max_cpus is not None:  # a job past the per-user limit is refused
+            widest = min(widest, self.cconf.user_limits.max_cpus)
+        self._submit(1, ("short",), 0, caller, {"time_limit": first})
+        self._submit(max(widest, 1), ("wide",), 0, caller, {"time_limit": 60.0})
+        self._submit(1, ("small",), 0, caller, None if later is None else {"time_limit": later})
 
     @precondition(lambda self: self.controller.state.jobs)
     @rule(i=INDEX, action=st.sampled_from(("hold", "release", "requeue")), caller=CALLER)
@@ -957,7 +1021,7 @@ class ReckonMachine(RuleBasedStateMachine):
             self._schedule(limit)
             return
         self._drain_notes()
-        self.proposals.extend(self.scheduler.place(limit))
+        self.proposals.extend(self.scheduler.place(limit, now=self.now))
 
     @precondition(lambda self: self.proposals)
     @rule(i=INDEX)
@@ -1098,7 +1162,7 @@ class ReckonMachine(RuleBasedStateMachine):
             snapshot = json.loads(json.dumps(S.snapshot(S.replay(self.log[:k]))))
             rest = self.log[k:]
         self.controller = Controller.from_log(list(rest), self.cconf, snapshot=snapshot)
-        self.scheduler = Scheduler(self.cconf.user_limits)
+        self.scheduler = Scheduler(self.cconf.user_limits, policy=self.SCHEDULER_POLICY)
         self.notes = []
         self.proposals = []
         self._ctrl_commands(self.controller.initial_notes())
@@ -1145,7 +1209,7 @@ class ReckonMachine(RuleBasedStateMachine):
         self.durable = S.replay(list(self.log))
         self.terminal_seen = {}  # the restored history's terminal jobs are the stable ones from here on
         self.controller = Controller.from_log(list(self.log), self.cconf)
-        self.scheduler = Scheduler(self.cconf.user_limits)
+        self.scheduler = Scheduler(self.cconf.user_limits, policy=self.SCHEDULER_POLICY)
         self.notes = []
         self.proposals = []
         self._ctrl_commands(self.controller.initial_notes())
@@ -1661,6 +1725,11 @@ class ReckonMachine(RuleBasedStateMachine):
         self._take("INV-USER-LIMIT")
 
     @invariant()
+    def inv_backfill_promise(self):
+        """INV-BACKFILL-PROMISE: no job a pass starts delays the start it promised a blocked job."""
+        self._take("INV-BACKFILL-PROMISE")
+
+    @invariant()
     def inv_partition(self):
         """INV-PARTITION: a job is dispatched only to an agent of its partition, while that
         partition starts jobs (UP or DRAIN)."""
@@ -1712,7 +1781,7 @@ class ReckonMachine(RuleBasedStateMachine):
     def _pending_that_fits(self) -> bool:
         state = self.controller.state
         return any(self._may_start(job) and not info.drained and resource_checks.would_fit(state, name, job)
-                   and may_run_on(state.partitions, job.spec, name)
+                   and may_run_on(state.partitions, job.spec, name) and not self._delays_a_promise(job, name)
                    for job in state.jobs.values() for name, info in state.agents.items())
 
     def _may_start(self, job: Any) -> bool:
@@ -1812,7 +1881,7 @@ class ReckonMachine(RuleBasedStateMachine):
                 # A drained agent takes none; the fit is in every dimension (CPUs, memory, GPUs, gres);
                 # an agent outside the job's partition takes none either.
                 assert (info.drained or not resource_checks.would_fit(state, name, job)
-                        or not may_run_on(state.partitions, job.spec, name)), (
+                        or not may_run_on(state.partitions, job.spec, name) or self._delays_a_promise(job, name)), (
                     f"INV-LIVENESS-SCHEDULES: pending job {job.id} ({job.spec.resources_text()}) fits on {name} "
                     f"({info.used}/{info.slots} used) but was not dispatched")
         for p in self.procs:

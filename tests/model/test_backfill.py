@@ -1,0 +1,200 @@
+"""EASY backfill (model/backfill.py, ``Scheduler(policy="backfill")``) and INV-BACKFILL-PROMISE."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from reckon.model.jobs import JobState
+from reckon.model.scheduler import AgentNote, JobNote, Scheduler
+
+from .backfill_check import soonest
+
+G = 1 << 30
+
+
+def agent(s: Scheduler, name: str, slots: int, used: int = 0, mem: int | None = None, partitions=()) -> None:
+    s.notify(AgentNote(agent=name, slots=slots, used=used, connected=True, reconciling=False,
+                       free_mem=mem, partitions=partitions))
+
+
+def running(s: Scheduler, job: str, on: str, slots: int, started: float, limit: float | None,
+            mem: int | None = None) -> None:
+    s.notify(JobNote(job=job, order=int(job), state=JobState.RUNNING, slots=slots, agent=on,
+                     started=started, time_limit=limit, mem=mem))
+
+
+def pending(s: Scheduler, job: str, slots: int, limit: float | None = None, priority: int = 0,
+            mem: int | None = None, partition: str | None = None) -> None:
+    s.notify(JobNote(job=job, order=int(job), state=JobState.PENDING, slots=slots, agent=None,
+                     time_limit=limit, priority=priority, mem=mem, partition=partition))
+
+
+def cluster(policy: str) -> Scheduler:
+    """One agent of 4 slots, 2 of them held until t=100 by job 1; job 2 (4 slots) waits."""
+    s = Scheduler(policy=policy)
+    agent(s, "a", 4, used=2)
+    running(s, "1", "a", 2, started=0.0, limit=100.0)
+    pending(s, "2", 4, limit=50.0)
+    return s
+
+
+def test_a_short_job_backfills_around_a_large_one():
+    s = cluster("backfill")
+    pending(s, "3", 1, limit=50.0)  # ends at 60, before job 2's start at 100
+    assert s.place(now=10.0) == [("3", "a")]
+    assert s.expected_start("2") == (100.0, "a")
+
+
+def test_a_long_job_does_not_delay_the_reserved_one():
+    s = cluster("backfill")
+    pending(s, "3", 1, limit=500.0)  # would hold a slot past 100, when job 2 needs all 4
+    pending(s, "4", 1)  # no time limit: it might never end
+    assert s.place(now=10.0) == []
+    fifo = cluster("fifo")
+    pending(fifo, "3", 1, limit=500.0)
+    pending(fifo, "4", 1)
+    assert fifo.place(now=10.0) == [("3", "a"), ("4", "a")]  # first fit: job 2 starves
+
+
+def test_a_job_that_fits_what_the_reserved_one_leaves_over_may_outlast_its_start():
+    s = Scheduler(policy="backfill")
+    agent(s, "a", 4, used=2)
+    running(s, "1", "a", 2, started=0.0, limit=100.0)
+    pending(s, "2", 3, limit=50.0)  # at 100: 4 free, it takes 3, one is left over
+    pending(s, "3", 1, limit=500.0)
+    pending(s, "4", 1, limit=500.0)
+    assert s.place(now=10.0) == [("3", "a")]  # the one left over, once
+
+
+def test_without_time_limits_nothing_is_promised_and_backfill_places_as_fifo():
+    s = Scheduler(policy="backfill")
+    agent(s, "a", 4, used=2)
+    running(s, "1", "a", 2, started=0.0, limit=None)
+    pending(s, "2", 4)
+    pending(s, "3", 1)
+    assert s.place(now=10.0) == [("3", "a")]
+    assert s.expected_start("2") is None
+
+
+def test_the_reservation_is_on_the_agent_that_frees_up_first_and_others_are_free_to_use():
+    s = Scheduler(policy="backfill")
+    agent(s, "a", 4, used=4)
+    agent(s, "b", 4, used=3)
+    running(s, "1", "a", 4, started=0.0, limit=50.0)
+    running(s, "2", "b", 3, started=0.0, limit=200.0)
+    pending(s, "3", 4, limit=10.0)
+    pending(s, "4", 1, limit=1000.0)  # on b: b is not reserved
+    assert s.place(now=10.0) == [("4", "b")]
+    assert s.expected_start("3") == (50.0, "a")
+
+
+def test_memory_counts_in_the_reservation():
+    s = Scheduler(policy="backfill")
+    agent(s, "a", 8, used=2, mem=2 * G)
+    running(s, "1", "a", 2, started=0.0, limit=100.0, mem=2 * G)
+    pending(s, "2", 1, limit=10.0, mem=4 * G)  # needs job 1's memory: starts at 100
+    pending(s, "3", 1, limit=1000.0, mem=G)  # 1 GiB of the 4 would be gone at 100
+    pending(s, "4", 1, limit=1000.0)  # asks no memory: fits what job 2 leaves over
+    assert s.place(now=0.0) == [("4", "a")]
+    assert s.expected_start("2") == (100.0, "a")
+
+
+def test_a_higher_priority_job_is_the_one_reserved():
+    s = cluster("backfill")
+    pending(s, "3", 4, limit=10.0, priority=10)
+    pending(s, "4", 1, limit=95.0)  # ends at 105: past the reserved start
+    assert s.place(now=10.0) == []
+    assert s.expected_start("3") == (100.0, "a") and s.expected_start("2") is None
+
+
+def test_without_a_clock_backfill_places_as_fifo():
+    s = cluster("backfill")
+    pending(s, "3", 1, limit=500.0)
+    assert s.place() == [("3", "a")]
+
+
+def test_a_job_that_starts_loses_its_reservation():
+    s = cluster("backfill")
+    s.place(now=10.0)
+    assert s.expected_start("2") is not None
+    s.notify(JobNote(job="2", order=2, state=JobState.RUNNING, slots=4, agent="a", started=100.0, time_limit=50.0))
+    assert s.expected_start("2") is None
+
+
+def test_an_unknown_policy_is_refused():
+    with pytest.raises(ValueError, match="one of fifo, backfill"):
+        Scheduler(policy="lottery")
+
+
+def test_the_free_index_places_as_the_sorted_scan_did():
+    """Most free agent first, ties by name, across partitions (the order tests and users rely on)."""
+    s = Scheduler()
+    agent(s, "a", 2, partitions=("p",))
+    agent(s, "b", 4, partitions=("q",))
+    agent(s, "c", 4, partitions=("p", "q"))
+    for job, slots, part in (("1", 1, "p"), ("2", 3, "q"), ("3", 2, None), ("4", 2, "p"), ("5", 1, "q")):
+        pending(s, job, slots, partition=part)
+    assert s.place() == [("1", "c"), ("2", "b"), ("3", "c"), ("4", "a"), ("5", "b")]
+
+
+# ---- INV-BACKFILL-PROMISE ---------------------------------------------------------
+
+LIMITS = st.sampled_from((None, 5.0, 20.0, 60.0, 300.0))
+
+
+@st.composite
+def clusters(draw):
+    agents = draw(st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=3))
+    jobs = draw(st.lists(st.tuples(st.integers(1, 8), LIMITS, st.sampled_from((None, G, 2 * G)),
+                                   st.booleans(), st.integers(0, 2), st.floats(0, 50)), max_size=12))
+    return agents, jobs, draw(st.floats(0, 100))
+
+
+def build(agents, jobs, now):
+    """Agents (slots, schedules memory: 4 GiB); jobs (slots, limit, mem, running?, priority, started)."""
+    s = Scheduler(policy="backfill")
+    names = [f"a{i}" for i in range(len(agents))]
+    used = dict.fromkeys(names, 0)
+    mem_used = dict.fromkeys(names, 0)
+    runs: dict[str, list] = {n: [] for n in names}
+    for i, (slots, limit, mem, run, priority, started) in enumerate(jobs, 1):
+        job = str(i)
+        target = next((n for n, (cap, has_mem) in zip(names, agents)
+                       if used[n] + slots <= cap and (mem is None or has_mem and mem_used[n] + mem <= 4 * G)), None)
+        if run and target is not None:
+            used[target] += slots
+            mem_used[target] += mem or 0
+            running(s, job, target, slots, started=min(started, now), limit=limit, mem=mem)
+            runs[target].append((math.inf if limit is None else min(started, now) + limit, (slots, mem, 0)))
+        else:
+            pending(s, job, slots, limit=limit, priority=priority, mem=mem)
+    for n, (cap, has_mem) in zip(names, agents):
+        agent(s, n, cap, used=used[n], mem=4 * G - mem_used[n] if has_mem else None)
+    return s, runs, used, mem_used
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_inv_backfill_promise(case):
+    """INV-BACKFILL-PROMISE: after a pass's proposals start (each running to its time limit), every
+    job the pass gave a reservation can still start on its agent by the promised time."""
+    agents, jobs, now = case
+    s, runs, used, mem_used = build(agents, jobs, now)
+    proposals = s.place(now=now)
+    asks = {str(i): (slots, mem, limit) for i, (slots, limit, mem, *_rest) in enumerate(jobs, 1)}
+    for job, name in proposals:
+        slots, mem, limit = asks[job]
+        used[name] += slots
+        mem_used[name] += mem or 0
+        runs[name].append((math.inf if limit is None else now + limit, (slots, mem, 0)))
+    caps = dict(zip((f"a{i}" for i in range(len(agents))), agents))
+    for job, r in s.reservations.items():
+        slots, mem, _ = asks[job]
+        cap, has_mem = caps[r.agent]
+        free = (cap - used[r.agent], 4 * G - mem_used[r.agent] if has_mem else None, 0)
+        assert soonest((slots, mem, 0), free, runs[r.agent], now) <= r.start, (
+            f"INV-BACKFILL-PROMISE: job {job} was promised {r.start} on {r.agent}, the pass's proposals "
+            f"{proposals} delay it")
