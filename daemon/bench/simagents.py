@@ -468,7 +468,8 @@ class Simulator:
         """Start every agent, ``wave`` at a time (each wave joined before the next: a herd of
         thousands of handshakes at once is the restart bench's, not this one's); ready once all
         joined; runs until cancelled."""
-        logging.getLogger("reckon.agent").setLevel(logging.WARNING)  # a line per connection x thousands
+        for name in ("reckon.agent", "reckon.lifecycle"):  # a line per connection, per job, x thousands
+            logging.getLogger(name).setLevel(logging.WARNING)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self.clock.run)
