@@ -8,7 +8,7 @@ from typing import Any
 
 from reckon.daemon.args import path
 from reckon.daemon.bench.pgdatabases import DSN_ENV, DSN_HELP
-from reckon.daemon.durations import duration
+from reckon.daemon.durations import duration, duration_or_zero
 
 
 def _durations(text: str):
@@ -124,11 +124,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.set_defaults(runs=1)
     q.add_argument("--agents", type=int, default=100, help="simulated agents (default 100)")
     q.add_argument("--slots", type=int, default=8, help="slots per agent (default 8)")
-    q.add_argument("--idle", type=duration, default=10.0, help="seconds measured with every agent idle (0: skip; "
+    q.add_argument("--idle", type=duration_or_zero, default=10.0, help="seconds measured with every agent idle (0: skip; "
                                                              "default 10)")
     q.add_argument("--jobs", type=int, default=10_000, help="null jobs submitted at once for jobs/s (0: skip; "
                                                            "default 10000)")
-    q.add_argument("--latency", type=duration, default=20.0,
+    q.add_argument("--latency", type=duration_or_zero, default=20.0,
                    help="seconds of open-loop arrivals at --load for dispatch and ack latency (0: skip; default 20)")
     q.add_argument("--load", type=float, default=0.8, help="the latency phase's share of slots busy (default 0.8)")
     q.add_argument("--duration", type=_durations, default="uniform:20:40",
