@@ -182,8 +182,10 @@ async def scale_run(config: ScaleConfig, say=lambda line: None) -> ScaleResult:
                         f"{fig['idle']['controller_bytes_per_agent'] / 1024:.1f} KiB per agent; "
                         f"simulator {fig['idle']['simulator_cpu_pct']:.0f} %")
                 probes: list[float] = []
-                async with trio.open_nursery() as phases:
-                    phases.start_soon(_probe, cluster.url, probes)
+                # The probe's own client (a call cancelled midway leaves its reply unread), opened
+                # now: a handshake behind a big submit's turn of the loop can take seconds.
+                async with Client(cluster.url, None) as probe_client, trio.open_nursery() as phases:
+                    phases.start_soon(_probe, probe_client, probes)
                     phases.start_soon(sim.faults, config.faults, config.seed + 1)
                     if config.jobs > 0:
                         fig["throughput"] = await _throughput(client, sim, config, pid, result.submitted)
@@ -231,13 +233,12 @@ async def _started(sim: Simulator, ids: list[str], timeout: float) -> None:
                 await trio.sleep(0.05)
 
 
-async def _probe(url: str, out: list[float]) -> None:
-    async with Client(url, None) as client:  # its own: a call cancelled midway leaves its reply unread
-        while True:
-            t0 = time.perf_counter()
-            await client.call("status")
-            out.append(time.perf_counter() - t0)
-            await trio.sleep(STATUS_EVERY)
+async def _probe(client: Client, out: list[float]) -> None:
+    while True:
+        t0 = time.perf_counter()
+        await client.call("status")
+        out.append(time.perf_counter() - t0)
+        await trio.sleep(STATUS_EVERY)
 
 
 async def _throughput(client: Client, sim: Simulator, config: ScaleConfig, pid: int,
