@@ -141,6 +141,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--freeze-for", type=duration, default=3.0, help="seconds a freeze lasts (default 3)")
     q.add_argument("--down-for", type=duration, default=1.0, help="seconds a restarted agent is down (default 1)")
     q.add_argument("--seed", type=int, default=0, help="the simulator's RNG seed (default 0)")
+    q.add_argument("--heartbeat", type=duration, default=2.0,
+                   help="the agents' heartbeat interval (default 2, the agent's own); the controller's "
+                        "--heartbeat-timeout is kept at 5 times it, at least its default 10 s: more agents than "
+                        "the simulator's core can heartbeat at 2 s")
 
     q = bench("memory", "controller resident memory per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

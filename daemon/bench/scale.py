@@ -198,6 +198,7 @@ async def scale_run(config: ScaleConfig, say=lambda line: None) -> ScaleResult:
                             if d else "latency: no job measured")
                     phases.cancel_scope.cancel()
                 fig["status_round_trip_s"] = _quantiles(probes)
+                fig["reconnections"] = sim.connections() - config.agents  # faults, or a controller too busy
                 result.faults = dict(sim.faults_done)
                 await sim.wait_joined(timeout=config.settle_timeout)  # healed: every agent back
                 await _until(client, "every job terminal", config.settle_timeout, _terminal(len(result.submitted)))
@@ -291,7 +292,8 @@ def config_of(args: argparse.Namespace) -> ScaleConfig:
                         freeze_for=args.freeze_for, down_for=args.down_for)
     return ScaleConfig(agents=args.agents, slots=args.slots, idle=args.idle, jobs=args.jobs, latency=args.latency,
                        load=args.load, durations=args.duration, fail_rate=args.fail_rate, faults=faults,
-                       seed=args.seed, keep=args.keep)
+                       seed=args.seed, keep=args.keep, heartbeat_interval=args.heartbeat,
+                       controller_args=("--heartbeat-timeout", str(max(10.0, 5 * args.heartbeat))))
 
 
 def run_scale_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, Any], list[str]]:
@@ -307,7 +309,8 @@ def run_scale_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, An
     out: dict[str, Any] = {"agents": args.agents, "slots": args.slots, "runs": [r.figures for r in runs],
                            "faults": [r.faults for r in runs],
                            "jobs_checked": [len(r.submitted) for r in runs]}
-    lines = [f"{args.agents} simulated agents x {args.slots} slots, {args.runs} run(s); exactly-once check "
+    lines = [f"{args.agents} simulated agents x {args.slots} slots, heartbeat every {args.heartbeat:g} s, "
+             f"{args.runs} run(s); exactly-once check "
              f"passed on {sum(len(r.submitted) for r in runs)} jobs"
              + (f" with faults {runs[-1].faults}" if config.faults.any else "")]
 
@@ -340,6 +343,8 @@ def run_scale_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, An
     if (v := med(("status_round_trip_s", "median"))) is not None:
         lines.append(f"a core-loop turn (`status` round trip) during the job phases: median {v * 1e3:.1f} ms, "
                      f"p99 {med(('status_round_trip_s', 'p99')) * 1e3:.1f} ms")
+    lines.append(f"reconnections of the agents: {med(('reconnections',)):.0f} (faults, or pings unanswered "
+                 f"for {10:d} s by a busy controller)")
     lines.append(f"controller peak resident memory {med(('controller_peak_rss_bytes',)) / 2**20:.0f} MiB; "
                  f"all joined in {med(('join_s',)):.1f} s")
     return out, lines

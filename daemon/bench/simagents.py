@@ -356,6 +356,7 @@ class SimAgent:
         self.stopped = trio.Event()
         self.thawed = trio.Event()
         self.thawed.set()
+        self.connections = 0  # WebSocket sessions opened, over all its lives
 
     def options(self) -> AgentOptions:
         return AgentOptions(name=self.name, slots=self.slots, state_dir=Path("/nonexistent") / self.name,
@@ -389,6 +390,8 @@ class SimAgent:
                         nursery.start_soon(daemon.connection_loop)
                         task_status.started()
         finally:
+            if self.daemon is not None:
+                self.connections += self.daemon._generation
             self.daemon = None
             self.stopped.set()
 
@@ -468,8 +471,9 @@ class Simulator:
         """Start every agent, ``wave`` at a time (each wave joined before the next: a herd of
         thousands of handshakes at once is the restart bench's, not this one's); ready once all
         joined; runs until cancelled."""
-        for name in ("reckon.agent", "reckon.lifecycle"):  # a line per connection, per job, x thousands
-            logging.getLogger(name).setLevel(logging.WARNING)
+        # A line per connection, per job, per dropped ping, x thousands: the run counts reconnections instead.
+        for name in ("reckon.agent", "reckon.lifecycle"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self.clock.run)
@@ -512,3 +516,7 @@ class Simulator:
 
     def running_jobs(self) -> int:
         return sum(len(a.machine.running) for a in self.agents)
+
+    def connections(self) -> int:
+        """WebSocket sessions the agents opened so far (a reconnect is one more than the agent count)."""
+        return sum(a.connections + (a.daemon._generation if a.daemon is not None else 0) for a in self.agents)
