@@ -9,8 +9,10 @@ are the controller's: its CPU (``/proc/PID/stat``) and resident memory, never th
    per second (the heartbeat handling cost), resident memory per agent.
 2. **throughput**: ``--jobs`` null jobs (0 s) submitted at once: jobs/s from the submit to all
    terminal, controller CPU per job.
-3. **latency**: the cluster filled to ``--load`` of its slots with jobs of ``--duration``, then
-   jobs arriving open-loop for ``--latency`` seconds at the rate that keeps that load: dispatch
+3. **latency**: the cluster filled to ``--load`` of its slots with jobs that end evenly over one
+   mean ``--duration``, then jobs of ``--duration`` arriving open-loop for ``--latency`` seconds at
+   the rate those ends free slots (load / mean duration): a steady load while the window is shorter
+   than the arrivals' own shortest job (20 s of the default 20-40 s).  Dispatch
    latency (the controller's ``submitted_at`` to the agent's ``started_at``), and ack latency
    (an exit on the agent to the controller's ack arriving there), median and p99.
 
@@ -257,10 +259,13 @@ async def _throughput(client: Client, sim: Simulator, config: ScaleConfig, pid: 
 
 async def _latency(client: Client, sim: Simulator, config: ScaleConfig, pid: int,
                    submitted: list[str]) -> dict[str, Any]:
-    sim.durations = config.durations
+    # The fill's jobs end evenly over one mean duration, at the arrival rate below: the load stays
+    # at `busy` through the window (as long as it is shorter than the arrivals' own shortest job).
+    sim.durations = Durations("uniform", 0.0, config.durations.mean)
     busy = max(1, int(config.load * config.agents * config.slots))
     await _started(sim, await _submit(client, busy, submitted), config.settle_timeout)  # the cluster filled
     rate = busy / max(config.durations.mean, 1e-3)  # arrivals that keep `busy` slots busy
+    sim.durations = config.durations
     sim.truth.ack_latencies.clear()
     measured: list[str] = []
     meter = _Meter(pid)
