@@ -343,6 +343,22 @@ class SimAgentDaemon(AgentDaemon):
                 sim.truth.ack_latencies.append(time.time() - finished)
         await super().feed(event, conn)
 
+    async def ticker(self) -> None:
+        """The daemon's ticker, waking when the model asks (its next heartbeat or retry) rather than
+        at least once a second: 10,000 agents' one-second safety ticks are the simulator's cost, not
+        the controller's (a tick sends nothing the model did not ask for)."""
+        while True:
+            wakeup = self.model.next_wakeup()
+            cap = self.sim_agent.sim.heartbeat_interval
+            delay = cap if self._tick_queued or wakeup is None else min(cap, max(0.0, wakeup - time.time()))
+            with trio.move_on_after(delay):
+                self._wake = trio.Event()
+                await self._wake.wait()
+                continue
+            if not self._tick_queued:
+                self._tick_queued = True
+                await self.feed(E.Tick(now=time.time(), jitter=random.random()))
+
 
 class SimAgent:
     def __init__(self, sim: "Simulator", name: str, slots: int) -> None:
@@ -362,7 +378,10 @@ class SimAgent:
         return AgentOptions(name=self.name, slots=self.slots, state_dir=Path("/nonexistent") / self.name,
                             controller=self.sim.url, token=self.sim.token, executor="null",
                             reconnect_initial=self.sim.reconnect_initial, reconnect_max=self.sim.reconnect_max,
-                            kill_grace=1.0, model={"heartbeat_interval": self.sim.heartbeat_interval})
+                            kill_grace=1.0, model={"heartbeat_interval": self.sim.heartbeat_interval},
+                            # Keepalive pings no more often than heartbeats (the default 5 s, or slower).
+                            ping_interval=max(5.0, self.sim.heartbeat_interval),
+                            pong_timeout=max(10.0, 2 * self.sim.heartbeat_interval))
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """One life of the agent, from its store, until cancelled (``crash``)."""
