@@ -86,6 +86,12 @@ def proc_cpu(pid: int | str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_system_cpu(pid: int | str) -> float:
+    """System (kernel) CPU seconds of a process so far: sockets and epoll, against its Python work."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def proc_rss(pid: int | str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -172,12 +178,15 @@ async def scale_run(config: ScaleConfig, say=lambda line: None) -> ScaleResult:
                 if config.idle > 0:
                     await trio.sleep(min(3.0, config.idle))  # the joins' rounds and first heartbeats over
                     meter.start()
+                    system0 = proc_system_cpu(pid)
                     await trio.sleep(config.idle)
                     wall, ccpu, scpu = meter.read()
+                    system = proc_system_cpu(pid) - system0
                     rss = proc_rss(pid)
                     fig["idle"] = {"seconds": wall, "controller_cpu_pct": 100 * ccpu / wall,
                                    "controller_cpu_us_per_agent_s": 1e6 * ccpu / wall / config.agents,
                                    "controller_rss_bytes": rss,
+                                   "controller_system_share": system / ccpu if ccpu else 0.0,
                                    "controller_bytes_per_agent": (rss - rss0) / config.agents,
                                    "simulator_cpu_pct": 100 * scpu / wall}
                     say(f"idle: controller {fig['idle']['controller_cpu_pct']:.1f} % CPU, "
@@ -332,7 +341,8 @@ def run_scale_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, An
     if (v := med(("idle", "controller_cpu_pct"))) is not None:
         lines.append(f"idle: controller {v:.1f} % of a core ({med(('idle', 'controller_cpu_us_per_agent_s')):.1f} us "
                      f"CPU per agent per second), {med(('idle', 'controller_bytes_per_agent')) / 1024:.1f} KiB "
-                     f"resident per agent; simulator {med(('idle', 'simulator_cpu_pct')):.0f} %")
+                     f"resident per agent; simulator {med(('idle', 'simulator_cpu_pct')):.0f} %; of the "
+                     f"controller's CPU {100 * med(('idle', 'controller_system_share')):.0f} % in the kernel")
     if (v := med(("throughput", "jobs_per_s"))) is not None:
         lines.append(f"throughput, {args.jobs} null jobs: {v:.0f} jobs/s, controller "
                      f"{med(('throughput', 'controller_cpu_ms_per_job')):.3f} ms CPU per job "
