@@ -109,3 +109,31 @@ def test_the_check_bites_on_a_simulator_that_reports_another_exit_code(monkeypat
     assert len(lied) == 1
     [problem] = run.problems
     assert f"job {lied[0]}: recorded FAILED exit 7" in problem and "exit 0" in problem
+
+
+def test_the_command_prints_the_controllers_figures_as_json():
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "reckon.daemon.cli", "bench", "scale", "--agents", "3", "--slots", "2",
+                           "--idle", "2", "--jobs", "20", "--latency", "1", "--duration", "uniform:0.1:0.3",
+                           "--drop-rate", "1", "--json"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    [run] = out["runs"]
+    # (3 idle agents for 2 s may cost the controller less than one clock tick: >= 0)
+    assert run["idle"]["controller_cpu_pct"] >= 0 and run["idle"]["controller_rss_bytes"] > 10 * 2**20
+    assert run["throughput"]["jobs"] == 20 and run["throughput"]["jobs_per_s"] > 0
+    assert run["latency"]["dispatch_s"]["n"] > 0 and run["status_round_trip_s"]["n"] > 0
+    assert out["jobs_checked"][0] >= 20 + 4  # the throughput jobs, the fill, the arrivals
+
+
+def test_a_bad_duration_is_one_line():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "reckon.daemon.cli", "bench", "scale", "--duration", "gauss:1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "bad duration distribution 'gauss:1'" in proc.stderr and "Traceback" not in proc.stderr
