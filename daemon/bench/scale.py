@@ -141,9 +141,11 @@ async def _submit(client: Client, n: int, submitted: list[str], chunk: int = 10_
 
 
 async def _until(client: Client, what: str, timeout: float, pred) -> None:
-    with trio.fail_after(timeout):
+    with trio.move_on_after(timeout):
         while not pred((await client.call("status"))["status"]["jobs"]):
             await trio.sleep(0.05)
+        return
+    raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def _terminal(total: int):
@@ -239,10 +241,12 @@ def _peak_rss(pid: int) -> int:
 
 async def _started(sim: Simulator, ids: list[str], timeout: float) -> None:
     """Until every job of ``ids`` has begun on a simulated agent (the simulator knows)."""
-    with trio.fail_after(timeout):
+    with trio.move_on_after(timeout):
         for job in ids:
             while job not in sim.truth.executions:
                 await trio.sleep(0.05)
+        return
+    raise RuntimeError(f"timed out after {timeout:g} s waiting for {len(ids)} jobs to start on the agents")
 
 
 async def _probe(client: Client, out: list[float]) -> None:
@@ -359,7 +363,7 @@ def run_scale_bench(args: argparse.Namespace, quiet: bool) -> tuple[dict[str, An
         lines.append(f"a core-loop turn (`status` round trip) during the job phases: median {v * 1e3:.1f} ms, "
                      f"p99 {med(('status_round_trip_s', 'p99')) * 1e3:.1f} ms")
     lines.append(f"reconnections of the agents: {med(('reconnections',)):.0f} (faults, or pings unanswered "
-                 f"for {10:d} s by a busy controller)")
+                 f"for {max(10.0, 2 * args.heartbeat):g} s by a busy controller)")
     lines.append(f"controller peak resident memory {med(('controller_peak_rss_bytes',)) / 2**20:.0f} MiB; "
                  f"all joined in {med(('join_s',)):.1f} s")
     return out, lines
