@@ -8,7 +8,16 @@ from typing import Any
 
 from reckon.daemon.args import path
 from reckon.daemon.bench.pgdatabases import DSN_ENV, DSN_HELP
-from reckon.daemon.durations import duration
+from reckon.daemon.durations import duration, duration_or_zero
+
+
+def _durations(text: str):
+    from reckon.daemon.bench.simagents import Durations  # (light: the parser is built on every call)
+
+    try:
+        return Durations.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -109,6 +118,33 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--fairshare", choices=("on", "off"), default="off", help="per-user fair share (default off)")
     q.add_argument("--limit", type=int, metavar="N", help="replay only the log's first N jobs")
     q.add_argument("--json", action="store_true", help="print one JSON object of figures")
+
+    q = bench("scale", "a real controller under N simulated agents in one process: the controller's CPU and "
+                       "memory idle, jobs/s, dispatch and ack latency; every outcome checked exactly once")
+    q.set_defaults(runs=1)
+    q.add_argument("--agents", type=int, default=100, help="simulated agents (default 100)")
+    q.add_argument("--slots", type=int, default=8, help="slots per agent (default 8)")
+    q.add_argument("--idle", type=duration_or_zero, default=10.0, help="seconds measured with every agent idle (0: skip; "
+                                                             "default 10)")
+    q.add_argument("--jobs", type=int, default=10_000, help="null jobs submitted at once for jobs/s (0: skip; "
+                                                           "default 10000)")
+    q.add_argument("--latency", type=duration_or_zero, default=20.0,
+                   help="seconds of open-loop arrivals at --load for dispatch and ack latency (0: skip; default 20)")
+    q.add_argument("--load", type=float, default=0.8, help="the latency phase's share of slots busy (default 0.8)")
+    q.add_argument("--duration", type=_durations, default="uniform:20:40",
+                   help="the latency phase's job durations: fixed:S, exp:MEAN or uniform:LOW:HIGH seconds "
+                        "(default uniform:20:40)")
+    q.add_argument("--fail-rate", type=float, default=0.0, help="share of jobs that exit 1 (default 0)")
+    q.add_argument("--drop-rate", type=float, default=0.0, help="connection drops per second, over all agents")
+    q.add_argument("--freeze-rate", type=float, default=0.0, help="agent freezes per second, over all agents")
+    q.add_argument("--restart-rate", type=float, default=0.0, help="agent restarts per second, over all agents")
+    q.add_argument("--freeze-for", type=duration, default=3.0, help="seconds a freeze lasts (default 3)")
+    q.add_argument("--down-for", type=duration, default=1.0, help="seconds a restarted agent is down (default 1)")
+    q.add_argument("--seed", type=int, default=0, help="the simulator's RNG seed (default 0)")
+    q.add_argument("--heartbeat", type=duration, default=2.0,
+                   help="the agents' heartbeat interval (default 2, the agent's own); the controller's "
+                        "--heartbeat-timeout is kept at 5 times it, at least its default 10 s: more agents than "
+                        "the simulator's core can heartbeat at 2 s")
 
     q = bench("memory", "controller resident memory per job")
     q.add_argument("--jobs", type=int, nargs="+", default=[100_000, 1_000_000], help="job counts to measure")

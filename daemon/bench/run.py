@@ -381,6 +381,12 @@ def _run_bench(args: argparse.Namespace) -> int:
         figures, trace_lines = run_trace_bench(args)
         out.update(figures)
         lines += trace_lines
+    elif args.bench == "scale":
+        from reckon.daemon.bench.scale import run_scale_bench
+
+        figures, scale_lines = run_scale_bench(args, quiet)
+        out.update(figures)
+        lines += scale_lines
     elif args.bench == "memory":
         out["sizes"] = []
         for n in args.jobs:
