@@ -38,7 +38,9 @@ from .policy import ready
 from .scheduler import DispatchHold
 from .session import AgentSession
 from .state import ControllerState, replay, restore
-from .transaction import ControllerConfig, Transaction, Volatile, VolatileAccess, placed_on
+from .priority import UsageTable
+from .transaction import (ControllerConfig, Transaction, Volatile, VolatileAccess, job_factors, placed_on,
+                          recompute_priorities)
 
 __all__ = ["AgentSession", "Controller", "ControllerConfig", "HANDLERS", "POST_HANDLE"]
 
@@ -76,6 +78,11 @@ def notify_scheduler(tx: Transaction, ev: E.ControllerEvent) -> None:
     tx.flush_notes()
 
 
+def priorities_due(tx: Transaction, ev: E.ControllerEvent) -> None:
+    """Pending jobs' priorities recomputed when their time comes (model/priority.py)."""
+    recompute_priorities(tx)
+
+
 def begin_due(tx: Transaction, ev: E.ControllerEvent) -> None:
     """The jobs whose begin time the clock reached are noted again (model.begin)."""
     begin.due(tx)
@@ -85,13 +92,16 @@ def begin_due(tx: Transaction, ev: E.ControllerEvent) -> None:
 # reported are reserved (a fact), the jobs whose begin time came are noted, the scheduler
 # hears of every change (those included), and the start gate is checked (it may open, after
 # those notes).
-POST_HANDLE: tuple[Handler, ...] = (reports.reserve_reported_ids, begin_due, notify_scheduler, startup.check_gate)
+POST_HANDLE: tuple[Handler, ...] = (reports.reserve_reported_ids, begin_due, priorities_due, notify_scheduler,
+                                    startup.check_gate)
 
 
 class Controller(VolatileAccess):
     def __init__(self, config: ControllerConfig | None = None, state: ControllerState | None = None) -> None:
         self.config = config or ControllerConfig()
         self.state = state or ControllerState()
+        if self.state.facts_applied == 0:  # a new history decays usage with the config's half-life
+            self.state.usage = UsageTable(half_life=self.config.priority.half_life)
         self.volatile = Volatile()
         begin.watch_all(self.volatile, self.state.jobs.values())  # a recovered state's jobs waiting to begin
 
@@ -111,7 +121,8 @@ class Controller(VolatileAccess):
     def from_log(cls, facts: list[F.Fact], config: ControllerConfig | None = None,
                  snapshot: dict | None = None) -> "Controller":
         """Recover: restore the snapshot (if any), then replay the facts after it."""
-        state = restore(snapshot) if snapshot is not None else ControllerState()
+        half_life = (config or ControllerConfig()).priority.half_life
+        state = restore(snapshot) if snapshot is not None else ControllerState(usage=UsageTable(half_life=half_life))
         return cls(config, replay(facts, state))
 
     def initial_notes(self) -> list[E.Command]:
@@ -182,7 +193,7 @@ class Controller(VolatileAccess):
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
             (j for j in self.state.jobs.values() if ready(self.state, j, self.clock) and startable(self.state.partitions, j)),
-            key=lambda j: int(j.id)))
+            key=lambda j: (-self.volatile.priorities.get(j.id, 0), int(j.id))))
         agents = {}
         for name, info in self.state.agents.items():
             session = self.sessions.get(name)
@@ -193,6 +204,10 @@ class Controller(VolatileAccess):
             _, mem, gpus, gres = info.free()
             free[name] = (mem, gpus, tuple(sorted(gres.items())))
         return pending, agents, self.start_gate is not None, free
+
+    def priority_factors(self, job_id: str):  # -> model.priority.Factors
+        """A job's priority factors now, as ``reckon priority`` shows them."""
+        return job_factors(self.state, self.volatile, self.config, self.state.job(job_id))
 
     def node_state(self, name: str) -> NodeState:
         """The node's state as ``reckon nodes`` shows it (``.value``)."""
