@@ -66,6 +66,7 @@ HANDLERS: dict[type, Handler] = {
     E.ReleaseJob: job_ops.on_release,
     E.RequeueJob: job_ops.on_requeue,
     E.SignalJob: job_ops.on_signal,
+    E.UpdateJob: job_ops.on_update,
     E.ControllerStarted: startup.on_controller_started,
     E.StartGraceEnded: startup.on_grace_ended,
     partition_ops.SetPartition: partition_ops.on_set_partition,
