@@ -101,7 +101,7 @@ def test_factors_shown_for_a_pending_job():
     c.handle(E.SubmitJob(spec=JobSpec(name="x", command=("true",), nice=7), now=100.0, queue_anyway=True,
                          caller=alice))
     f = c.priority_factors("1")
-    assert f.fairshare == 1.0 and f.nice == 7 and f.priority == int(10000 * f.fairshare + 1000 * f.age) - 7
+    assert f.fairshare == 1.0 and f.nice == 7 and f.priority == int(10000 * f.fairshare + 20000 * f.age) - 7
 
 
 def test_negative_nice_and_priority_adjustments_are_for_operators():
