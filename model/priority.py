@@ -57,7 +57,9 @@ class PriorityConfig:
     age_max: float = DAY  # seconds of queueing at which the age factor reaches 1
     half_life: float = 7 * DAY  # usage halves every this many seconds
     recompute_every: float = 30.0  # seconds between two recomputations of every pending job's priority
-    recompute_batch: int = 10000  # jobs recomputed per controller call at most (a sweep spans calls)
+    # Jobs recomputed per controller call at most: a sweep over 100k pending jobs spans 50 ticks of
+    # ~50 ms each (docs/performance.md), rather than a few ticks of seconds each.
+    recompute_batch: int = 2000
     shares: tuple[tuple[str, int], ...] = ()  # (user, share), sorted; a user not named has share 1
 
     def __post_init__(self) -> None:
