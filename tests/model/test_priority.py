@@ -41,9 +41,13 @@ def test_usage_halves_every_half_life():
     assert fresh == pytest.approx(400.0, rel=1e-3)  # a short attempt: nearly cpus x seconds
     assert table.at("alice", 100.0 + DAY) == pytest.approx(fresh / 2)
     assert table.at("bob", 100.0) == 0.0
+    # A later charge decays what was there to its own time first.
+    table.charge("alice", 4, DAY, DAY + 100.0)
+    assert table.at("alice", DAY + 100.0) == pytest.approx(fresh / 2 + fresh)
+    assert table.total_at(DAY + 100.0) == pytest.approx(fresh / 2 + fresh)
     # An end reported out of order is decayed to the table's time, not the other way round.
     table.charge("alice", 1, 0.0, 50.0)
-    assert table.users["alice"][1] == 100.0
+    assert table.users["alice"][1] == DAY + 100.0
     assert attempt_usage(1, 0.0, DAY, DAY) == pytest.approx(DAY / 2 / 0.6931471805599453)
 
 
