@@ -38,7 +38,6 @@ from .policy import ready
 from .scheduler import DispatchHold
 from .session import AgentSession
 from .state import ControllerState, replay, restore
-from .priority import UsageTable
 from .transaction import (ControllerConfig, Transaction, Volatile, VolatileAccess, job_factors, placed_on,
                           recompute_priorities)
 
@@ -101,8 +100,6 @@ class Controller(VolatileAccess):
     def __init__(self, config: ControllerConfig | None = None, state: ControllerState | None = None) -> None:
         self.config = config or ControllerConfig()
         self.state = state or ControllerState()
-        if self.state.facts_applied == 0:  # a new history decays usage with the config's half-life
-            self.state.usage = UsageTable(half_life=self.config.priority.half_life)
         self.volatile = Volatile()
         begin.watch_all(self.volatile, self.state.jobs.values())  # a recovered state's jobs waiting to begin
 
@@ -122,8 +119,7 @@ class Controller(VolatileAccess):
     def from_log(cls, facts: list[F.Fact], config: ControllerConfig | None = None,
                  snapshot: dict | None = None) -> "Controller":
         """Recover: restore the snapshot (if any), then replay the facts after it."""
-        half_life = (config or ControllerConfig()).priority.half_life
-        state = restore(snapshot) if snapshot is not None else ControllerState(usage=UsageTable(half_life=half_life))
+        state = restore(snapshot) if snapshot is not None else ControllerState()
         return cls(config, replay(facts, state))
 
     def initial_notes(self) -> list[E.Command]:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Union
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
 from .messages import MAX_GENERATION, check_identity
-from .priority import check_adjust
+from .priority import UsageDecaySet, check_adjust
 from .partitions import FACTS as _PARTITION_FACTS, PartitionRemoved, PartitionSet, PartitionsConfigured
 from .partitions import decode_fields as _partition_fields, encode_record as _partition_value
 from .report_entry import check_not_run
@@ -431,7 +431,7 @@ Fact = Union[
     JobHeld, JobReleased, JobRestarted,
     IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
     PartitionsConfigured, PartitionSet, PartitionRemoved,  # issue #22: model/partitions.py
-    JobPriorityAdjusted,  # issue #22: model/priority.py
+    JobPriorityAdjusted, UsageDecaySet,  # issue #22: model/priority.py
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -441,7 +441,7 @@ FACT_TYPES: dict[str, type] = {
         AgentDrained, AgentResumed,
         JobHeld, JobReleased, JobRestarted,
         IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
-        *_PARTITION_FACTS, JobPriorityAdjusted,
+        *_PARTITION_FACTS, JobPriorityAdjusted, UsageDecaySet,
     )
 }
 

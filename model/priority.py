@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 # Job records and partitions are taken as they come (typed Any): model/jobs.py imports this
 # module for its checks, so this one imports neither.
@@ -158,6 +158,22 @@ class UsageTable:
 
     def key(self) -> tuple:
         return (self.half_life, tuple(self.total), tuple((u, tuple(c)) for u, c in sorted(self.users.items())))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageDecaySet:
+    """The config's half-life at a start, which differs from the one recorded last: usage decays
+    with this one from here on (what was used before stays as decayed so far).  A fact, so a
+    replay, a restore and a standby decay usage exactly as the live controller did."""
+
+    KIND: ClassVar[str] = "usage_decay_set"
+    VERSION: ClassVar[int] = 1
+    half_life: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.half_life, bool) or not isinstance(self.half_life, (int, float)) \
+                or not 0 < self.half_life < 1e9:
+            raise ValueError(f"half_life must be a positive number of seconds, got {self.half_life!r}")
 
 
 # ---- factors ----------------------------------------------------------------------------------

@@ -647,6 +647,13 @@ def _priority_adjusted(state: ControllerState, fact: F.JobPriorityAdjusted) -> C
     return Changes(jobs=(job.id,))
 
 
+def _usage_decay_set(state: ControllerState, fact: F.UsageDecaySet) -> Changes:
+    if fact.half_life == state.usage.half_life:
+        raise LocalProtocolError(f"usage already decays with a half-life of {fact.half_life} s")
+    state.usage.half_life = float(fact.half_life)
+    return Changes()
+
+
 def _id_mark_raised(state: ControllerState, fact: F.IdMarkRaised) -> Changes:
     if fact.upto <= state.id_mark:
         raise LocalProtocolError(f"the id mark is already {state.id_mark}, not below {fact.upto}")
@@ -685,6 +692,7 @@ _APPLY: dict[type, Any] = {
     F.IdMarkRaised: _id_mark_raised,
     F.JoinGenerationIssued: _join_generation,
     F.JobPriorityAdjusted: _priority_adjusted,
+    F.UsageDecaySet: _usage_decay_set,
     **dict.fromkeys(PARTITION_FACTS, _partition_fact),
 }
 

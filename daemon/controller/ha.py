@@ -48,7 +48,7 @@ async def serve_ha(options: ControllerOptions, *, task_status=trio.TASK_STATUS_I
     store = await PgFactStore.open(options.store, lease=options.lease)
     try:
         front = Front(options)
-        follower = front.follower = Follower(store, options.model.priority.half_life)
+        follower = front.follower = Follower(store)
         await follower.catch_up()
         metrics = HaMetrics(store, follower, front)
         async with listening(options.host, options.port) as listeners, trio.open_nursery() as nursery:

@@ -13,7 +13,6 @@ from trio_websocket import WebSocketRequest
 from reckon.model import messages as M
 from reckon.model.errors import ProtocolError
 from reckon.model.state import ControllerState, replay, restore
-from reckon.model.priority import UsageTable
 
 from reckon.daemon import runtime, wire
 from reckon.daemon.auth.handshake import Authenticator
@@ -30,11 +29,9 @@ STANDBY_ANSWER_TIMEOUT = 5.0  # seconds a standby waits for a peer's first messa
 class Follower:
     """The standby's copy of the state, kept up with the log's tail."""
 
-    def __init__(self, store: PgFactStore, half_life: float | None = None) -> None:
+    def __init__(self, store: PgFactStore) -> None:
         self.store = store
-        # A history replayed from its start decays fair share's usage with the config's half-life,
-        # as Controller.from_log does (model/priority.py); a snapshot brings its own.
-        self.state = ControllerState() if half_life is None else ControllerState(usage=UsageTable(half_life=half_life))
+        self.state = ControllerState()
         self.seen = 0
 
     async def catch_up(self) -> int:

@@ -124,3 +124,14 @@ def test_negative_nice_and_priority_adjustments_are_for_operators():
     notes = [cmd.note for cmd in commands if isinstance(cmd, E.Notify)]
     assert notes and notes[-1].priority == c.priority_factors("1").priority
     assert c.priority_factors("1").priority - before == 500
+
+
+def test_a_start_records_the_configs_half_life_so_a_replay_decays_alike():
+    c = Controller(ControllerConfig(priority=PriorityConfig(half_life=DAY)))
+    commands = c.handle(E.ControllerStarted(now=1.0, grace=0.0))
+    facts = [f for cmd in commands if isinstance(cmd, E.Append) for f in cmd.facts]
+    assert F.UsageDecaySet(half_life=DAY) in facts
+    assert c.state.usage.half_life == DAY == replay(facts).usage.half_life
+    again = Controller(ControllerConfig(priority=PriorityConfig(half_life=DAY)), replay(facts))
+    later = again.handle(E.ControllerStarted(now=2.0, grace=0.0))
+    assert not any(isinstance(f, F.UsageDecaySet) for cmd in later if isinstance(cmd, E.Append) for f in cmd.facts)
