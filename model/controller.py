@@ -175,6 +175,12 @@ class Controller(VolatileAccess):
                 wrong = f"agent {name}'s round is {session.round.state.value}, for {session.round.agent}"
             if wrong is not None:
                 raise ModelCorrupted(f"controller sessions: {wrong}")
+        jobs = self.state.jobs
+        for job_id in self.volatile.priorities:
+            job = jobs.get(job_id)
+            if job is None or job.state is not JobState.PENDING:
+                raise ModelCorrupted(f"INV-FAIRSHARE-REPLAY: job {job_id} has a noted priority but is "
+                                     f"{job.state.value if job else 'unknown'}")
         for conn, name in self.conns.items():
             session = self.sessions.get(name)
             if session is None or session.conn != conn:

@@ -10,7 +10,7 @@ from reckon.daemon.bench.trace import Replay
 from reckon.model import events as E
 from reckon.model import facts as F
 from reckon.model.controller import Controller, ControllerConfig
-from reckon.model.errors import PermissionDenied
+from reckon.model.errors import ModelCorrupted, PermissionDenied
 from reckon.model.jobs import JobSpec
 from reckon.model.permissions import Caller
 from reckon.model.priority import DAY, PriorityConfig, UsageTable, attempt_usage
@@ -135,3 +135,12 @@ def test_a_start_records_the_configs_half_life_so_a_replay_decays_alike():
     again = Controller(ControllerConfig(priority=PriorityConfig(half_life=DAY)), replay(facts))
     later = again.handle(E.ControllerStarted(now=2.0, grace=0.0))
     assert not any(isinstance(f, F.UsageDecaySet) for cmd in later if isinstance(cmd, E.Append) for f in cmd.facts)
+
+
+def test_a_priority_left_behind_is_caught():
+    rep, _ = _run(ControllerConfig(), WORKLOAD)
+    rep.controller.validate_state()  # every job ended: no priority is left
+    assert rep.controller.volatile.priorities == {}
+    rep.controller.volatile.priorities["1"] = 5  # as if a finished job kept its priority
+    with pytest.raises(ModelCorrupted, match="INV-FAIRSHARE-REPLAY"):
+        rep.controller.validate_state()
