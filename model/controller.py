@@ -38,7 +38,8 @@ from .policy import ready
 from .scheduler import DispatchHold
 from .session import AgentSession
 from .state import ControllerState, replay, restore
-from .transaction import ControllerConfig, Transaction, Volatile, VolatileAccess, placed_on
+from .transaction import (ControllerConfig, Transaction, Volatile, VolatileAccess, job_factors, placed_on,
+                          recompute_priorities)
 
 __all__ = ["AgentSession", "Controller", "ControllerConfig", "HANDLERS", "POST_HANDLE"]
 
@@ -64,6 +65,7 @@ HANDLERS: dict[type, Handler] = {
     E.ReleaseJob: job_ops.on_release,
     E.RequeueJob: job_ops.on_requeue,
     E.SignalJob: job_ops.on_signal,
+    E.UpdateJob: job_ops.on_update,
     E.ControllerStarted: startup.on_controller_started,
     E.StartGraceEnded: startup.on_grace_ended,
     partition_ops.SetPartition: partition_ops.on_set_partition,
@@ -76,6 +78,11 @@ def notify_scheduler(tx: Transaction, ev: E.ControllerEvent) -> None:
     tx.flush_notes()
 
 
+def priorities_due(tx: Transaction, ev: E.ControllerEvent) -> None:
+    """Pending jobs' priorities recomputed when their time comes (model/priority.py)."""
+    recompute_priorities(tx)
+
+
 def begin_due(tx: Transaction, ev: E.ControllerEvent) -> None:
     """The jobs whose begin time the clock reached are noted again (model.begin)."""
     begin.due(tx)
@@ -85,7 +92,8 @@ def begin_due(tx: Transaction, ev: E.ControllerEvent) -> None:
 # reported are reserved (a fact), the jobs whose begin time came are noted, the scheduler
 # hears of every change (those included), and the start gate is checked (it may open, after
 # those notes).
-POST_HANDLE: tuple[Handler, ...] = (reports.reserve_reported_ids, begin_due, notify_scheduler, startup.check_gate)
+POST_HANDLE: tuple[Handler, ...] = (reports.reserve_reported_ids, begin_due, priorities_due, notify_scheduler,
+                                    startup.check_gate)
 
 
 class Controller(VolatileAccess):
@@ -167,6 +175,12 @@ class Controller(VolatileAccess):
                 wrong = f"agent {name}'s round is {session.round.state.value}, for {session.round.agent}"
             if wrong is not None:
                 raise ModelCorrupted(f"controller sessions: {wrong}")
+        jobs = self.state.jobs
+        for job_id in self.volatile.priorities:
+            job = jobs.get(job_id)
+            if job is None or job.state is not JobState.PENDING:
+                raise ModelCorrupted(f"INV-FAIRSHARE-REPLAY: job {job_id} has a noted priority but is "
+                                     f"{job.state.value if job else 'unknown'}")
         for conn, name in self.conns.items():
             session = self.sessions.get(name)
             if session is None or session.conn != conn:
@@ -182,7 +196,7 @@ class Controller(VolatileAccess):
         """What the scheduler's view must equal once notifications drain."""
         pending = tuple(j.id for j in sorted(
             (j for j in self.state.jobs.values() if ready(self.state, j, self.clock) and startable(self.state.partitions, j)),
-            key=lambda j: int(j.id)))
+            key=lambda j: (-self.volatile.priorities.get(j.id, 0), int(j.id))))
         agents = {}
         for name, info in self.state.agents.items():
             session = self.sessions.get(name)
@@ -193,6 +207,10 @@ class Controller(VolatileAccess):
             _, mem, gpus, gres = info.free()
             free[name] = (mem, gpus, tuple(sorted(gres.items())))
         return pending, agents, self.start_gate is not None, free
+
+    def priority_factors(self, job_id: str):  # -> model.priority.Factors
+        """A job's priority factors now, as ``reckon priority`` shows them."""
+        return job_factors(self.state, self.volatile, self.config, self.state.job(job_id))
 
     def node_state(self, name: str) -> NodeState:
         """The node's state as ``reckon nodes`` shows it (``.value``)."""

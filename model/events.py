@@ -15,6 +15,7 @@ from .arrays import ArrayRange
 from .jobs import JobSpec
 from .messages import TOKEN_BYTES, Finished, Join, Message, check_signal_target
 from .permissions import Caller
+from .priority import check_adjust
 from .resources import Owner, Usage
 
 
@@ -239,6 +240,22 @@ class HoldJob:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateJob:
+    """An operator sets a job's priority adjustment (``reckon update JOB --priority N``)."""
+
+    job: str
+    now: float
+    priority: int
+    caller: Caller | None = None  # who asks (None: token mode)
+
+    def __post_init__(self) -> None:
+        _caller(self)
+        check_str("job", self.job)
+        check_time("now", self.now)
+        check_adjust(self.priority)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseJob:
     """A user releases a held job (``reckon release``)."""
 
@@ -436,7 +453,7 @@ class StartGraceEnded:
 ControllerEvent = Union[
     AgentJoined, MessageFromAgent, ConnectionClosed, RoundDeadlineExpired, Tick, SubmitJob, CancelJob,
     DispatchProposed, DispatchUndelivered, ForgetAgent, DrainAgent, ResumeAgent,
-    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob, SignalJob,
+    SubmitArray, SubmitBatch, HoldJob, ReleaseJob, RequeueJob, SignalJob, UpdateJob,
     ControllerStarted, StartGraceEnded,
 ]
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Union
 from ._check import check_int, check_opt_int, check_opt_time, check_opt_uid, check_str, check_time, require_keys
 from .jobs import JobSpec
 from .messages import MAX_GENERATION, check_identity
+from .priority import UsageDecaySet, check_adjust
 from .partitions import FACTS as _PARTITION_FACTS, PartitionRemoved, PartitionSet, PartitionsConfigured
 from .partitions import decode_fields as _partition_fields, encode_record as _partition_value
 from .report_entry import check_not_run
@@ -397,6 +398,21 @@ class IdMarkRaised:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobPriorityAdjusted:
+    """An operator set a job's priority adjustment (``reckon update JOB --priority N``): its
+    priority is the factors' sum less its nice plus ``priority`` (model/priority.py)."""
+
+    KIND: ClassVar[str] = "job_priority_adjusted"
+    VERSION: ClassVar[int] = 1
+    job: str
+    priority: int
+
+    def __post_init__(self) -> None:
+        check_str("job", self.job)
+        check_adjust(self.priority)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterCreated:
     """The first fact of a history: its identity, so agents never mix two histories."""
 
@@ -415,6 +431,7 @@ Fact = Union[
     JobHeld, JobReleased, JobRestarted,
     IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
     PartitionsConfigured, PartitionSet, PartitionRemoved,  # issue #22: model/partitions.py
+    JobPriorityAdjusted, UsageDecaySet,  # issue #22: model/priority.py
 ]
 FACT_TYPES: dict[str, type] = {
     cls.KIND: cls
@@ -424,7 +441,7 @@ FACT_TYPES: dict[str, type] = {
         AgentDrained, AgentResumed,
         JobHeld, JobReleased, JobRestarted,
         IdMarkRaised, JoinGenerationIssued, JobAttemptsReserved, JobRequeueRequested,
-        *_PARTITION_FACTS,
+        *_PARTITION_FACTS, JobPriorityAdjusted, UsageDecaySet,
     )
 }
 

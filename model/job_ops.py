@@ -32,6 +32,8 @@ def check_submit(tx: Transaction, spec: JobSpec, caller: E.Caller | None = None)
                                                                           owner_of(caller), spec)
     if refusal is not None:
         raise LocalProtocolError(refusal)
+    if spec.nice < 0:  # a push up the queue is an operator's to give (Slurm's rule)
+        require(caller, "nice", None)
 
 
 def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
@@ -71,6 +73,19 @@ def on_release(tx: Transaction, ev: E.ReleaseJob) -> None:
     if job.state is not JobState.PENDING:  # a cancelled job keeps its hold (Slurm's JobHeldUser): nothing to release
         raise LocalProtocolError(f"job {job.id} is {job.state.value}: only a PENDING job can be released")
     tx.apply(F.JobReleased(job=job.id))
+
+
+def on_update(tx: Transaction, ev: E.UpdateJob) -> None:
+    """An operator sets a job's priority adjustment (model/priority.py): it is recomputed and
+    noted at once, so the scheduler moves the job in its queue."""
+    job = tx.state.job(ev.job)
+    require(ev.caller, "prioritize", job.owner, job=job.id)
+    if job.terminal:
+        raise LocalProtocolError(f"job {job.id} is {job.state.value}: its priority no longer matters")
+    if job.priority_adjust == ev.priority:
+        return  # already so: changes nothing
+    tx.volatile.priorities.pop(job.id, None)  # recomputed at its note, with the new adjustment
+    tx.apply(F.JobPriorityAdjusted(job=job.id, priority=ev.priority))
 
 
 def on_requeue(tx: Transaction, ev: E.RequeueJob) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from ._check import check_int, check_str, check_tuple_of, require_keys
 from .errors import LocalProtocolError
 from .output_paths import check_pattern
+from .priority import check_nice
 from .resources import MAX_GPUS, MAX_MEM, Owner, Usage, check_gres, format_size
 
 
@@ -101,6 +102,7 @@ V7_SPEC_DEFAULTS: dict[str, Any] = {
 V8_SPEC_DEFAULTS: dict[str, Any] = {
     "partition": None,  # [partitions] model/partitions.py
     "begin": None, "singleton": False,  # model21: --begin, --dependency=singleton (model/begin.py, model/singleton.py)
+    "nice": 0,  # --nice: priority -= nice (model/priority.py)
 }
 MAX_BEGIN = 1e11  # an epoch time (year 5138): a finite number the wire and sqlite carry exactly
 MAX_SCRIPT = 4 << 20  # a batch script's text, in UTF-8 bytes (Slurm's default max_script_size)
@@ -161,6 +163,7 @@ class JobSpec:
     # name and owner runs, or one submitted before it waits (--dependency=singleton).
     begin: float | None = None
     singleton: bool = False
+    nice: int = 0  # --nice (Slurm's): the job's priority less this (model/priority.py); < 0: operators only
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -233,6 +236,8 @@ class JobSpec:
                 raise ValueError("begin must be a time in seconds since the epoch")
         if not isinstance(self.singleton, bool):
             raise ValueError("singleton must be a bool")
+        if self.nice != 0 or type(self.nice) is not int:
+            check_nice(self.nice)
 
     def _check_v7(self) -> None:
         if (self.script is None and self.warn_signal is None and self.warn_before == 0 and self.open_mode is None
@@ -460,6 +465,8 @@ class JobRecord:
     attempts_reserved: int = 0
     # Version 7: a user requeued the RUNNING attempt (JobRequeueRequested); set only while RUNNING.
     requeue_requested: bool = False
+    # Issue #22: the operator's priority adjustment (JobPriorityAdjusted; reckon update --priority).
+    priority_adjust: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -521,6 +528,8 @@ class JobRecord:
             # Version 8 (model21): when it may begin (None: at once), --dependency=singleton.
             "begin": self.spec.begin,
             "singleton": self.spec.singleton,
+            "nice": self.spec.nice,  # issue #22: --nice, and the operator's adjustment (model/priority.py)
+            "priority_adjust": self.priority_adjust,
         }
 
     def snapshot_key(self) -> tuple:

@@ -19,7 +19,9 @@ EVERYONE_ACTIONS = frozenset({"submit", "see"})  # everyone may submit and see t
 JOB_ACTIONS = frozenset({"cancel", "hold", "release", "requeue", "signal", "read"})  # the owner's, or an operator's
 NODE_ACTIONS = frozenset({"drain", "resume", "forget"})  # operators only
 CLUSTER_ACTIONS = frozenset({"partition"})  # operators only: change the partitions (model/partition_ops.py)
-ACTIONS = EVERYONE_ACTIONS | JOB_ACTIONS | NODE_ACTIONS | CLUSTER_ACTIONS
+# Operators only, on a job: set its priority adjustment, submit with a negative nice (model/priority.py).
+PRIORITY_ACTIONS = frozenset({"prioritize", "nice"})
+ACTIONS = EVERYONE_ACTIONS | JOB_ACTIONS | NODE_ACTIONS | CLUSTER_ACTIONS | PRIORITY_ACTIONS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +67,10 @@ def check(caller: Caller | None, action: str, owner: Owner | None, *, job: str |
         return None
     if action in CLUSTER_ACTIONS:
         return f"only an operator may change partitions: {caller.user} is not one"
+    if action == "prioritize":
+        return f"only an operator may set the priority of {'job ' + job if job else 'a job'}: {caller.user} is not one"
+    if action == "nice":
+        return f"only an operator may submit with a negative nice: {caller.user} is not one"
     if action in NODE_ACTIONS:
         what = f"agent {node}" if node is not None else "a node"
         return f"only an operator may {action} {what}: {caller.user} is not one"

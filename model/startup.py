@@ -56,6 +56,8 @@ def on_controller_started(tx: Transaction, ev: E.ControllerStarted) -> None:
     if configured is not None and configured != tx.state.partitions_configured:
         # The config file's partitions changed since they were recorded last (model/partitions.py).
         tx.apply(PartitionsConfigured(partitions=configured))
+    if tx.config.priority.half_life != tx.state.usage.half_life:  # fair share's decay (model/priority.py)
+        tx.apply(F.UsageDecaySet(half_life=float(tx.config.priority.half_life)))
     pending = any(j.state is JobState.PENDING for j in tx.state.jobs.values())
     # After a restore, a job the copy calls RUNNING may since have been requeued and run on an agent
     # the copy does not know: its placement's "unrecognized" must not send it out again at once.

@@ -21,6 +21,7 @@ from .jobs import JobRecord, JobState, JobTransition, finish_transition, next_st
 from .partitions import FACTS as PARTITION_FACTS, Partition, apply_fact as apply_partition_fact
 from .policy import TIMEOUT_REASON, retry_due
 from .resources import NodeResources, shortfall
+from .priority import UsageTable
 
 OOM_REASON = "oom"  # JobRecord.reason of an attempt killed for exceeding its memory limit
 NOT_RUN_PREFIX = "not run: "  # JobRecord.reason of an attempt the agent refused to start, before its why
@@ -118,6 +119,9 @@ class ControllerState:
     # (owner's user, job name) -> its RUNNING and PENDING jobs: what --dependency=singleton asks (model/singleton.py)
     # None until a singleton job is submitted (most clusters never pay for it).
     named: dict[tuple, singleton.NameLoad] | None = None
+    # Issue #22: every user's decayed CPU-seconds (model/priority.py), kept by apply from the
+    # attempts' JobFinished facts: durable (the snapshot holds it), the same after replay.
+    usage: UsageTable = field(default_factory=UsageTable)
 
     def job(self, job_id: str) -> JobRecord:
         try:
@@ -232,6 +236,7 @@ class ControllerState:
             tuple(sorted(j.snapshot_key() for j in self.jobs.values())),
             tuple(sorted(_AGENT_KEY(a) for a in self.agents.values())),
             tuple(self.partitions[name] for name in sorted(self.partitions)), self.partitions_configured,
+            self.usage.key(),
         )
 
 
@@ -420,6 +425,9 @@ def _started(state: ControllerState, fact: F.JobStarted) -> Changes:
 def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
     job.usage = fact.usage  # the latest finished attempt's, a retried one's too
+    start = fact.started_at if fact.started_at is not None else job.started_at
+    if job.owner is not None and start is not None:  # fair share's usage (model/priority.py)
+        state.usage.charge(job.owner.user, job.spec.slots, start, fact.finished_at)
     if job.requeue_requested and not job.cancel_requested:
         # A user's requeue of the running attempt (a cancel asked after it wins): its exit stays in
         # this fact only, never the job's outcome (INV-REQUEUE-ONCE); not a retry.
@@ -631,6 +639,21 @@ def _partition_fact(state: ControllerState, fact: Any) -> Changes:
                    agents=tuple(state.agents))
 
 
+def _priority_adjusted(state: ControllerState, fact: F.JobPriorityAdjusted) -> Changes:
+    job = state.job(fact.job)
+    if job.terminal or job.priority_adjust == fact.priority:
+        raise LocalProtocolError(f"job {fact.job} is {job.state.value} or has priority adjustment {fact.priority} already")
+    job.priority_adjust = fact.priority
+    return Changes(jobs=(job.id,))
+
+
+def _usage_decay_set(state: ControllerState, fact: F.UsageDecaySet) -> Changes:
+    if fact.half_life == state.usage.half_life:
+        raise LocalProtocolError(f"usage already decays with a half-life of {fact.half_life} s")
+    state.usage.half_life = float(fact.half_life)
+    return Changes()
+
+
 def _id_mark_raised(state: ControllerState, fact: F.IdMarkRaised) -> Changes:
     if fact.upto <= state.id_mark:
         raise LocalProtocolError(f"the id mark is already {state.id_mark}, not below {fact.upto}")
@@ -668,6 +691,8 @@ _APPLY: dict[type, Any] = {
     F.JobRestarted: _restarted,
     F.IdMarkRaised: _id_mark_raised,
     F.JoinGenerationIssued: _join_generation,
+    F.JobPriorityAdjusted: _priority_adjusted,
+    F.UsageDecaySet: _usage_decay_set,
     **dict.fromkeys(PARTITION_FACTS, _partition_fact),
 }
 
@@ -685,10 +710,11 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
     # v1: agents were [name, slots, registered], without the identity; v2: agents without drained,
     # jobs had 14 fields, no id_mark; v3: agents without join generations.  Rows only ever grow at
     # their end (AgentInfo, JobRecord): restore reads every version's rows the same way.
-    data: dict[str, Any] = {"v": 6}  # v5: no partitions; v4: no agent resources, no job gpu_ids or usage
+    data: dict[str, Any] = {"v": 7}  # v6: no usage; v5: no partitions; v4: no agent resources, no job gpu_ids or usage
     data.update((name, getattr(state, name)) for name in STATE_SCALARS)
     data["partitions"] = [p.to_dict() for p in state.partitions.values()]
     data["partitions_configured"] = [p.to_dict() for p in state.partitions_configured]
+    data["usage"] = state.usage.rows()
     data["agents"] = [a.row() for a in state.agents.values()]
     data["jobs"] = [j.row() for j in state.jobs.values()]
     return data
@@ -696,10 +722,12 @@ def snapshot(state: ControllerState) -> dict[str, Any]:
 
 def restore(data: dict[str, Any]) -> ControllerState:
     """The inverse of ``snapshot``; derived fields (used, running, the indexes) are recomputed."""
-    if data.get("v") not in (1, 2, 3, 4, 5, 6):
+    if data.get("v") not in (1, 2, 3, 4, 5, 6, 7):
         raise ValueError(f"unsupported snapshot version {data.get('v')!r}")
     state = ControllerState(next_job=data["next_job"], facts_applied=data["facts_applied"],
                             cluster=data.get("cluster"), id_mark=data.get("id_mark", 0))
+    if data.get("usage") is not None:  # an older snapshot has none: usage starts from nothing
+        state.usage = UsageTable.from_rows(data["usage"])
     for row in data.get("partitions", ()):
         partition = Partition.from_dict(row)
         state.partitions[partition.name] = partition

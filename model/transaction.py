@@ -27,7 +27,8 @@ from . import facts as F
 from . import messages as M
 from .begin import watch as watch_begin
 from .jobs import JobRecord, JobState
-from .partitions import Partition, agent_partitions, check_set, partition_of, startable
+from .partitions import Partition, agent_partitions, check_set, partition_of, startable, tier_of
+from .priority import Factors, PriorityConfig, ShareView, factors, share_view
 from .policy import doomed_dependants, ready
 from .scheduler import POLICIES, AgentNote, JobNote, UserLimits
 from .session import AgentSession
@@ -62,10 +63,15 @@ class ControllerConfig:
     # Issue #22: the scheduler's policy (model/scheduler.py POLICIES): "backfill" (EASY: the first
     # blocked job of each partition gets a start no later job may delay) or "fifo" (first fit).
     scheduler: str = "backfill"
+    # Issue #22: the priority factors' weights and fair share (model/priority.py; the config
+    # file's [priority] table).
+    priority: PriorityConfig = PriorityConfig()
 
     def __post_init__(self) -> None:
         if self.scheduler not in POLICIES:
             raise ValueError(f"scheduler must be one of {', '.join(POLICIES)}, got {self.scheduler!r}")
+        if not isinstance(self.priority, PriorityConfig):
+            raise ValueError("priority must be a PriorityConfig")
         if self.partitions is not None:
             check_set(self.partitions)
         if type(self.min_agent_version) is not int or not 1 <= self.min_agent_version <= M.PROTOCOL_VERSION:
@@ -110,6 +116,41 @@ class Volatile:
     clock: float = 0.0
     begin_heap: list[tuple[float, int, str]] = field(default_factory=list)  # (begin, order, job)
     begin_queued: set[str] = field(default_factory=set)  # the jobs in begin_heap
+    # model/priority.py: every PENDING job's priority as last noted, the fair-share view they were
+    # computed with, when the next sweep starts and the jobs the current sweep has left.
+    priorities: dict[str, int] = field(default_factory=dict)
+    shares: ShareView | None = None
+    next_sweep: float = float("-inf")
+    sweep: list[str] = field(default_factory=list)
+
+
+def share_view_of(state: ControllerState, volatile: Volatile, config: ControllerConfig) -> ShareView:
+    """The fair-share view priorities are computed with: rebuilt at each sweep (O(users + RUNNING jobs))."""
+    if volatile.shares is None:
+        running = (state.jobs[j] for info in state.agents.values() for j in info.running)
+        cpus = sum(info.slots for info in state.agents.values())
+        volatile.shares = share_view(config.priority, state.usage, running, state.partitions, cpus, volatile.clock)
+    return volatile.shares
+
+
+def job_factors(state: ControllerState, volatile: Volatile, config: ControllerConfig, job: JobRecord) -> Factors:
+    """A job's priority factors now (``reckon priority``)."""
+    partitions = state.partitions
+    tier = tier_of(partitions, partition_of(partitions, job.spec)) if partitions else None
+    return factors(job, share_view_of(state, volatile, config), tier)
+
+
+def priority_of(state: ControllerState, volatile: Volatile, config: ControllerConfig, job: JobRecord) -> int:
+    """A PENDING job's priority as noted to the scheduler (computed on its first note)."""
+    known = volatile.priorities.get(job.id)
+    if known is not None:
+        return known
+    if config.priority.on:
+        known = job_factors(state, volatile, config, job).priority
+    else:  # every weight 0: nice and the operator's adjustment only
+        known = job.priority_adjust - job.spec.nice
+    volatile.priorities[job.id] = known
+    return known
 
 
 class ControllerView(Protocol):
@@ -238,7 +279,13 @@ class Transaction(VolatileAccess):
         """Hand every pending change to the scheduler's notification path, with current values."""
         partitions = self.state.partitions
         clock = self.volatile.clock
+        priorities = self.volatile.priorities
         for job in self.changed_jobs.values():
+            if job.state is JobState.PENDING:
+                priority = priority_of(self.state, self.volatile, self.config, job)
+            else:
+                priority = 0
+                priorities.pop(job.id, None)
             if job.spec.begin is not None:
                 watch_begin(self.volatile, job)  # noted again when its begin comes (model.begin)
             # Partitions (issue #22): the job's partition, and whether it lets the job start now.
@@ -248,6 +295,7 @@ class Transaction(VolatileAccess):
                                                        ready=ready(self.state, job, clock) and startable(partitions, job),
                                                        partition=part, time_limit=job.spec.time_limit,
                                                        started=job.started_at if job.state is JobState.RUNNING else None,
+                                                       priority=priority,
                                                        array=job.spec.array_id,
                                                        array_max=job.spec.array_max, mem=job.spec.mem,
                                                        gpus=job.spec.gpus, gres=job.spec.gres,
@@ -283,3 +331,31 @@ class Transaction(VolatileAccess):
         """The call's commands, its facts gathered into one leading Append."""
         return ([E.Append(facts=tuple(self.facts))] if self.facts else []) + self.commands
 
+
+
+def recompute_priorities(tx: Transaction) -> None:
+    """Every ``recompute_every`` seconds (on the clock, the events' now) a sweep recomputes every
+    PENDING job's priority, ``recompute_batch`` jobs per call at most (a sweep over 100k jobs
+    spans several ticks, each bounded); a changed one is noted, so the scheduler moves it."""
+    config = tx.config.priority
+    volatile = tx.volatile
+    if not config.on or not volatile.priorities and not volatile.sweep:
+        return
+    if not volatile.sweep:
+        if volatile.clock < volatile.next_sweep:
+            return
+        volatile.next_sweep = volatile.clock + config.recompute_every
+        volatile.shares = None  # usage and age as of now
+        volatile.sweep = list(volatile.priorities)
+    sweep, jobs, priorities = volatile.sweep, tx.state.jobs, volatile.priorities
+    batch = sweep[-config.recompute_batch:]
+    del sweep[-config.recompute_batch:]
+    for job_id in batch:
+        job = jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING:
+            priorities.pop(job_id, None)
+            continue
+        priority = job_factors(tx.state, volatile, tx.config, job).priority
+        if priority != priorities.get(job_id):
+            priorities[job_id] = priority
+            tx.note_job(job)

@@ -35,6 +35,7 @@ from reckon.model.controller import Controller, ControllerConfig
 from reckon.model.jobs import JobSpec
 from reckon.model.permissions import Caller
 from reckon.model.scheduler import Scheduler
+from reckon.model.state import apply as apply_fact
 
 from reckon.daemon.bench.swf import FAILED, SwfJob, SwfTrace, replay_skip
 
@@ -194,6 +195,11 @@ class Replay:
     def __init__(self, agents: int, cpus: int, *, scheduler: Scheduler, config: ControllerConfig,
                  base: float = 0.0) -> None:
         self.controller = Controller(config)
+        # No ControllerStarted here (no log, no start gate): the config's half-life is the fact a
+        # start would record (model/startup.py), applied through the same seam.
+        half_life = getattr(getattr(config, "priority", None), "half_life", None)
+        if half_life is not None and half_life != self.controller.state.usage.half_life:
+            apply_fact(self.controller.state, F.UsageDecaySet(half_life=float(half_life)))
         self.scheduler = scheduler
         self.base = base  # the epoch time of the log's time 0
         self.timings = Timings()

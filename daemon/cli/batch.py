@@ -67,6 +67,11 @@ def spec_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields.update(resource_fields(args))
     if getattr(args, "partition", None):  # issue #22: the controller checks the name
         fields["partition"] = args.partition
+    nice = getattr(args, "nice", None)
+    if nice is not None and nice != 0:  # issue #22: priority -= nice (a negative one: operators only)
+        if not -10000 <= nice <= 10000:  # model/priority.py NICE_MAX
+            raise UsageError(f"--nice {nice}: give a number in -10000..10000")
+        fields["nice"] = nice
     return fields
 
 

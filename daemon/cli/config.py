@@ -128,10 +128,11 @@ def check(path: Path, parsers: dict[str, argparse.ArgumentParser]) -> dict[str, 
     """Validate every table of the file; the values by daemon.  ``ConfigError`` names the first bad key."""
     data = read_file(path)
     for name in data:
-        if name not in parsers and name != "partitions":
+        if name not in parsers and name not in ("partitions", "priority"):
             raise ConfigError(f"{path}: {name}: unknown table (expected {' or '.join(f'[{d}]' for d in parsers)}"
-                              " or [partitions.NAME])")
+                              ", [partitions.NAME] or [priority])")
     partitions_of(path, data)
+    priority_of(path, data)
     found = {command: daemon_values(path, data, command, parser) for command, parser in parsers.items()
              if command in data}
     _check_daemon_tables(path, data, found)
@@ -176,3 +177,40 @@ def apply_config(parser: argparse.ArgumentParser, path: Path, command: str) -> N
         if action.dest in values:
             action.required = False
     parser.set_defaults(**values)
+
+
+PRIORITY_DURATIONS = ("age_max", "half_life", "recompute_every")
+
+
+def priority_of(path: Path, data: dict[str, Any] | None = None) -> Any:
+    """The file's ``[priority]`` table as a model/priority.py ``PriorityConfig`` (the defaults
+    where it says nothing, or has no table); ``[priority.shares]`` maps users to their shares.
+    ``ConfigError`` in one line naming the key."""
+    import dataclasses
+
+    from reckon.daemon.durations import parse_seconds
+    from reckon.model.priority import PriorityConfig
+
+    table = (read_file(path) if data is None else data).get("priority", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: priority: wrong type: expected a table, got {type(table).__name__}")
+    known = [f.name for f in dataclasses.fields(PriorityConfig)]
+    values: dict[str, Any] = {}
+    for name, value in table.items():
+        where = f"{path}: priority.{name}"
+        if name not in known:
+            raise ConfigError(f"{where}: unknown key (the keys of [priority] are: {', '.join(known)})")
+        if name == "shares":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a table of user = share")
+            value = tuple(sorted(value.items()))
+        elif name in PRIORITY_DURATIONS and isinstance(value, str):
+            try:
+                value = parse_seconds(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        values[name] = value
+    try:
+        return PriorityConfig(**values)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

@@ -130,6 +130,20 @@ def _config_partitions(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def _config_priority(args: argparse.Namespace) -> Any:
+    """The [priority] table of the controller's --config file (the defaults without one)."""
+    from reckon.model.priority import PriorityConfig
+
+    if getattr(args, "config", None) is None:
+        return PriorityConfig()
+    from reckon.daemon.cli.config import ConfigError, priority_of
+
+    try:
+        return priority_of(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
 async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
     from reckon.daemon.controller.options import VALIDATE_STATE_ENV
     from reckon.daemon.controller.server import ControllerOptions, serve_controller
@@ -166,6 +180,7 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
                                lost_after=args.lost_after, max_running_per_user=args.max_running_per_user,
                                max_cpus_per_user=args.max_cpus_per_user,
                                partitions=_config_partitions(args), scheduler=args.scheduler,
+                               priority=_config_priority(args),
                                # Users' jobs run as their owners: no agent that would not know whom.
                                min_agent_version=OWNERS_SINCE if mode == "munge" else 1),
         heartbeat_timeout=args.heartbeat_timeout, snapshot_every=args.snapshot_every,

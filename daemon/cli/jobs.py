@@ -57,6 +57,12 @@ def run_client_command(args: argparse.Namespace) -> int:
             reply = client.call("cancel", job=args.job, array=False if args.job_only else None)
             for job in reply.get("array") or [reply["job"]]:  # an array's id: every job of the array
                 batch.write_job_state(out, job)
+        elif args.command == "update":
+            job = client.call("update", job=args.job, priority=args.priority)["job"]
+            out.write(f"job {job['id']}: priority {job.get('priority')} (adjustment {job.get('priority_adjust')})\n")
+        elif args.command == "priority":
+            factors = client.call("priority", job=args.job)["priority"]
+            out.write((_json(factors) if args.json else format_priority(factors)) + "\n")
         elif args.command in ("hold", "release", "requeue"):
             batch.write_job_state(out, client.call(args.command, job=args.job)["job"])
         elif args.command == "signal":
@@ -280,6 +286,16 @@ def _since(ts: float | None, now: float | None = None) -> str:
     return time.strftime("%H:%M:%S" if day == today else "%Y-%m-%d %H:%M", time.localtime(ts))
 
 
+def format_priority(f: dict) -> str:
+    """``reckon priority JOB``: sprio's row, each factor with its weight and what it adds."""
+    rows = [("JOBID", "USER", "PRIORITY", "AGE", "FAIRSHARE", "PARTITION", "JOBSIZE", "NICE", "ADJUST")]
+    w = f["weights"]
+    rows.append((f["job"], f.get("user") or "-", str(f["priority"]),
+                 *(f"{int(w[k] * f[k])} ({f[k]:.3f})" for k in ("age", "fairshare", "partition", "jobsize")),
+                 str(f["nice"]), str(f["adjust"])))
+    return _table(rows)
+
+
 def format_jobs(jobs: list[dict]) -> str:
     # USER last: the columns before it keep their places for the scripts that read them.
     rows = [("ID", "NAME", "STATE", "AGENT", "ATTEMPT", "CPUS", "MEM", "GPUS", "EXIT", "SIGNAL", "FINISHED", "USER")]
@@ -288,10 +304,17 @@ def format_jobs(jobs: list[dict]) -> str:
                      str(j.get("cpus") or j.get("slots") or "-"), format_size(j.get("mem")), _gpus(j),
                      "-" if j["exit_code"] is None else str(j["exit_code"]),
                      "-" if j["signal"] is None else str(j["signal"]), _when(j["finished_at"]), j.get("user") or "-"))
+    if any(j.get("priority") for j in jobs):  # issue #22: pending jobs' priorities, when any is not 0
+        rows = [row + (("PRIORITY",) if i == 0 else (_priority(jobs[i - 1]),)) for i, row in enumerate(rows)]
     if any(j.get("partition") for j in jobs):  # issue #22: a last column, only on a cluster with partitions
         rows = [row + (("PARTITION",) if i == 0 else (jobs[i - 1].get("partition") or "-",))
                 for i, row in enumerate(rows)]
     return _table(rows)
+
+
+def _priority(job: dict) -> str:
+    priority = job.get("priority")
+    return "-" if priority is None else str(priority)
 
 
 def _gpus(job: dict) -> str:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 CLIENT_COMMANDS = ("submit", "jobs", "show", "cancel", "nodes", "forget", "history", "drain", "resume", "hold",
-                   "release", "requeue", "logs", "whoami", "signal", "partition")
+                   "release", "requeue", "logs", "whoami", "signal", "partition", "update", "priority")
 COMMANDS = ("controller", "agent", *CLIENT_COMMANDS, "dev", "demo", "bench", "chaos", "config")
 COMMANDS += ("slurm-commands",)  # reckon slurm-commands DIR: daemon/slurm/launchers.py
 DAEMONS = ("controller", "agent")  # the commands a --config file configures (daemon/cli/config.py)
@@ -459,6 +459,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="queue a job even if no registered agent has the CPUs, memory, GPUs or gres to run it")
     p.add_argument("--hold", action="store_true",
                    help="the job(s) start held: not dispatched until released (reckon release)")
+    p.add_argument("--nice", type=int, metavar="N",
+                   help="lower the job's priority by N (-10000..10000; a negative N, a push up, is an operator's)")
     p.add_argument("--begin", metavar="TIME",
                    help="not started before TIME, in Slurm's formats: now+60, now+1hour, 16:00 (the next one), "
                         "2026-12-02T10:00, midnight, noon, teatime, tomorrow")
@@ -496,6 +498,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("hold", parents=[client], help="hold a PENDING job: it is not dispatched until released")
     p.add_argument("job", help="the job's id")
+    p = sub.add_parser("update", parents=[client], help="an operator sets a job's priority adjustment")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("--priority", type=int, required=True, metavar="N",
+                   help="the job's priority is its factors' sum, less its nice, plus N (replacing an earlier N)")
+    p = sub.add_parser("priority", parents=[client], help="a job's priority and its factors (like sprio)")
+    p.add_argument("job", help="the job's id")
+    p.add_argument("--json", action="store_true", help="print the factors as JSON")
     p = sub.add_parser("release", parents=[client], help="release a held job")
     p.add_argument("job", help="the job's id")
     p = sub.add_parser("requeue", parents=[client],

@@ -94,6 +94,15 @@ class ClientRequests:
             return await self.call(call=lambda: job_ops.cancel_reply(self, job_id))
         if op in job_ops.OPS:
             return await job_ops.run(self, op, request, caller)
+        if op == "update":  # issue #22: the operator's priority adjustment (model/priority.py)
+            job_id, priority = str(request["job"]), request["priority"]
+            if type(priority) is not int:
+                raise ValueError(f"priority must be an integer, got {priority!r}")
+            await self.call(event=E.UpdateJob(job=job_id, priority=priority, now=time.time(), caller=caller))
+            return {"job": await self.call(call=lambda: self.job_object(job_id))}
+        if op == "priority":  # reckon priority JOB: its factors now
+            job_id = str(request["job"])
+            return {"priority": await self.call(call=lambda: self.priority_object(job_id))}
         if op == "jobs":
             state = request.get("state")
             if state is not None and state not in JobState.__members__:
@@ -140,12 +149,25 @@ class ClientRequests:
         job = self.model.state.job(job_id)
         obj = job.to_dict()
         obj["stdout"], obj["stderr"] = output_paths_of(self, job)
+        obj["priority"] = self.model.volatile.priorities.get(job_id)  # PENDING jobs' (model/priority.py)
         return obj
 
     def job_objects(self, state: str | None, user: str | None = None) -> list[dict]:
-        return [j.to_dict() for j in self.model.state.jobs.values()
+        priorities = self.model.volatile.priorities
+        return [{**j.to_dict(), "priority": priorities.get(j.id)} for j in self.model.state.jobs.values()
                 if (state is None or j.state.value == state)
                 and (user is None or (j.owner is not None and j.owner.user == user))]
+
+    def priority_object(self, job_id: str) -> dict:
+        """A job's priority factors now (``reckon priority``), with the weights they are taken at."""
+        job = self.model.state.job(job_id)
+        config = self.model.config.priority
+        out = self.model.priority_factors(job_id).to_dict()
+        out.update(job=job_id, state=job.state.value, user=job.owner.user if job.owner is not None else None,
+                   noted=self.model.volatile.priorities.get(job_id),
+                   weights={"age": config.weight_age, "fairshare": config.weight_fairshare,
+                            "partition": config.weight_partition, "jobsize": config.weight_jobsize})
+        return out
 
     def status(self) -> dict:
         counts: dict[str, int] = {}

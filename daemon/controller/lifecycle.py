@@ -64,6 +64,8 @@ FACT_LINES: dict[type, Callable[..., str] | None] = {
                                        f"{', '.join(p.name for p in f.partitions) or 'none'}"),
     F.PartitionSet: lambda f: f"partition {f.partition.name} set: {f.partition.to_dict()}",
     F.PartitionRemoved: lambda f: f"partition {f.name} removed",
+    F.UsageDecaySet: lambda f: f"fair share's usage decays with a half-life of {f.half_life:g} s from now on",
+    F.JobPriorityAdjusted: lambda f: f"job {f.job}: the operator set its priority adjustment to {f.priority}",
 }
 assert set(FACT_LINES) == set(F.FACT_TYPES.values()), "every fact kind needs a lifecycle entry"
 

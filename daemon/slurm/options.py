@@ -76,7 +76,7 @@ _COMMON: list[tuple[str, str | None, int, str, str]] = [
     ("mem-per-gpu", None, 1, HANDLED, "memory = this times the GPUs"),
     ("mincpus", None, 1, HANDLED, "at least this many CPUs"),
     ("network", None, 1, WARNED, "reckon manages no network resources"),
-    ("nice", None, 2, WARNED, "reckon has no priorities yet"),
+    ("nice", None, 2, HANDLED, "the job's nice (100 without a value; a negative one: operators)"),
     ("no-kill", "k", 2, WARNED, _ONE_NODE),
     ("nodefile", "F", 1, REFUSED, "reckon does not pick nodes by name"),
     ("nodelist", "w", 1, REFUSED, "reckon does not pick nodes by name"),

@@ -36,7 +36,7 @@ _GETOPT = table.table(table.SBATCH)
 HANDLED = frozenset({
     *LABELS, "array", "begin", "chdir", "cluster", "clusters", "cpus-per-gpu", "cpus-per-task", "dependency", "error", "export", "gpus",
     "gpus-per-node", "gpus-per-task", "gres", "help", "hold", "ignore-pbs", "job-name", "kill-on-invalid-dep",
-    "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "nodes", "ntasks", "ntasks-per-core",
+    "licenses", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "nice", "nodes", "ntasks", "ntasks-per-core",
     "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "parsable", "quiet",
     "requeue", "signal", "time", "usage", "verbose", "version", "wait", "wrap",
 })
@@ -223,6 +223,16 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
     spec["output"] = values.translate_pattern(output, "--output") if output else (
         "slurm-%A_%I.out" if array else "slurm-%j.out")
     spec["error"] = values.translate_pattern(error, "--error") if error else spec["output"]
+    if "nice" in opts:  # issue #22: Slurm's --nice[=N], 100 without a value
+        text = (opts["nice"] or "").strip()
+        try:
+            nice = int(text) if text else 100
+        except ValueError:
+            raise invalid(f"Invalid --nice value: {text}") from None
+        if not -10000 <= nice <= 10000:
+            raise invalid(f"Invalid --nice value: {nice} (-10000..10000)")
+        if nice:
+            spec["nice"] = nice
     labels = {}
     if opts.get("partition"):  # issue #22: the real field (the controller checks it and labels it)
         spec["partition"] = opts["partition"]

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from reckon.model.priority import UsageTable
+
 from reckon.model import facts as F
 from reckon.model import state as S
 from reckon.model.jobs import JobRecord, JobSpec, JobState
@@ -89,6 +91,10 @@ def other_value(value: Any, annotation: str) -> Any:
     if "Partition" in annotation and isinstance(value, (dict, tuple)):  # issue #22's partitions
         extra = Partition(name="p7", nodes=("node[01-07]",), max_time=70.0)
         return {**value, extra.name: extra} if isinstance(value, dict) else value + (extra,)
+    if isinstance(value, UsageTable):  # issue #22's fair-share usage
+        other = UsageTable(half_life=value.half_life)
+        other.charge("alice", 2, 1.0, 8.5)
+        return other
     if isinstance(value, tuple):
         return value + (7,)
     if value is None and "Usage" in annotation:

@@ -46,6 +46,8 @@ SAMPLES = [
     F.JobRestarted(job="1", attempt=3),
     F.JobRequeueRequested(job="1", attempt=2),
     F.IdMarkRaised(upto=1000),
+    F.JobPriorityAdjusted(job="1", priority=-500),
+    F.UsageDecaySet(half_life=86400.0),
     F.JoinGenerationIssued(agent="a1", generation=3, confirmed=2),
     F.JobAttemptsReserved(job="1", upto=3),
     # issue #22: partitions

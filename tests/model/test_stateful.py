@@ -1572,6 +1572,15 @@ class ReckonMachine(RuleBasedStateMachine):
         assert not found, "; ".join(found)
 
     @invariant()
+    def inv_fairshare_replay(self):
+        """INV-FAIRSHARE-REPLAY: fair share's usage as the log applied gives it; priorities of PENDING jobs only."""
+        assert self.durable.usage.key() == self.controller.state.usage.key(), \
+            "INV-FAIRSHARE-REPLAY: the applied log's usage differs from live"
+        jobs = self.controller.state.jobs
+        left = [j for j in self.controller.volatile.priorities if jobs[j].state is not JobState.PENDING]
+        assert not left, f"INV-FAIRSHARE-REPLAY: jobs {left} left PENDING and kept their priority"
+
+    @invariant()
     def inv_gpu_once(self):
         """INV-GPU-ONCE: no GPU held by two RUNNING jobs of one agent; gpu_ids as the placing fact says."""
         found = resource_checks.gpu_once(self.controller.state, self.log)

@@ -301,3 +301,11 @@ def test_a_line_sbatch_or_srun_cannot_parse_exits_255_as_slurms(capsys, monkeypa
                           (sbatch, ["--mem=4Q", "--wrap", "true"]), (srun, ["--bogus", "true"])):
         assert command.main(argv) == 255, argv
         assert capsys.readouterr().err.count("\n") in (1, 2), argv  # one line (+ getopt's "Try ...")
+
+
+def test_nice_is_the_specs_nice_100_without_a_value():
+    assert _spec(["--nice=250"])["nice"] == 250
+    assert _spec(["--nice"])["nice"] == 100
+    assert "nice" not in _spec(["--nice=0"])
+    with pytest.raises(SlurmCommandError, match="nice"):
+        _spec(["--nice=20000"])
