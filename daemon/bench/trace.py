@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import inspect
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from reckon.model import messages as M
 from reckon.model.controller import Controller, ControllerConfig
 from reckon.model.jobs import JobSpec
 from reckon.model.permissions import Caller
-from reckon.model.scheduler import Scheduler
+from reckon.model.scheduler import POLICIES, Scheduler
 from reckon.model.state import apply as apply_fact
 
 from reckon.daemon.bench.swf import FAILED, SwfJob, SwfTrace, replay_skip
@@ -42,7 +41,7 @@ from reckon.daemon.bench.swf import FAILED, SwfJob, SwfTrace, replay_skip
 TAU = 10.0  # seconds: the bounded slowdown's floor on run time (Feitelson's usual 10 s)
 UID_BASE = 10_000  # a log's user n runs as uid UID_BASE + n (and its group as gid UID_BASE + g)
 UNKNOWN_USER = 9_999  # the uid of a job whose log line has no user
-SCHEDULERS = ("fifo", "backfill")
+SCHEDULERS = POLICIES
 
 
 class TraceError(ValueError):
@@ -155,25 +154,15 @@ def setup(kind: str, fairshare: bool, config: ControllerConfig | None = None) ->
 
     ``kind``: ``fifo`` (the queue's order, every job that fits) or ``backfill`` (EASY).
     ``fairshare`` on: the config's priorities (fair share, age, size: model/priority.py); off: every
-    priority weight 0, so the queue is in submission order, as the production EASY scheduler's.
-    Backfill (``Scheduler(policy=)``) and priorities (``ControllerConfig.priority``) are issue
-    #22's other parts: a build without one refuses its flag in one line."""
+    priority weight 0, so the queue is in submission order, as the production EASY scheduler's."""
     if kind not in SCHEDULERS:
         raise TraceError(f"--scheduler {kind!r}: one of {', '.join(SCHEDULERS)}")
-    config = config or ControllerConfig()
-    priority = getattr(config, "priority", None)
-    if priority is None:
-        if fairshare:
-            raise TraceError("this build has no priorities or fair share (model/priority.py): only --fairshare off")
-    elif not fairshare:
+    config = dataclasses.replace(config or ControllerConfig(), scheduler=kind)
+    if not fairshare:
+        priority = config.priority
         zero = {f.name: 0 for f in dataclasses.fields(priority) if f.name.startswith("weight_")}
         config = dataclasses.replace(config, priority=dataclasses.replace(priority, **zero))
-    if "policy" in inspect.signature(Scheduler).parameters:
-        return config, Scheduler(config.user_limits, policy=kind)  # type: ignore[call-arg]
-    if kind != "fifo":
-        raise TraceError("this build's scheduler has no backfill (model/scheduler.py is FIFO by free slots): "
-                         "only --scheduler fifo")
-    return config, Scheduler(config.user_limits)
+    return config, Scheduler(config.user_limits, policy=config.scheduler)
 
 
 @dataclass
@@ -197,8 +186,8 @@ class Replay:
         self.controller = Controller(config)
         # No ControllerStarted here (no log, no start gate): the config's half-life is the fact a
         # start would record (model/startup.py), applied through the same seam.
-        half_life = getattr(getattr(config, "priority", None), "half_life", None)
-        if half_life is not None and half_life != self.controller.state.usage.half_life:
+        half_life = config.priority.half_life
+        if half_life != self.controller.state.usage.half_life:
             apply_fact(self.controller.state, F.UsageDecaySet(half_life=float(half_life)))
         self.scheduler = scheduler
         self.base = base  # the epoch time of the log's time 0

@@ -423,17 +423,19 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def format_job(job: dict) -> str:
-    keys = ("id", "name", "user", "state", "pending_reason", "agent", "attempt", "exit_code", "signal", "submitted_at",
+    keys = ("id", "name", "user", "state", "pending_reason", "expected_start", "agent", "attempt", "exit_code", "signal", "submitted_at",
             "started_at", "finished_at", "command", "cwd", "cpus", "mem", "gpus", "gres", "gpu_ids", "usage",
             "stdout", "stderr", "reason", "held", "time_limit", "retries", "retried", "after", "array_id",
             "array_index")
     lines = []
     for key in keys:
         value = job.get(key)
-        if key == "pending_reason" and value is None:
-            continue  # only a PENDING job waits for something
+        if key in ("pending_reason", "expected_start") and value is None:
+            continue  # only a PENDING job waits for something; only the reserved one has a promised start
         if key.endswith("_at") and value is not None:
             value = f"{value:.3f} ({_when(value)})"
+        elif key == "expected_start":
+            value = f"{value:.3f} ({_when(value)}) on {job.get('expected_agent')}"
         elif key in ("command", "after") and value is not None:
             value = " ".join(value) if key == "command" else ",".join(value) or None
         elif key == "cpus" and value is None:

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 def job_with_reason(daemon: "DaemonHost", job_id: str) -> dict:
     obj = daemon.job_object(job_id)
     obj["pending_reason"] = pending_reason(daemon.model, job_id)
+    # Backfill (issue #22): the start the latest pass promised this job, if it is the one reserved for.
+    promise = daemon.scheduler.expected_start(job_id) if obj["pending_reason"] is not None else None
+    obj["expected_start"], obj["expected_agent"] = promise if promise is not None else (None, None)
     return obj
 
 

@@ -1,0 +1,34 @@
+"""Issue #22's backfill with real processes: on one agent of two CPUs, a long job holds one CPU;
+a job of two CPUs is blocked behind it and promised a start (`reckon show`'s expected start); a
+short job backfills into the free CPU because it ends before that start, and a job without a
+time limit does not (it could delay the promise)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_short_job_backfills_around_a_large_one_and_an_unbounded_one_waits(cluster, tmp_path):
+    cluster.start_controller("--scheduler", "backfill")
+    cluster.start_agent("a1", slots=2)
+    gate = tmp_path / "release"
+    long = cluster.cli("submit", "--time", "10m", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done").strip()
+    cluster.wait_job(long, ["RUNNING"])
+    wide = cluster.cli("submit", "--cpus", "2", "--time", "1m", "--", "true").strip()
+    unbounded = cluster.cli("submit", "--", "true").strip()
+    short = cluster.cli("submit", "--time", "1m", "--", "true").strip()
+    assert cluster.wait_job(short)["state"] == "COMPLETED"  # it started behind the wide job, in the free CPU
+    assert cluster.job(unbounded)["state"] == "PENDING"  # no time limit: it might outlast the promise
+    shown = cluster.wait_for(lambda: (lambda j: j if j.get("expected_start") else None)(cluster.job(wide)),
+                             what="the wide job's promised start")
+    assert shown["state"] == "PENDING" and shown["expected_agent"] == "a1"
+    started = cluster.job(long)["started_at"]
+    assert started + 600 - 5 <= shown["expected_start"] <= started + 600 + 5  # when the long job's limit ends
+    assert "expected_start:" in cluster.cli("show", wide)
+    gate.touch()
+    assert cluster.wait_job(long)["state"] == "COMPLETED"
+    done = cluster.wait_jobs([wide, unbounded])
+    assert done[wide]["state"] == done[unbounded]["state"] == "COMPLETED"
+    assert done[wide]["started_at"] <= done[unbounded]["started_at"]  # the promised job went first
