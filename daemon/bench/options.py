@@ -132,8 +132,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="seconds of open-loop arrivals at --load for dispatch and ack latency (0: skip; default 20)")
     q.add_argument("--load", type=float, default=0.8, help="the latency phase's share of slots busy (default 0.8)")
     q.add_argument("--duration", type=_durations, default="uniform:20:40",
-                   help="the latency phase's job durations: fixed:S, exp:MEAN or uniform:LOW:HIGH seconds "
-                        "(default uniform:20:40)")
+                   help="the latency phase's job durations, a distribution (not one duration): fixed:S, exp:MEAN "
+                        "or uniform:LOW:HIGH, in s (default uniform:20:40)")
     q.add_argument("--fail-rate", type=float, default=0.0, help="share of jobs that exit 1 (default 0)")
     q.add_argument("--drop-rate", type=float, default=0.0, help="connection drops per second, over all agents")
     q.add_argument("--freeze-rate", type=float, default=0.0, help="agent freezes per second, over all agents")
