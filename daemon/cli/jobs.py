@@ -450,6 +450,7 @@ def format_job(job: dict) -> str:
             value = ",".join(map(str, value))
         elif key == "usage":
             value = _usage(value)
-        label = "why pending" if key == "pending_reason" else key  # why a PENDING job waits
+        # Why a PENDING job waits; by when backfill promised to start it.
+        label = {"pending_reason": "why pending", "expected_start": "starts by"}.get(key, key)
         lines.append(f"{label + ':':14}{'-' if value is None else value}")
     return "\n".join(lines)

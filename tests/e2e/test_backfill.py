@@ -26,7 +26,7 @@ def test_a_short_job_backfills_around_a_large_one_and_an_unbounded_one_waits(clu
     assert shown["state"] == "PENDING" and shown["expected_agent"] == "a1"
     started = cluster.job(long)["started_at"]
     assert started + 600 - 5 <= shown["expected_start"] <= started + 600 + 5  # when the long job's limit ends
-    assert "expected_start:" in cluster.cli("show", wide)
+    assert "starts by:" in cluster.cli("show", wide)
     gate.touch()
     assert cluster.wait_job(long)["state"] == "COMPLETED"
     done = cluster.wait_jobs([wide, unbounded])
