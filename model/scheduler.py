@@ -270,15 +270,20 @@ class Scheduler:
 
     def place(self, limit: int | None = None, now: float | None = None) -> list[tuple[str, str]]:
         """Propose (job, agent) pairs in queue order (``queue_key``), first fit by free slots (and
-        memory, GPUs, gres), onto the agent with the most free slots (ties by name).
+        memory, GPUs, gres): FIFO onto the agent with the most free slots (ties by name),
+        backfill onto the one with the fewest that fit (best fit).
 
         ``now`` (the controller's clock, as events carry it) is what backfill measures expected
         ends against; FIFO does not use it, and without it backfill places as FIFO does.
 
-        Cost: O(agents) to gather the free ones, then per examined job O(log agents) when it fits
-        the agent with the most free slots or when no agent has its slots, and one heap step
-        more per agent it is tried on and does not fit; backfill adds one reservation per
-        partition a pass, O(agents + their running jobs x log).  No sort of the agents per job."""
+        Cost: O(agents) to gather the free ones, then per examined job: FIFO O(log agents) when it
+        fits the agent with the most free slots or when no agent has its slots, and one heap step
+        more per agent it is tried on and does not fit; backfill (best fit) O(log agents) to find
+        the first agent with enough slots, one step per agent passed over (memory, GPUs, a
+        reservation), and O(agents) per placement to move the agent in its sorted lists.  Backfill
+        adds one reservation per partition a pass, O(agents + their running jobs x log).  No sort
+        of the agents per job; every pending job the pass examines is popped and pushed back,
+        O(examined x log queue)."""
         free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
         # Free memory, GPUs and gres per agent, copied when a job first asks for them in this call.
         beyond: dict[str, list] = {}
@@ -367,6 +372,9 @@ class Scheduler:
         for name, a in self._agents.items():
             if not a.available or a.slots < usage.slots or (v7 and not a.v7):
                 continue
+            if name in reserved_on:
+                continue  # promised to another partition's job this pass (an agent in several): one promise each
+
             if partition is not None and partition not in a.partitions:
                 continue
             left = beyond.get(name)

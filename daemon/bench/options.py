@@ -114,7 +114,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--agents", default="1x100", metavar="AxC",
                    help="A agents of C CPUs each (default 1x100; 10x10 drops jobs asking more than 10 CPUs)")
     q.add_argument("--scheduler", choices=("fifo", "backfill"), default="fifo",
-                   help="fifo: today's FIFO by free slots; backfill: EASY backfill (default fifo)")
+                   help="fifo: first fit in queue order; backfill: EASY backfill, the controller's default (default here: fifo)")
     q.add_argument("--fairshare", choices=("on", "off"), default="off", help="per-user fair share (default off)")
     q.add_argument("--limit", type=int, metavar="N", help="replay only the log's first N jobs")
     q.add_argument("--json", action="store_true", help="print one JSON object of figures")

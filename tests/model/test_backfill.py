@@ -198,3 +198,20 @@ def test_inv_backfill_promise(case):
         assert soonest((slots, mem, 0), free, runs[r.agent], now) <= r.start, (
             f"INV-BACKFILL-PROMISE: job {job} was promised {r.start} on {r.agent}, the pass's proposals "
             f"{proposals} delay it")
+
+
+def test_two_partitions_sharing_an_agent_are_not_both_promised_it():
+    """Agent x is in partitions A and B, y in B only; both fill up until different times.  A's top
+    job is promised x; B's must not be promised x too (both cannot start there then): it gets y,
+    and a long job of B does not take y from it."""
+    s = Scheduler(policy="backfill")
+    agent(s, "x", 2, used=2, partitions=("A", "B"))
+    agent(s, "y", 2, used=1, partitions=("B",))
+    running(s, "1", "x", 2, started=0.0, limit=100.0)
+    running(s, "2", "y", 1, started=0.0, limit=150.0)
+    pending(s, "3", 2, limit=50.0, partition="A")
+    pending(s, "4", 2, limit=50.0, partition="B")
+    pending(s, "5", 1, limit=10_000.0, partition="B")
+    assert s.place(now=10.0) == []  # job 5 would hold y past 150, job 4's start there
+    assert s.expected_start("3") == (100.0, "x")
+    assert s.expected_start("4") == (150.0, "y")
