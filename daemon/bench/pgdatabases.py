@@ -78,9 +78,10 @@ class BenchDatabases:
 
     def server_pids(self) -> list[int]:
         """The server's processes on this machine (backends, writers), for CPU figures; none of a
-        server elsewhere."""
+        server elsewhere. Not the backend serving this query: it exits when the connection closes."""
         with self._connect() as conn:
-            pids = [int(row[0]) for row in conn.execute("SELECT pid FROM pg_stat_activity").fetchall()]
+            pids = [int(row[0]) for row in
+                    conn.execute("SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()").fetchall()]
         out = []
         for pid in pids:
             try:
