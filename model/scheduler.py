@@ -124,6 +124,9 @@ class _AgentView:
 
 
 POLICIES = ("fifo", "backfill")
+# Once no agent has a free slot, how many more pending jobs a pass examines at most to meet the
+# first blocked job of every partition (its reservation, ``leads``): a bound on a full cluster's pass.
+SCAN_WHEN_FULL = 500
 
 
 class Scheduler:
@@ -164,6 +167,8 @@ class Scheduler:
         self._runs_on: dict[str, str] = {}  # RUNNING job -> its agent
         # The reservations of the latest pass that ran (job -> Reservation): ``expected_start``.
         self.reservations: dict[str, Reservation] = {}
+        self._per_partition: dict[str | None, int] = {}  # pending jobs per partition (None: none named)
+        self.leading: set[str] = set()  # the latest pass's first blocked job of each partition (``leads``)
 
     def notify(self, note: JobNote | AgentNote | DispatchHold) -> None:
         if isinstance(note, JobNote):
@@ -178,6 +183,8 @@ class Scheduler:
                 self._note_user(note)
             if self.policy == "backfill":
                 self._note_backfill(note)
+            if note.job in self._pending:
+                self._uncount(self._partition_of.get(note.job))
             if note.state is JobState.PENDING and note.ready:
                 key = queue_key(note)
                 known = self._pending.get(note.job)
@@ -192,10 +199,14 @@ class Scheduler:
                     self._partition_of[note.job] = note.partition
                 else:
                     self._partition_of.pop(note.job, None)
+                self._per_partition[note.partition] = self._per_partition.get(note.partition, 0) + 1
+                if len(self._queue) > 2 * len(self._pending) + 64:
+                    self._compact()
             else:
                 self._pending.pop(note.job, None)
                 self._v7.discard(note.job)
                 self._partition_of.pop(note.job, None)
+                self.leading.discard(note.job)
         elif isinstance(note, AgentNote):
             self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling,
                                                   note.drained, note.free_mem, note.free_gpus, note.free_gres,
@@ -204,6 +215,40 @@ class Scheduler:
             self._held = note.held
         else:
             raise TypeError(f"not a scheduler note: {note!r}")
+
+    def _uncount(self, partition: str | None) -> None:
+        left = self._per_partition[partition] - 1
+        if left:
+            self._per_partition[partition] = left
+        else:
+            del self._per_partition[partition]
+
+    def _compact(self) -> None:
+        """Rebuild the queue and the parked heaps from the pending jobs, when stale entries (of
+        jobs dispatched, or whose priority changed) outnumber the live ones: a sweep that
+        reprioritizes every pending job would otherwise grow the queue by the backlog each time,
+        and entries of jobs that never surface would stay.  O(pending) when it runs, after at
+        least as many pushes: O(1) amortized per note."""
+        parked_ok: set[str] = set()
+        for user in list(self._parked):
+            heap = []
+            for key, job in self._parked[user]:
+                entry = self._pending.get(job)
+                if entry is not None and entry[0] == key and job not in parked_ok:
+                    parked_ok.add(job)
+                    heap.append((key, job))
+            if heap:
+                heapq.heapify(heap)
+                self._parked[user] = heap
+            else:
+                del self._parked[user]
+        self._queue = [(entry[0], job) for job, entry in self._pending.items() if job not in parked_ok]
+        heapq.heapify(self._queue)
+
+    def leads(self, job: str) -> bool:
+        """Whether ``job`` was the first of its partition the latest pass could not place (the one
+        backfill reserves for): it waits for resources, not behind a job queued before it."""
+        return job in self.leading
 
     def _note_backfill(self, note: JobNote) -> None:
         """Keep the pending jobs' time limits and the running jobs' expected ends."""
@@ -283,20 +328,30 @@ class Scheduler:
         reservation), and O(agents) per placement to move the agent in its sorted lists.  Backfill
         adds one reservation per partition a pass, O(agents + their running jobs x log).  No sort
         of the agents per job; every pending job the pass examines is popped and pushed back,
-        O(examined x log queue)."""
+        O(examined x log queue).  Once nothing is free the pass examines jobs only until it met
+        the first blocked job of every partition with pending jobs, SCAN_WHEN_FULL at most, so a
+        full cluster's pass costs O(agents + partitions' first jobs x log queue)."""
+        backfill = self.policy == "backfill" and now is not None
+        proposals: list[tuple[str, str]] = []
+        if self._held:  # nothing starts and nothing is promised while the start gate is closed
+            self.reservations, self.leading = {}, set()
+            return proposals
         free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
         # Free memory, GPUs and gres per agent, copied when a job first asks for them in this call.
         beyond: dict[str, list] = {}
-        proposals: list[tuple[str, str]] = []
-        if not free or self._held:
-            return proposals
         if self._parked:
             self._unpark()
-        backfill = self.policy == "backfill" and now is not None
         if backfill:
             self.reservations = {}
+        self.leading = set()
         reserved_on: dict[str, list[Reservation]] = {}  # agent -> the reservations it holds
-        tried: set[str | None] = set()  # partitions whose first blocked job got its reservation (or none)
+        # Partitions whose first blocked job this pass has met (and, under backfill, reserved for).
+        # Once nothing is free, the pass goes on only to meet the first blocked job of every
+        # partition with pending jobs, SCAN_WHEN_FULL jobs at most: the leaders and their
+        # reservations are then those of the queue as it is, not of the pass before.
+        tried: set[str | None] = set()
+        wanted = sum(1 for count in self._per_partition.values() if count > 0)
+        scan_left = SCAN_WHEN_FULL
         proposed_ends: dict[str, list[Release]] = {}  # agent -> this pass's proposals, as releases
         index = (_BestFit if backfill else _FreeIndex)(free, self._agents)
         examined: dict[str, tuple[Key, str]] = {}
@@ -304,7 +359,11 @@ class Scheduler:
         array_load = {array: len(jobs) for array, jobs in self._array_running.items()}
         proposed: dict[str, list[int]] = {}  # user -> [jobs, slots] proposed in this call
         queue = self._queue
-        while queue and free and (limit is None or len(proposals) < limit):
+        while queue and (limit is None or len(proposals) < limit):
+            if not free:
+                if len(tried) >= wanted or scan_left <= 0:
+                    break
+                scan_left -= 1
             key, job = heapq.heappop(queue)
             if job in examined or self._pending.get(job, (None,))[0] != key:
                 continue  # a job that left the queue, a stale key, or a second entry of one
@@ -336,11 +395,13 @@ class Scheduler:
                 held = reserved_on.get(name)
                 return held is None or all(r.admits(usage, now, time_limit) for r in held)  # type: ignore[arg-type]
 
-            name = index.take(slots, partition, fits)
+            name = index.take(slots, partition, fits) if free else None
             if name is None:
-                if backfill and partition not in tried:
+                if partition not in tried:
                     tried.add(partition)
-                    self._reserve(job, usage, v7, partition, free, beyond, proposed_ends, reserved_on, now)  # type: ignore[arg-type]
+                    self.leading.add(job)
+                    if backfill:
+                        self._reserve(job, usage, v7, partition, free, beyond, proposed_ends, reserved_on, now)  # type: ignore[arg-type]
                 continue
             proposals.append((job, name))
             if need is not None:

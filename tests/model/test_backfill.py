@@ -215,3 +215,50 @@ def test_two_partitions_sharing_an_agent_are_not_both_promised_it():
     assert s.place(now=10.0) == []  # job 5 would hold y past 150, job 4's start there
     assert s.expected_start("3") == (100.0, "x")
     assert s.expected_start("4") == (150.0, "y")
+
+
+def test_a_full_cluster_still_reserves_for_the_top_job_and_for_every_partition():
+    """No free slot anywhere: the pass places nothing, yet the reservations are those of the queue
+    as it is (a new top job, a partition the pass before never reached), not the previous pass's."""
+    s = Scheduler(policy="backfill")
+    agent(s, "x", 4, used=4, partitions=("p",))
+    agent(s, "y", 4, used=4, partitions=("q",))
+    running(s, "1", "x", 4, started=0.0, limit=100.0)
+    running(s, "2", "y", 4, started=0.0, limit=150.0)
+    pending(s, "3", 4, limit=10.0, partition="p")
+    for job in range(4, 40):
+        pending(s, str(job), 2, limit=10.0, partition="p")
+    pending(s, "40", 4, limit=10.0, partition="q")
+    assert s.place(now=10.0) == []
+    assert s.expected_start("3") == (100.0, "x") and s.expected_start("40") == (150.0, "y")
+    assert s.leads("3") and s.leads("40") and not s.leads("4")
+    pending(s, "41", 4, limit=10.0, priority=5, partition="p")  # a new top job of p
+    assert s.place(now=20.0) == []
+    assert s.expected_start("41") == (100.0, "x") and s.expected_start("3") is None
+    assert s.leads("41") and not s.leads("3")
+
+
+def test_a_closed_start_gate_promises_nothing():
+    from reckon.model.scheduler import DispatchHold
+
+    s = cluster("backfill")
+    s.place(now=10.0)
+    assert s.expected_start("2") is not None and s.leads("2")
+    s.notify(DispatchHold(held=True, reason="test"))
+    assert s.place(now=11.0) == []
+    assert s.expected_start("2") is None and not s.leads("2")
+
+
+def test_a_full_pass_examines_a_bounded_number_of_jobs():
+    """Nothing free, every job in a partition of its own: the pass meets the first SCAN_WHEN_FULL
+    jobs (each leads its partition) and stops there."""
+    from reckon.model.scheduler import SCAN_WHEN_FULL
+
+    s = Scheduler(policy="backfill")
+    agent(s, "x", 4, used=4, partitions=("p",))
+    running(s, "1", "x", 4, started=0.0, limit=100.0)
+    jobs = [str(n) for n in range(2, SCAN_WHEN_FULL + 102)]
+    for job in jobs:
+        pending(s, job, 1, limit=10.0, partition=f"p{job}")
+    assert s.place(now=10.0) == []
+    assert s.leading == set(jobs[:SCAN_WHEN_FULL])

@@ -144,3 +144,18 @@ def test_a_priority_left_behind_is_caught():
     rep.controller.volatile.priorities["1"] = 5  # as if a finished job kept its priority
     with pytest.raises(ModelCorrupted, match="INV-FAIRSHARE-REPLAY"):
         rep.controller.validate_state()
+
+
+def test_a_job_submitted_into_an_empty_queue_is_weighed_by_the_usage_as_of_then():
+    """A view older than recompute_every is not what the scheduler hears: the sweep that came due
+    runs in the submit's own transaction, so user 1's 1,000 CPU-seconds since the queue emptied
+    count in its next job's priority before any pass can place it."""
+    rep = Replay(1, 1, scheduler=Scheduler(), config=ControllerConfig())
+    rep.join_agents(0.0)
+    first = rep.submit(_job(1, 0, 1000, 1, 1), 0.0)
+    rep._schedule(0.0)
+    assert rep.controller.state.jobs[first].started_at == 0.0
+    rep._finish(first, 1000.0)
+    rep._handle(E.Tick(now=1000.0, mono=1000.0))
+    second = rep.submit(_job(2, 2000, 10, 1, 1), 2000.0)
+    assert rep.controller.priority_factors(second).fairshare == pytest.approx(0.5)  # all of the usage is user 1's
