@@ -43,6 +43,9 @@ def capacity_shortfall(info: "AgentInfo", spec: "JobSpec") -> str | None:
 
 def unrunnable_reason(state: "ControllerState", spec: "JobSpec") -> str | None:
     """Why no registered agent could ever run ``spec``; None if one could (or none is registered)."""
+    # Most jobs fit the first agent asked: a submit stops there rather than scan every agent.
+    if any(a.registered and capacity_shortfall(a, spec) is None for a in state.agents.values()):
+        return None
     registered = [a for a in state.agents.values() if a.registered]
     need = beyond_every_agent(registered, spec)
     return None if need is None else f"no agent can ever run this job: it needs {need}{_HINT}"
@@ -63,9 +66,12 @@ def beyond_every_agent(registered: "list[AgentInfo]", spec: "JobSpec") -> str | 
     None if one of them has it all, or there are none."""
     if not registered:
         return None
-    lacking = [capacity_shortfall(a, spec) for a in registered]
-    if None in lacking:
-        return None
+    lacking = []
+    for a in registered:
+        dimension = capacity_shortfall(a, spec)
+        if dimension is None:
+            return None  # this one has it all: no need to look further
+        lacking.append(dimension)
     # Name the dimension the most agents lack (CPUs first on a tie: the question users know).
     order = ["cpus", "mem", "gpus"]
     dimension = max(lacking, key=lambda d: (lacking.count(d), -order.index(d) if d in order else -len(order)))

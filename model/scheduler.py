@@ -8,12 +8,12 @@ drain, ``view()`` equals ``Controller.scheduler_view()``: an invariant.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 from .backfill import INFINITY, Free, Release, Reservation, Usage, earliest_start
+from .free_slots import BestFit, FreeIndex
 from .jobs import JobState
 
 # Notes are immutable named tuples rather than frozen dataclasses: a round
@@ -106,7 +106,7 @@ class DispatchHold(NamedTuple):
 
 
 @dataclass(slots=True)
-class _AgentView:
+class AgentView:
     slots: int
     used: int
     connected: bool
@@ -149,7 +149,7 @@ class Scheduler:
         # (a new priority), are dropped when they surface, so a dispatch or a reprioritized job
         # costs O(log n), not a re-sort.
         self._queue: list[tuple[Key, str]] = []
-        self._agents: dict[str, _AgentView] = {}
+        self._agents: dict[str, AgentView] = {}
         self._array_max: dict[str, int] = {}  # throttled array -> its %MAX
         self._array_running: dict[str, set[str]] = {}  # throttled array -> its jobs RUNNING (as noted)
         self._held = False  # the controller's start gate is closed
@@ -165,6 +165,10 @@ class Scheduler:
         self._limit_of: dict[str, float] = {}  # pending job -> its time limit (jobs with one)
         self._running_at: dict[str, dict[str, tuple[float | None, float | None, Usage]]] = {}
         self._runs_on: dict[str, str] = {}  # RUNNING job -> its agent
+        # Agent -> the earliest end of a job running there, and a heap of (end, agent) with lazy
+        # deletion: the order ``_reserve`` tries agents in (``_note_first_end``).
+        self._first_end: dict[str, float] = {}
+        self._end_heap: list[tuple[float, str]] = []
         # The reservations of the latest pass that ran (job -> Reservation): ``expected_start``.
         self.reservations: dict[str, Reservation] = {}
         self._per_partition: dict[str | None, int] = {}  # pending jobs per partition (None: none named)
@@ -208,7 +212,7 @@ class Scheduler:
                 self._partition_of.pop(note.job, None)
                 self.leading.discard(note.job)
         elif isinstance(note, AgentNote):
-            self._agents[note.agent] = _AgentView(note.slots, note.used, note.connected, note.reconciling,
+            self._agents[note.agent] = AgentView(note.slots, note.used, note.connected, note.reconciling,
                                                   note.drained, note.free_mem, note.free_gpus, note.free_gres,
                                                   note.v7, note.partitions)
         elif isinstance(note, DispatchHold):
@@ -264,10 +268,29 @@ class Scheduler:
             del on[note.job]
             if not on:
                 del self._running_at[was]
+            self._note_first_end(was)
         if note.state is JobState.RUNNING and note.agent is not None:
             self._runs_on[note.job] = note.agent
             self._running_at.setdefault(note.agent, {})[note.job] = (
                 note.started, note.time_limit, Usage(note.slots, note.mem, note.gpus, note.gres))
+            self._note_first_end(note.agent)
+
+    def _note_first_end(self, agent: str) -> None:
+        """Keep ``agent``'s entry in the heap of first ends: the earliest any job running there
+        may end (started + time limit; -inf for one whose start is not reported yet, whose end is
+        reckoned from the pass's now), a lower bound on when a blocked job can start there."""
+        on = self._running_at.get(agent)
+        if not on:
+            self._first_end.pop(agent, None)
+            return
+        first = min(INFINITY if limit is None else -INFINITY if started is None else started + limit
+                    for started, limit, _ in on.values())
+        if self._first_end.get(agent) != first:
+            self._first_end[agent] = first
+            heapq.heappush(self._end_heap, (first, agent))
+            if len(self._end_heap) > 2 * len(self._first_end) + 64:  # stale entries outnumber live ones
+                self._end_heap = [(end, name) for name, end in self._first_end.items()]
+                heapq.heapify(self._end_heap)
 
     def _note_user(self, note: JobNote) -> None:
         """Keep what each user runs (RUNNING jobs and their slots), from the notes."""
@@ -353,7 +376,7 @@ class Scheduler:
         wanted = sum(1 for count in self._per_partition.values() if count > 0)
         scan_left = SCAN_WHEN_FULL
         proposed_ends: dict[str, list[Release]] = {}  # agent -> this pass's proposals, as releases
-        index = (_BestFit if backfill else _FreeIndex)(free, self._agents)
+        index = (BestFit if backfill else FreeIndex)(free, self._agents)
         examined: dict[str, tuple[Key, str]] = {}
         # Running plus proposed jobs per throttled array: %MAX holds within one call too.
         array_load = {array: len(jobs) for array, jobs in self._array_running.items()}
@@ -428,16 +451,25 @@ class Scheduler:
                  beyond: dict[str, list], proposed_ends: dict[str, list[Release]],
                  reserved_on: dict[str, list[Reservation]], now: float) -> None:
         """Give ``job`` (blocked: the first of its partition this pass) the soonest start any
-        agent it may run on can promise, counting running jobs and this pass's proposals."""
-        best: Reservation | None = None
-        for name, a in self._agents.items():
-            if not a.available or a.slots < usage.slots or (v7 and not a.v7):
-                continue
-            if name in reserved_on:
-                continue  # promised to another partition's job this pass (an agent in several): one promise each
+        agent it may run on can promise, counting running jobs and this pass's proposals.
 
+        The job fits no agent it may use now, so on each it starts at the earliest when a job
+        there ends: agents are tried in order of their first end (a heap kept by the notes, plus
+        the agents of this pass's proposals, whose ends are not in it), and the search stops at
+        the first agent whose first end is past the best start found.  An idle agent (nothing
+        running) is not tried: what it lacks now it lacks for good.  Usually a few agents, not all."""
+        best: Reservation | None = None
+        agents = self._agents
+
+        def consider(name: str) -> None:
+            nonlocal best
+            a = agents.get(name)
+            if a is None or not a.available or a.slots < usage.slots or (v7 and not a.v7):
+                return
+            if name in reserved_on:
+                return  # promised to another partition's job this pass (an agent in several): one promise each
             if partition is not None and partition not in a.partitions:
-                continue
+                return
             left = beyond.get(name)
             mem, gpus, gres = (left[0], left[1], tuple(left[2].items())) if left is not None else (
                 a.free_mem, a.free_gpus, a.free_gres)
@@ -447,6 +479,23 @@ class Scheduler:
             r = earliest_start(job, name, usage, Free(free.get(name, 0), mem, gpus, gres), releases, now)
             if r is not None and (best is None or (r.start, r.agent) < (best.start, best.agent)):
                 best = r
+
+        for name in proposed_ends:
+            consider(name)
+        heap, first_end = self._end_heap, self._first_end
+        popped: list[tuple[float, str]] = []
+        while heap:
+            end, name = heap[0]
+            if first_end.get(name) != end:
+                heapq.heappop(heap)  # stale: the agent's first end moved (or nothing runs there)
+                continue
+            if best is not None and end > best.start:
+                break  # every agent from here on starts it later than the best found
+            popped.append(heapq.heappop(heap))
+            if name not in proposed_ends:
+                consider(name)
+        for entry in popped:
+            heapq.heappush(heap, entry)
         if best is not None:
             reserved_on.setdefault(best.agent, []).append(best)
             self.reservations[job] = best
@@ -488,97 +537,3 @@ class Scheduler:
             self._held,
             {name: (a.free_mem, a.free_gpus, a.free_gres) for name, a in self._agents.items()},
         )
-
-
-class _FreeIndex:
-    """The agents with free slots, most free first (ties by name), as heaps with lazy deletion:
-    one of every agent, and one per partition asked for in the pass, built when first asked.
-
-    A heap entry (-free, name) is current while ``free[name]`` still equals it; a change pushes a
-    new entry and the old one is dropped when it surfaces."""
-
-    def __init__(self, free: dict[str, int], agents: dict[str, _AgentView]) -> None:
-        self._free = free
-        self._agents = agents
-        self._heaps: dict[str | None, list[tuple[int, str]]] = {}
-
-    def _heap(self, partition: str | None) -> list[tuple[int, str]]:
-        heap = self._heaps.get(partition)
-        if heap is None:
-            heap = [(-f, n) for n, f in self._free.items()
-                    if partition is None or partition in self._agents[n].partitions]
-            heapq.heapify(heap)
-            self._heaps[partition] = heap
-        return heap
-
-    def take(self, slots: int, partition: str | None, fits) -> str | None:
-        """The first agent, most free first, with ``slots`` free for which ``fits(name)``; None if none."""
-        heap = self._heap(partition)
-        tried: list[tuple[int, str]] = []
-        found = None
-        while heap:
-            negative, name = heap[0]
-            if self._free.get(name) != -negative:
-                heapq.heappop(heap)  # stale: the agent's free slots changed (or none are left)
-                continue
-            if -negative < slots:
-                break  # the most free agent has too few: so has every other
-            heapq.heappop(heap)
-            if fits(name):
-                found = name
-                break
-            tried.append((negative, name))
-        for entry in tried:
-            heapq.heappush(heap, entry)
-        return found
-
-    def used(self, name: str, slots: int) -> None:
-        """``slots`` of agent ``name`` were proposed: its entries move (or leave, at none free)."""
-        left = self._free[name] - slots
-        if left <= 0:
-            del self._free[name]
-            return
-        self._free[name] = left
-        for partition, heap in self._heaps.items():
-            if partition is None or partition in self._agents[name].partitions:
-                heapq.heappush(heap, (-left, name))
-
-
-class _BestFit:
-    """Backfill's index of the agents with free slots: the one with the *fewest* free slots that
-    fits goes first (ties by name), so small jobs fill the fragments and the large holes are
-    left for wide jobs.  Sorted lists of (free, name), one of every agent and one per partition
-    asked for in the pass; a change is a bisect and a list move (memmove), not a sort."""
-
-    def __init__(self, free: dict[str, int], agents: dict[str, _AgentView]) -> None:
-        self._free = free
-        self._agents = agents
-        self._lists: dict[str | None, list[tuple[int, str]]] = {}
-
-    def _list(self, partition: str | None) -> list[tuple[int, str]]:
-        entries = self._lists.get(partition)
-        if entries is None:
-            entries = sorted((f, n) for n, f in self._free.items()
-                             if partition is None or partition in self._agents[n].partitions)
-            self._lists[partition] = entries
-        return entries
-
-    def take(self, slots: int, partition: str | None, fits) -> str | None:
-        entries = self._list(partition)
-        for i in range(bisect.bisect_left(entries, (slots, "")), len(entries)):
-            if fits(entries[i][1]):
-                return entries[i][1]
-        return None
-
-    def used(self, name: str, slots: int) -> None:
-        was = self._free[name]
-        left = was - slots
-        if left <= 0:
-            del self._free[name]
-        else:
-            self._free[name] = left
-        for partition, entries in self._lists.items():
-            if partition is None or partition in self._agents[name].partitions:
-                del entries[bisect.bisect_left(entries, (was, name))]
-                if left > 0:
-                    bisect.insort(entries, (left, name))

@@ -9,6 +9,7 @@ from typing import Any
 from reckon.daemon.args import path
 from reckon.daemon.bench.pgdatabases import DSN_ENV, DSN_HELP
 from reckon.daemon.durations import duration, duration_or_zero
+from reckon.model.scheduler import POLICIES
 
 
 def _durations(text: str):
@@ -117,6 +118,21 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="fifo: first fit in queue order; backfill: EASY backfill, the controller's default (default here: fifo)")
     q.add_argument("--fairshare", choices=("on", "off"), default="off", help="per-user fair share (default off)")
     q.add_argument("--limit", type=int, metavar="N", help="replay only the log's first N jobs")
+    q.add_argument("--json", action="store_true", help="print one JSON object of figures")
+
+    q = which.add_parser("pass", help="one scheduling pass timed on its own (the scheduler model, no daemons) at "
+                                      "cluster sizes: full, one job ended, cold start",
+                         description="Time one scheduling pass of the scheduler model over A agents full of running "
+                                     "jobs and P pending jobs: with nothing free, after one job ended, and from a "
+                                     "cold start (one batch of --budget placements).")
+    q.add_argument("--agents", type=int, default=10_000, help="agents (default 10000)")
+    q.add_argument("--slots", type=int, default=8, help="slots per agent (default 8)")
+    q.add_argument("--pending", type=int, default=100_000, help="pending jobs (default 100000)")
+    q.add_argument("--users", type=int, default=100, help="users the jobs belong to (default 100)")
+    q.add_argument("--budget", type=int, default=2_000,
+                   help="placements per pass, the daemon's max_dispatch_per_batch (default 2000)")
+    q.add_argument("--scheduler", choices=(*POLICIES, "both"), default="both", help="policy (default both)")
+    q.add_argument("--runs", type=int, default=5, help="repetitions of each pass (default 5)")
     q.add_argument("--json", action="store_true", help="print one JSON object of figures")
 
     q = bench("scale", "a real controller under N simulated agents in one process: the controller's CPU and "

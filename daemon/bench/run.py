@@ -381,6 +381,12 @@ def _run_bench(args: argparse.Namespace) -> int:
         figures, trace_lines = run_trace_bench(args)
         out.update(figures)
         lines += trace_lines
+    elif args.bench == "pass":
+        from reckon.daemon.bench.passcost import run_pass_bench
+
+        figures, pass_lines = run_pass_bench(args)
+        out.update(figures)
+        lines += pass_lines
     elif args.bench == "scale":
         from reckon.daemon.bench.scale import run_scale_bench
 

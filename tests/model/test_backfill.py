@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from reckon.model.jobs import JobState
 from reckon.model.scheduler import AgentNote, JobNote, Scheduler
@@ -154,7 +154,8 @@ def clusters(draw):
 
 
 def build(agents, jobs, now):
-    """Agents (slots, schedules memory: 4 GiB); jobs (slots, limit, mem, running?, priority, started)."""
+    """Agents (slots, schedules memory: 4 GiB); jobs (slots, limit, mem, running?, priority, started:
+    None for one whose start is not reported yet)."""
     s = Scheduler(policy="backfill")
     names = [f"a{i}" for i in range(len(agents))]
     used = dict.fromkeys(names, 0)
@@ -167,8 +168,9 @@ def build(agents, jobs, now):
         if run and target is not None:
             used[target] += slots
             mem_used[target] += mem or 0
-            running(s, job, target, slots, started=min(started, now), limit=limit, mem=mem)
-            runs[target].append((math.inf if limit is None else min(started, now) + limit, (slots, mem, 0)))
+            at = None if started is None else min(started, now)  # None: its start not reported yet
+            running(s, job, target, slots, started=at, limit=limit, mem=mem)
+            runs[target].append((math.inf if limit is None else (now if at is None else at) + limit, (slots, mem, 0)))
         else:
             pending(s, job, slots, limit=limit, priority=priority, mem=mem)
     for n, (cap, has_mem) in zip(names, agents):
@@ -198,6 +200,51 @@ def test_inv_backfill_promise(case):
         assert soonest((slots, mem, 0), free, runs[r.agent], now) <= r.start, (
             f"INV-BACKFILL-PROMISE: job {job} was promised {r.start} on {r.agent}, the pass's proposals "
             f"{proposals} delay it")
+
+
+@st.composite
+def full_clusters(draw):
+    """Up to 6 agents, each running jobs that fill it, and jobs pending behind them."""
+    agents = draw(st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=6))
+    jobs = []
+    for cap, _ in agents:
+        left = cap
+        while left:
+            slots = draw(st.integers(1, left))
+            jobs.append((slots, draw(LIMITS), None, True, 0, draw(st.none() | st.floats(0, 50))))
+            left -= slots
+    jobs += draw(st.lists(st.tuples(st.integers(1, 8), LIMITS, st.sampled_from((None, G))), max_size=4).map(
+        lambda pending: [(slots, limit, mem, False, 0, 0.0) for slots, limit, mem in pending]))
+    return agents, jobs, draw(st.floats(0, 100))
+
+
+@settings(max_examples=300, deadline=None)
+@given(full_clusters())
+# a0's job has no reported start yet (it ends at now + 5), a1's ends at 300: a0 is the soonest.
+@example(([(2, False), (2, False)], [(2, 5.0, None, True, 0, None), (2, 300.0, None, True, 0, 0.0),
+                                     (2, 10.0, None, False, 0, 0.0)], 10.0))
+def test_the_reservation_is_the_soonest_start_any_agent_can_promise(case):
+    """With nothing free, the top job's reservation is on the agent where it starts soonest (the
+    search in first-end order stops early; it must not stop before the best), or none when no
+    agent can ever run it."""
+    agents, jobs, now = case
+    s, runs, used, mem_used = build(agents, jobs, now)
+    assert s.place(now=now) == []
+    top = next((str(i) for i, job in enumerate(jobs, 1) if not job[3]), None)
+    if top is None:
+        return
+    slots, _, mem, *_ = jobs[int(top) - 1]
+    starts = {}
+    for i, (cap, has_mem) in enumerate(agents):
+        name = f"a{i}"
+        free = (cap - used[name], 4 * G - mem_used[name] if has_mem else None, 0)
+        if cap >= slots and (mem is None or has_mem):
+            starts[name] = soonest((slots, mem, 0), free, runs[name], now)
+    best = min(starts.values(), default=math.inf)
+    if best == math.inf:
+        assert s.expected_start(top) is None
+    else:
+        assert s.expected_start(top) is not None and s.expected_start(top)[0] == best
 
 
 def test_two_partitions_sharing_an_agent_are_not_both_promised_it():
