@@ -150,6 +150,9 @@ class Scheduler:
         # costs O(log n), not a re-sort.
         self._queue: list[tuple[Key, str]] = []
         self._agents: dict[str, AgentView] = {}
+        # Available agents with free slots -> how many, kept by the agent notes: a pass copies it
+        # (a C-level dict copy) rather than walk every agent's view.
+        self._free_now: dict[str, int] = {}
         self._array_max: dict[str, int] = {}  # throttled array -> its %MAX
         self._array_running: dict[str, set[str]] = {}  # throttled array -> its jobs RUNNING (as noted)
         self._held = False  # the controller's start gate is closed
@@ -212,9 +215,13 @@ class Scheduler:
                 self._partition_of.pop(note.job, None)
                 self.leading.discard(note.job)
         elif isinstance(note, AgentNote):
-            self._agents[note.agent] = AgentView(note.slots, note.used, note.connected, note.reconciling,
-                                                  note.drained, note.free_mem, note.free_gpus, note.free_gres,
-                                                  note.v7, note.partitions)
+            view = self._agents[note.agent] = AgentView(note.slots, note.used, note.connected, note.reconciling,
+                                                         note.drained, note.free_mem, note.free_gpus,
+                                                         note.free_gres, note.v7, note.partitions)
+            if view.available and view.slots > view.used:
+                self._free_now[note.agent] = view.slots - view.used
+            else:
+                self._free_now.pop(note.agent, None)
         elif isinstance(note, DispatchHold):
             self._held = note.held
         else:
@@ -344,7 +351,7 @@ class Scheduler:
         ``now`` (the controller's clock, as events carry it) is what backfill measures expected
         ends against; FIFO does not use it, and without it backfill places as FIFO does.
 
-        Cost: O(agents) to gather the free ones, then per examined job: FIFO O(log agents) when it
+        Cost: O(free agents) to copy the free ones (kept by the agent notes), then per examined job: FIFO O(log agents) when it
         fits the agent with the most free slots or when no agent has its slots, and one heap step
         more per agent it is tried on and does not fit; backfill (best fit) O(log agents) to find
         the first agent with enough slots, one step per agent passed over (memory, GPUs, a
@@ -359,7 +366,7 @@ class Scheduler:
         if self._held:  # nothing starts and nothing is promised while the start gate is closed
             self.reservations, self.leading = {}, set()
             return proposals
-        free = {name: a.slots - a.used for name, a in self._agents.items() if a.available and a.slots > a.used}
+        free = dict(self._free_now)  # this pass's copy: placements take from it
         # Free memory, GPUs and gres per agent, copied when a job first asks for them in this call.
         beyond: dict[str, list] = {}
         if self._parked:
