@@ -351,8 +351,9 @@ class Scheduler:
         ``now`` (the controller's clock, as events carry it) is what backfill measures expected
         ends against; FIFO does not use it, and without it backfill places as FIFO does.
 
-        Cost: O(free agents) to copy the free ones (kept by the agent notes), then per examined job: FIFO O(log agents) when it
-        fits the agent with the most free slots or when no agent has its slots, and one heap step
+        Cost: O(free agents) to copy the free ones (kept by the agent notes), then per examined
+        job: FIFO O(log agents) when it fits the agent with the most free slots or when no agent
+        has its slots, and one heap step
         more per agent it is tried on and does not fit; backfill (best fit) O(log agents) to find
         the first agent with enough slots, one step per agent passed over (memory, GPUs, a
         reservation), and O(agents) per placement to move the agent in its sorted lists.  Backfill
