@@ -42,5 +42,11 @@ def test_show_jobs_and_the_slurm_commands_give_the_same_reason(cluster):
         assert f"Reason={code} " in slurm(cluster, "scontrol", "show", "job", job)
     sacct = slurm(cluster, "sacct", "-n", "-X", "-P", "-j", ",".join(expected), "-o", "JobID,Reason").split()
     assert dict(line.split("|") for line in sacct) == expected
+    # The Python API: Job.pending_code, from show and from jobs.
+    import reckon
+
+    with reckon.Client(cluster.url, cluster.token) as client:
+        assert client.job(second).pending_code == "Priority"
+        assert {j.id: j.pending_code for j in client.jobs(state="PENDING")} == expected
     cluster.cli("cancel", running)
     cluster.wait_jobs([first, second, after], ("COMPLETED",))
