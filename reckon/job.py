@@ -101,6 +101,13 @@ class Job:
         """Why a PENDING job waits (resources, a dependency, held)."""
         return self._data.get("pending_reason")
 
+    @property
+    def pending_code(self) -> str | None:
+        """Why a PENDING job waits as Slurm names it (``Resources``, ``Priority``, ``Dependency``,
+        ``JobHeldUser``, ...: docs/operating.md); None for a job not PENDING, or from a controller
+        that gives none."""
+        return self._data.get("pending_code")
+
     # ---- where and how it ran ---------------------------------------------------------------
 
     @property

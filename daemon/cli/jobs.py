@@ -309,6 +309,9 @@ def format_jobs(jobs: list[dict]) -> str:
     if any(j.get("partition") for j in jobs):  # issue #22: a last column, only on a cluster with partitions
         rows = [row + (("PARTITION",) if i == 0 else (jobs[i - 1].get("partition") or "-",))
                 for i, row in enumerate(rows)]
+    if any(j.get("pending_code") for j in jobs):  # issue #22: why each PENDING job waits, as Slurm names it
+        rows = [row + (("REASON",) if i == 0 else (jobs[i - 1].get("pending_code") or "-",))
+                for i, row in enumerate(rows)]
     return _table(rows)
 
 
@@ -373,7 +376,7 @@ def format_history(history: dict) -> str:
     """One line per attempt, then the requeues and cancels with their reasons."""
     record = history["record"]
     lines = [f"job {history['job']} ({record['name']}): {record['state']}"
-             + (f", why pending: {record['pending_reason']}" if record.get("pending_reason") else "")]
+             + (f", why pending: {_why(record)}" if record.get("pending_reason") else "")]
     if history["compacted"]:
         lines.append("(older history was compacted by a controller snapshot: attempts before it are not shown)")
     else:
@@ -422,6 +425,13 @@ def _table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def _why(job: dict) -> str:
+    """``CODE: words`` (Slurm's reason code first, as squeue prints it); the words alone from a
+    controller that sends no code."""
+    code = job.get("pending_code")
+    return f"{code}: {job['pending_reason']}" if code else job["pending_reason"]
+
+
 def format_job(job: dict) -> str:
     keys = ("id", "name", "user", "state", "pending_reason", "expected_start", "agent", "attempt", "exit_code", "signal", "submitted_at",
             "started_at", "finished_at", "command", "cwd", "cpus", "mem", "gpus", "gres", "gpu_ids", "usage",
@@ -434,6 +444,8 @@ def format_job(job: dict) -> str:
             continue  # only a PENDING job waits for something; only the reserved one has a promised start
         if key.endswith("_at") and value is not None:
             value = f"{value:.3f} ({_when(value)})"
+        elif key == "pending_reason":
+            value = _why(job)
         elif key == "expected_start":
             value = f"{value:.3f} ({_when(value)}) on {job.get('expected_agent')}"
         elif key in ("command", "after") and value is not None:

@@ -20,6 +20,7 @@ from reckon.model import events as E
 from reckon.model.errors import ProtocolError
 from reckon.model.facts import JobCancelConfirmed, JobRequeued
 from reckon.model.jobs import JobSpec, JobState
+from reckon.model.pending import pending_codes
 from reckon.model.permissions import Caller
 
 from reckon.daemon import wire
@@ -77,7 +78,7 @@ class ClientRequests:
                 with trio.move_on_after(MAX_POLL_DEFER):
                     await self.batch_ended.wait()
             return query.query(self, request)
-        if op in operator.OPS:  # show, nodes, drain, resume, history, partitions, partition_set
+        if op in operator.OPS:  # show, nodes, drain, resume, history, partitions, partition_set, pending
             return await operator.OPS[op](self, request, caller)
         queue_anyway = request.get("queue_anyway", False) is True  # see model/admission.py
         if op == "submit":  # one job: its refusal is the model's own, with no batch around it
@@ -154,9 +155,14 @@ class ClientRequests:
 
     def job_objects(self, state: str | None, user: str | None = None) -> list[dict]:
         priorities = self.model.volatile.priorities
-        return [{**j.to_dict(), "priority": priorities.get(j.id)} for j in self.model.state.jobs.values()
+        jobs = [{**j.to_dict(), "priority": priorities.get(j.id)} for j in self.model.state.jobs.values()
                 if (state is None or j.state.value == state)
                 and (user is None or (j.owner is not None and j.owner.user == user))]
+        # Why each PENDING one waits (issue #22): Slurm's code, as `show` and squeue give it.
+        codes = pending_codes(self.model, [j["id"] for j in jobs if j["state"] == "PENDING"], self.scheduler.leads)
+        for obj in jobs:
+            obj["pending_code"] = codes.get(obj["id"])
+        return jobs
 
     def priority_object(self, job_id: str) -> dict:
         """A job's priority factors now (``reckon priority``), with the weights they are taken at."""

@@ -16,7 +16,8 @@ import trio
 from reckon.model import events as E
 from reckon.model.errors import LocalProtocolError
 from reckon.model.history import job_history
-from reckon.model.nodes import node_resources, pending_reason
+from reckon.model.nodes import node_resources
+from reckon.model.pending import pending_codes, why_pending
 from reckon.model.partition_ops import RemovePartition, SetPartition
 from reckon.model.partitions import agent_partitions
 from reckon.model.permissions import Caller
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
 
 def job_with_reason(daemon: "DaemonHost", job_id: str) -> dict:
     obj = daemon.job_object(job_id)
-    obj["pending_reason"] = pending_reason(daemon.model, job_id)
+    # Why it waits (issue #22): Slurm's code beside the words, the code squeue and `jobs` print too.
+    why = why_pending(daemon.model, job_id, daemon.scheduler.leads)
+    obj["pending_reason"], obj["pending_code"] = (why.text, why.code) if why is not None else (None, None)
     # Backfill (issue #22): the start the latest pass promised this job, if it is the one reserved for.
     promise = daemon.scheduler.expected_start(job_id) if obj["pending_reason"] is not None else None
     obj["expected_start"], obj["expected_agent"] = promise if promise is not None else (None, None)
@@ -93,6 +96,33 @@ async def _show(daemon: "DaemonHost", request: dict, caller: Caller | None = Non
     job["attempts"] = [{"attempt": a["attempt"], "agent": a["agent"], "ended": a["ended"], "gpus": a["gpus"],
                         "usage": a["usage"]} for a in job_history(job_id, facts).to_dict()["attempts"]]
     return {"job": job}
+
+
+MAX_IDS = 100_000  # job ids of one ``pending`` request, as a query's (daemon/controller/query.py MAX_TERMS)
+
+
+def pending_object(daemon: "DaemonHost", ids: list[str] | None) -> dict:
+    """The reason code and priority of each PENDING job of ``ids`` (every PENDING job: None); an
+    id of no job, or of a job not PENDING, is left out (it may have started since the caller's query)."""
+    model = daemon.model
+    if ids is None:
+        ids = [job.id for job in model.state.jobs.values() if job.state.value == "PENDING"]
+    else:
+        ids = [job_id for job_id in ids if job_id in model.state.jobs]
+    reasons = pending_codes(model, ids, daemon.scheduler.leads)
+    priorities = model.volatile.priorities
+    return {"reasons": reasons, "priorities": {job_id: priorities.get(job_id) for job_id in reasons}}
+
+
+async def _pending(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
+    """Why jobs wait, for squeue/scontrol/sacct (the ``query`` op answers from committed facts
+    alone; a reason reads the agents and the scheduler, so it takes a turn of the core loop)."""
+    ids = request.get("ids")
+    if ids is not None and (not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) and i for i in ids)):
+        raise ValueError("pending ids must be a list of job ids")
+    if ids is not None and len(ids) > MAX_IDS:
+        raise ValueError(f"pending ids has more than {MAX_IDS} entries")
+    return await daemon.call(call=lambda: pending_object(daemon, None if ids is None else list(ids)))
 
 
 async def _nodes(daemon: "DaemonHost", request: dict, caller: Caller | None = None) -> dict:
@@ -187,4 +217,5 @@ OPS: dict[str, Callable[["DaemonHost", dict, Caller | None], Awaitable[dict[str,
     "history": _history,
     "partitions": _partitions,
     "partition_set": _partition_set,
+    "pending": _pending,
 }

@@ -208,3 +208,32 @@ def default_signals() -> None:
     for name in ("SIGPIPE", "SIGXFSZ"):
         if hasattr(_signal, name):
             _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
+
+
+PENDING_IDS = 10_000  # more PENDING jobs shown than this: ask for every PENDING job's reason at once
+
+
+def mark_pending(client, jobs: list[dict]) -> bool:
+    """Put the controller's reason code (``pending_code``) and priority in each PENDING job of
+    ``jobs`` (the ``pending`` op, issue #22: the code ``reckon show`` gives), so the commands print
+    what the controller decided rather than guess it from the job's record.  False from a
+    controller without the op: the caller derives the reasons itself (formats.pending_reason)."""
+    from reckon.daemon.client_common import ClientError
+
+    waiting = [job for job in jobs if job["state"] == "PENDING"]
+    if not waiting:
+        return True
+    ids = [job["id"] for job in waiting] if len(waiting) <= PENDING_IDS else None
+    try:
+        reply = client.call("pending", ids=ids)
+    except ClientError as exc:
+        if "unknown op" not in str(exc):
+            raise
+        return False
+    reasons, priorities = reply.get("reasons") or {}, reply.get("priorities") or {}
+    for job in waiting:
+        # A job that started since the query has no code: the record's own reason is shown then.
+        if job["id"] in reasons:
+            job["pending_code"] = reasons[job["id"]]
+            job["priority"] = priorities.get(job["id"])
+    return True

@@ -169,6 +169,9 @@ def pending_reason(job: dict) -> str:
     """Slurm's reason for a job: why a PENDING one waits (by its own record), else None."""
     state = job["state"]
     if state == "PENDING":
+        if job.get("pending_code"):  # the controller's (common.mark_pending): what `reckon show` says
+            return job["pending_code"]
+        # A controller older than the ``pending`` op: the reason as the job's record suggests it.
         if job.get("held"):
             return "JobHeldUser"
         if job.get("after") or job.get("after_any") or job.get("after_not_ok") or job.get("singleton"):
@@ -453,8 +456,10 @@ def squeue_value(code: str, row: dict, now: float) -> str:
         key = {"a": "account", "k": "comment", "q": "qos", "w": "wckey", "v": "reservation", "f": "constraint"}[code]
         value = label(job, key)
         return value if value is not None else ("normal" if code == "q" else "(null)")
-    if code == "Q":
-        return "0" if job.get("held") else "1"
+    if code == "Q":  # the controller's priority (common.mark_pending), else 1 (first come first served)
+        if job.get("held"):
+            return "0"
+        return str(job["priority"]) if job.get("priority") is not None else "1"
     if code == "y":
         return "0"
     raise AssertionError(code)  # parse_squeue_format admits only the codes above

@@ -253,7 +253,7 @@ def show_job(job: dict, now: float, oneliner: bool = False) -> str:
     lines = [
         first,
         [f"UserId={user}({uid})", f"GroupId={user}({gid})", "MCS_label=N/A"],
-        ["Priority=1", "Nice=0", f"Account={_null(label(job, 'account'))}", f"QOS={label(job, 'qos') or 'normal'}"],
+        [f"Priority={0 if job.get('held') else job.get('priority') if job.get('priority') is not None else 1}", "Nice=0", f"Account={_null(label(job, 'account'))}", f"QOS={label(job, 'qos') or 'normal'}"],
         [f"JobState={state}", f"Reason={pending_reason(job)}",
          f"Dependency={dependency(job)}"],
         ["Requeue=1", f"Restarts={job.get('requeues') or 0}", "BatchFlag=1", "Reboot=0", f"ExitCode={exit_code(job)}"],

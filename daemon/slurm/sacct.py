@@ -20,7 +20,7 @@ import time
 from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import values as V
 from reckon.daemon.slurm import formats as S
-from reckon.daemon.slurm.common import SlurmCommandError, connect, run
+from reckon.daemon.slurm.common import SlurmCommandError, connect, mark_pending, run
 
 PROG = "sacct"
 OPTIONS = {
@@ -96,6 +96,8 @@ def _main(argv: list[str]) -> int:
     try:
         reply = client.call("query", ids=ids, names=names, users=users, states=states, since=since, until=until,
                             fields=S.sacct_query_fields(fields, partitions is not None or accounts is not None))
+        if any(name == "Reason" for name, _ in fields):  # issue #22: a queued job's reason, the controller's
+            mark_pending(client, reply["jobs"])
     finally:
         client.close()
     jobs = [job for job in reply["jobs"] if (wanted is None or S.slurm_state(job) in wanted)

@@ -14,7 +14,7 @@ import time
 from reckon.daemon.client_common import ClientError, resolve_controller
 from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import layouts as L
-from reckon.daemon.slurm.common import SlurmCommandError, connect, run
+from reckon.daemon.slurm.common import SlurmCommandError, connect, mark_pending, run
 
 PROG = "scontrol"
 OPTIONS = {
@@ -37,7 +37,8 @@ def _show(client, what: str, names: list[str], oneliner: bool) -> str:
             raise SlurmCommandError("Invalid job id specified")
         if not reply["jobs"]:
             return "No jobs in the system\n"
-        if any(j["state"] == "PENDING" and j.get("partition") for j in reply["jobs"]):  # issue #22
+        if not mark_pending(client, reply["jobs"]) and any(  # issue #22: the controller's reasons
+                j["state"] == "PENDING" and j.get("partition") for j in reply["jobs"]):  # else its partitions'
             L.mark_partition_reasons(reply["jobs"], client.call("partitions")["partitions"])
         # an array's pending members are one record (ArrayTaskId=2-5%2), as Slurm keeps them
         jobs = L.array_rows(L.mark_array_limits(reply["jobs"]), expand=False)

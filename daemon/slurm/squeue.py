@@ -13,7 +13,7 @@ import sys
 
 from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import formats as S
-from reckon.daemon.slurm.common import SlurmCommandError, connect, run
+from reckon.daemon.slurm.common import SlurmCommandError, connect, mark_pending, run
 
 PROG = "squeue"
 OPTIONS = {
@@ -88,9 +88,11 @@ def _main(argv: list[str]) -> int:
         jobs = [j for j in reply["jobs"] if (wanted is None or S.slurm_state(j) in wanted)
                 and (partitions is None or S.partition(j) in partitions)
                 and (accounts is None or S.label(j, "account") in accounts)]
-        # Issue #22: a queued job whose partition does not start jobs waits for it (PartitionDown):
-        # one more call, only on a cluster with partitions and pending jobs in one.
-        if any(j["state"] == "PENDING" and j.get("partition") for j in jobs):
+        # Issue #22: why each queued job waits, as the controller decided it (`reckon show`'s code):
+        # one more call, only for a column that prints a reason or a priority.  From an older
+        # controller, a queued job whose partition does not start jobs waits for it (PartitionDown).
+        if (any(code in ("r", "R", "Q") for _, code, _, _ in fields) and not mark_pending(client, jobs)
+                and any(j["state"] == "PENDING" and j.get("partition") for j in jobs)):
             S.mark_partition_reasons(jobs, client.call("partitions")["partitions"])
     finally:
         client.close()

@@ -91,7 +91,7 @@ def test_lifecycle_log_history_drain_and_metrics(cluster, tmp_path: Path) -> Non
     assert node["state"] == "DRAINED" and node["drained"] and node["since"] is not None
     shown = cluster.job(moved)
     assert shown["state"] == "PENDING" and shown["pending_reason"] == "waiting for 1 free slot: agent a1 is drained"
-    assert "why pending:  waiting for 1 free slot: agent a1 is drained" in cluster.cli("show", moved)
+    assert "why pending:  ReqNodeNotAvail: waiting for 1 free slot: agent a1 is drained" in cluster.cli("show", moved)
     assert "(it already was drained)" in cluster.cli("drain", "a1")
     assert cluster.cli("resume", "a1").startswith("resumed a1: now ")
     gate.write_text("")

@@ -235,6 +235,49 @@ def test_reasons_dependencies_and_array_limits():
                                                      array_max=1)])[0]) == "Resources"
 
 
+def test_the_controllers_reason_and_priority_win_over_the_record():
+    """Issue #22: a code from the controller (common.mark_pending) is printed as it is; without
+    one (an older controller) the reason is derived from the job's record as before."""
+    waiting = job("3", "PENDING", after=["9"])
+    assert S.pending_reason(waiting) == "Dependency"
+    ranked = {**job("4", "PENDING"), "pending_code": "Priority", "priority": 4211}
+    fields = S.parse_squeue_format("%r %R %Q")
+    assert S.squeue_lines([ranked], fields, NOW, header=False) == ["Priority (Priority) 4211"]
+    assert S.squeue_lines([job("4", "PENDING")], fields, NOW, header=False) == ["Resources (Resources) 1"]
+    assert "Priority=4211 " in L.show_job(ranked, NOW) and "Reason=Priority " in L.show_job(ranked, NOW)
+
+
+class _OlderController:
+    """A controller from before the ``pending`` op: it refuses the op by name."""
+
+    def call(self, op: str, **request: object) -> dict:
+        from reckon.daemon.client_common import ClientError
+
+        raise ClientError(f"unknown op {op!r}")
+
+
+class _Controller:
+    def __init__(self) -> None:
+        self.asked: list[object] = []
+
+    def call(self, op: str, **request: object) -> dict:
+        assert op == "pending"
+        self.asked.append(request["ids"])
+        return {"reasons": {"4": "Priority"}, "priorities": {"4": 7}}
+
+
+def test_mark_pending_asks_for_the_pending_jobs_and_an_older_controller_is_no_error():
+    from reckon.daemon.slurm.common import mark_pending
+
+    jobs = [job("1"), job("4", "PENDING"), job("5", "PENDING")]  # 5 started since the query: no code
+    controller = _Controller()
+    assert mark_pending(controller, jobs) is True and controller.asked == [["4", "5"]]
+    assert (jobs[1]["pending_code"], jobs[1]["priority"]) == ("Priority", 7) and "pending_code" not in jobs[2]
+    assert mark_pending(controller, [job("1")]) is True and len(controller.asked) == 1  # none PENDING: no call
+    older = [job("4", "PENDING")]
+    assert mark_pending(_OlderController(), older) is False and S.pending_reason(older[0]) == "Resources"
+
+
 def test_sacct_exit_codes_and_unstarted_jobs():
     fields = S.parse_sacct_format("JobID,State,ExitCode,DerivedExitCode,ReqMem,AllocCPUS,Timelimit,Start")
 

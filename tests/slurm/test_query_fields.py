@@ -172,7 +172,8 @@ class _Reads(dict):
 
 def test_the_maps_name_every_key_each_column_reads():
     now = time.time()
-    derived = {"_slurm_id", "_slurm_tasks", "_array_limited", "_partition_reason"}  # the rows' own keys (array_rows, ...)
+    derived = {"_slurm_id", "_slurm_tasks", "_array_limited", "_partition_reason",
+               "pending_code", "priority"}  # the rows' own keys (array_rows, mark_pending, ...)
     for code, job in itertools.product(sorted(S.SQUEUE_HEADERS), _shapes()):
         reads = _Reads(job)
         S.squeue_value(code, reads, now)

@@ -102,11 +102,12 @@ async function showJob(id) {
   if (brief === undefined) throw new Error("unknown job " + id);
   const key = [id, brief.state, brief.attempt, brief.held].join("|");
   if (shown.key !== key) shown = {key, job: (await api("/jobs/" + encodeURIComponent(id))).job};
-  const job = {...shown.job, ...brief, attempts: shown.job.attempts, pending_reason: shown.job.pending_reason};
+  const job = {...shown.job, ...brief, attempts: shown.job.attempts, pending_reason: shown.job.pending_reason,
+               pending_code: shown.job.pending_code};
   document.getElementById("job").hidden = false;
   document.getElementById("job-id").textContent = job.id;
   const fields = [["name", job.name], ["state", job.state], ["user", job.user], ["command", (job.command || []).join(" ")],
-                  ["node", job.agent], ["why pending", job.pending_reason], ["reason", job.reason],
+                  ["node", job.agent], ["why pending", job.pending_code ? job.pending_code + ": " + job.pending_reason : job.pending_reason], ["reason", job.reason],
                   ["submitted", when(job.submitted_at)], ["started", when(job.started_at)],
                   ["finished", when(job.finished_at)], ["stdout", job.stdout], ["stderr", job.stderr]];
   const dl = document.getElementById("job-fields");
