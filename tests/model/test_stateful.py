@@ -980,7 +980,7 @@ class ReckonMachine(RuleBasedStateMachine):
         """An operator's priority adjustment of a job (``reckon update JOB --priority``): a user's is
         refused (INV-PERMISSION), one of an ended job is refused and changes nothing; an accepted
         one moves the job in the scheduler's queue (its view equals the controller's once the notes
-        drain: INV-SCHED-VIEW)."""
+        drain: INV-SCHEDULER-VIEW)."""
         jobs = list(self.controller.state.jobs.values())
         job = jobs[i % len(jobs)]
         before = self.controller.state.digest()
