@@ -47,8 +47,11 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "*: extra MinMemoryNode: reckon '0' | slurm (none)": "design: as above (reckon's memory is per node)",
     "*: TRES: reckon 'cpu=1,node=1,billing=1' | slurm 'cpu=1,mem=100M,node=1,billing=1'":
         "design: mem=100M as above",
-    "*: Priority: reckon '1' | slurm '*'": "design: reckon schedules first come first served, no "
-                                           "multifactor priority (Slurm: 0 for a held job)",
+    "*: Priority: reckon '1' | slurm '*'": "design: a job's priority is reckon's own (model/priority.py), "
+                                           "not Slurm's (Slurm: 0 for a held job)",
+    "*: Priority: reckon '*' | slurm '*'": "design: reckon's multifactor priority (model/priority.py: age, "
+                                           "fair share, tier, size, nice) on its own weights; the reference's "
+                                           "priority/basic counts down from 4294901760",
     "*scontrol-show-config: config: *": "design: each system's own configuration (reckon's URL, limits "
                                         "and plugin names), and only the keys workflow tools read, not "
                                         "Slurm's two hundred",
