@@ -162,7 +162,7 @@ def setup(kind: str, fairshare: bool, config: ControllerConfig | None = None) ->
         priority = config.priority
         zero = {f.name: 0 for f in dataclasses.fields(priority) if f.name.startswith("weight_")}
         config = dataclasses.replace(config, priority=dataclasses.replace(priority, **zero))
-    return config, Scheduler(config.user_limits, policy=config.scheduler)
+    return config, Scheduler(config.user_limits, policy=config.scheduler, reserve_after=config.reserve_after)
 
 
 @dataclass
