@@ -77,9 +77,13 @@ def test_reserve_after_reserves_for_the_first_blocked_job_old_enough():
 
 
 def test_reserve_after_is_validated():
+    from reckon.model.controller import ControllerConfig
+
     for bad in (-1.0, True, "1h", float("nan")):
         with pytest.raises(ValueError, match="reserve_after"):
             Scheduler(policy="backfill", reserve_after=bad)
+        with pytest.raises(ValueError, match="reserve_after"):
+            ControllerConfig(reserve_after=bad)
 
 
 def test_a_long_job_does_not_delay_the_reserved_one():
@@ -187,10 +191,10 @@ def clusters(draw):
     return agents, jobs, draw(st.floats(0, 100))
 
 
-def build(agents, jobs, now):
+def build(agents, jobs, now, reserve_after=0.0):
     """Agents (slots, schedules memory: 4 GiB); jobs (slots, limit, mem, running?, priority, started:
-    None for one whose start is not reported yet)."""
-    s = Scheduler(policy="backfill")
+    None for one whose start is not reported yet; a pending job's: when it was queued)."""
+    s = Scheduler(policy="backfill", reserve_after=reserve_after)
     names = [f"a{i}" for i in range(len(agents))]
     used = dict.fromkeys(names, 0)
     mem_used = dict.fromkeys(names, 0)
@@ -206,7 +210,7 @@ def build(agents, jobs, now):
             running(s, job, target, slots, started=at, limit=limit, mem=mem)
             runs[target].append((math.inf if limit is None else (now if at is None else at) + limit, (slots, mem, 0)))
         else:
-            pending(s, job, slots, limit=limit, priority=priority, mem=mem)
+            pending(s, job, slots, limit=limit, priority=priority, mem=mem, queued_at=started)
     for n, (cap, has_mem) in zip(names, agents):
         agent(s, n, cap, used=used[n], mem=4 * G - mem_used[n] if has_mem else None)
     return s, runs, used, mem_used
@@ -217,8 +221,19 @@ def build(agents, jobs, now):
 def test_inv_backfill_promise(case):
     """INV-BACKFILL-PROMISE: after a pass's proposals start (each running to its time limit), every
     job the pass gave a reservation can still start on its agent by the promised time."""
-    agents, jobs, now = case
-    s, runs, used, mem_used = build(agents, jobs, now)
+    check_promises(*case)
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters())
+def test_inv_backfill_promise_with_reserve_after(case):
+    """The same with ``reserve_after`` 30 s (each pending job queued at its drawn time): the
+    reserved job may then be one further down the queue, and still nothing delays it."""
+    check_promises(*case, reserve_after=30.0)
+
+
+def check_promises(agents, jobs, now, reserve_after=0.0):
+    s, runs, used, mem_used = build(agents, jobs, now, reserve_after)
     proposals = s.place(now=now)
     asks = {str(i): (slots, mem, limit) for i, (slots, limit, mem, *_rest) in enumerate(jobs, 1)}
     for job, name in proposals:
