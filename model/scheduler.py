@@ -43,6 +43,9 @@ class JobNote(NamedTuple):
     time_limit: float | None = None  # seconds: the spec's time limit, else its partition's default
     partition: str | None = None  # the partition it runs in (None: the cluster has no partitions)
     started: float | None = None  # RUNNING: when its attempt started (its expected end for backfill)
+    # PENDING: when it was submitted (the age factor's start): backfill reserves only for a job
+    # queued ``reserve_after`` seconds or longer.
+    queued_at: float | None = None
 
 
 class AgentNote(NamedTuple):
@@ -134,12 +137,17 @@ class Scheduler:
 
     ``fifo``: every job that fits starts, in queue order (first fit: a job that does not fit is
     passed over).  ``backfill``: the same, but the first job of each partition that does not fit
-    gets a reservation (model/backfill.py) that no job behind it may delay."""
+    and has been queued ``reserve_after`` seconds or longer gets a reservation (model/backfill.py)
+    that no job behind it may delay (Slurm's ``bf_min_age_reserve``: a younger blocked job holds
+    nothing back, so small jobs flow around it as under FIFO until it has waited that long)."""
 
-    def __init__(self, limits: UserLimits = NO_LIMITS, *, policy: str = "fifo") -> None:
+    def __init__(self, limits: UserLimits = NO_LIMITS, *, policy: str = "fifo", reserve_after: float = 0.0) -> None:
         if policy not in POLICIES:
             raise ValueError(f"scheduler policy {policy!r}: one of {', '.join(POLICIES)}")
+        if isinstance(reserve_after, bool) or not isinstance(reserve_after, (int, float)) or not 0 <= reserve_after < 1e9:
+            raise ValueError(f"reserve_after must be a number of seconds >= 0, got {reserve_after!r}")
         self.policy = policy
+        self.reserve_after = float(reserve_after)
         # ready job -> (queue key, slots, throttled array, what it asks beyond slots).  The key is
         # (-priority, order): higher priority first, ties in submission order (``queue_key``).
         self._pending: dict[str, tuple[Key, int, str | None, Need]] = {}
@@ -166,6 +174,7 @@ class Scheduler:
         self._parked: dict[str, list[tuple[Key, str]]] = {}  # user -> heap of (key, job) at the limit
         # Backfill only: pending jobs' time limits, and what runs where until when.
         self._limit_of: dict[str, float] = {}  # pending job -> its time limit (jobs with one)
+        self._queued_at: dict[str, float] = {}  # pending job -> when it was submitted (reserve_after)
         self._running_at: dict[str, dict[str, tuple[float | None, float | None, Usage]]] = {}
         self._runs_on: dict[str, str] = {}  # RUNNING job -> its agent
         # Agent -> the earliest end of a job running there, and a heap of (end, agent) with lazy
@@ -267,6 +276,10 @@ class Scheduler:
             self._limit_of[note.job] = note.time_limit
         else:
             self._limit_of.pop(note.job, None)
+        if note.state is JobState.PENDING and note.queued_at is not None:
+            self._queued_at[note.job] = note.queued_at
+        else:
+            self._queued_at.pop(note.job, None)
         if note.state is not JobState.PENDING:
             self.reservations.pop(note.job, None)
         was = self._runs_on.pop(note.job, None)
@@ -381,6 +394,9 @@ class Scheduler:
         # partition with pending jobs, SCAN_WHEN_FULL jobs at most: the leaders and their
         # reservations are then those of the queue as it is, not of the pass before.
         tried: set[str | None] = set()
+        # Under backfill, the partitions this pass has made its reservation for: the first blocked
+        # job of each queued reserve_after or longer (with reserve_after 0, the first blocked job).
+        reserved: set[str | None] = set()
         wanted = sum(1 for count in self._per_partition.values() if count > 0)
         scan_left = SCAN_WHEN_FULL
         proposed_ends: dict[str, list[Release]] = {}  # agent -> this pass's proposals, as releases
@@ -392,7 +408,7 @@ class Scheduler:
         queue = self._queue
         while queue and (limit is None or len(proposals) < limit):
             if not free:
-                if len(tried) >= wanted or scan_left <= 0:
+                if len(tried) >= wanted and (not backfill or len(reserved) >= wanted) or scan_left <= 0:
                     break
                 scan_left -= 1
             key, job = heapq.heappop(queue)
@@ -431,8 +447,10 @@ class Scheduler:
                 if partition not in tried:
                     tried.add(partition)
                     self.leading.add(job)
-                    if backfill:
-                        self._reserve(job, usage, v7, partition, free, beyond, proposed_ends, reserved_on, now)  # type: ignore[arg-type]
+                if backfill and partition not in reserved and self._reserves_for(job, now):  # type: ignore[arg-type]
+                    reserved.add(partition)
+                    self.leading.add(job)
+                    self._reserve(job, usage, v7, partition, free, beyond, proposed_ends, reserved_on, now)  # type: ignore[arg-type]
                 continue
             proposals.append((job, name))
             if need is not None:
@@ -454,6 +472,12 @@ class Scheduler:
         for entry in examined.values():
             heapq.heappush(queue, entry)
         return proposals
+
+    def _reserves_for(self, job: str, now: float) -> bool:
+        """Whether blocked ``job`` is old enough for a reservation (``reserve_after``; a job noted
+        without its queue time always is)."""
+        queued = self._queued_at.get(job)
+        return self.reserve_after <= 0 or queued is None or now - queued >= self.reserve_after
 
     def _reserve(self, job: str, usage: Usage, v7: bool, partition: str | None, free: dict[str, int],
                  beyond: dict[str, list], proposed_ends: dict[str, list[Release]],

@@ -66,10 +66,16 @@ class ControllerConfig:
     # Issue #22: the priority factors' weights and fair share (model/priority.py; the config
     # file's [priority] table).
     priority: PriorityConfig = PriorityConfig()
+    # Backfill reserves only for a blocked job queued this long (model/scheduler.py; Slurm's
+    # bf_min_age_reserve), so a wide job just submitted does not hold small ones back at once.
+    reserve_after: float = 0.0
 
     def __post_init__(self) -> None:
         if self.scheduler not in POLICIES:
             raise ValueError(f"scheduler must be one of {', '.join(POLICIES)}, got {self.scheduler!r}")
+        if isinstance(self.reserve_after, bool) or not isinstance(self.reserve_after, (int, float)) \
+                or not 0 <= self.reserve_after < 1e9:
+            raise ValueError(f"reserve_after must be a number of seconds >= 0, got {self.reserve_after!r}")
         if not isinstance(self.priority, PriorityConfig):
             raise ValueError("priority must be a PriorityConfig")
         if self.partitions is not None:
@@ -295,6 +301,7 @@ class Transaction(VolatileAccess):
                                                        ready=ready(self.state, job, clock) and startable(partitions, job),
                                                        partition=part, time_limit=job.spec.time_limit,
                                                        started=job.started_at if job.state is JobState.RUNNING else None,
+                                                       queued_at=job.submitted_at if job.state is JobState.PENDING else None,
                                                        priority=priority,
                                                        array=job.spec.array_id,
                                                        array_max=job.spec.array_max, mem=job.spec.mem,

@@ -117,6 +117,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--scheduler", choices=("fifo", "backfill"), default="fifo",
                    help="fifo: first fit in queue order; backfill: EASY backfill, the controller's default (default here: fifo)")
     q.add_argument("--fairshare", choices=("on", "off"), default="off", help="per-user fair share (default off)")
+    q.add_argument("--reserve-after", type=duration_or_zero, default=0.0, metavar="DURATION",
+                   help="backfill: reserve only for a blocked job queued this long (the controller's --reserve-after; "
+                        "default 0)")
     q.add_argument("--limit", type=int, metavar="N", help="replay only the log's first N jobs")
     q.add_argument("--json", action="store_true", help="print one JSON object of figures")
 

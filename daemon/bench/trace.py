@@ -162,7 +162,7 @@ def setup(kind: str, fairshare: bool, config: ControllerConfig | None = None) ->
         priority = config.priority
         zero = {f.name: 0 for f in dataclasses.fields(priority) if f.name.startswith("weight_")}
         config = dataclasses.replace(config, priority=dataclasses.replace(priority, **zero))
-    return config, Scheduler(config.user_limits, policy=config.scheduler)
+    return config, Scheduler(config.user_limits, policy=config.scheduler, reserve_after=config.reserve_after)
 
 
 @dataclass
@@ -337,6 +337,7 @@ def replay(trace: SwfTrace, *, agents: int = 1, cpus: int = 100, scheduler: str 
     prod = logged(selection.jobs)
     return {
         "agents": agents, "cpus_per_agent": cpus, "scheduler": scheduler, "fairshare": fairshare,
+        "reserve_after": config.reserve_after,
         "skipped": selection.skipped, "timed_out": rep.timed_out,
         "replayed": figures(rep.done(ids), total_cpus).to_dict(),
         "production": figures(prod, trace.max_procs or total_cpus).to_dict() if prod is not None else None,
@@ -351,7 +352,9 @@ def _hours(seconds: float) -> str:
 def report_lines(out: dict[str, Any]) -> list[str]:
     r, p, t = out["replayed"], out["production"], out["timings"]
     lines = [f"{out['agents']} agent(s) x {out['cpus_per_agent']} CPUs, scheduler {out['scheduler']}, "
-             f"fair share {'on' if out['fairshare'] else 'off'}: {r['jobs']:,} jobs replayed"]
+             f"fair share {'on' if out['fairshare'] else 'off'}"
+             + (f", reservations after {_hours(out['reserve_after'])} queued" if out.get("reserve_after") else "")
+             + f": {r['jobs']:,} jobs replayed"]
     for why, count in sorted(out["skipped"].items()):
         lines.append(f"  left out: {count:,} ({why})")
     if out["timed_out"]:
@@ -387,7 +390,7 @@ def run_trace_bench(args: Any) -> tuple[dict[str, Any], list[str]]:
         except OSError as exc:
             raise TraceError(f"{args.file}: {exc.strerror or exc}") from None
         out = replay(trace, agents=agents, cpus=cpus, scheduler=args.scheduler, fairshare=args.fairshare == "on",
-                     limit=args.limit)
+                     limit=args.limit, config=ControllerConfig(reserve_after=args.reserve_after))
     except (TraceError, SwfError) as exc:
         raise UsageError(str(exc)) from None
     out["file"] = str(args.file)

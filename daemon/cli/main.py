@@ -347,6 +347,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="backfill (default): EASY backfill, the first blocked job of each partition gets a start "
                         "that no job behind it may delay (jobs' time limits tell when jobs end); fifo: every job "
                         "that fits starts, in queue order")
+    p.add_argument("--reserve-after", type=duration_or_zero, default=0.0, metavar="DURATION",
+                   help="backfill: promise a start (and hold later jobs back for it) only to a blocked job queued "
+                        "this long (Slurm's bf_min_age_reserve; 16h suits long-queue workloads, docs/performance.md; "
+                        "default 0: at once)")
     p.add_argument("--max-running-per-user", type=_whole, default=None, metavar="N",
                    help="start no job of a user who runs N jobs already (default: no limit; why pending says so)")
     p.add_argument("--max-cpus-per-user", type=_whole, default=None, metavar="N",

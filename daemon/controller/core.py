@@ -54,7 +54,8 @@ class ControllerDaemon(AgentConnections, ClientRequests, CommandEffects):
         self.options = options
         self.store = store
         self.model = controller
-        self.scheduler = Scheduler(controller.config.user_limits, policy=controller.config.scheduler)
+        self.scheduler = Scheduler(controller.config.user_limits, policy=controller.config.scheduler,
+                                   reserve_after=controller.config.reserve_after)
         self._work_send, self._work_recv = trio.open_memory_channel[WorkItem](1_000_000)
         self._conns: dict[int, AgentConn] = {}
         self._conn_ids = itertools.count(1)

@@ -16,6 +16,7 @@ from reckon.daemon.bench import swf, trace
 from reckon.daemon.cli.main import build_parser
 from reckon.daemon.client_common import UsageError
 from reckon.model.jobs import JobState
+from reckon.model.controller import ControllerConfig
 
 KTH = Path("/work/shared/traces/KTH-SP2-1996-2.swf")
 
@@ -135,6 +136,17 @@ def test_first_fit_passes_a_wide_job_over_and_backfill_keeps_its_promise(kind, s
     assert [rep.controller.state.jobs[j].started_at for j in ids] == starts
 
 
+@pytest.mark.parametrize("reserve_after, starts", [(0.5, [0, 100, 110]), (50.0, [0, 202, 2])])
+def test_backfill_reserves_only_for_a_job_queued_reserve_after(reserve_after, starts):
+    """Job 2 is 1 s old when job 3 arrives: reserved for past 0.5 s (job 3 waits, as under EASY);
+    not before 50 s, so job 3 starts at once, as under first fit."""
+    config, scheduler = trace.setup("backfill", False, ControllerConfig(reserve_after=reserve_after))
+    assert scheduler.reserve_after == reserve_after
+    rep = trace.Replay(1, 4, scheduler=scheduler, config=config)
+    ids = rep.run(swf.parse(WIDE).jobs)
+    assert [rep.controller.state.jobs[j].started_at for j in ids] == starts
+
+
 @pytest.mark.parametrize("kind, fairshare", [("fifo", False), ("fifo", True), ("backfill", False), ("backfill", True)])
 def test_every_scheduler_this_build_has_gives_the_hand_figures(kind, fairshare):
     # The three jobs of SAMPLE all wait for job 1 alone: any policy gives the same figures.
@@ -170,6 +182,11 @@ def test_the_command_line_and_its_one_line_refusals(tmp_path, capsys):
     assert lines[0] == f"log {log}: a test machine"
     assert lines[1].startswith("1 agent(s) x 4 CPUs, scheduler fifo, fair share off: 2 jobs replayed")
     assert any(x.startswith("production log") for x in lines) and any("wall time" in x for x in lines)
+    args = build_parser().parse_args(["bench", "trace", str(log), "--agents", "1x4", "--scheduler", "backfill",
+                                      "--reserve-after", "16h"])
+    figures, lines = trace.run_trace_bench(args)
+    assert figures["trace"]["reserve_after"] == 57600.0
+    assert "reservations after 57,600 s (16.0 h) queued: 3 jobs replayed" in lines[1]
     for argv, message in [([str(log), "--agents", "4"], "--agents '4': give agents x CPUs each"),
                           ([str(tmp_path / "none.swf")], "none.swf: No such file or directory"),
                           ([str(log), "--limit", "0"], "--limit 0: give a positive number of jobs")]:

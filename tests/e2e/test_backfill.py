@@ -32,3 +32,23 @@ def test_a_short_job_backfills_around_a_large_one_and_an_unbounded_one_waits(clu
     done = cluster.wait_jobs([wide, unbounded])
     assert done[wide]["state"] == done[unbounded]["state"] == "COMPLETED"
     assert done[wide]["started_at"] <= done[unbounded]["started_at"]  # the promised job went first
+
+
+def test_reserve_after_lets_jobs_flow_around_a_young_blocked_job(cluster, tmp_path):
+    """`--reserve-after 1h`: the wide job, blocked a moment ago, is promised nothing yet, so a job
+    without a time limit starts in the free CPU at once (as first fit would) and the wide job's
+    `show` gives no expected start."""
+    cluster.start_controller("--scheduler", "backfill", "--reserve-after", "1h")
+    cluster.start_agent("a1", slots=2)
+    gate = tmp_path / "release"
+    hold = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    long = cluster.cli("submit", "--time", "10m", "--", "sh", "-c", hold).strip()
+    cluster.wait_job(long, ["RUNNING"])
+    wide = cluster.cli("submit", "--cpus", "2", "--time", "1m", "--", "true").strip()
+    unbounded = cluster.cli("submit", "--", "sh", "-c", hold).strip()
+    assert cluster.wait_job(unbounded, ["RUNNING"])["state"] == "RUNNING"
+    shown = cluster.job(wide)
+    assert shown["state"] == "PENDING" and not shown.get("expected_start")
+    gate.touch()
+    done = cluster.wait_jobs([long, wide, unbounded])
+    assert {done[j]["state"] for j in (long, wide, unbounded)} == {"COMPLETED"}

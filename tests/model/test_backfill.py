@@ -27,17 +27,17 @@ def running(s: Scheduler, job: str, on: str, slots: int, started: float, limit: 
 
 
 def pending(s: Scheduler, job: str, slots: int, limit: float | None = None, priority: int = 0,
-            mem: int | None = None, partition: str | None = None) -> None:
+            mem: int | None = None, partition: str | None = None, queued_at: float | None = None) -> None:
     s.notify(JobNote(job=job, order=int(job), state=JobState.PENDING, slots=slots, agent=None,
-                     time_limit=limit, priority=priority, mem=mem, partition=partition))
+                     time_limit=limit, priority=priority, mem=mem, partition=partition, queued_at=queued_at))
 
 
-def cluster(policy: str) -> Scheduler:
+def cluster(policy: str, reserve_after: float = 0.0) -> Scheduler:
     """One agent of 4 slots, 2 of them held until t=100 by job 1; job 2 (4 slots) waits."""
-    s = Scheduler(policy=policy)
+    s = Scheduler(policy=policy, reserve_after=reserve_after)
     agent(s, "a", 4, used=2)
     running(s, "1", "a", 2, started=0.0, limit=100.0)
-    pending(s, "2", 4, limit=50.0)
+    pending(s, "2", 4, limit=50.0, queued_at=5.0)
     return s
 
 
@@ -46,6 +46,44 @@ def test_a_short_job_backfills_around_a_large_one():
     pending(s, "3", 1, limit=50.0)  # ends at 60, before job 2's start at 100
     assert s.place(now=10.0) == [("3", "a")]
     assert s.expected_start("2") == (100.0, "a")
+
+
+def test_a_blocked_job_younger_than_reserve_after_holds_nothing_back():
+    """reserve_after (Slurm's bf_min_age_reserve): job 2, queued at 5, gets no reservation before
+    it has waited 30 s, so a long job starts around it as under FIFO; from then on it is promised
+    its start and the same long job waits."""
+    s = cluster("backfill", reserve_after=30.0)
+    pending(s, "3", 1, limit=500.0, queued_at=6.0)  # would hold a slot past 100, when job 2 needs all 4
+    assert s.place(now=10.0) == [("3", "a")]
+    assert s.expected_start("2") is None and s.leads("2")  # it waits for resources, promised nothing yet
+    s = cluster("backfill", reserve_after=30.0)
+    pending(s, "3", 1, limit=500.0, queued_at=6.0)
+    assert s.place(now=35.0) == []
+    assert s.expected_start("2") == (100.0, "a")
+
+
+def test_reserve_after_reserves_for_the_first_blocked_job_old_enough():
+    """The first blocked job is young; the next blocked one has waited long enough: it is the one
+    promised a start (and both wait for resources)."""
+    s = Scheduler(policy="backfill", reserve_after=30.0)
+    agent(s, "a", 4, used=2)
+    running(s, "1", "a", 2, started=0.0, limit=100.0)
+    pending(s, "2", 4, limit=50.0, priority=10, queued_at=90.0)  # first in the queue, 10 s old
+    pending(s, "3", 4, limit=50.0, queued_at=0.0)  # 100 s old: reserved for
+    pending(s, "4", 1, limit=500.0, queued_at=0.0)  # would delay job 3's start at 100: held back
+    assert s.place(now=99.0) == []
+    assert s.expected_start("3") is not None and s.expected_start("2") is None
+    assert s.leads("2") and s.leads("3") and not s.leads("4")
+
+
+def test_reserve_after_is_validated():
+    from reckon.model.controller import ControllerConfig
+
+    for bad in (-1.0, True, "1h", float("nan")):
+        with pytest.raises(ValueError, match="reserve_after"):
+            Scheduler(policy="backfill", reserve_after=bad)
+        with pytest.raises(ValueError, match="reserve_after"):
+            ControllerConfig(reserve_after=bad)
 
 
 def test_a_long_job_does_not_delay_the_reserved_one():
@@ -153,10 +191,10 @@ def clusters(draw):
     return agents, jobs, draw(st.floats(0, 100))
 
 
-def build(agents, jobs, now):
+def build(agents, jobs, now, reserve_after=0.0):
     """Agents (slots, schedules memory: 4 GiB); jobs (slots, limit, mem, running?, priority, started:
-    None for one whose start is not reported yet)."""
-    s = Scheduler(policy="backfill")
+    None for one whose start is not reported yet; a pending job's: when it was queued)."""
+    s = Scheduler(policy="backfill", reserve_after=reserve_after)
     names = [f"a{i}" for i in range(len(agents))]
     used = dict.fromkeys(names, 0)
     mem_used = dict.fromkeys(names, 0)
@@ -172,7 +210,7 @@ def build(agents, jobs, now):
             running(s, job, target, slots, started=at, limit=limit, mem=mem)
             runs[target].append((math.inf if limit is None else (now if at is None else at) + limit, (slots, mem, 0)))
         else:
-            pending(s, job, slots, limit=limit, priority=priority, mem=mem)
+            pending(s, job, slots, limit=limit, priority=priority, mem=mem, queued_at=started)
     for n, (cap, has_mem) in zip(names, agents):
         agent(s, n, cap, used=used[n], mem=4 * G - mem_used[n] if has_mem else None)
     return s, runs, used, mem_used
@@ -183,8 +221,19 @@ def build(agents, jobs, now):
 def test_inv_backfill_promise(case):
     """INV-BACKFILL-PROMISE: after a pass's proposals start (each running to its time limit), every
     job the pass gave a reservation can still start on its agent by the promised time."""
-    agents, jobs, now = case
-    s, runs, used, mem_used = build(agents, jobs, now)
+    check_promises(*case)
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters())
+def test_inv_backfill_promise_with_reserve_after(case):
+    """The same with ``reserve_after`` 30 s (each pending job queued at its drawn time): the
+    reserved job may then be one further down the queue, and still nothing delays it."""
+    check_promises(*case, reserve_after=30.0)
+
+
+def check_promises(agents, jobs, now, reserve_after=0.0):
+    s, runs, used, mem_used = build(agents, jobs, now, reserve_after)
     proposals = s.place(now=now)
     asks = {str(i): (slots, mem, limit) for i, (slots, limit, mem, *_rest) in enumerate(jobs, 1)}
     for job, name in proposals:
