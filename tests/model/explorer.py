@@ -38,10 +38,15 @@ from typing import Any, Callable
 from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.jobs import JobState
+from reckon.model.partition_ops import SetPartition
+from reckon.model.scheduler import POLICIES
 
 from tests.model.test_stateful import ReckonMachine
 
 TOKEN_LEN = 16
+
+# A job of a scope (issue #22): (slots, time limit in seconds or None, partition or None: the default).
+Ask = tuple[int, float | None, str | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,8 +54,19 @@ class Scope:
     """What is explored: the cluster's size and which fault kinds are enabled."""
 
     agents: int = 2
-    jobs: int = 2
-    slots: int = 1  # per agent
+    jobs: int = 2  # one-slot jobs without a time limit, placed by the start's pass (unless ``job_asks``)
+    slots: int = 1  # per agent (unless ``agent_slots``)
+    agent_slots: tuple[int, ...] = ()  # per agent, a1 first: agents of different sizes
+    # Issue #22: the jobs the start's pass places, as (slots, time limit, partition); replaces ``jobs``.
+    job_asks: tuple[Ask, ...] = ()
+    # Jobs submitted once the start has settled, with no pass: the search's first pass meets them
+    # (so a blocked wide job's reservation, and what may start around it, are explored steps).
+    queued: tuple[Ask, ...] = ()
+    policy: str = "fifo"  # the scheduler's policy: "fifo" or "backfill" (EASY, model/backfill.py)
+    # Two partitions, pa (a1, the default) and pb (a2, a3), as ReckonMachine.setup(partitioned=True).
+    partitioned: bool = False
+    partition_changes: int = 0  # operator partition changes (``set_partition``) per trace
+    fault_kinds: frozenset[str] | None = None  # which FAULTS a trace may take (None: all of them)
     ctrl_page: int = 1
     agent_page: int = 1
     round_timeout: float = 5.0
@@ -69,13 +85,25 @@ class Scope:
     def __post_init__(self) -> None:
         if not 1 <= self.agents <= 3 or not 0 <= self.jobs <= 6 or not 1 <= self.slots <= 3:
             raise ValueError(f"scope out of range: {self}")
+        if self.agent_slots and (len(self.agent_slots) != self.agents or not all(1 <= n <= 3 for n in self.agent_slots)):
+            raise ValueError(f"agent_slots must give 1-3 slots for each of the {self.agents} agents: {self}")
+        if len(self.job_asks) + len(self.queued) > 6 or self.policy not in POLICIES:
+            raise ValueError(f"scope out of range: {self}")
+        if self.partition_changes and not self.partitioned:
+            raise ValueError("partition changes need partitioned=True")
+        if self.fault_kinds is not None and not self.fault_kinds <= FAULTS:
+            raise ValueError(f"not fault steps: {sorted(self.fault_kinds - FAULTS)}")
+
+    @property
+    def initial_asks(self) -> tuple[Ask, ...]:
+        return self.job_asks or ((1, None, None),) * self.jobs
 
 
 class ExploredMachine(ReckonMachine):
     """The stateful machine, driven step by step by the explorer instead of Hypothesis."""
 
-    # The scenarios are written for FIFO's placement (most free agent first); backfill's
-    # promise is checked by the stateful machine and tests/model/test_backfill.py.
+    # Most scenarios are written for FIFO's placement (most free agent first); a scope's
+    # ``policy`` sets the instance's (``start``), which the machine's set-up and restarts read.
     SCHEDULER_POLICY = "fifo"
 
     def __init__(self) -> None:  # noqa: D107 - skip Hypothesis' set-up: nothing here uses it
@@ -84,15 +112,31 @@ class ExploredMachine(ReckonMachine):
     @classmethod
     def start(cls, scope: Scope) -> "ExploredMachine":
         m = cls()
-        m.setup(n_agents=scope.agents, slots=[scope.slots] * 3, ctrl_page=scope.ctrl_page,
+        if scope.policy != cls.SCHEDULER_POLICY:
+            m.SCHEDULER_POLICY = scope.policy
+        slots = list(scope.agent_slots or (scope.slots,) * scope.agents) + [scope.slots] * 3
+        plain = not scope.job_asks  # one-slot jobs: submitted by the machine's own set-up
+        m.setup(n_agents=scope.agents, slots=slots[:3], ctrl_page=scope.ctrl_page,
                 agent_page=scope.agent_page, round_timeout=scope.round_timeout, lost_after=scope.lost_after,
-                recent_window=300.0, retry_max=4.0, initial_jobs=[1] * scope.jobs)
+                recent_window=300.0, retry_max=4.0, initial_jobs=[1] * scope.jobs if plain else [],
+                partitioned=scope.partitioned)
+        if not plain:
+            for ask in scope.job_asks:
+                m._submit_ask(ask)
+            m._schedule(None)
         if scope.settle_first:
             m._deliver_all()
             m._advance(scope.time_step, 0.0, False)  # the Started reports go out with a tick
             m._deliver_all()
+        for ask in scope.queued:
+            m._submit_ask(ask)
         m.check()
         return m
+
+    def _submit_ask(self, ask: Ask) -> None:
+        slots, time_limit, partition = ask
+        asks = {k: v for k, v in (("time_limit", time_limit), ("partition", partition)) if v is not None}
+        self._submit(slots, ("true",), asks=asks)
 
     # ---- steps the Hypothesis rules do not offer in this exact form ----------------
 
@@ -148,6 +192,12 @@ class ExploredMachine(ReckonMachine):
         """A user submits a one-slot job (a scenario's prefix only)."""
         self._submit(1, ("true",))
 
+    def set_partition(self, name: str, key: str, value: Any) -> None:
+        """The operator changes partition ``name`` at run time (``reckon partition set``): the
+        machine's ``partition_change`` rule with the partition and the new value named, so that
+        a trace reads as what the operator did.  Token mode: always allowed."""
+        self._client_op(SetPartition(name=name, changes=((key, value),), now=self.now, caller=None), "partition")
+
     def check(self, *, whole_state: bool = True) -> None:
         """Every state invariant of the machine (each ``inv_*``; ``whole_state=False``: all but the
         whole-state comparisons, for the rounds of a settling run)."""
@@ -174,9 +224,31 @@ def _step(method: str, **kwargs: Any) -> Step:
     return (method, tuple(kwargs.items()))
 
 
-def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1) -> list[Step]:
+# Steps that are operator partition changes: a trace may take at most ``Scope.partition_changes``.
+PARTITION_CHANGES = frozenset({"set_partition"})
+
+
+def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1, changes_left: int = 0) -> list[Step]:
     out = _all_steps(m, scope)
-    return out if faults_left > 0 else [s for s in out if s[0] not in FAULTS]
+    kinds = FAULTS if scope.fault_kinds is None else scope.fault_kinds
+    out = [s for s in out if s[0] not in FAULTS or (faults_left > 0 and s[0] in kinds)]
+    if changes_left > 0 and scope.partition_changes:
+        out += _partition_steps(m)
+    return out
+
+
+def _partition_steps(m: ExploredMachine) -> list[Step]:
+    """Each change an operator can make to one partition: down or up, the default, its agents
+    moved (to one agent, or to every agent: an agent then in both partitions)."""
+    out: list[Step] = []
+    for name, part in sorted(m.controller.state.partitions.items()):
+        out.append(_step("set_partition", name=name, key="state", value="UP" if part.state == "DOWN" else "DOWN"))
+        if not part.default:
+            out.append(_step("set_partition", name=name, key="default", value=True))
+        for nodes in [(agent,) for agent in m.names] + [("a*",)]:
+            if part.nodes != nodes:
+                out.append(_step("set_partition", name=name, key="nodes", value=nodes))
+    return out
 
 
 def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
@@ -318,7 +390,12 @@ def canonical(m: ExploredMachine) -> Any:
     for note in m.notes:  # every use of the scheduler drains the notes first
         scheduler.notify(note)
     parts = {
-        "scheduler": scheduler.view(),
+        # The view, and what backfill and partitions keep beyond it (issue #22): the agents'
+        # partitions, pending jobs' partitions and time limits, what runs where until when, and the
+        # latest pass's reservations (``expected_start``; the liveness check reads them).
+        "scheduler": (scheduler.view(), {n: a.partitions for n, a in scheduler._agents.items()},
+                      scheduler._partition_of, scheduler._limit_of, scheduler._running_at,
+                      {job: (r.agent, r.start) for job, r in scheduler.reservations.items()}),
         "durable": m.controller.state.digest(),
         "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller.conns.items()},
                        m.controller.start_gate),
@@ -456,8 +533,10 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
     for st in prefix:  # a scenario's way to an interesting state, then everything from there
         run_step(root, st)
         root.check()
-    seen = {(scope.faults, canonical(root))}
-    level: list[tuple[ExploredMachine, list[Step], int]] = [(root, list(prefix), scope.faults)]
+    # What a trace may still take: (faults, partition changes); part of a state's key.
+    budget = (scope.faults, scope.partition_changes)
+    seen = {(budget, canonical(root))}
+    level: list[tuple[ExploredMachine, list[Step], tuple[int, int]]] = [(root, list(prefix), budget)]
     result.states = 1
     result.per_depth.append(1)
 
@@ -468,11 +547,11 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
         return result
 
     for d in range(depth + 1):
-        following: list[tuple[ExploredMachine, list[Step], int]] = []
-        for m, trace, faults_left in level:
+        following: list[tuple[ExploredMachine, list[Step], tuple[int, int]]] = []
+        for m, trace, (faults_left, changes_left) in level:
             new = 0
             if d < depth:
-                for st in steps(m, scope, faults_left):
+                for st in steps(m, scope, faults_left, changes_left):
                     child = _clone(m)
                     result.transitions += 1
                     try:
@@ -480,7 +559,7 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
                         child.check()
                     except Exception as exc:  # noqa: BLE001 - any failure of the model is a finding
                         return fail(exc, trace + [st], False)
-                    left = faults_left - (st[0] in FAULTS)
+                    left = (faults_left - (st[0] in FAULTS), changes_left - (st[0] in PARTITION_CHANGES))
                     key = (left, canonical(child))
                     if key in seen:
                         continue
