@@ -673,9 +673,34 @@ ORPHAN_DYING = (S_("disconnect", i=0, lose_in_flight=False), S_("settle"), _TIME
                 S_("settle"),  # 1/2 runs on a1 beside the dying 1/1
                 _TIME, _DELIVER, _DELIVER, _DELIVER, _DELIVER, _DELIVER)  # the heartbeat's round: Kill 1/1 again
 
+# Issue #22's scheduling.  Backfill: a1 runs a 2-slot job without a time limit, a2 (2 slots) a 1-slot job
+# of 10 s; queued behind them, a 2-slot job of 60 s (blocked: it fits only once a2 empties, so the first
+# pass promises it a2 at 110), a 1-slot job without a time limit (it fits a2 now but would delay that
+# promise: it waits) and a 1-slot job of 5 s (it ends before 110: it starts on a2 now, while time has
+# not passed 105).
+BACKFILL = dict(agent_slots=(2, 2), job_asks=((2, None, None), (1, 10.0, None)),
+                queued=((2, 60.0, None), (1, None, None), (1, 5.0, None)), policy="backfill",
+                outcomes=((0, None),))
+# The same queue on a1 alone (2 slots, running the 10 s job), where a controller crash (a new
+# scheduler, fed by the recovered state's notes, behind the start gate) or a1's crash (it stays down,
+# or comes back and reconciles: no promise on an agent that is away) is the trace's fault.
+BACKFILL_FAULT = dict(agents=1, agent_slots=(2,), job_asks=((1, 10.0, None),),
+                      queued=((2, 60.0, None), (1, None, None), (1, 5.0, None)), policy="backfill",
+                      outcomes=((0, None),), agent_down=True, snapshots=False,
+                      fault_kinds=frozenset({"controller_crash", "agent_crash"}))
+# Partitions pa (a1, the default) and pb (a2): a2 runs a pb job of 20 s; queued, a job of pa (a1 is
+# free: the first pass proposes it there) and a pb job of 30 s (blocked behind the first: promised a2
+# at 120).  One operator change per trace: a partition down or up, pb the default, a partition's
+# agents moved (to one agent, or to both: a1 then in both), while proposals are on their way.
+PARTITION_MOVED = dict(partitioned=True, partition_changes=1, job_asks=((1, 20.0, "pb"),),
+                       queued=((1, None, None), (1, 30.0, "pb")), policy="backfill", outcomes=((0, None),))
+
 # The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1
-# (5 jobs x 2 slots for "rejoining"), one fault per trace, from seven starting points (none after
-# "equal-counts"' prefix, whose own faults are two reorderings and a lost supervisor).  `make check-deep` runs DEEP.
+# (5 jobs x 2 slots for "rejoining"), one fault per trace, from eight starting points (none after
+# "equal-counts"' prefix, whose own faults are two reorderings and a lost supervisor); and issue #22's
+# three, under backfill: "backfill" (no fault: every interleaving of passes, ends, cancels and time),
+# "backfill-fault" (one controller or agent crash) and "partition-moved" (one operator partition
+# change, no fault).  `make check-deep` runs DEEP.
 SCENARIOS = (
     Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
     Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
@@ -686,6 +711,9 @@ SCENARIOS = (
     Scenario("equal-counts", Scope(jobs=3, slots=2, settle_first=False, faults=0, judge_tampered=True), depth=2,
              prefix=EQUAL_COUNTS),
     Scenario("orphan-dying", Scope(agents=1, jobs=1, lost_after=4.0, faults=1), depth=2, prefix=ORPHAN_DYING),
+    Scenario("backfill", Scope(**BACKFILL, faults=0), depth=3),
+    Scenario("backfill-fault", Scope(**BACKFILL_FAULT, faults=1), depth=3),
+    Scenario("partition-moved", Scope(**PARTITION_MOVED, faults=0), depth=3),
 )
 DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
     Scenario("settled", Scope(faults=2), depth=3),
@@ -699,6 +727,9 @@ DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that st
     Scenario("orphan-dying", Scope(agents=1, jobs=1, lost_after=4.0, faults=2), depth=3, prefix=ORPHAN_DYING),
     Scenario("agent-down", Scope(agent_down=True, faults=2), depth=3),
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
+    Scenario("backfill", Scope(**BACKFILL, faults=1, fault_kinds=BACKFILL_FAULT["fault_kinds"]), depth=4),
+    Scenario("backfill-fault", Scope(**BACKFILL_FAULT, faults=2), depth=4),
+    Scenario("partition-moved", Scope(**PARTITION_MOVED, faults=0), depth=4),
 )
 
 
