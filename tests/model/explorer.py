@@ -423,7 +423,7 @@ class Violation:
     liveness: bool = False  # found while running to quiescence from the trace's last state
 
     def events(self) -> str:
-        lines = [f"{k + 1:3d}. {describe(s)}" for k, s in enumerate(self.trace)]
+        lines = [f"{k + 1:3d}. {describe(s)}" for k, s in enumerate(self.trace)] or ["     (the scope's start)"]
         if self.liveness:
             lines.append("     then: faults stop, run to quiescence (teardown)")
         return "\n".join(lines)
@@ -529,22 +529,28 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
     started = time.monotonic()
     result = Result()
     check_liveness = liveness or (lambda level, leaf: leaf or level == depth)
-    root = ExploredMachine.start(scope)
-    for st in prefix:  # a scenario's way to an interesting state, then everything from there
-        run_step(root, st)
-        root.check()
-    # What a trace may still take: (faults, partition changes); part of a state's key.
-    budget = (scope.faults, scope.partition_changes)
-    seen = {(budget, canonical(root))}
-    level: list[tuple[ExploredMachine, list[Step], tuple[int, int]]] = [(root, list(prefix), budget)]
-    result.states = 1
-    result.per_depth.append(1)
 
     def fail(exc: BaseException, trace: list[Step], live: bool) -> Result:
         result.violation = Violation(invariant=_invariant_of(exc), message=str(exc)[:2000], trace=trace,
                                      scope=scope, liveness=live)
         result.seconds = time.monotonic() - started
         return result
+
+    done: list[Step] = []
+    try:  # a start that already breaks a check (the scope's first pass, say) is a finding too
+        root = ExploredMachine.start(scope)
+        for st in prefix:  # a scenario's way to an interesting state, then everything from there
+            done.append(st)
+            run_step(root, st)
+            root.check()
+    except Exception as exc:  # noqa: BLE001
+        return fail(exc, done, False)
+    # What a trace may still take: (faults, partition changes); part of a state's key.
+    budget = (scope.faults, scope.partition_changes)
+    seen = {(budget, canonical(root))}
+    level: list[tuple[ExploredMachine, list[Step], tuple[int, int]]] = [(root, list(prefix), budget)]
+    result.states = 1
+    result.per_depth.append(1)
 
     for d in range(depth + 1):
         following: list[tuple[ExploredMachine, list[Step], tuple[int, int]]] = []
