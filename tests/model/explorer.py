@@ -66,6 +66,7 @@ class Scope:
     # Two partitions, pa (a1, the default) and pb (a2, a3), as ReckonMachine.setup(partitioned=True).
     partitioned: bool = False
     partition_changes: int = 0  # operator partition changes (``set_partition``) per trace
+    priority_changes: int = 0  # operator priority adjustments of a pending job (``prioritize``) per trace
     fault_kinds: frozenset[str] | None = None  # which FAULTS a trace may take (None: all of them)
     ctrl_page: int = 1
     agent_page: int = 1
@@ -198,6 +199,12 @@ class ExploredMachine(ReckonMachine):
         a trace reads as what the operator did.  Token mode: always allowed."""
         self._client_op(SetPartition(name=name, changes=((key, value),), now=self.now, caller=None), "partition")
 
+    def prioritize(self, job: str, priority: int) -> None:
+        """The operator sets a job's priority adjustment (``reckon update JOB --priority N``; the
+        rule the stateful machine had, taken out of its draw): the job moves in the queue."""
+        record = self.controller.state.jobs[job]
+        self._client_op(E.UpdateJob(job=job, priority=priority, now=self.now, caller=None), "prioritize", record)
+
     def check(self, *, whole_state: bool = True) -> None:
         """Every state invariant of the machine (each ``inv_*``; ``whole_state=False``: all but the
         whole-state comparisons, for the rounds of a settling run)."""
@@ -224,16 +231,23 @@ def _step(method: str, **kwargs: Any) -> Step:
     return (method, tuple(kwargs.items()))
 
 
-# Steps that are operator partition changes: a trace may take at most ``Scope.partition_changes``.
+# Operator steps with budgets of their own: at most ``Scope.partition_changes`` partition changes
+# and ``Scope.priority_changes`` priority adjustments per trace.
 PARTITION_CHANGES = frozenset({"set_partition"})
+PRIORITY_CHANGES = frozenset({"prioritize"})
+PUSH = 100_000  # an operator's adjustment that puts a job before every other (age and fair share: < 31 000)
 
 
-def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1, changes_left: int = 0) -> list[Step]:
+def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1, changes_left: int = 0,
+          priorities_left: int = 0) -> list[Step]:
     out = _all_steps(m, scope)
     kinds = FAULTS if scope.fault_kinds is None else scope.fault_kinds
     out = [s for s in out if s[0] not in FAULTS or (faults_left > 0 and s[0] in kinds)]
     if changes_left > 0 and scope.partition_changes:
         out += _partition_steps(m)
+    if priorities_left > 0 and scope.priority_changes:
+        out += [_step("prioritize", job=job.id, priority=0 if job.priority_adjust else PUSH)
+                for job in m.controller.state.jobs.values() if job.state is JobState.PENDING]
     return out
 
 
@@ -545,19 +559,19 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
             root.check()
     except Exception as exc:  # noqa: BLE001
         return fail(exc, done, False)
-    # What a trace may still take: (faults, partition changes); part of a state's key.
-    budget = (scope.faults, scope.partition_changes)
+    # What a trace may still take: (faults, partition changes, priority changes); part of a state's key.
+    budget = (scope.faults, scope.partition_changes, scope.priority_changes)
     seen = {(budget, canonical(root))}
-    level: list[tuple[ExploredMachine, list[Step], tuple[int, int]]] = [(root, list(prefix), budget)]
+    level: list[tuple[ExploredMachine, list[Step], tuple[int, int, int]]] = [(root, list(prefix), budget)]
     result.states = 1
     result.per_depth.append(1)
 
     for d in range(depth + 1):
-        following: list[tuple[ExploredMachine, list[Step], tuple[int, int]]] = []
-        for m, trace, (faults_left, changes_left) in level:
+        following: list[tuple[ExploredMachine, list[Step], tuple[int, int, int]]] = []
+        for m, trace, (faults_left, changes_left, priorities_left) in level:
             new = 0
             if d < depth:
-                for st in steps(m, scope, faults_left, changes_left):
+                for st in steps(m, scope, faults_left, changes_left, priorities_left):
                     child = _clone(m)
                     result.transitions += 1
                     try:
@@ -565,7 +579,8 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
                         child.check()
                     except Exception as exc:  # noqa: BLE001 - any failure of the model is a finding
                         return fail(exc, trace + [st], False)
-                    left = (faults_left - (st[0] in FAULTS), changes_left - (st[0] in PARTITION_CHANGES))
+                    left = (faults_left - (st[0] in FAULTS), changes_left - (st[0] in PARTITION_CHANGES),
+                            priorities_left - (st[0] in PRIORITY_CHANGES))
                     key = (left, canonical(child))
                     if key in seen:
                         continue
@@ -694,6 +709,11 @@ BACKFILL_FAULT = dict(agents=1, agent_slots=(2,), job_asks=((1, 10.0, None),),
                       queued=((2, 60.0, None), (1, None, None), (1, 5.0, None)), policy="backfill",
                       outcomes=((0, None),), agent_down=True, snapshots=False,
                       fault_kinds=frozenset({"controller_crash", "agent_crash"}))
+# The same queue on a1 alone, no fault, and one operator priority adjustment per trace: a queued job
+# pushed before every other (or back), so the blocked job that holds the promise can change hands.
+BACKFILL_PRIORITY = dict(agents=1, agent_slots=(2,), job_asks=((1, 10.0, None),),
+                         queued=((2, 60.0, None), (1, None, None), (1, 5.0, None)), policy="backfill",
+                         outcomes=((0, None),), priority_changes=1)
 # Partitions pa (a1, the default) and pb (a2): a2 runs a pb job of 20 s; queued, a job of pa (a1 is
 # free: the first pass proposes it there) and a pb job of 30 s (blocked behind the first: promised a2
 # at 120).  One operator change per trace: a partition down or up, pb the default, a partition's
@@ -704,9 +724,9 @@ PARTITION_MOVED = dict(partitioned=True, partition_changes=1, job_asks=((1, 20.0
 # The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1
 # (5 jobs x 2 slots for "rejoining"), one fault per trace, from eight starting points (none after
 # "equal-counts"' prefix, whose own faults are two reorderings and a lost supervisor); and issue #22's
-# three, under backfill: "backfill" (no fault: every interleaving of passes, ends, cancels and time),
-# "backfill-fault" (one controller or agent crash) and "partition-moved" (one operator partition
-# change, no fault).  `make check-deep` runs DEEP.
+# four, under backfill: "backfill" (no fault: every interleaving of passes, ends, cancels and time),
+# "backfill-fault" (one controller or agent crash), "backfill-priority" (one operator priority
+# adjustment, no fault) and "partition-moved" (one operator partition change, no fault).  `make check-deep` runs DEEP.
 SCENARIOS = (
     Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
     Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
@@ -719,6 +739,7 @@ SCENARIOS = (
     Scenario("orphan-dying", Scope(agents=1, jobs=1, lost_after=4.0, faults=1), depth=2, prefix=ORPHAN_DYING),
     Scenario("backfill", Scope(**BACKFILL, faults=0), depth=3),
     Scenario("backfill-fault", Scope(**BACKFILL_FAULT, faults=1), depth=3),
+    Scenario("backfill-priority", Scope(**BACKFILL_PRIORITY, faults=0), depth=3),
     Scenario("partition-moved", Scope(**PARTITION_MOVED, faults=0), depth=3),
 )
 DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
@@ -735,6 +756,7 @@ DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that st
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
     Scenario("backfill", Scope(**BACKFILL, faults=1, fault_kinds=BACKFILL_FAULT["fault_kinds"]), depth=4),
     Scenario("backfill-fault", Scope(**BACKFILL_FAULT, faults=2), depth=4),
+    Scenario("backfill-priority", Scope(**BACKFILL_PRIORITY, faults=0), depth=4),
     Scenario("partition-moved", Scope(**PARTITION_MOVED, faults=0), depth=4),
 )
 

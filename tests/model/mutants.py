@@ -166,7 +166,8 @@ RESOURCES = (
 # (INV-BACKFILL-PROMISE); the controller checks a proposal against its partition's state but not its
 # agents, so a proposal made before the operator moved the partition is dispatched outside it
 # (INV-PARTITION); the scheduler places by free slots alone, whatever the job's partition (the
-# controller refuses such proposals: alone, a pb job proposed to a1 forever while a2 is free).
+# controller refuses such proposals: alone, a pb job proposed to a1 forever while a2 is free); the
+# scheduler keeps a reprioritized job at its old place in the queue.
 SCHEDULING = (
     Mutant("B1", "scheduler: backfill ignores the reservation (a later job starts on the reserved agent)",
            "reckon.model.scheduler", "Scheduler", "place",
@@ -176,6 +177,9 @@ SCHEDULING = (
            "may_run_on(tx.state.partitions, job.spec, ev.agent)\n                                         and ", ""),
     Mutant("P2", "scheduler: placement ignores the job's partition", "reckon.model.scheduler", "Scheduler", "place",
            "partition = self._partition_of.get(job)  # issue #22", "partition = None  # issue #22"),
+    Mutant("Q1", "scheduler: a queued job's new priority is not taken (it keeps its place in the queue)",
+           "reckon.model.scheduler", "Scheduler", "notify", "if known is None or known[0] != key:",
+           "if known is None:"),
 )
 
 ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + SCHEDULING}

@@ -102,6 +102,19 @@ def test_backfill_scenarios_backfill_and_hold_back(name):
         assert result.violation is None and result.goal is not None, f"{name}: no state where {goal.__name__}"
 
 
+def test_priority_scenario_starts_a_pushed_job_before_an_older_one():
+    """Not vacuous: after the operator's push, a job runs while a job queued before it still waits."""
+    sc = _scenario("backfill-priority")
+
+    def pushed_ahead(m: X.ExploredMachine) -> bool:
+        jobs = m.controller.state.jobs.values()
+        return any(j.state is JobState.RUNNING and j.priority_adjust and any(
+            o.state is JobState.PENDING and int(o.id) < int(j.id) for o in jobs) for j in jobs)
+
+    result = X.explore(sc.scope, sc.depth, prefix=sc.prefix, goal=pushed_ahead, liveness=lambda level, leaf: False)
+    assert result.violation is None and result.goal is not None and result.goal[0][0] == "prioritize"
+
+
 def test_partition_scenario_meets_a_proposal_made_stale_by_the_operator():
     """Not vacuous: a proposal is on its way to an agent its job's partition no longer starts
     jobs on (moved or down), and a job runs on an agent outside its partition (it finishes there)."""

@@ -223,3 +223,11 @@ def test_explore_bite_scheduler_and_dispatch_ignore_the_partition(monkeypatch):
     mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
     mutants.apply(mutants.ALL["P1"], monkeypatch.setattr, monkeypatch.setitem)
     assert_explorer_finds("INV-PARTITION", scenario="partition-moved")
+
+
+def test_explore_bite_scheduler_ignores_a_new_priority(monkeypatch):
+    """mutants.Q1: the scheduler keeps a reprioritized job at its old place in its queue: the
+    operator's push of a queued job leaves the scheduler's order behind the controller's."""
+    mutants.apply(mutants.ALL["Q1"], monkeypatch.setattr, monkeypatch.setitem)
+    violation = assert_explorer_finds("INV-SCHEDULER-VIEW", scenario="backfill-priority")
+    assert violation.trace[-1][0] == "prioritize"
