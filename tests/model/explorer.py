@@ -2,7 +2,10 @@
 
 A breadth-first search over every interleaving of deliveries, faults, crashes,
 cancels, process ends and time, up to a depth bound, for a small scope (e.g. one
-controller, two agents, two jobs, page size 1).  The world it explores is the
+controller, two agents, two jobs, page size 1).  Issue #22's scopes add the
+scheduler's policy (FIFO or EASY backfill), jobs with widths and time limits,
+two partitions, and operator partition changes and priority adjustments as
+budgeted steps.  The world it explores is the
 stateful machine's (``test_stateful.ReckonMachine``): the real ``Controller``,
 ``Agent`` and ``Scheduler`` models, per-connection FIFO channels of in-flight
 wire maps, a fake process table, durable agent disks and the controller's fact
@@ -51,7 +54,8 @@ Ask = tuple[int, float | None, str | None]
 
 @dataclass(frozen=True, kw_only=True)
 class Scope:
-    """What is explored: the cluster's size and which fault kinds are enabled."""
+    """What is explored: the cluster's size, its jobs and scheduler, and which fault kinds and
+    operator changes are enabled."""
 
     agents: int = 2
     jobs: int = 2  # one-slot jobs without a time limit, placed by the start's pass (unless ``job_asks``)
@@ -94,10 +98,6 @@ class Scope:
             raise ValueError("partition changes need partitioned=True")
         if self.fault_kinds is not None and not self.fault_kinds <= FAULTS:
             raise ValueError(f"not fault steps: {sorted(self.fault_kinds - FAULTS)}")
-
-    @property
-    def initial_asks(self) -> tuple[Ask, ...]:
-        return self.job_asks or ((1, None, None),) * self.jobs
 
 
 class ExploredMachine(ReckonMachine):
