@@ -208,6 +208,10 @@ def test_explore_bite_dispatch_ignores_the_partitions_agents(monkeypatch):
     mutants.apply(mutants.ALL["P1"], monkeypatch.setattr, monkeypatch.setitem)
     violation = assert_explorer_finds("INV-PARTITION", scenario="partition-moved")
     assert [step[0] for step in violation.trace] == ["scheduler_pass", "set_partition", "late_proposal"]
+    namespace: dict = {}  # the printed snippet replays it: the scope's repr and the operator's step included
+    exec(violation.snippet(), {"ExploredMachine": X.ExploredMachine, "Scope": X.Scope}, namespace)  # noqa: S102
+    with pytest.raises(AssertionError, match="INV-PARTITION: 2/1 dispatched to a1"):
+        namespace["test_found_by_explorer"]()
 
 
 def test_explore_bite_scheduler_ignores_the_partition(monkeypatch):
