@@ -181,7 +181,7 @@ class ClientRequests:
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         config = self.model.config
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at,
-                "limits": {"max_running_per_user": config.max_running_per_user,
+                "scheduler": config.scheduler, "limits": {"max_running_per_user": config.max_running_per_user,
                            "max_cpus_per_user": config.max_cpus_per_user}}
 
 

@@ -192,6 +192,8 @@ def test_scontrol_show_job_and_config():
     config = L.show_config(NOW, "ws://127.0.0.1:7420", 2).splitlines()
     assert config[0].startswith("Configuration data as of ")
     assert "ClusterName             = reckon" in config and any(c.startswith("MaxArraySize ") for c in config)
+    assert "SchedulerType           = sched/builtin" in config  # first in, first out
+    assert "SchedulerType           = sched/backfill" in L.show_config(NOW, "ws://127.0.0.1:7420", 2, "backfill")
 
 
 def test_sacct_collapses_an_arrays_pending_members_as_submitit_reads_them():

@@ -79,7 +79,9 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
     assert cluster.job(array[2])["held"]
     slurm(cluster, "scontrol", "release", array[2])
     assert not cluster.job(array[2])["held"]
-    assert "ClusterName             = reckon" in slurm(cluster, "scontrol", "show", "config")
+    config = slurm(cluster, "scontrol", "show", "config")
+    assert "ClusterName             = reckon" in config
+    assert "SchedulerType           = sched/backfill" in config  # the controller's policy (its default)
     assert slurm(cluster, "scontrol", "show", "node", "a1").startswith("NodeName=a1 ")
     assert slurm(cluster, "scontrol", "-o", "show", "partition").startswith("PartitionName=reckon ")
     # Errors: an unknown id (exit 1, one line), a bad option (exit 1, as Slurm's sacct).
