@@ -355,6 +355,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="start no job of a user who runs N jobs already (default: no limit; why pending says so)")
     p.add_argument("--max-cpus-per-user", type=_whole, default=None, metavar="N",
                    help="start no job that would give a user more than N CPUs (slots) at once (default: no limit)")
+    p.add_argument("--default-mem-per-cpu", type=_size, default=None, metavar="SIZE",
+                   help="a job submitted without --mem asks its CPUs times SIZE (e.g. 2G), recorded in the job "
+                        "and enforced by its agent (Slurm's DefMemPerCPU; default: none, such a job asks no "
+                        "memory and its agent caps it at the memory it offers)")
     p.add_argument("--rejoin-grace", type=duration_or_zero, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
