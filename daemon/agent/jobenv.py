@@ -10,9 +10,10 @@ whatever else the agent's service manager set.  A job gets:
    every ``LC_*``, ``TZ`` and ``TMPDIR``: what a login would give the
    agent's user, so ordinary commands behave as they do in a shell;
 2. the job's own pairs (``reckon submit --env K=V``), which override the base;
-3. ``RECKON_JOB_ID``, ``RECKON_ATTEMPT`` and ``RECKON_JOB_NAME``, and for a
-   job given GPUs ``CUDA_VISIBLE_DEVICES`` and ``RECKON_GPUS`` (its assigned
-   indices, comma-separated), last, so a job cannot be misled about who it is
+3. ``RECKON_JOB_ID``, ``RECKON_ATTEMPT`` and ``RECKON_JOB_NAME``, and
+   ``CUDA_VISIBLE_DEVICES`` (its assigned GPU indices, comma-separated; empty,
+   so CUDA shows it no device, for a job given none) with ``RECKON_GPUS`` the
+   same for a job given GPUs, last, so a job cannot be misled about who it is
    or which devices are its own.  (A job with an owner gets ``HOME``,
    ``USER``, ``LOGNAME`` and ``SHELL`` from the owner's passwd entry on top,
    set by its supervisor: ``daemon/agent/users.py``.)
@@ -122,10 +123,13 @@ def job_environment(spec: JobSpec, job: str, attempt: int, base: Mapping[str, st
     env["RECKON_JOB_ID"] = job
     env["RECKON_ATTEMPT"] = str(attempt)
     env["RECKON_JOB_NAME"] = spec.name
+    # Only reckon says which GPUs are a job's: one given none sees none (CUDA's empty list), and a
+    # job's own CUDA_VISIBLE_DEVICES cannot reach another job's device (no devices cgroup fences it).
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
     if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = env["RECKON_GPUS"] = ",".join(str(i) for i in gpus)
+        env["RECKON_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
     else:
-        env.pop("RECKON_GPUS", None)  # only reckon says which GPUs are a job's
+        env.pop("RECKON_GPUS", None)
     for name in NEVER:
         env.pop(name, None)
     return env

@@ -163,12 +163,14 @@ async def test_gpus_are_in_the_jobs_environment(tmp_path, unix_users):
             await runner.start("1", 1, sh('echo "$CUDA_VISIBLE_DEVICES|$RECKON_GPUS"', cwd=str(alice.home)),
                                owner=alice.owner(), gpus=(1, 3))
             await runner.exits.receive()
-            await runner.start("2", 1, sh('echo "${CUDA_VISIBLE_DEVICES-unset}|${RECKON_GPUS-unset}"'))
+            # Given none, it sees none, whatever its own pairs say (CUDA's empty list hides every GPU).
+            await runner.start("2", 1, sh('echo "${CUDA_VISIBLE_DEVICES-unset}|${RECKON_GPUS-unset}"',
+                                          env=(("CUDA_VISIBLE_DEVICES", "0,1"), ("RECKON_GPUS", "0"))))
             await runner.exits.receive()
             out1, _ = runner.log_paths("1", 1)
             out2, _ = runner.log_paths("2", 1)
     assert out1.read_text() == "1,3|1,3\n"
-    assert out2.read_text() == "unset|unset\n"
+    assert out2.read_text() == "|unset\n"
 
 
 async def test_an_output_file_the_job_names_is_its_owners_alone(open_dir, unix_users):

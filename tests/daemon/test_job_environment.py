@@ -50,14 +50,17 @@ async def test_a_job_gets_the_base_its_pairs_and_its_identity_but_never_the_toke
     for name in ("RECKON_TOKEN", "RECKON_TOKEN_FILE", "RECKON_CONTROLLER", "SOME_AGENT_ONLY_VAR"):
         assert name not in env
     assert not any("s3cret" in v or str(token_file) in v for v in env.values())
-    allowed = set(BASE_NAMES) | {"MY_SETTING", "RECKON_JOB_ID", "RECKON_ATTEMPT", "RECKON_JOB_NAME"}
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # given no GPU, it sees none
+    allowed = set(BASE_NAMES) | {"MY_SETTING", "RECKON_JOB_ID", "RECKON_ATTEMPT", "RECKON_JOB_NAME",
+                                 "CUDA_VISIBLE_DEVICES"}
     assert {k for k in env if not k.startswith("LC_")} <= allowed
 
 
 def test_the_base_has_a_path_even_when_the_agent_has_none():
     assert base_environment({"HOME": "/h", "RECKON_TOKEN": "x"}) == {"HOME": "/h", "PATH": "/usr/local/bin:/usr/bin:/bin"}
     env = job_environment(spec("true", env={"RECKON_TOKEN_FILE": "/etc/t"}), "1", 1, {"PATH": "/bin"})
-    assert env == {"PATH": "/bin", "RECKON_JOB_ID": "1", "RECKON_ATTEMPT": "1", "RECKON_JOB_NAME": "t"}
+    assert env == {"PATH": "/bin", "RECKON_JOB_ID": "1", "RECKON_ATTEMPT": "1", "RECKON_JOB_NAME": "t",
+                   "CUDA_VISIBLE_DEVICES": ""}
 
 
 @pytest.mark.parametrize("output_mode", [None, 0o640])
