@@ -18,9 +18,12 @@ whatever else the agent's service manager set.  A job gets:
    ``USER``, ``LOGNAME`` and ``SHELL`` from the owner's passwd entry on top,
    set by its supervisor: ``daemon/agent/users.py``.)
 
-``RECKON_TOKEN`` and ``RECKON_TOKEN_FILE`` are never passed, even when the
-job's own pairs name them (the submitter then has the token already and can
-hand it over another way; an agent never does).
+The agent's own ``RECKON_TOKEN`` and ``RECKON_TOKEN_FILE`` are never passed
+(the base has neither). The job's own pairs may name them: the submitter's
+choice, so that a job on a token cluster can call the controller itself
+(``scontrol requeue`` from inside, as submitit does). The Slurm layer exports
+``RECKON_TOKEN_FILE`` with ``--export=ALL`` and the token itself only when
+named (docs/slurm.md); neither is ever the agent's.
 
 4. with ``slurm_env`` (version 7, jobs from ``sbatch``): Slurm's own variables for a
    one-node, one-task job (``slurm_environment``; the array's count, min and max come in the
@@ -97,7 +100,6 @@ def slurm_environment(spec: JobSpec, job: str, attempt: int, host: JobHost, owne
 BASE_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
 BASE_PREFIXES = ("LC_",)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-NEVER = frozenset({"RECKON_TOKEN", "RECKON_TOKEN_FILE"})  # the agent's secret and where it lives
 
 
 def base_environment(agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -130,6 +132,4 @@ def job_environment(spec: JobSpec, job: str, attempt: int, base: Mapping[str, st
         env["RECKON_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
     else:
         env.pop("RECKON_GPUS", None)
-    for name in NEVER:
-        env.pop(name, None)
     return env
