@@ -147,9 +147,7 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
             values.check_clusters(opts[name] or "", f"--{name}")
     if opts.get("nodes") is not None:
         values.parse_nodes(opts["nodes"] or "")
-    for name in ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket"):
-        if opts.get(name) is not None:
-            values.parse_one(name, opts[name] or "")
+    values.check_one_task(opts)
     chdir = opts.get("chdir")
     if chdir is not None:
         cwd = os.path.normpath(os.path.join(cwd, chdir))

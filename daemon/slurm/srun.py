@@ -364,8 +364,7 @@ def _main(argv: list[str]) -> int:
                 values.check_clusters(opts[name] or "", f"--{name}")
         if opts.get("nodes") is not None:
             values.parse_nodes(opts["nodes"] or "")
-        if opts.get("ntasks") is not None:
-            values.parse_one("ntasks", opts["ntasks"] or "")
+        values.check_one_task(opts)  # a step of one task: --ntasks-per-node=2 is refused, not run once
         return run_in_job(opts, command)
     return run_as_job(opts, command)
 
