@@ -24,7 +24,8 @@ SACCT_FIELDS = {
     "Partition": 10, "QOS": 10, "Reason": 22, "ReqCPUS": 8, "ReqMem": 10, "ReqNodes": 8, "ReqTRES": 10,
     "Reservation": 20, "Restarts": 8, "Start": 19, "State": 10, "StdErr": 20, "StdOut": 20, "Submit": 19,
     "Timelimit": 10, "TimelimitRaw": 10, "UID": 6, "User": 9, "WCKey": 10, "WorkDir": 20, "Cluster": 10,
-    "DerivedExitCode": 15,
+    "DerivedExitCode": 15, "TotalCPU": 10, "UserCPU": 10, "SystemCPU": 10, "MaxRSS": 10, "CPUTime": 10,
+    "CPUTimeRAW": 10,
 }
 SACCT_NAMES = {name.lower(): name for name in SACCT_FIELDS}
 
@@ -162,9 +163,59 @@ def sacct_value(name: str, row: dict, now: float) -> str | None:
         return job.get("stdout" if name == "StdOut" else "stderr") if step is None else None
     if name == "WorkDir":
         return job.get("cwd") if step is None else None
+    if name in ("TotalCPU", "UserCPU", "SystemCPU"):
+        usage = _usage(job) if step != "extern" else None
+        if usage is None:
+            return "00:00:00"
+        seconds = {"TotalCPU": usage["cpu_user"] + usage["cpu_system"], "UserCPU": usage["cpu_user"],
+                   "SystemCPU": usage["cpu_system"]}[name]
+        return cpu_time(seconds)
+    if name == "MaxRSS":  # a step's (the job's line has none, as Slurm's)
+        if step is None:
+            return None
+        usage = _usage(job) if step == "batch" else None
+        return _bytes(usage["max_rss"] if usage is not None and usage.get("max_rss") else 0)
+    if name in ("CPUTime", "CPUTimeRAW"):  # elapsed times the CPUs allocated
+        seconds = elapsed_seconds(job, now) * (job.get("cpus") or 1)
+        return sacct_time(seconds) if name == "CPUTime" else str(seconds)
     if name == "Cluster":
         return CLUSTER
     raise AssertionError(name)  # parse_sacct_format admits only the fields above
+
+
+def _usage(job: dict) -> dict | None:
+    """What the job's last attempt used, once it ended (a running or requeued job's is an earlier
+    attempt's: Slurm shows nothing until a step ends)."""
+    if job["state"] in ("PENDING", "RUNNING"):
+        return None
+    return job.get("usage")
+
+
+def cpu_time(seconds: float) -> str:
+    """sacct's TotalCPU, UserCPU and SystemCPU (print.c's _elapsed_time): ``MM:SS.mmm`` under an
+    hour, ``HH:MM:SS`` under a day, ``D-HH:MM:SS``; a whole number of seconds ``00:MM:SS``."""
+    whole = int(seconds)
+    millis = int(round((seconds - whole) * 1_000_000)) // 1000
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    if millis:
+        return f"{minutes:02d}:{secs:02d}.{millis:03d}"
+    return f"00:{minutes:02d}:{secs:02d}"
+
+
+def _bytes(count: int) -> str:
+    """MaxRSS as sacct prints bytes (convert_num_unit, CONVERT_NUM_UNIT_EXACT): a larger unit only
+    while it divides, ``2612K``, ``64M``; ``0`` for nothing measured."""
+    value, unit = int(count), 0
+    while value and value % 1024 == 0 and unit < 5:
+        value //= 1024
+        unit += 1
+    return f"{value}{' KMGTP'[unit].strip()}"
 
 
 def sacct_lines(rows: list[dict], fields: list[tuple[str, int]], now: float, *, header: bool,
@@ -211,6 +262,8 @@ SACCT_KEYS = {
     "Timelimit": ("time_limit", "started_at", *DEPENDS_KEYS, "held"),
     "TimelimitRaw": ("time_limit", "started_at", *DEPENDS_KEYS, "held"), "Reason": REASON_KEYS,
     "Restarts": ("requeues",), "StdOut": ("stdout",), "StdErr": ("stderr",), "WorkDir": ("cwd",), "Cluster": (),
+    "TotalCPU": ("state", "usage"), "UserCPU": ("state", "usage"), "SystemCPU": ("state", "usage"),
+    "MaxRSS": ("state", "usage"), "CPUTime": (*ELAPSED_KEYS, "cpus"), "CPUTimeRAW": (*ELAPSED_KEYS, "cpus"),
 }
 
 

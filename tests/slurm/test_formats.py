@@ -197,6 +197,23 @@ def test_scontrol_show_job_and_config():
     assert "SchedulerType           = sched/backfill" in L.show_config(NOW, "ws://127.0.0.1:7420", 2, "backfill")
 
 
+def test_sacct_accounting_fields_as_snakemakes_efficiency_report_reads_them():
+    """TotalCPU, UserCPU, SystemCPU in print.c's _elapsed_time form, MaxRSS on the steps only (bytes
+    in the largest unit that divides), CPUTime as elapsed x CPUs; nothing measured yet: zeros."""
+    usage = {"cpu_user": 3.25, "cpu_system": 0.5, "max_rss": 3 * 4096 * 100, "wall": 40.0, "source": "cgroup"}
+    done = job("9", "COMPLETED", exit_code=0, finished_at=NOW - 10, cpus=2, usage=usage)
+    rows = A.sacct_rows(done, allocations=False, now=NOW)
+    fmt = A.parse_sacct_format("JobID,JobName,Elapsed,TotalCPU,UserCPU,SystemCPU,NCPUS,MaxRSS,CPUTime,CPUTimeRAW")
+    assert A.sacct_lines(rows, fmt, NOW, header=False, parsable="|2") == [
+        "9|job|00:00:40|00:03.750|00:03.250|00:00.500|2||00:01:20|80",
+        "9.batch|batch|00:00:40|00:03.750|00:03.250|00:00.500|2|1200K|00:01:20|80",
+        "9.extern|extern|00:00:40|00:00:00|00:00:00|00:00:00|2|0|00:01:20|80"]
+    running = job("10", "RUNNING", usage=usage)  # an earlier attempt's usage is not this one's
+    assert A.sacct_value("TotalCPU", {"job": running, "step": None}, NOW) == "00:00:00"
+    assert [A.cpu_time(s) for s in (0, 59.0, 61.25, 3725.9, 90061)] == [
+        "00:00:00", "00:00:59", "01:01.250", "01:02:05", "1-01:01:01"]
+
+
 def test_sacct_collapses_an_arrays_pending_members_as_submitit_reads_them():
     jobs = [job("6", "RUNNING", array_id="6", array_index=1, array_max=2),
             job("7", "PENDING", array_id="6", array_index=2, array_max=2),

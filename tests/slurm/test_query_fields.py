@@ -101,7 +101,10 @@ def _shapes() -> list[dict]:
     shapes = [
         {}, {"held": True}, {"after": ["7"], "after_any": ["8"]}, {"requeues": 1, "attempt": 2},
         {"state": "RUNNING", **ran, "time_limit": 600.0, "mem": 3 << 30, "gpus": 2, "gres": [["fpga", 1]]},
-        {"state": "COMPLETED", **ended, "exit_code": 0, **owner},
+        {"state": "COMPLETED", **ended, "exit_code": 0, **owner,
+         "usage": {"cpu_user": 3.25, "cpu_system": 0.5, "max_rss": 12 << 20, "wall": 40.0, "source": "cgroup"}},
+        {"state": "RUNNING", **ran, "attempt": 2,  # an earlier attempt's usage: not shown while it runs
+         "usage": {"cpu_user": 1.0, "cpu_system": 0.0, "max_rss": None, "wall": 2.0, "source": "rusage"}},
         {"state": "FAILED", **ended, "exit_code": 3, "labels": {"account": "lab", "partition": "p2", "qos": "hi"}},
         {"state": "FAILED", **ended, "reason": "timeout", "time_limit": 30.0},
         {"state": "FAILED", **ended, "reason": "oom", "signal": 9},
