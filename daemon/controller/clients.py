@@ -71,6 +71,15 @@ class ClientRequests:
                 data = encode(reply)
             await ws.send_message(data)
 
+    # Every client operation, the ones _client_op answers itself and its tables' (the HTTP API's
+    # routes are held to this list: tests/http/test_routes_cover_ops.py).
+    OWN_OPS = frozenset({"query", "submit", "submit_many", "cancel", "update", "priority", "jobs", "status", "logs",
+                         "forget", "whoami"})
+
+    @classmethod
+    def client_ops(cls) -> frozenset[str]:
+        return cls.OWN_OPS | frozenset(operator.OPS) | job_ops.OPS
+
     async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:
         op = request.get("op")
         if op == "query":  # squeue, sacct, the HTTP API: from the index, no turn of the loop (query.py)
