@@ -98,7 +98,10 @@ def partition(job: dict) -> str:
 
 
 def exit_code(job: dict) -> str:
-    """sacct's ``ExitCode``: ``code:signal``."""
+    """sacct's ``ExitCode``: ``code:signal``; an OOM kill is Slurm's ``0:125`` whatever the shell
+    around the killed process exited with."""
+    if slurm_state(job) == "OUT_OF_MEMORY":
+        return "0:125"
     return f"{job.get('exit_code') or 0}:{job.get('signal') or 0}"
 
 

@@ -197,6 +197,14 @@ def test_scontrol_show_job_and_config():
     assert "SchedulerType           = sched/backfill" in L.show_config(NOW, "ws://127.0.0.1:7420", 2, "backfill")
 
 
+def test_an_oom_kill_reads_as_slurms_out_of_memory_0_125():
+    oom = job("11", "FAILED", reason="oom", exit_code=137, finished_at=NOW - 1)  # the shell's 128+9
+    rows = A.sacct_rows(oom, allocations=False, now=NOW)
+    assert A.sacct_lines(rows, A.parse_sacct_format("JobID,State,ExitCode"), NOW, header=False, parsable="|2") == [
+        "11|OUT_OF_MEMORY|0:125", "11.batch|OUT_OF_MEMORY|0:125", "11.extern|COMPLETED|0:0"]
+    assert "ExitCode=0:125" in L.show_job(oom, NOW)
+
+
 def test_sacct_accounting_fields_as_snakemakes_efficiency_report_reads_them():
     """TotalCPU, UserCPU, SystemCPU in print.c's _elapsed_time form, MaxRSS on the steps only (bytes
     in the largest unit that divides), CPUTime as elapsed x CPUs; nothing measured yet: zeros."""
