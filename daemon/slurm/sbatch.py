@@ -333,7 +333,10 @@ def _submission_failed(exc: Exception) -> None:
     from reckon.daemon.client_common import ClientError, UsageError
 
     if isinstance(exc, ClientError):
-        raise SlurmCommandError(f"Batch job submission failed: {exc}",
+        from reckon.daemon.slurm.common import QUEUE_ANYWAY_HINT
+
+        text = str(exc).replace(QUEUE_ANYWAY_HINT, "")  # reckon submit's flag: sbatch has none
+        raise SlurmCommandError(f"Batch job submission failed: {text}",
                                 2 if isinstance(exc, UsageError) else 1) from None
 
 

@@ -22,7 +22,8 @@ import sys
 
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
-from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, default_signals, run, warn
+from reckon.daemon.slurm.common import (QUEUE_ANYWAY_HINT, SlurmCommandError, bad_option, connect, default_signals,
+                                        run, warn)
 
 PROG = "srun"
 _OPTIONS = table.by_name(table.SRUN)
@@ -219,8 +220,15 @@ def _submit(client, spec: dict) -> str:
 
     interrupted: list[int] = []
     previous = _signal.signal(_signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    from reckon.daemon.client_common import ClientError, UsageError
+
     try:
         job = client.call("submit", spec=spec)["job"]["id"]
+    except ClientError as exc:
+        if isinstance(exc, UsageError):
+            raise
+        # Slurm's words; the hint names reckon submit's flag, which srun has not.
+        raise SlurmCommandError(f"Unable to allocate resources: {str(exc).replace(QUEUE_ANYWAY_HINT, '')}") from None
     finally:
         _signal.signal(_signal.SIGINT, previous)
     if interrupted:

@@ -324,3 +324,24 @@ def test_a_job_on_a_token_cluster_requeues_itself_with_the_exported_token_file(c
     assert (cluster.base / f"slurm-{job}.out").read_text().endswith("attempt 2\n")
     stored = b"".join(p.read_bytes() for p in cluster.controller_dir.iterdir() if p.is_file())
     assert token.encode() not in stored and str(cluster.token_file).encode() in stored
+
+
+def test_a_job_no_agent_can_run_is_refused_in_slurms_words(cluster):
+    """sbatch and srun refuse a job larger than every agent in one line, as Slurm's do, and never
+    suggest reckon submit's --queue-anyway (they have no such flag)."""
+    cluster.start_controller()
+    cluster.start_agent("a1", slots=2)
+    cluster.wait_node("a1", ["IDLE"])
+    bin_dir = _commands(cluster)
+    for command, prefix in (("sbatch", "sbatch: error: Batch job submission failed: "),
+                            ("srun", "srun: error: Unable to allocate resources: ")):
+        args = ["-c", "64", "--wrap", "true"] if command == "sbatch" else ["-c", "64", "true"]
+        out = _run(cluster, bin_dir, command, *args)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert out.stderr.startswith(prefix + "no agent can ever run this job: it needs 64 slots"), out.stderr
+        assert "queue-anyway" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert cluster.jobs() == {}
+    from reckon.daemon.slurm.common import QUEUE_ANYWAY_HINT
+    from reckon.model.admission import QUEUE_ANYWAY_HINT as MODELS
+
+    assert QUEUE_ANYWAY_HINT == MODELS  # the layer's copy of the text it leaves out
