@@ -10,6 +10,7 @@ from reckon.model import events as E
 from reckon.model import facts as F
 from reckon.model import messages as M
 from reckon.model.controller import Controller, ControllerConfig
+from reckon.model.history import job_history
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.permissions import Caller
 from reckon.model.priority import DAY, PriorityConfig, attempt_usage
@@ -75,6 +76,8 @@ def test_an_attempt_requeued_because_its_agent_was_lost_is_charged_up_to_the_los
     assert w.ctrl.state.jobs[job].state is JobState.PENDING
     assert w.usage(200.0) == pytest.approx(used(200.0 - STARTED)) and w.usage(200.0) > 0
     w.assert_replay_agrees(500.0)
+    attempt = job_history(job, w.log).attempts[1]  # the history's end of the attempt is the fact's time
+    assert (attempt.ended, attempt.started_at, attempt.finished_at) == ("requeued", STARTED, 200.0)
 
 
 def test_an_attempt_on_an_agent_the_operator_forgot_is_charged_up_to_the_forget():
@@ -97,6 +100,8 @@ def test_a_cancelled_attempt_whose_agent_is_lost_is_charged_up_to_the_confirmati
     assert w.ctrl.state.jobs[job].state is JobState.CANCELLED
     assert w.usage(150.0) == pytest.approx(used(150.0 - STARTED))
     w.assert_replay_agrees(1000.0)
+    attempt = job_history(job, w.log).attempts[1]
+    assert (attempt.ended, attempt.finished_at) == ("cancelled", 150.0)
 
 
 def test_an_attempt_that_never_started_is_not_charged():
