@@ -16,8 +16,8 @@ A pending job's priority is ``int(sum(weight * factor)) - nice + adjustment``:
 Usage (``UsageTable``) is CPU-seconds decayed with a half-life, kept by ``state.apply`` from the
 facts alone (the fact that ends an attempt -- ``JobFinished``, ``JobRequeued``,
 ``JobCancelConfirmed`` -- with the attempt's CPUs, start and that fact's end time), so the table
-after a replay is the one the live controller had.  Decay is computed from the facts' times and the ``now`` the
-priorities are asked at: no clock is read.  A RUNNING attempt adds what it used so far, from its
+after a replay is the one the live controller had.  Decay is computed from the facts' times and
+the ``now`` the priorities are asked at: no clock is read.  A RUNNING attempt adds what it used so far, from its
 record (start time, CPUs), at the time the priorities are computed.
 
 Priorities themselves are volatile: ``Priorities`` recomputes them from the state and ``now`` (on
