@@ -156,6 +156,23 @@ async def test_an_owner_without_an_account_here_is_the_jobs_error(tmp_path, unix
     assert status.not_run == "the job's owner ghost (uid 3999999) has no account on this machine"
 
 
+async def test_an_owner_whose_uid_is_another_user_here_is_the_jobs_error(tmp_path, unix_users):
+    """The controller's machine says uid U is alice; here U is bob: the job is not run as bob."""
+    bob = unix_users.bob
+    impostor = Owner(uid=bob.uid, gid=bob.gid, user="alice-elsewhere")
+    with trio.fail_after(HANG):
+        async with JobRunner(tmp_path / "state") as runner:
+            status = await run(runner, "1", sh("echo ran", cwd=str(bob.home)), impostor)
+            unnamed = await run(runner, "2", sh("echo ran", cwd=str(bob.home)),
+                                Owner(uid=bob.uid, gid=bob.gid, user=f"#{bob.uid}"))  # no name there: by uid
+            out, _ = runner.log_paths("1", 1)
+            out2, _ = runner.log_paths("2", 1)
+    assert (status.exit_code, out.read_text()) == (126, "")
+    assert status.not_run == (f"the job's owner alice-elsewhere (uid {bob.uid}) is {bob.name} on this machine: "
+                              "the cluster's machines must agree on user ids")
+    assert (unnamed.exit_code, out2.read_text()) == (0, "ran\n")
+
+
 async def test_gpus_are_in_the_jobs_environment(tmp_path, unix_users):
     alice = unix_users.alice
     with trio.fail_after(HANG):
