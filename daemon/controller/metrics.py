@@ -34,11 +34,9 @@ class _StateCollector(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         model = self.daemon.model
         jobs = GaugeMetricFamily("reckon_jobs", "Jobs in the table by state", labels=["state"])
-        counts = dict.fromkeys((s.value for s in JobState), 0)
-        for job in model.state.jobs.values():
-            counts[job.state.value] += 1
-        for state, n in counts.items():
-            jobs.add_metric([state], n)
+        states = self.daemon.queries.states  # the query index's (the last commit's): no walk of every job
+        for state in (s.value for s in JobState):
+            jobs.add_metric([state], len(states[state]))
         yield jobs
         agents = GaugeMetricFamily("reckon_agents", "Known agents by node state", labels=["state"])
         nodes = dict.fromkeys(NodeState, 0)
