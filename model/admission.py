@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .scheduler import UserLimits
     from .state import AgentInfo, ControllerState
 
-_HINT = " (--queue-anyway queues it for an agent yet to join)"
+QUEUE_ANYWAY_HINT = " (--queue-anyway queues it for an agent yet to join)"  # reckon submit's flag
 
 
 def with_default_mem(spec: "JobSpec", per_cpu: int | None) -> "JobSpec":
@@ -63,7 +63,7 @@ def unrunnable_reason(state: "ControllerState", spec: "JobSpec") -> str | None:
         return None
     registered = [a for a in state.agents.values() if a.registered]
     need = beyond_every_agent(registered, spec)
-    return None if need is None else f"no agent can ever run this job: it needs {need}{_HINT}"
+    return None if need is None else f"no agent can ever run this job: it needs {need}{QUEUE_ANYWAY_HINT}"
 
 
 def beyond_the_user_limit(limits: "UserLimits", owner: "Owner | None", spec: "JobSpec") -> str | None:

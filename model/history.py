@@ -97,6 +97,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
         elif kind is F.JobRequeued:
             a = h._attempt(fact.attempt)
             a.ended, a.reason = "requeued", fact.reason
+            if fact.requeued_at is not None:  # v2: when the controller gave it up (older facts did not say)
+                a.finished_at = fact.requeued_at
             h.events.append({"event": "requeued", "attempt": fact.attempt, "reason": fact.reason})
         elif kind is F.JobRequeueRequested:
             requeue_asked.add(fact.attempt)
@@ -109,6 +111,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
         elif kind is F.JobCancelConfirmed:
             a = h._attempt(fact.attempt)
             a.ended, a.reason = "cancelled", "cancelled by a user; its process is gone"
+            if fact.confirmed_at is not None:  # v2, likewise
+                a.finished_at = fact.confirmed_at
             h.events.append({"event": "cancelled", "attempt": fact.attempt, "reason": a.reason})
         elif kind is F.JobCancelled:
             event = {"event": "cancelled", "attempt": None, "reason": fact.reason or "cancelled by a user before it ran"}

@@ -336,11 +336,15 @@ class Transaction(VolatileAccess):
 
     def attempt_lost(self, job: JobRecord, reason: str) -> None:
         """The current attempt of a RUNNING job ran nowhere or will never report: a cancel
-        asked for meanwhile is confirmed (the job ends CANCELLED), else the job is requeued."""
+        asked for meanwhile is confirmed (the job ends CANCELLED), else the job is requeued.
+
+        The fact records the time the controller gave the attempt up (the event's): fair share
+        charges the attempt up to it, in apply, so a replay charges exactly what live did."""
+        at = self.now if self.now is not None else self.clock
         if job.cancel_requested:
-            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt, confirmed_at=at))
         else:
-            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason))
+            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason, requeued_at=at))
 
     def result(self) -> list[E.Command]:
         """The call's commands, its facts gathered into one leading Append."""

@@ -51,7 +51,7 @@ from reckon.daemon.agent.output import OutputFiles, held_keys
 from reckon.daemon.auth.client import ClientAuth, CredentialError
 from reckon.daemon.auth.munge import resolve_socket
 from reckon.daemon.client_common import ClientError, client_ssl_context
-from reckon.daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
+from reckon.daemon.wsconnect import TLSFailure, cleartext_munge_warning, cleartext_token_warning, open_websocket
 from reckon.daemon.agent.attempts import ExitStatus, JobLost, RunnerError
 from reckon.daemon.agent.null_runner import HoldRunner, NullRunner
 from reckon.daemon.agent.runner import JobRunner
@@ -521,7 +521,8 @@ async def _run(options: AgentOptions, task_status) -> None:
     runtime.tune()
     if options.controller.startswith("wss:"):
         client_ssl_context(options.ca)  # UsageError: an unreadable --ca fails now, not at each attempt
-    warning = cleartext_token_warning(options.controller, options.token)
+    warning = (cleartext_munge_warning(options.controller) if options.auth == "munge"
+               else cleartext_token_warning(options.controller, options.token))
     if warning:
         log.warning("%s", warning)
     if options.auth == "munge":  # munged down at start: one line, and no start (the controller does the same)

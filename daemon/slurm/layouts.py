@@ -1,6 +1,6 @@
 """sinfo's and ``scontrol show``'s layouts of reckon's nodes, partition, jobs and configuration.
 
-Pure, like formats.py (jobs' values and squeue's and sacct's columns), which it builds on: what
+Pure, like formats.py (jobs' values and squeue's codes) and sacct_fields.py, which it builds on: what
 reckon's nodes and jobs read as in Slurm's words (reckon has one partition, ``reckon``, the
 default, until #22).
 """
