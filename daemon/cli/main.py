@@ -379,7 +379,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=path, required=True,
                    help="where the agent keeps its identity, job records and output (one agent per directory)")
     p.add_argument("--mem", type=_size, default=None, metavar="SIZE",
-                   help="memory jobs may ask for, e.g. 64G (default: the machine's, or the agent's cgroup limit)")
+                   help="memory jobs may ask for, e.g. 64G (default: the machine's, or the agent's cgroup limit); "
+                        "less --reserve-mem, it is also the limit of a job without --mem and of all jobs together")
     p.add_argument("--reserve-mem", type=_size, default=None, metavar="SIZE",
                    help="memory kept back from jobs for the system and the agent (default: none)")
     p.add_argument("--gpus", type=_gpu_indices, default=None, metavar="INDICES",
@@ -434,7 +435,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="CPUs the job takes on its agent (default 1; --slots is the older name)")
     p.add_argument("--mem", metavar="SIZE",
                    help="memory the job may use (512M, 4G; a bare number is MiB): it runs only where that much "
-                        "is free, and past it the job is killed (FAILED, reason oom) where the agent enforces it")
+                        "is free, and past it the job is killed (FAILED, reason oom) where the agent enforces it "
+                        "(default: the controller's --default-mem-per-cpu times --cpus, else none asked and the "
+                        "agent's memory as its limit)")
     p.add_argument("--gpus", type=int, default=0, metavar="N",
                    help="GPUs the job takes (the controller picks their indices: CUDA_VISIBLE_DEVICES, RECKON_GPUS)")
     p.add_argument("--gres", action="append", default=[], metavar="NAME[:N]",
