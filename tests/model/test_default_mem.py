@@ -15,6 +15,7 @@ from reckon.model.controller import ControllerConfig
 from reckon.model.errors import LocalProtocolError
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.nodes import pending_reason
+from reckon.model.partition_ops import SetPartition
 from reckon.model.resources import MAX_MEM, NodeResources
 
 from tests.model.harness import Harness
@@ -100,3 +101,16 @@ def test_the_default_is_capped_at_the_largest_size_a_spec_holds():
 def test_a_bad_default_is_refused(bad):
     with pytest.raises(ValueError, match="default_mem_per_cpu must be a number of bytes"):
         ControllerConfig(default_mem_per_cpu=bad)
+
+
+def test_a_partitions_memory_limit_judges_the_default_memory():
+    h = Harness(("a1",), slots=8, resources=NodeResources(mem=8 * G, enforcer="cgroup-v1"),
+                controller_config=ControllerConfig(default_mem_per_cpu=1 * G))
+    h.controller_handle(SetPartition(name="small", changes=(("nodes", ("a*",)), ("default", True),
+                                                            ("max_mem_per_job", 2 * G)), now=h.now))
+    h.join("a1")
+    assert submitted(h) == {}
+    ok = submit(h, slots=2)  # 2G: at the partition's limit
+    with pytest.raises(LocalProtocolError, match="partition small refuses this job"):
+        submit(h, slots=3)  # 3G by default, though it gave no --mem
+    assert submitted(h) == {ok: 2 * G}
