@@ -308,6 +308,9 @@ class Cgroup:
             if spec.get("pool_mem") is not None:
                 cg._cap_pool(spec["pool_mem"])
             cg._limit(spec.get("mem"), spec.get("cpus"), spec.get("pids_max"))
+        except CgroupError:
+            cg.remove()
+            raise
         except OSError as e:
             cg.remove()
             raise CgroupError(f"cannot make the job's cgroup {getattr(e, 'filename', None) or cg.all_dirs[0]}: "
@@ -327,6 +330,11 @@ class Cgroup:
             return
         if self.version == 2:
             if _read(os.path.join(pool, "memory.max")).strip() != str(mem):
+                # Below what is in use, v2 would OOM-kill running jobs to get there: refused as v1 does.
+                used = _read_int(os.path.join(pool, "memory.current"))
+                if used is not None and used > mem:
+                    raise CgroupError(f"cannot cap the agent's jobs together at {_size_text(mem)} ({pool}/memory.max): "
+                                      f"its running jobs use more ({_size_text(used)})")
                 _write(os.path.join(pool, "memory.max"), str(mem))
             swap = os.path.join(pool, "memory.swap.max")
             if os.path.exists(swap) and _read(swap).strip() != "0":
@@ -341,7 +349,14 @@ class Cgroup:
         order = [memsw, limit] if current is not None and mem > current else [limit, memsw]
         for path in order:
             if path == limit or os.path.exists(path):
-                _write(path, str(mem))
+                try:
+                    _write(path, str(mem))
+                except OSError as e:
+                    # EBUSY: v1 lowers a limit only by reclaiming, and the running jobs hold more
+                    # (an agent restarted with less memory).  No job starts uncapped.
+                    busy = " (its running jobs use more)" if e.errno == errno.EBUSY else ""
+                    raise CgroupError(f"cannot cap the agent's jobs together at {_size_text(mem)} ({path}): "
+                                      f"{e.strerror or e}{busy}") from None
 
     def _limit(self, mem: int | None, cpus: int | None, pids_max: int | None) -> None:
         if self.version == 2:
@@ -494,6 +509,10 @@ class Cgroup:
             else:
                 gone = False
         return gone
+
+
+def _size_text(value: int) -> str:
+    return f"{value >> 20}M" if value % (1 << 20) == 0 else f"{value / (1 << 20):.1f}M"
 
 
 def oom_score_adj() -> int | None:

@@ -282,3 +282,28 @@ async def test_jobs_without_mem_together_cannot_pass_what_the_agent_offers(tmp_p
     killed = [e for e in ends if e.oom]
     lived = [e for e in ends if not e.oom]
     assert len(killed) == 1 and len(lived) == 1 and lived[0].exit_code == 0, ends  # one lives on
+
+
+async def test_an_agent_with_less_memory_than_its_jobs_use_runs_no_new_job_and_says_why(tmp_path, enforcement):
+    """An agent restarted with less memory than its running jobs hold: cgroup v1 refuses to lower
+    the cap below what is in use (EBUSY), and a new job is not run, with that reason."""
+    if enforcement["version"] != 1:
+        pytest.skip("the refusal to lower a limit below its use is cgroup v1's")
+    go = tmp_path / "go"
+    state = tmp_path / "state"
+    with trio.fail_after(HANG):
+        async with JobRunner(state, cgroups=enforcement, mem_cap=200 * MB) as runner:
+            await runner.start("1", 1, sh(f"{HOLD_70M} {go}", slots=1))
+            out1, _ = runner.log_paths("1", 1)
+            await wait_for(lambda: out1.read_text() == "holding\n")
+        # The same agent back with 20M to offer (the holder's supervisor runs on).
+        async with JobRunner(state, cgroups=enforcement, mem_cap=20 * MB) as runner:
+            assert await runner.adopt([("1", 1)]) == {("1", 1): "running"}
+            await runner.start("2", 1, sh("echo ran", slots=1))
+            refused = await exit_of(runner, "2")
+            go.touch()
+            held = await exit_of(runner, "1")
+    assert refused.exit_code == 126 and "Device or resource busy" in (refused.not_run or ""), refused
+    assert refused.not_run.startswith("cannot cap the agent's jobs together at 20M (") and \
+        refused.not_run.endswith("memory.limit_in_bytes): Device or resource busy (its running jobs use more)")
+    assert (held.exit_code, held.oom) == (0, False)
