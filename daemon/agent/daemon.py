@@ -551,13 +551,15 @@ async def _run(options: AgentOptions, task_status) -> None:
             machine_resources.release_enforcement(enforced)
             raise
         munge = options.auth == "munge"
+        if real:  # its launcher and every supervisor inherit it
+            lines.append(machine_resources.exempt_from_the_oom_killer())
         for level, line in (lines + [("info", agent_line(options.allow_root_jobs, munge))]) if real else ():
             getattr(log, level)("%s", line)  # what it cannot enforce here, and whom it runs jobs as
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
         runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
                   if not real
                   else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode,
-                                 cgroups=enforced, pids_max=options.job_pids_max,
+                                 cgroups=enforced, pids_max=options.job_pids_max, mem_cap=resources.mem,
                                  allow_root_jobs=options.allow_root_jobs, umask=options.job_umask,
                                  controller=options.controller,
                                  refuse_ownerless=munge and os.geteuid() == 0 and not options.allow_root_jobs))

@@ -191,7 +191,8 @@ class ClientRequests:
         config = self.model.config
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at,
                 "scheduler": config.scheduler, "limits": {"max_running_per_user": config.max_running_per_user,
-                           "max_cpus_per_user": config.max_cpus_per_user}}
+                           "max_cpus_per_user": config.max_cpus_per_user},
+                "default_mem_per_cpu": config.default_mem_per_cpu}
 
 
 def whoami(mode: str, caller: Caller | None) -> dict:

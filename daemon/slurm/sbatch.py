@@ -182,7 +182,8 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
                 raise SlurmCommandError("--mem-per-gpu needs GPUs (--gpus, --gres=gpu:N)")
             mem = values.parse_mem(opts[name] or "", f"--{name}") * factor
     if mem == 0:
-        warn(prog, "--mem=0 (all of a node's memory) is taken as no memory limit by reckon")
+        warn(prog, "--mem=0 (all of a node's memory) is taken as no --mem by reckon: the controller's "
+                   "default memory per CPU if it has one, else the job is held to its agent's memory")
     elif mem is not None:
         spec["mem"] = mem
     if gpus:
