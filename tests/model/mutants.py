@@ -162,6 +162,14 @@ RESOURCES = (
            "info.gpus_held.setdefault(index, set()).add(job.id)", "pass"),
 )
 
+# Issue #22's fair share: an attempt that ends by a requeue (its agent lost or forgotten, a cancel
+# confirmed is the other such end) is not charged.  Replay agrees with live (the same apply both
+# sides): only the oracle of tests/model/usage_check.py, from the facts alone, can tell.
+FAIRSHARE = (
+    Mutant("U1", "state: a requeued attempt is not charged its CPU-seconds", "reckon.model.state", None,
+           "_requeued", "    _charge(state, job, job.started_at, fact.requeued_at)\n", ""),
+)
+
 # Issue #22's scheduling: backfill lets a later job start on the reserved agent whatever its end
 # (INV-BACKFILL-PROMISE); the controller checks a proposal against its partition's state but not its
 # agents, so a proposal made before the operator moved the partition is dispatched outside it
@@ -182,7 +190,7 @@ SCHEDULING = (
            "if known is None:"),
 )
 
-ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + SCHEDULING}
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE + SCHEDULING}
 
 UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
                 "test_explore_bite.py", "test_checks_bite.py")
