@@ -170,7 +170,27 @@ FAIRSHARE = (
            "_requeued", "    _charge(state, job, job.started_at, fact.requeued_at)\n", ""),
 )
 
-ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE}
+# Issue #22's scheduling: backfill lets a later job start on the reserved agent whatever its end
+# (INV-BACKFILL-PROMISE); the controller checks a proposal against its partition's state but not its
+# agents, so a proposal made before the operator moved the partition is dispatched outside it
+# (INV-PARTITION); the scheduler places by free slots alone, whatever the job's partition (the
+# controller refuses such proposals: alone, a pb job proposed to a1 forever while a2 is free); the
+# scheduler keeps a reprioritized job at its old place in the queue.
+SCHEDULING = (
+    Mutant("B1", "scheduler: backfill ignores the reservation (a later job starts on the reserved agent)",
+           "reckon.model.scheduler", "Scheduler", "place",
+           "return held is None or all(r.admits(usage, now, time_limit) for r in held)", "return True"),
+    Mutant("P1", "controller: a proposal is checked against its partition's state, not its agents",
+           "reckon.model.job_ops", None, "on_dispatch",
+           "may_run_on(tx.state.partitions, job.spec, ev.agent)\n                                         and ", ""),
+    Mutant("P2", "scheduler: placement ignores the job's partition", "reckon.model.scheduler", "Scheduler", "place",
+           "partition = self._partition_of.get(job)  # issue #22", "partition = None  # issue #22"),
+    Mutant("Q1", "scheduler: a queued job's new priority is not taken (it keeps its place in the queue)",
+           "reckon.model.scheduler", "Scheduler", "notify", "if known is None or known[0] != key:",
+           "if known is None:"),
+)
+
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE + SCHEDULING}
 
 UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
                 "test_explore_bite.py", "test_checks_bite.py")
