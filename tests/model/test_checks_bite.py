@@ -39,7 +39,7 @@ from reckon.model.jobs import JOB_TRANSITIONS, JobState, JobTransition
 from reckon.model.scheduler import AgentNote
 
 from tests.model import explorer as X
-from tests.model.test_stateful import ReckonMachine
+from tests.model.test_stateful import CALLERS, ReckonMachine
 
 BITE_SETTINGS = settings(
     settings.get_profile("ci"),
@@ -51,6 +51,7 @@ BITE_SETTINGS = settings(
     report_multiple_bugs=False,
     print_blob=False,
 )
+OPERATOR = CALLERS[3]
 
 
 def assert_bites(*inv_ids: str) -> None:
@@ -458,6 +459,51 @@ def test_bite_resources(monkeypatch, mutant, caught_by):
     mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
     assert_bites(caught_by)
 
+
+def _prioritize_a_queued_job() -> ReckonMachine:
+    """A directed run of the machine's rules: two agents of one slot run two jobs, two more wait;
+    the operator pushes the later one up the queue past every factor (INV-PRIORITY-ORDER judges it).
+    The search seldom reaches it: two ready jobs queued when an operator's draw is one of the
+    adjustments the check can judge."""
+    m = ReckonMachine()
+    m.setup(n_agents=2, slots=[1, 1], ctrl_page=5, agent_page=5, round_timeout=30.0, lost_after=None,
+            recent_window=300.0, retry_max=4.0, initial_jobs=[], start_grace=0.0)
+    for command in ("a", "b", "c", "d"):
+        m.submit(slots=[1], command=[command], retries=0)
+        m.work()
+        m._check_all_invariants()
+    assert m.controller.scheduler_view()[0] == ("3", "4")  # FIFO among equals
+    later = list(m.controller.state.jobs).index("4")
+    m.prioritize(i=later, priority=100_000, caller=OPERATOR)
+    m._check_all_invariants()
+    return m
+
+
+def test_an_operator_s_adjustment_moves_a_job_up_the_queue():
+    """The control of the bite below: as the model is, job 4 goes before job 3."""
+    m = _prioritize_a_queued_job()
+    assert m.controller.scheduler_view()[0] == ("4", "3")
+
+
+@pytest.mark.parametrize("mutant", ["P1", "P3"])
+def test_bite_adjustment_not_heeded(monkeypatch, mutant):
+    """Issue #22, mutants P1 (the operator's adjustment is left out of a job's priority) and P3 (it
+    counts only from the next sweep on).  The controller and the scheduler agree on the wrong order:
+    INV-SCHEDULER-VIEW holds."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
+    with pytest.raises(AssertionError, match="INV-PRIORITY-ORDER"):
+        _prioritize_a_queued_job()
+
+
+def test_bite_negative_nice_of_a_user_accepted(monkeypatch):
+    """Issue #22, mutant P2: a user's submit with a negative nice (a push up the queue, an operator's
+    to give) is accepted: the search finds it."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
+    assert_bites("INV-PERMISSION")
 
 
 def _requeue_a_running_job() -> X.ExploredMachine:
