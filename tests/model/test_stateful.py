@@ -822,18 +822,21 @@ class ReckonMachine(RuleBasedStateMachine):
         """When ``job``'s ask fits on ``agent`` if every job running there (the controller's
         records; and ``also``, started now) ends at its time limit; inf if never."""
         state = self.controller.state
-        cpus, mem, gpus, _ = state.agents[agent].free()
+        cpus, mem, gpus, gres = state.agents[agent].free()
         started = [j for j in state.jobs.values() if j.state is JobState.RUNNING and j.agent == agent]
         running = [(float("inf") if j.spec.time_limit is None
                     else (self.now if j.started_at is None else j.started_at) + j.spec.time_limit,
-                    (j.spec.slots, j.spec.mem, j.spec.gpus)) for j in started]
+                    (j.spec.slots, j.spec.mem, j.spec.gpus, j.spec.gres)) for j in started]
         if also is not None:
             cpus, gpus = cpus - also.spec.slots, gpus - also.spec.gpus
             if mem is not None and also.spec.mem is not None:
                 mem -= also.spec.mem
+            for kind, count in also.spec.gres:
+                gres[kind] = gres.get(kind, 0) - count
             end = float("inf") if also.spec.time_limit is None else self.now + also.spec.time_limit
-            running.append((end, (also.spec.slots, also.spec.mem, also.spec.gpus)))
-        return soonest((job.spec.slots, job.spec.mem, job.spec.gpus), (cpus, mem, gpus), running, self.now)
+            running.append((end, (also.spec.slots, also.spec.mem, also.spec.gpus, also.spec.gres)))
+        return soonest((job.spec.slots, job.spec.mem, job.spec.gpus, job.spec.gres), (cpus, mem, gpus, gres),
+                       running, self.now)
 
     def _check_backfill_promise(self) -> None:
         """INV-BACKFILL-PROMISE, right after a pass's proposals reached the controller: each job
