@@ -3,7 +3,9 @@
 Each test re-injects one bug of ``mutants.py`` (a one-line source mutation of a
 real model function) and runs ``SwarmMachine`` at the ``ci`` profile's budget
 (300 examples x 50 steps, derandomized: the same examples every run), asserting
-that it fails with one of the named invariants.  The first is a class issue
+that it fails with one of the named invariants (N4's and N6's bites are directed runs of
+its rules instead: a derandomized sample moves when the machine's rules change, and the
+search once stopped reaching each).  The first is a class issue
 #13 found no layer reaching at the CI bound (the agent's stale-token
 ResyncDone check); the rest are invented bugs the plain machine and the
 explorer let through.  docs/checking.md has the
