@@ -62,6 +62,19 @@ def cleartext_token_warning(url: str, token: str | None) -> str | None:
     return None
 
 
+def cleartext_munge_warning(url: str) -> str | None:
+    """The warning for a munge agent that would trust an unauthenticated controller, or None.
+
+    MUNGE proves the agent to the controller, not the controller to the agent: over plain ws://
+    to another host, whatever answers at that address is obeyed, and a root agent runs jobs as
+    whichever user it is told.  TLS with the cluster's CA is what authenticates the controller."""
+    if urlsplit(url).scheme == "ws" and not is_loopback_host(urlsplit(url).hostname or ""):
+        return (f"--auth munge over plain ws:// to {url}: nothing proves the controller is the real one "
+                "(anything answering there could run jobs as any user here): serve it with "
+                "--tls-cert/--tls-key and use wss:// with --ca")
+    return None
+
+
 async def tls_failure(url: str, ssl_context: ssl.SSLContext | None, timeout: float) -> str | None:
     """Make one TLS handshake with the host of ``url``; the reason it fails for TLS, or None.
 

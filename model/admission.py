@@ -11,10 +11,11 @@ yet (a cluster being set up) nothing is refused: there is nothing to compare wit
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .partitions import partition_of
-from .resources import format_size
+from .resources import MAX_MEM, format_size
 
 if TYPE_CHECKING:
     from .jobs import JobSpec
@@ -22,7 +23,21 @@ if TYPE_CHECKING:
     from .scheduler import UserLimits
     from .state import AgentInfo, ControllerState
 
-_HINT = " (--queue-anyway queues it for an agent yet to join)"
+QUEUE_ANYWAY_HINT = " (--queue-anyway queues it for an agent yet to join)"  # reckon submit's flag
+
+
+def with_default_mem(spec: "JobSpec", per_cpu: int | None) -> "JobSpec":
+    """The spec a submit records when the cluster has a default memory (Slurm's DefMemPerCPU): a
+    job that gives no ``--mem`` asks ``slots x per_cpu`` (at most MAX_MEM), so the scheduler fits
+    it and its agent enforces it like any other.
+
+    Applied by the submit handlers, before the ``JobSubmitted`` fact is written, not when the job
+    is placed or started: the fact then holds what the job asks, replay and every reader (show,
+    squeue, the agent) see the same number, and a later change of the default leaves the jobs
+    already queued as they were submitted."""
+    if per_cpu is None or spec.mem is not None:
+        return spec
+    return replace(spec, mem=min(spec.slots * per_cpu, MAX_MEM))
 
 
 def capacity_shortfall(info: "AgentInfo", spec: "JobSpec") -> str | None:
@@ -48,7 +63,7 @@ def unrunnable_reason(state: "ControllerState", spec: "JobSpec") -> str | None:
         return None
     registered = [a for a in state.agents.values() if a.registered]
     need = beyond_every_agent(registered, spec)
-    return None if need is None else f"no agent can ever run this job: it needs {need}{_HINT}"
+    return None if need is None else f"no agent can ever run this job: it needs {need}{QUEUE_ANYWAY_HINT}"
 
 
 def beyond_the_user_limit(limits: "UserLimits", owner: "Owner | None", spec: "JobSpec") -> str | None:

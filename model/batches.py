@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import events as E
 from . import facts as F
 from .id_marks import mark_for_submit
-from .admission import beyond_the_user_limit, unrunnable_reason
+from .admission import beyond_the_user_limit, unrunnable_reason, with_default_mem
 from .partitions import admit
 from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobSpec
@@ -39,6 +39,7 @@ def on_submit_batch(tx: Transaction, ev: E.SubmitBatch) -> None:
     specs = []
     for number, spec in enumerate(ev.specs, start=1):
         try:
+            spec = with_default_mem(spec, tx.config.default_mem_per_cpu)  # before the partition's limits
             spec = admit(state.partitions, spec, ev.caller)  # its partition's refusals, default time
         except (LocalProtocolError, PermissionDenied) as exc:
             raise type(exc)(f"nothing submitted: entry {number} of {len(ev.specs)}: {exc}") from None

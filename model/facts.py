@@ -243,12 +243,16 @@ class JobCancelConfirmed:
     """A cancelled running job's process is gone, its outcome unknown to the agent."""
 
     KIND: ClassVar[str] = "job_cancel_confirmed"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # v1 had no confirmed_at
     job: str
     attempt: int
+    # v2: when the controller gave the attempt up (the event's time): the attempt's end, up to which
+    # fair share charges it (model/priority.py).  None in v1 facts, which charged nothing.
+    confirmed_at: float | None = None
 
     def __post_init__(self) -> None:
         _job_attempt(self)
+        check_opt_time("confirmed_at", self.confirmed_at)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,14 +260,18 @@ class JobRequeued:
     """The current attempt is lost; the job goes back to PENDING with attempt + 1."""
 
     KIND: ClassVar[str] = "job_requeued"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # v1 had no requeued_at
     job: str
     attempt: int  # the attempt that was lost
     reason: str
+    # v2: when the controller gave the attempt up (the event's time): the attempt's end, up to which
+    # fair share charges it (model/priority.py).  None in v1 facts, which charged nothing.
+    requeued_at: float | None = None
 
     def __post_init__(self) -> None:
         _job_attempt(self)
         check_str("reason", self.reason)
+        check_opt_time("requeued_at", self.requeued_at)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -460,6 +468,8 @@ _NEW_AT_DEFAULT: dict[type, dict[str, tuple[Any, int]]] = {
     AgentRegistered: {"resources": (None, 3)},
     JobSubmitted: {"owner": (None, 3)},  # v1-2 had no owner (None is what they meant)
     JobCancelled: {"cancelled_at": (None, 3)},  # v1-2 did not record the time
+    JobRequeued: {"requeued_at": (None, 2)},  # v1 did not record the time (nor charged the attempt)
+    JobCancelConfirmed: {"confirmed_at": (None, 2)},  # v1 likewise
 }
 # Fields whose value is a record of model/resources.py: encoded by to_dict, decoded by from_dict.
 _RECORD_FIELDS: dict[str, Any] = {"usage": Usage.from_dict, "resources": NodeResources.from_dict,

@@ -88,8 +88,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
                 a.ended, a.reason = "requeued", "requeued by a user while running: runs again as a new attempt"
             elif fact.timed_out:  # the supervisor stopped it at the job's --time limit
                 a.ended, a.reason = "timed out", "stopped at its time limit"
-            elif fact.oom:  # killed for exceeding its --mem
-                a.ended, a.reason = "oom", "killed for exceeding its memory limit (--mem)"
+            elif fact.oom:  # past its --mem, or (none given, or all its agent's jobs together) the agent's memory
+                a.ended, a.reason = "oom", "killed for exceeding its memory limit (--mem, or its agent's memory)"
             elif fact.not_run is not None:  # the agent refused to start it (exit 126/127)
                 a.ended, a.reason = "not run", f"not run: {fact.not_run}"
             if fact.started_at is not None and a.started_at is None:
@@ -97,6 +97,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
         elif kind is F.JobRequeued:
             a = h._attempt(fact.attempt)
             a.ended, a.reason = "requeued", fact.reason
+            if fact.requeued_at is not None:  # v2: when the controller gave it up (older facts did not say)
+                a.finished_at = fact.requeued_at
             h.events.append({"event": "requeued", "attempt": fact.attempt, "reason": fact.reason})
         elif kind is F.JobRequeueRequested:
             requeue_asked.add(fact.attempt)
@@ -109,6 +111,8 @@ def job_history(job: str, facts: Iterable[F.Fact]) -> JobHistory:
         elif kind is F.JobCancelConfirmed:
             a = h._attempt(fact.attempt)
             a.ended, a.reason = "cancelled", "cancelled by a user; its process is gone"
+            if fact.confirmed_at is not None:  # v2, likewise
+                a.finished_at = fact.confirmed_at
             h.events.append({"event": "cancelled", "attempt": fact.attempt, "reason": a.reason})
         elif kind is F.JobCancelled:
             event = {"event": "cancelled", "attempt": None, "reason": fact.reason or "cancelled by a user before it ran"}

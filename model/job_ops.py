@@ -14,7 +14,7 @@ from . import events as E
 from . import facts as F
 from . import messages as M
 from .id_marks import mark_for_submit
-from .admission import beyond_the_user_limit, unrunnable_reason
+from .admission import beyond_the_user_limit, unrunnable_reason, with_default_mem
 from .arrays import array_member
 from .errors import LocalProtocolError, PermissionDenied
 from .jobs import JobRecord, JobSpec, JobState
@@ -37,7 +37,9 @@ def check_submit(tx: Transaction, spec: JobSpec, caller: E.Caller | None = None)
 
 
 def on_submit_array(tx: Transaction, ev: E.SubmitArray) -> None:
-    template = admit(tx.state.partitions, ev.spec, ev.caller)  # its partition's refusals, default time
+    # The default memory first: the partition's limits and the fit judge what the job will ask.
+    template = with_default_mem(ev.spec, tx.config.default_mem_per_cpu)
+    template = admit(tx.state.partitions, template, ev.caller)  # its partition's refusals, default time
     if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, template)) is not None:
         raise LocalProtocolError(refusal)
     check_submit(tx, template, ev.caller)
@@ -176,7 +178,8 @@ def on_forget(tx: Transaction, ev: E.ForgetAgent) -> None:
 
 
 def on_submit(tx: Transaction, ev: E.SubmitJob) -> None:
-    spec = admit(tx.state.partitions, ev.spec, ev.caller)  # its partition's refusals, default time
+    spec = with_default_mem(ev.spec, tx.config.default_mem_per_cpu)  # before the partition's limits judge it
+    spec = admit(tx.state.partitions, spec, ev.caller)  # its partition's refusals, default time
     if not ev.queue_anyway and (refusal := unrunnable_reason(tx.state, spec)) is not None:
         raise LocalProtocolError(refusal)
     check_submit(tx, spec, ev.caller)

@@ -14,9 +14,10 @@ A pending job's priority is ``int(sum(weight * factor)) - nice + adjustment``:
   adjustment (``reckon update JOB --priority N``: the record's ``priority_adjust``).
 
 Usage (``UsageTable``) is CPU-seconds decayed with a half-life, kept by ``state.apply`` from the
-facts alone (an attempt's ``JobFinished``: its CPUs, start and end), so the table after a replay
-is the one the live controller had.  Decay is computed from the facts' times and the ``now`` the
-priorities are asked at: no clock is read.  A RUNNING attempt adds what it used so far, from its
+facts alone (the fact that ends an attempt -- ``JobFinished``, ``JobRequeued``,
+``JobCancelConfirmed`` -- with the attempt's CPUs, start and that fact's end time), so the table
+after a replay is the one the live controller had.  Decay is computed from the facts' times and
+the ``now`` the priorities are asked at: no clock is read.  A RUNNING attempt adds what it used so far, from its
 record (start time, CPUs), at the time the priorities are computed.
 
 Priorities themselves are volatile: ``Priorities`` recomputes them from the state and ``now`` (on
@@ -118,7 +119,7 @@ def attempt_usage(cpus: int, start: float, end: float, half_life: float) -> floa
 class UsageTable:
     """Per-user decayed CPU-seconds: user -> [value, the time it is measured at].
 
-    ``charge`` folds one finished attempt in at its end time; a value is decayed to the time of
+    ``charge`` folds one ended attempt in at its end time; a value is decayed to the time of
     each charge (or the charge to the value's time, for an end reported out of order), so the
     table is a function of the facts in log order: the same live and after replay."""
 

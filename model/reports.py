@@ -190,6 +190,13 @@ def reconcile(tx: Transaction, session: AgentSession, entry: M.ReportEntry, *, q
             kill_entry(tx, session, entry)
         return M.AckOutcome.STALE_ATTEMPT
     if not here:  # adoptable: the agent proves it ran an attempt we never placed
+        info = tx.state.agents.get(session.name)
+        for gpu in entry.gpus:  # shared with a job dispatched meanwhile: the operator hears of it
+            holders = sorted(info.gpus_held.get(gpu, ())) if info is not None else []
+            if holders:
+                tx.emit(E.Warn(message=f"job {job.id} attempt {entry.attempt} adopted on GPU {gpu} of "
+                                       f"{session.name}, which job(s) {', '.join(holders)} hold too (a restored "
+                                       f"state gave it away): nothing more goes on it until they end"))
         tx.apply(F.JobAdopted(job=job.id, attempt=entry.attempt, agent=session.name, started_at=entry.started_at,
                               gpus=entry.gpus))
     if status is M.EntryStatus.RUNNING:

@@ -425,9 +425,7 @@ def _started(state: ControllerState, fact: F.JobStarted) -> Changes:
 def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
     job.usage = fact.usage  # the latest finished attempt's, a retried one's too
-    start = fact.started_at if fact.started_at is not None else job.started_at
-    if job.owner is not None and start is not None:  # fair share's usage (model/priority.py)
-        state.usage.charge(job.owner.user, job.spec.slots, start, fact.finished_at)
+    _charge(state, job, fact.started_at if fact.started_at is not None else job.started_at, fact.finished_at)
     if job.requeue_requested and not job.cancel_requested:
         # A user's requeue of the running attempt (a cancel asked after it wins): its exit stays in
         # this fact only, never the job's outcome (INV-REQUEUE-ONCE); not a retry.
@@ -452,6 +450,15 @@ def _finished(state: ControllerState, fact: F.JobFinished) -> Changes:
     agent = _release(state, job)
     # A completion makes the jobs waiting on this one ready: they are noted again.
     return Changes(jobs=(job.id, *state.dependants.get(job.id, ())), agents=(agent,))
+
+
+def _charge(state: ControllerState, job: JobRecord, start: float | None, end: float | None) -> None:
+    """Fair share's usage (model/priority.py): the attempt's CPUs from its start to its end, both
+    from facts.  Every way an attempt ends comes here (a finish, a requeue, a confirmed cancel),
+    so none goes uncharged; an attempt that never started, or an end a v1 fact did not record,
+    charges nothing."""
+    if job.owner is not None and start is not None and end is not None:
+        state.usage.charge(job.owner.user, job.spec.slots, start, end)
 
 
 def _next_attempt(job: JobRecord) -> int:
@@ -543,6 +550,7 @@ def _cancel_confirmed(state: ControllerState, fact: F.JobCancelConfirmed) -> Cha
     if not job.cancel_requested:
         raise LocalProtocolError(f"job {fact.job} has no cancel request to confirm")
     job.state = next_state(job.state, JobTransition.FINISH_CANCELLED)
+    _charge(state, job, job.started_at, fact.confirmed_at)
     job.requeue_requested = False
     agent = _release(state, job)
     return Changes(jobs=(job.id, *state.dependants.get(job.id, ())), agents=(agent,))
@@ -551,6 +559,7 @@ def _cancel_confirmed(state: ControllerState, fact: F.JobCancelConfirmed) -> Cha
 def _requeued(state: ControllerState, fact: F.JobRequeued) -> Changes:
     job = _require_running(state, fact.job, fact.attempt)
     job.state = next_state(job.state, JobTransition.REQUEUE)
+    _charge(state, job, job.started_at, fact.requeued_at)
     agent = _release(state, job)  # no allocation survives into the next attempt
     job.attempt = _next_attempt(job)
     job.started_at = None

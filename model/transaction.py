@@ -28,6 +28,7 @@ from . import messages as M
 from .begin import watch as watch_begin
 from .jobs import JobRecord, JobState
 from .partitions import Partition, agent_partitions, check_set, partition_of, startable, tier_of
+from .resources import MAX_MEM
 from .priority import Factors, PriorityConfig, ShareView, factors, share_view
 from .policy import doomed_dependants, ready
 from .scheduler import POLICIES, AgentNote, JobNote, UserLimits
@@ -69,6 +70,9 @@ class ControllerConfig:
     # Backfill reserves only for a blocked job queued this long (model/scheduler.py; Slurm's
     # bf_min_age_reserve), so a wide job just submitted does not hold small ones back at once.
     reserve_after: float = 0.0
+    # Slurm's DefMemPerCPU: bytes per CPU a job that gives no --mem asks for (model/admission.py
+    # with_default_mem, applied at submit); None: such a job asks no memory, as before.
+    default_mem_per_cpu: int | None = None
 
     def __post_init__(self) -> None:
         if self.scheduler not in POLICIES:
@@ -88,6 +92,10 @@ class ControllerConfig:
             raise ValueError("round_timeout must be positive")
         if self.lost_after is not None and not self.lost_after > 0:
             raise ValueError("lost_after must be positive or None")
+        if self.default_mem_per_cpu is not None and (type(self.default_mem_per_cpu) is not int
+                                                     or not 1 <= self.default_mem_per_cpu <= MAX_MEM):
+            raise ValueError(f"default_mem_per_cpu must be a number of bytes in 1..{MAX_MEM} or None, "
+                             f"got {self.default_mem_per_cpu!r}")
         for name in ("max_running_per_user", "max_cpus_per_user"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
@@ -328,11 +336,15 @@ class Transaction(VolatileAccess):
 
     def attempt_lost(self, job: JobRecord, reason: str) -> None:
         """The current attempt of a RUNNING job ran nowhere or will never report: a cancel
-        asked for meanwhile is confirmed (the job ends CANCELLED), else the job is requeued."""
+        asked for meanwhile is confirmed (the job ends CANCELLED), else the job is requeued.
+
+        The fact records the time the controller gave the attempt up (the event's): fair share
+        charges the attempt up to it, in apply, so a replay charges exactly what live did."""
+        at = self.now if self.now is not None else self.clock
         if job.cancel_requested:
-            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt, confirmed_at=at))
         else:
-            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason))
+            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason, requeued_at=at))
 
     def result(self) -> list[E.Command]:
         """The call's commands, its facts gathered into one leading Append."""

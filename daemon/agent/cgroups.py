@@ -23,6 +23,15 @@ Paths: v1 ``<mount of controller>/reckon/<agent>/<job>.<attempt>``; v2
 leaf ``<agent's cgroup>/agent``: a v2 cgroup with processes cannot hand
 controllers to children).
 
+Memory: every attempt gets a limit, its ``--mem`` or else the whole memory the agent offers
+(``plan``'s ``mem``), and the cgroup all attempts share (v1 ``reckon/<agent>``, v2 ``jobs``) is
+capped at that offered memory (``pool_mem``, written by each ``create``: a v1 base directory goes
+when its last attempt does, and with it the limit).  So jobs together never take the machine past
+what the agent offers: an out-of-memory there is the jobs' cgroup's, and the kernel kills a job in
+it, never the agent.  For the machine-wide OOM killer (memory short outside reckon) the agent sets
+itself ``oom_score_adj`` -1000 where it may (root, CAP_SYS_RESOURCE), its supervisors inherit it,
+and each job is born with +500 (``spawn_first_for_the_oom_killer``): the kernel picks a job first.
+
 CPUs are a CFS quota (``cpu.max`` / ``cpu.cfs_quota_us``) of ``cpus`` times
 the period, not a cpuset: a quota needs no choice of which CPUs, so attempts
 that come and go never fragment the machine.
@@ -39,6 +48,8 @@ V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "freezer")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 CFS_PERIOD_US = 100_000
 DEFAULT_PIDS_MAX = 4096
+OOM_SCORE_ADJ_JOB = 500  # a job's processes: picked by the machine's OOM killer before anything at 0
+OOM_SCORE_ADJ_EXEMPT = -1000  # the agent and its supervisors, where allowed: never picked
 _KILL_ROUNDS = 200  # freeze/kill/thaw rounds before kill_all gives up (a task stuck in D state)
 
 
@@ -214,8 +225,10 @@ def _detect_v2(agent: str) -> dict | str:
     return {"version": 2, "kinds": sorted(kinds), "why": why, "v2": jobs}
 
 
-def plan(found: dict, job: str, attempt: int, *, mem: int | None, cpus: int | None, pids_max: int | None) -> dict | None:
-    """The ``cgroup`` map of one attempt's launch request (None: no cgroups here)."""
+def plan(found: dict, job: str, attempt: int, *, mem: int | None, cpus: int | None, pids_max: int | None,
+         pool_mem: int | None = None) -> dict | None:
+    """The ``cgroup`` map of one attempt's launch request (None: no cgroups here).  ``pool_mem``: the
+    cap of the cgroup every attempt of the agent is in (the memory the agent offers)."""
     name = safe_name(f"{job}.{attempt}")
     # Only the limits this machine enforces: a v2 subtree without (say) the cpu controller has no
     # cpu.max to write, and a limit it cannot set must not stop the job (the agent said so at start).
@@ -224,6 +237,8 @@ def plan(found: dict, job: str, attempt: int, *, mem: int | None, cpus: int | No
     if kinds is not None:
         limits = {"mem": mem if "mem" in kinds else None, "cpus": cpus if "cpus" in kinds else None,
                   "pids_max": pids_max if "pids" in kinds else None}
+    if pool_mem is not None and (kinds is None or "mem" in kinds):
+        limits["pool_mem"] = pool_mem
     if found.get("version") == 2:
         return {"v": 2, "dir": os.path.join(found["v2"], name), **limits}
     if found.get("version") == 1:
@@ -290,12 +305,58 @@ class Cgroup:
                     except FileNotFoundError:
                         if again == 4:
                             raise
+            if spec.get("pool_mem") is not None:
+                cg._cap_pool(spec["pool_mem"])
             cg._limit(spec.get("mem"), spec.get("cpus"), spec.get("pids_max"))
+        except CgroupError:
+            cg.remove()
+            raise
         except OSError as e:
             cg.remove()
             raise CgroupError(f"cannot make the job's cgroup {getattr(e, 'filename', None) or cg.all_dirs[0]}: "
                               f"{e.strerror or e}") from None
         return cg
+
+    def pool_dir(self) -> str | None:
+        """The memory cgroup all the agent's attempts are in (v1 ``reckon/<agent>``, v2 ``jobs``)."""
+        d = self.dirs.get("memory")
+        return os.path.dirname(d) if d is not None else None
+
+    def _cap_pool(self, mem: int) -> None:
+        """Cap all attempts together at ``mem`` (written only when it differs: a v1 limit is
+        lowered only by reclaiming, so a needless write is not free)."""
+        pool = self.pool_dir()
+        if pool is None:
+            return
+        if self.version == 2:
+            if _read(os.path.join(pool, "memory.max")).strip() != str(mem):
+                # Below what is in use, v2 would OOM-kill running jobs to get there: refused as v1 does.
+                used = _read_int(os.path.join(pool, "memory.current"))
+                if used is not None and used > mem:
+                    raise CgroupError(f"cannot cap the agent's jobs together at {_size_text(mem)} ({pool}/memory.max): "
+                                      f"its running jobs use more ({_size_text(used)})")
+                _write(os.path.join(pool, "memory.max"), str(mem))
+            swap = os.path.join(pool, "memory.swap.max")
+            if os.path.exists(swap) and _read(swap).strip() != "0":
+                _write(swap, "0")
+            return
+        limit = os.path.join(pool, "memory.limit_in_bytes")
+        memsw = os.path.join(pool, "memory.memsw.limit_in_bytes")
+        current = _read_int(limit)
+        if current == mem and (not os.path.exists(memsw) or _read_int(memsw) == mem):
+            return
+        # memsw >= memory always: raised, memsw goes first; lowered, memory goes first.
+        order = [memsw, limit] if current is not None and mem > current else [limit, memsw]
+        for path in order:
+            if path == limit or os.path.exists(path):
+                try:
+                    _write(path, str(mem))
+                except OSError as e:
+                    # EBUSY: v1 lowers a limit only by reclaiming, and the running jobs hold more
+                    # (an agent restarted with less memory).  No job starts uncapped.
+                    busy = " (its running jobs use more)" if e.errno == errno.EBUSY else ""
+                    raise CgroupError(f"cannot cap the agent's jobs together at {_size_text(mem)} ({path}): "
+                                      f"{e.strerror or e}{busy}") from None
 
     def _limit(self, mem: int | None, cpus: int | None, pids_max: int | None) -> None:
         if self.version == 2:
@@ -448,6 +509,39 @@ class Cgroup:
             else:
                 gone = False
         return gone
+
+
+def _size_text(value: int) -> str:
+    return f"{value >> 20}M" if value % (1 << 20) == 0 else f"{value / (1 << 20):.1f}M"
+
+
+def oom_score_adj() -> int | None:
+    """This process's ``oom_score_adj`` (None: unreadable)."""
+    return _read_int("/proc/self/oom_score_adj")
+
+
+def set_oom_score_adj(value: int) -> str | None:
+    """Set this process's ``oom_score_adj``; None when done, else why not (below the value it
+    was given takes root or CAP_SYS_RESOURCE)."""
+    try:
+        _write("/proc/self/oom_score_adj", str(value))
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def spawn_first_for_the_oom_killer(start):
+    """Run ``start()`` (which forks the job) with this process at ``OOM_SCORE_ADJ_JOB``, then go
+    back to the value it had: the job inherits it at the fork, before it can run or fork itself.
+    Raising one's own value is always allowed, and so is going back to it; a failure leaves the
+    job at the supervisor's value (the agent said at start what it could set)."""
+    before = oom_score_adj()
+    raised = before is not None and before < OOM_SCORE_ADJ_JOB and set_oom_score_adj(OOM_SCORE_ADJ_JOB) is None
+    try:
+        return start()
+    finally:
+        if raised:
+            set_oom_score_adj(before)
 
 
 def _origin_dirs(cg: Cgroup) -> list[str]:

@@ -51,7 +51,7 @@ from reckon.daemon.agent.output import OutputFiles, held_keys
 from reckon.daemon.auth.client import ClientAuth, CredentialError
 from reckon.daemon.auth.munge import resolve_socket
 from reckon.daemon.client_common import ClientError, client_ssl_context
-from reckon.daemon.wsconnect import TLSFailure, cleartext_token_warning, open_websocket
+from reckon.daemon.wsconnect import TLSFailure, cleartext_munge_warning, cleartext_token_warning, open_websocket
 from reckon.daemon.agent.attempts import ExitStatus, JobLost, RunnerError
 from reckon.daemon.agent.null_runner import HoldRunner, NullRunner
 from reckon.daemon.agent.runner import JobRunner
@@ -521,7 +521,8 @@ async def _run(options: AgentOptions, task_status) -> None:
     runtime.tune()
     if options.controller.startswith("wss:"):
         client_ssl_context(options.ca)  # UsageError: an unreadable --ca fails now, not at each attempt
-    warning = cleartext_token_warning(options.controller, options.token)
+    warning = (cleartext_munge_warning(options.controller) if options.auth == "munge"
+               else cleartext_token_warning(options.controller, options.token))
     if warning:
         log.warning("%s", warning)
     if options.auth == "munge":  # munged down at start: one line, and no start (the controller does the same)
@@ -550,13 +551,15 @@ async def _run(options: AgentOptions, task_status) -> None:
             machine_resources.release_enforcement(enforced)
             raise
         munge = options.auth == "munge"
+        if real:  # its launcher and every supervisor inherit it
+            lines.append(machine_resources.exempt_from_the_oom_killer())
         for level, line in (lines + [("info", agent_line(options.allow_root_jobs, munge))]) if real else ():
             getattr(log, level)("%s", line)  # what it cannot enforce here, and whom it runs jobs as
         # The real runner's supervisors wait the agent's kill grace at a job's time limit too.
         runner = ({"null": NullRunner, "hold": HoldRunner}[options.executor](options.state_dir)
                   if not real
                   else JobRunner(options.state_dir, kill_grace=options.kill_grace, output_mode=options.output_mode,
-                                 cgroups=enforced, pids_max=options.job_pids_max,
+                                 cgroups=enforced, pids_max=options.job_pids_max, mem_cap=resources.mem,
                                  allow_root_jobs=options.allow_root_jobs, umask=options.job_umask,
                                  controller=options.controller,
                                  refuse_ownerless=munge and os.geteuid() == 0 and not options.allow_root_jobs))

@@ -10,16 +10,20 @@ whatever else the agent's service manager set.  A job gets:
    every ``LC_*``, ``TZ`` and ``TMPDIR``: what a login would give the
    agent's user, so ordinary commands behave as they do in a shell;
 2. the job's own pairs (``reckon submit --env K=V``), which override the base;
-3. ``RECKON_JOB_ID``, ``RECKON_ATTEMPT`` and ``RECKON_JOB_NAME``, and for a
-   job given GPUs ``CUDA_VISIBLE_DEVICES`` and ``RECKON_GPUS`` (its assigned
-   indices, comma-separated), last, so a job cannot be misled about who it is
+3. ``RECKON_JOB_ID``, ``RECKON_ATTEMPT`` and ``RECKON_JOB_NAME``, and
+   ``CUDA_VISIBLE_DEVICES`` (its assigned GPU indices, comma-separated; empty,
+   so CUDA shows it no device, for a job given none) with ``RECKON_GPUS`` the
+   same for a job given GPUs, last, so a job cannot be misled about who it is
    or which devices are its own.  (A job with an owner gets ``HOME``,
    ``USER``, ``LOGNAME`` and ``SHELL`` from the owner's passwd entry on top,
    set by its supervisor: ``daemon/agent/users.py``.)
 
-``RECKON_TOKEN`` and ``RECKON_TOKEN_FILE`` are never passed, even when the
-job's own pairs name them (the submitter then has the token already and can
-hand it over another way; an agent never does).
+The agent's own ``RECKON_TOKEN`` and ``RECKON_TOKEN_FILE`` are never passed
+(the base has neither). The job's own pairs may name them: the submitter's
+choice, so that a job on a token cluster can call the controller itself
+(``scontrol requeue`` from inside, as submitit does). The Slurm layer exports
+``RECKON_TOKEN_FILE`` with ``--export=ALL`` and the token itself only when
+named (docs/slurm.md); neither is ever the agent's.
 
 4. with ``slurm_env`` (version 7, jobs from ``sbatch``): Slurm's own variables for a
    one-node, one-task job (``slurm_environment``; the array's count, min and max come in the
@@ -96,7 +100,6 @@ def slurm_environment(spec: JobSpec, job: str, attempt: int, host: JobHost, owne
 BASE_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
 BASE_PREFIXES = ("LC_",)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-NEVER = frozenset({"RECKON_TOKEN", "RECKON_TOKEN_FILE"})  # the agent's secret and where it lives
 
 
 def base_environment(agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -122,10 +125,11 @@ def job_environment(spec: JobSpec, job: str, attempt: int, base: Mapping[str, st
     env["RECKON_JOB_ID"] = job
     env["RECKON_ATTEMPT"] = str(attempt)
     env["RECKON_JOB_NAME"] = spec.name
+    # Only reckon says which GPUs are a job's: one given none sees none (CUDA's empty list), and a
+    # job's own CUDA_VISIBLE_DEVICES cannot reach another job's device (no devices cgroup fences it).
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
     if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = env["RECKON_GPUS"] = ",".join(str(i) for i in gpus)
+        env["RECKON_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
     else:
-        env.pop("RECKON_GPUS", None)  # only reckon says which GPUs are a job's
-    for name in NEVER:
-        env.pop(name, None)
+        env.pop("RECKON_GPUS", None)
     return env

@@ -29,6 +29,8 @@ child turns into the job's **supervisor**:
   (``daemon/agent/cgroups.py``) before the exec and puts the job's child in
   it before the exec, so all the job ever starts is inside; at the end every
   process left in it is killed, its usage and OOM kills read, and it is removed;
+* the job is born at ``oom_score_adj`` +500, the supervisor keeps the launcher's (-1000 where the
+  agent may set it): the machine's OOM killer picks the job, never its supervisor;
 * forwards SIGTERM / SIGINT / SIGHUP to the job's process group (and turns
   SIGUSR1 into a SIGKILL of it);
 * enforces the job's time limit (``limit`` seconds after it started; its timer: batchjobs.py): SIGTERM
@@ -76,7 +78,8 @@ agent -> launcher::
      "cwd": str | null, "env": [[key, value], ...],  # the job's whole environment
      "mode": 384, "limit": seconds, "grace": seconds,  # mode of .stdout/.stderr (0o600)
      "user": {"uid": int, "gid": int, "user": str, "allow_root": bool}, "umask": 18,
-     "cgroup": {"v": 1, "dirs": {controller: dir}, "mem": bytes, "cpus": n, "pids_max": n},
+     "cgroup": {"v": 1, "dirs": {controller: dir}, "mem": bytes, "cpus": n, "pids_max": n,
+                "pool_mem": bytes},  # the cap of the cgroup all the agent's attempts are in
      "out": path, "err": path, "truncate": true,  # --output / --error, opened O_TRUNC (version 7)
      "out_wait": seconds,  # how long their directory may take to appear (default 0)
      "script": "/abs/jobs/<job>.<attempt>.script",  # a batch script (version 7: batchjobs.py)
@@ -463,7 +466,9 @@ def supervise(req: dict, started_at: float, boot: str) -> int:
                                     **ids)
         try:
             # In its cgroup from birth: the supervisor steps in for the spawn (daemon/agent/cgroups.py).
-            job = start() if cgroup is None else cgroup.spawn_inside(start)
+            # And first for the machine's OOM killer: born at oom_score_adj +500, the supervisor not.
+            job = _cgroups.spawn_first_for_the_oom_killer(start if cgroup is None else
+                                                          lambda: cgroup.spawn_inside(start))
             job_pid = job.pid
         except (OSError, ValueError, subprocess.SubprocessError) as e:  # ValueError: a NUL byte, a bad string
             raise _CannotRun(getattr(e, "errno", None),

@@ -146,6 +146,18 @@ def machine(declared: Declared, enforcement: dict) -> tuple[int, NodeResources, 
     return cpus, resources, lines
 
 
+def exempt_from_the_oom_killer() -> tuple[str, str]:
+    """Set the agent's ``oom_score_adj`` to -1000 (its launcher and supervisors inherit it; each
+    job is born at +500: daemon/agent/cgroups.py), and the (level, line) saying how it went."""
+    why = cgroups.set_oom_score_adj(cgroups.OOM_SCORE_ADJ_EXEMPT)
+    if why is None:
+        return ("info", f"OOM killer: the agent and its supervisors are exempt (oom_score_adj "
+                        f"{cgroups.OOM_SCORE_ADJ_EXEMPT}), jobs go first ({cgroups.OOM_SCORE_ADJ_JOB:+d})")
+    return ("warning", f"cannot exempt the agent from the OOM killer (oom_score_adj {cgroups.OOM_SCORE_ADJ_EXEMPT}: "
+                       f"{why}; it takes root or CAP_SYS_RESOURCE): jobs still go first "
+                       f"({cgroups.OOM_SCORE_ADJ_JOB:+d})")
+
+
 def enforcement(agent: str, identity: str, running: list[tuple[str, int]], *, use_cgroups: bool = True) -> dict:
     """What the agent enforces here (``cgroups.detect``), its leftover cgroups cleaned: every
     attempt cgroup but those of ``running`` (which their supervisors still use) is killed and

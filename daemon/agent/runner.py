@@ -98,12 +98,15 @@ class JobRunner(Supervision):
     def __init__(self, state_dir: Path | str, *, kill_grace: float = 10.0, output_mode: int = OUTPUT_MODE,
                  cgroups: dict | None = None, pids_max: int | None = _cgroups.DEFAULT_PIDS_MAX,
                  allow_root_jobs: bool = False, umask: int = DEFAULT_UMASK, controller: str | None = None,
-                 refuse_ownerless: bool = False, output_wait: float = OUTPUT_WAIT) -> None:
+                 refuse_ownerless: bool = False, output_wait: float = OUTPUT_WAIT, mem_cap: int | None = None) -> None:
         self.kill_grace = kill_grace  # the supervisor's SIGTERM-to-SIGKILL wait at a job's time limit
         # What cgroups.detect() found (None or version None: no cgroups, as before); pids_max: each
         # attempt's pids limit (None: none).  Owners: root's jobs only with allow_root_jobs; umask.
         self.cgroups = cgroups if cgroups is not None and cgroups.get("version") else None
         self.pids_max = pids_max
+        # The memory the agent offers (detected or --mem, less --reserve-mem): with cgroups, the limit
+        # of a job that asks none (--mem), and the cap of all its jobs together (cgroups.py).
+        self.mem_cap = mem_cap
         self.allow_root_jobs = allow_root_jobs
         self.umask = umask
         # A root agent on a munge cluster: a job without an owner (queued in token mode) would run
@@ -200,7 +203,8 @@ class JobRunner(Supervision):
 
         ``owner``: run it as that user (None: as the agent's user); ``gpus``: its
         assigned GPU indices (in its environment).  With cgroups, its supervisor
-        makes the attempt's cgroup: memory ``spec.mem``, CPUs ``spec.slots``, pids.
+        makes the attempt's cgroup: memory ``spec.mem`` (none asked: ``mem_cap``),
+        CPUs ``spec.slots``, pids; and caps all attempts together at ``mem_cap``.
         A job that cannot run as its owner (no account here, root refused) is
         not an error here either: it finishes with exit code 126.
 
@@ -243,8 +247,9 @@ class JobRunner(Supervision):
         elif self.refuse_ownerless:
             request["refuse"] = ownerless_refusal()
         if self.cgroups is not None:
-            request["cgroup"] = _cgroups.plan(self.cgroups, job, attempt, mem=spec.mem, cpus=spec.slots,
-                                              pids_max=self.pids_max)
+            request["cgroup"] = _cgroups.plan(self.cgroups, job, attempt,
+                                              mem=spec.mem if spec.mem is not None else self.mem_cap,
+                                              cpus=spec.slots, pids_max=self.pids_max, pool_mem=self.mem_cap)
         if spec.time_limit is not None:  # enforced by the supervisor, so it holds across agent restarts
             request.update(limit=spec.time_limit, grace=self.kill_grace)
         # --output / --error: noted for later reads

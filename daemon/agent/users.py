@@ -94,6 +94,11 @@ def account(uid: int, gid: int, user: str, *, allow_root: bool) -> Account:
         entry = pwd.getpwuid(uid)
     except KeyError:
         raise CannotRunAs(f"the job's owner {user} (uid {uid}) has no account on this machine") from None
+    if not user.startswith("#") and entry.pw_name != user:
+        # Uids differ between the machines (munge vouches for the uid alone): running it would run
+        # alice's job as whoever has her uid here.  ("#uid": the controller's machine had no name.)
+        raise CannotRunAs(f"the job's owner {user} (uid {uid}) is {entry.pw_name} on this machine: "
+                          f"the cluster's machines must agree on user ids")
     if me != 0:  # the agent's own user: it keeps its groups (it could not set others)
         return Account(uid, os.getegid(), entry.pw_name, entry.pw_dir, entry.pw_shell or "/bin/sh",
                        os.getgroups(), switch=False)

@@ -69,9 +69,10 @@ def _tool_fields() -> dict[str, list[str]]:
     """The query's ``fields`` the commands send for Parsl's ``squeue --format='%i %t'`` and
     Snakemake's ``sacct --format=JobIdRaw,State`` (daemon/slurm/formats.py's maps)."""
     from reckon.daemon.slurm import formats as S
+    from reckon.daemon.slurm import sacct_fields as A
 
     return {"squeue": S.squeue_query_fields(S.parse_squeue_format("%i %t")),
-            "sacct": S.sacct_query_fields(S.parse_sacct_format("JobIdRaw,State"))}
+            "sacct": A.sacct_query_fields(A.parse_sacct_format("JobIdRaw,State"))}
 
 
 TOOL_FIELDS = _tool_fields()

@@ -180,7 +180,7 @@ async def _controller_command(args: argparse.Namespace, log_file: Any) -> int:
                                lost_after=args.lost_after, max_running_per_user=args.max_running_per_user,
                                max_cpus_per_user=args.max_cpus_per_user,
                                partitions=_config_partitions(args), scheduler=args.scheduler,
-                               reserve_after=args.reserve_after,
+                               reserve_after=args.reserve_after, default_mem_per_cpu=args.default_mem_per_cpu,
                                priority=_config_priority(args),
                                # Users' jobs run as their owners: no agent that would not know whom.
                                min_agent_version=OWNERS_SINCE if mode == "munge" else 1),

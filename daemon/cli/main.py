@@ -355,6 +355,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="start no job of a user who runs N jobs already (default: no limit; why pending says so)")
     p.add_argument("--max-cpus-per-user", type=_whole, default=None, metavar="N",
                    help="start no job that would give a user more than N CPUs (slots) at once (default: no limit)")
+    p.add_argument("--default-mem-per-cpu", type=_size, default=None, metavar="SIZE",
+                   help="a job submitted without --mem asks its CPUs times SIZE (e.g. 2G), recorded in the job "
+                        "and enforced by its agent (Slurm's DefMemPerCPU; default: none, such a job asks no "
+                        "memory and its agent caps it at the memory it offers)")
     p.add_argument("--rejoin-grace", type=duration_or_zero, default=15.0, metavar="SECONDS",
                    help="after a start, dispatch nothing until every known agent has rejoined, or this "
                         "long (default 15; 0: dispatch at once)")
@@ -375,7 +379,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=path, required=True,
                    help="where the agent keeps its identity, job records and output (one agent per directory)")
     p.add_argument("--mem", type=_size, default=None, metavar="SIZE",
-                   help="memory jobs may ask for, e.g. 64G (default: the machine's, or the agent's cgroup limit)")
+                   help="memory jobs may ask for, e.g. 64G (default: the machine's, or the agent's cgroup limit); "
+                        "less --reserve-mem, it is also the limit of a job without --mem and of all jobs together")
     p.add_argument("--reserve-mem", type=_size, default=None, metavar="SIZE",
                    help="memory kept back from jobs for the system and the agent (default: none)")
     p.add_argument("--gpus", type=_gpu_indices, default=None, metavar="INDICES",
@@ -430,7 +435,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="CPUs the job takes on its agent (default 1; --slots is the older name)")
     p.add_argument("--mem", metavar="SIZE",
                    help="memory the job may use (512M, 4G; a bare number is MiB): it runs only where that much "
-                        "is free, and past it the job is killed (FAILED, reason oom) where the agent enforces it")
+                        "is free, and past it the job is killed (FAILED, reason oom) where the agent enforces it "
+                        "(default: the controller's --default-mem-per-cpu times --cpus, else none asked and the "
+                        "agent's memory as its limit)")
     p.add_argument("--gpus", type=int, default=0, metavar="N",
                    help="GPUs the job takes (the controller picks their indices: CUDA_VISIBLE_DEVICES, RECKON_GPUS)")
     p.add_argument("--gres", action="append", default=[], metavar="NAME[:N]",

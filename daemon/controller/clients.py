@@ -71,6 +71,15 @@ class ClientRequests:
                 data = encode(reply)
             await ws.send_message(data)
 
+    # Every client operation, the ones _client_op answers itself and its tables' (the HTTP API's
+    # routes are held to this list: tests/http/test_routes_cover_ops.py).
+    OWN_OPS = frozenset({"query", "submit", "submit_many", "cancel", "update", "priority", "jobs", "status", "logs",
+                         "forget", "whoami"})
+
+    @classmethod
+    def client_ops(cls) -> frozenset[str]:
+        return cls.OWN_OPS | frozenset(operator.OPS) | job_ops.OPS
+
     async def _client_op(self, request: dict, caller: Caller | None = None) -> dict:
         op = request.get("op")
         if op == "query":  # squeue, sacct, the HTTP API: from the index, no turn of the loop (query.py)
@@ -176,13 +185,14 @@ class ClientRequests:
         return out
 
     def status(self) -> dict:
-        counts: dict[str, int] = {}
-        for job in self.model.state.jobs.values():
-            counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        # From the query index's state sets (the last commit's), not a walk of every job: the
+        # status page asks this every 2 s, and a table may hold millions of jobs.
+        counts = {state: len(ids) for state, ids in self.queries.states.items() if ids}
         config = self.model.config
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at,
-                "limits": {"max_running_per_user": config.max_running_per_user,
-                           "max_cpus_per_user": config.max_cpus_per_user}}
+                "scheduler": config.scheduler, "limits": {"max_running_per_user": config.max_running_per_user,
+                           "max_cpus_per_user": config.max_cpus_per_user},
+                "default_mem_per_cpu": config.default_mem_per_cpu}
 
 
 def whoami(mode: str, caller: Caller | None) -> dict:

@@ -8,7 +8,7 @@ state at scrape time by a collector, so they cost nothing between scrapes.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -34,11 +34,9 @@ class _StateCollector(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         model = self.daemon.model
         jobs = GaugeMetricFamily("reckon_jobs", "Jobs in the table by state", labels=["state"])
-        counts = dict.fromkeys((s.value for s in JobState), 0)
-        for job in model.state.jobs.values():
-            counts[job.state.value] += 1
-        for state, n in counts.items():
-            jobs.add_metric([state], n)
+        states = self.daemon.queries.states  # the query index's (the last commit's): no walk of every job
+        for state in (s.value for s in JobState):
+            jobs.add_metric([state], len(states[state]))
         yield jobs
         agents = GaugeMetricFamily("reckon_agents", "Known agents by node state", labels=["state"])
         nodes = dict.fromkeys(NodeState, 0)
@@ -60,8 +58,14 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("reckon_fact_log_bytes", "Size of controller.db on disk", value=size)
 
 
+NO_OWNER = "(none)"  # the user label of a job without an owner (token mode: the agent's user ran it)
+
+
 class ControllerMetrics:
-    def __init__(self, daemon: "DaemonHost") -> None:
+    """``user_of``: a job's owner's name, or None; by default from the daemon's job table (the
+    facts of a commit are applied before it is observed, so a finished job is there)."""
+
+    def __init__(self, daemon: "DaemonHost", user_of: "Callable[[str], str | None] | None" = None) -> None:
         self.registry = registry = CollectorRegistry()
         self.submits = Counter("reckon_jobs_submitted", "Jobs submitted", registry=registry)
         self.finished = Counter("reckon_jobs_finished", "Outcomes recorded, by how they arrived", ["via"],
@@ -89,6 +93,13 @@ class ControllerMetrics:
                                          buckets=_MEMORY, registry=registry)
         self.oom_kills = Counter("reckon_jobs_oom_killed", "Attempts killed for exceeding their memory limit",
                                  registry=registry)
+        # Per user too: users are few and known (a cluster's accounts), unlike job ids.
+        self.user_cpu = Counter("reckon_user_cpu_seconds", "CPU time of a user's finished attempts",
+                                ["user", "mode"], registry=registry)
+        self.user_wall = Counter("reckon_user_wall_seconds", "Wall time of a user's finished attempts",
+                                 ["user"], registry=registry)
+        self._user_of = user_of if user_of is not None else self._owner_in_table
+        self._daemon = daemon
         registry.register(_StateCollector(daemon))
         self._dispatched_at: dict[tuple[str, int], float] = {}
 
@@ -130,6 +141,14 @@ class ControllerMetrics:
         self.job_cpu.labels(mode="system").inc(usage.cpu_system)
         if usage.max_rss is not None:
             self.job_peak_memory.observe(usage.max_rss)
+        user = self._user_of(fact.job) or NO_OWNER
+        self.user_cpu.labels(user=user, mode="user").inc(usage.cpu_user)
+        self.user_cpu.labels(user=user, mode="system").inc(usage.cpu_system)
+        self.user_wall.labels(user=user).inc(usage.wall)
+
+    def _owner_in_table(self, job: str) -> str | None:
+        record = self._daemon.model.state.jobs.get(job)
+        return None if record is None or record.owner is None else record.owner.user
 
     def round_resolved(self, seconds: float, queried: int) -> None:
         self.round_seconds.observe(seconds)

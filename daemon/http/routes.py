@@ -32,7 +32,7 @@ class Param:
 @dataclass(frozen=True, slots=True)
 class Route:
     method: str
-    path: str  # under API; "{job}" / "{agent}" are path parameters, each the op's field of that name
+    path: str  # under API; "{job}", "{agent}", "{name}" are path parameters, each the op's field of that name
     op: str
     summary: str
     query: tuple[Param, ...] = ()
@@ -151,6 +151,19 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/nodes/{agent}/resume", "resume", "Resume a drained node (operators)", tag="nodes"),
     Route("POST", "/nodes/{agent}/forget", "forget", "Forget a disconnected node: its jobs are requeued (operators)",
           tag="nodes"),
+    Route("GET", "/jobs/{job}/priority", "priority", "A pending job's priority and its factors"),
+    Route("POST", "/jobs/{job}/priority", "update", "Set an operator's priority adjustment of a job (operators)",
+          body_required=True, body={"type": "object", "required": ["priority"],
+                                    "properties": {"priority": {"type": "integer"}}}),
+    Route("GET", "/pending", "pending", "Why pending jobs wait (Slurm's reason codes) and their priorities",
+          query=(Param("ids", "list", "only these jobs (comma-separated ids); every pending job without it"),)),
+    Route("GET", "/partitions", "partitions", "The partitions: their nodes, limits and state", tag="partitions"),
+    Route("POST", "/partitions/{name}", "partition_set", "Change a partition at run time, or remove it (operators)",
+          body_required=True, tag="partitions",
+          body={"type": "object", "properties": {
+              "changes": {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2},
+                          "description": "[key, value] pairs as `reckon partition set` takes them"},
+              "remove": {"type": "boolean"}}}),
     Route("GET", "/status", "status", "Job counts and the controller's state", tag="controller"),
     Route("GET", "/whoami", "whoami", "Who the controller takes the caller for", tag="controller"),
 )
@@ -186,6 +199,7 @@ def fields_of(route: Route, path: dict[str, str], query: dict[str, str], body: d
 
 # ---- OpenAPI 3.1 ----------------------------------------------------------------------------
 
+_PATH_PARAMS = {"job": "a job id", "agent": "a node's (agent's) name", "name": "a partition's name"}
 _ANY_OBJECT = {"type": "object", "additionalProperties": True}
 _SCHEMAS = {
     "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}},
@@ -211,7 +225,7 @@ def openapi(version: str = "0") -> dict[str, Any]:
     for route in ROUTES:
         params: list[dict[str, Any]] = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"},
-             "description": "a job id" if name == "job" else "a node's (agent's) name"} for name in route.path_params]
+             "description": _PATH_PARAMS[name]} for name in route.path_params]
         for p in route.query:
             schema: dict[str, Any] = {"type": "string"} if p.kind == "list" else {"type": p.kind}
             params.append({"name": p.name, "in": "query", "required": False, "schema": schema, "description": p.doc})

@@ -31,6 +31,12 @@ SIGNALS = {
 }
 
 
+# The controller's refusal of a job no agent can run ends with this (model/admission.py's, held
+# equal by tests/slurm/test_sbatch_e2e.py): it names reckon submit's flag, which sbatch and srun
+# lack, so they leave it out.  A copy: importing the model would cost every command its import.
+QUEUE_ANYWAY_HINT = " (--queue-anyway queues it for an agent yet to join)"
+
+
 class SlurmCommandError(Exception):
     """One line for the user, printed as ``PROG: error: TEXT``; ``status`` the exit code (Slurm: 1)."""
 

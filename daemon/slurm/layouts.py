@@ -1,6 +1,6 @@
 """sinfo's and ``scontrol show``'s layouts of reckon's nodes, partition, jobs and configuration.
 
-Pure, like formats.py (jobs' values and squeue's and sacct's columns), which it builds on: what
+Pure, like formats.py (jobs' values and squeue's codes) and sacct_fields.py, which it builds on: what
 reckon's nodes and jobs read as in Slurm's words (reckon has one partition, ``reckon``, the
 default, until #22).
 """
@@ -352,16 +352,18 @@ def show_node(node: dict, oneliner: bool = False) -> str:
     return "\n".join(("   " if k else "") + " ".join(line) for k, line in enumerate(lines)) + "\n"
 
 
-def show_config(now: float, controller: str, nodes: int) -> str:
+def show_config(now: float, controller: str, nodes: int, scheduler: str = "fifo") -> str:
     """``scontrol show config``: ``Key = Value`` lines, the keys padded to 23 as Slurm does; what
-    workflow tools read (the cluster's name, array and job limits, the version)."""
+    workflow tools read (the cluster's name, array and job limits, the version). ``scheduler`` is
+    the controller's policy: Slurm's sched/backfill for backfill, sched/builtin (first in, first
+    out) for fifo."""
     pairs = [
         ("AccountingStorageType", "accounting_storage/none"), ("ClusterName", CLUSTER),
         ("ControlMachine", controller), ("DefMemPerNode", "UNLIMITED"), ("EnforcePartLimits", "NO"),
         ("InactiveLimit", "0 sec"), ("JobAcctGatherType", "jobacct_gather/none"), ("KillWait", "5 sec"),
         ("MaxArraySize", "1000001"), ("MaxJobCount", "10000000"), ("MaxStepCount", "1"), ("MinJobAge", "300 sec"),
         ("MpiDefault", "none"), ("PrivateData", "none"), ("ProctrackType", "proctrack/cgroup"),
-        ("SchedulerType", "sched/builtin"), ("SelectType", "select/cons_tres"),
+        ("SchedulerType", "sched/backfill" if scheduler == "backfill" else "sched/builtin"), ("SelectType", "select/cons_tres"),
         ("SelectTypeParameters", "CR_CPU_MEMORY"), ("SLURM_VERSION", "22.05.8"),
         ("SlurmctldHost[0]", controller), ("TaskPlugin", "task/cgroup"), ("TmpFS", "/tmp"),
         ("NodeCount", str(nodes)),

@@ -1,4 +1,4 @@
-"""``sacct``: reckon's jobs, past and present, as Slurm's accounting prints them (formats.py).
+"""``sacct``: reckon's jobs, past and present, as Slurm's accounting prints them (sacct_fields.py).
 
 reckon keeps every job's record for good (a snapshot prunes facts, not records), so sacct
 answers from the controller's ``query`` op: a job's line, and unless ``-X`` its ``.batch`` and
@@ -20,6 +20,7 @@ import time
 from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import values as V
 from reckon.daemon.slurm import formats as S
+from reckon.daemon.slurm import sacct_fields as A
 from reckon.daemon.slurm.common import SlurmCommandError, connect, mark_pending, run
 
 PROG = "sacct"
@@ -69,13 +70,13 @@ def _main(argv: list[str]) -> int:
             sys.stdout.write("slurm 22.05.8 (reckon)\n")
             return 0
         if opts.get("helpformat"):
-            names = sorted(S.SACCT_FIELDS, key=str.lower)
+            names = sorted(A.SACCT_FIELDS, key=str.lower)
             for k in range(0, len(names), 4):
                 sys.stdout.write("".join(f"{n:<20}" for n in names[k:k + 4]).rstrip() + "\n")
             return 0
         fmt = str(opts["format"]) if "format" in opts else ("JobID,State,ExitCode" if opts.get("brief")
-                                                             else S.SACCT_DEFAULT)
-        fields = S.parse_sacct_format(fmt)
+                                                             else A.SACCT_DEFAULT)
+        fields = A.parse_sacct_format(fmt)
         ids = C.split_list(str(opts["jobs"])) if "jobs" in opts else None
         wanted = states_of(str(opts["states"])) if "states" in opts else None
         since = V.parse_when(str(opts["start"]), now) if "start" in opts else None
@@ -95,7 +96,7 @@ def _main(argv: list[str]) -> int:
     client = connect()
     try:
         reply = client.call("query", ids=ids, names=names, users=users, states=states, since=since, until=until,
-                            fields=S.sacct_query_fields(fields, partitions is not None or accounts is not None))
+                            fields=A.sacct_query_fields(fields, partitions is not None or accounts is not None))
         if any(name == "Reason" for name, _ in fields):  # issue #22: a queued job's reason, the controller's
             mark_pending(client, reply["jobs"])
     finally:
@@ -107,8 +108,8 @@ def _main(argv: list[str]) -> int:
         jobs = [job for job in jobs if not S.never_started(job)]
     rows = []
     for job in S.array_rows(jobs, expand=False):  # an array's pending members: one record, as Slurm's
-        rows += S.sacct_rows(job, allocations=bool(opts.get("allocations")), now=reply["now"])
-    lines = S.sacct_lines(rows, fields, reply["now"], header=not opts.get("noheader"), parsable=parsable)
+        rows += A.sacct_rows(job, allocations=bool(opts.get("allocations")), now=reply["now"])
+    lines = A.sacct_lines(rows, fields, reply["now"], header=not opts.get("noheader"), parsable=parsable)
     delimiter = opts.get("delimiter")
     if delimiter and parsable is not None:
         lines = [line.replace("|", str(delimiter)) for line in lines]

@@ -147,9 +147,7 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
             values.check_clusters(opts[name] or "", f"--{name}")
     if opts.get("nodes") is not None:
         values.parse_nodes(opts["nodes"] or "")
-    for name in ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket"):
-        if opts.get(name) is not None:
-            values.parse_one(name, opts[name] or "")
+    values.check_one_task(opts)
     chdir = opts.get("chdir")
     if chdir is not None:
         cwd = os.path.normpath(os.path.join(cwd, chdir))
@@ -184,7 +182,8 @@ def spec_of(opts: dict[str, str | None], script: str | None, command: list[str],
                 raise SlurmCommandError("--mem-per-gpu needs GPUs (--gpus, --gres=gpu:N)")
             mem = values.parse_mem(opts[name] or "", f"--{name}") * factor
     if mem == 0:
-        warn(prog, "--mem=0 (all of a node's memory) is taken as no memory limit by reckon")
+        warn(prog, "--mem=0 (all of a node's memory) is taken as no --mem by reckon: the controller's "
+                   "default memory per CPU if it has one, else the job is held to its agent's memory")
     elif mem is not None:
         spec["mem"] = mem
     if gpus:
@@ -335,7 +334,10 @@ def _submission_failed(exc: Exception) -> None:
     from reckon.daemon.client_common import ClientError, UsageError
 
     if isinstance(exc, ClientError):
-        raise SlurmCommandError(f"Batch job submission failed: {exc}",
+        from reckon.daemon.slurm.common import QUEUE_ANYWAY_HINT
+
+        text = str(exc).replace(QUEUE_ANYWAY_HINT, "")  # reckon submit's flag: sbatch has none
+        raise SlurmCommandError(f"Batch job submission failed: {text}",
                                 2 if isinstance(exc, UsageError) else 1) from None
 
 

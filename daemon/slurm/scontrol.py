@@ -63,7 +63,8 @@ def _show(client, what: str, names: list[str], oneliner: bool) -> str:
             return "No nodes in the system\n"
         return "".join(L.show_node(n, oneliner) + ("\n" if oneliner else "\n") for n in nodes)
     if what in ("config", "configuration"):
-        return L.show_config(now, resolve_controller(None), len(client.call("nodes")["nodes"]))
+        scheduler = client.call("status")["status"].get("scheduler", "fifo")
+        return L.show_config(now, resolve_controller(None), len(client.call("nodes")["nodes"]), scheduler)
     raise SlurmCommandError(f"invalid entity: {what} for keyword:show", 2)
 
 

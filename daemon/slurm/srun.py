@@ -22,7 +22,8 @@ import sys
 
 from reckon.daemon.slurm import argv as getopt
 from reckon.daemon.slurm import options as table
-from reckon.daemon.slurm.common import SlurmCommandError, bad_option, connect, default_signals, run, warn
+from reckon.daemon.slurm.common import (QUEUE_ANYWAY_HINT, SlurmCommandError, bad_option, connect, default_signals,
+                                        run, warn)
 
 PROG = "srun"
 _OPTIONS = table.by_name(table.SRUN)
@@ -219,8 +220,15 @@ def _submit(client, spec: dict) -> str:
 
     interrupted: list[int] = []
     previous = _signal.signal(_signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    from reckon.daemon.client_common import ClientError, UsageError
+
     try:
         job = client.call("submit", spec=spec)["job"]["id"]
+    except ClientError as exc:
+        if isinstance(exc, UsageError):
+            raise
+        # Slurm's words; the hint names reckon submit's flag, which srun has not.
+        raise SlurmCommandError(f"Unable to allocate resources: {str(exc).replace(QUEUE_ANYWAY_HINT, '')}") from None
     finally:
         _signal.signal(_signal.SIGINT, previous)
     if interrupted:
@@ -364,8 +372,7 @@ def _main(argv: list[str]) -> int:
                 values.check_clusters(opts[name] or "", f"--{name}")
         if opts.get("nodes") is not None:
             values.parse_nodes(opts["nodes"] or "")
-        if opts.get("ntasks") is not None:
-            values.parse_one("ntasks", opts["ntasks"] or "")
+        values.check_one_task(opts)  # a step of one task: --ntasks-per-node=2 is refused, not run once
         return run_in_job(opts, command)
     return run_as_job(opts, command)
 

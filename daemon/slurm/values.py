@@ -204,6 +204,16 @@ def parse_one(name: str, text: str) -> None:
         raise SlurmCommandError(f"--{name}={text}: reckon runs one task per job (at most 1)")
 
 
+TASK_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket")
+
+
+def check_one_task(opts: dict[str, str | None]) -> None:
+    """Every task-count option of ``opts`` asks one task at most (sbatch, and srun in a job)."""
+    for name in TASK_OPTIONS:
+        if opts.get(name) is not None:
+            parse_one(name, opts[name] or "")
+
+
 _SECRETS = frozenset({"RECKON_TOKEN"})  # left out of --export=ALL (named explicitly, they go)
 
 

@@ -128,9 +128,33 @@ def test_plan_leaves_out_the_limits_the_subtree_cannot_set():
     found = {"version": 2, "kinds": ["kill"], "why": "", "v2": "/x/jobs"}
     assert cgroups.plan(found, "7", 2, mem=1 << 20, cpus=2, pids_max=64) == {
         "v": 2, "dir": "/x/jobs/7.2", "mem": None, "cpus": None, "pids_max": None}
+    assert "pool_mem" not in cgroups.plan(found, "7", 2, mem=None, cpus=None, pids_max=None, pool_mem=1 << 30)
     found["kinds"] = ["cpus", "kill", "mem", "pids"]
     assert cgroups.plan(found, "7", 2, mem=1 << 20, cpus=2, pids_max=64) == {
         "v": 2, "dir": "/x/jobs/7.2", "mem": 1 << 20, "cpus": 2, "pids_max": 64}
+    assert cgroups.plan(found, "7", 2, mem=None, cpus=None, pids_max=None, pool_mem=1 << 30)["pool_mem"] == 1 << 30
+
+
+@pytest.fixture
+def v2_memory(v2):
+    """``v2`` where the subtree has the memory controller (a sync fixture: its skip keeps its reason)."""
+    if "mem" not in v2["kinds"]:
+        pytest.skip("the cgroup v2 subtree has no memory controller here (this machine binds it to v1)")
+    return v2
+
+
+async def test_v2_a_job_without_mem_and_all_jobs_together_are_capped_at_the_agents_memory(tmp_path, v2_memory):
+    v2 = v2_memory
+    mb = 1 << 20
+    with trio.fail_after(HANG):
+        async with JobRunner(tmp_path / "state", cgroups=v2, mem_cap=100 * mb) as runner:
+            await runner.start("1", 1, sh("exec sleep 300", slots=1))  # no --mem
+            await _wait_for(lambda: runner._records(("1", 1))[0] is not None)
+            own = Path(v2["v2"]) / "1.1" / "memory.max"
+            limits = (int(own.read_text()), int((Path(v2["v2"]) / "memory.max").read_text()))
+            await runner.kill("1", 1, grace=1)
+            await _exit_of(runner, "1")
+    assert limits == (100 * mb, 100 * mb)
 
 
 async def test_v2_a_job_is_born_in_its_cgroup_and_a_cancel_kills_a_double_forked_sleeper(tmp_path, v2):

@@ -156,6 +156,23 @@ async def test_an_owner_without_an_account_here_is_the_jobs_error(tmp_path, unix
     assert status.not_run == "the job's owner ghost (uid 3999999) has no account on this machine"
 
 
+async def test_an_owner_whose_uid_is_another_user_here_is_the_jobs_error(tmp_path, unix_users):
+    """The controller's machine says uid U is alice; here U is bob: the job is not run as bob."""
+    bob = unix_users.bob
+    impostor = Owner(uid=bob.uid, gid=bob.gid, user="alice-elsewhere")
+    with trio.fail_after(HANG):
+        async with JobRunner(tmp_path / "state") as runner:
+            status = await run(runner, "1", sh("echo ran", cwd=str(bob.home)), impostor)
+            unnamed = await run(runner, "2", sh("echo ran", cwd=str(bob.home)),
+                                Owner(uid=bob.uid, gid=bob.gid, user=f"#{bob.uid}"))  # no name there: by uid
+            out, _ = runner.log_paths("1", 1)
+            out2, _ = runner.log_paths("2", 1)
+    assert (status.exit_code, out.read_text()) == (126, "")
+    assert status.not_run == (f"the job's owner alice-elsewhere (uid {bob.uid}) is {bob.name} on this machine: "
+                              "the cluster's machines must agree on user ids")
+    assert (unnamed.exit_code, out2.read_text()) == (0, "ran\n")
+
+
 async def test_gpus_are_in_the_jobs_environment(tmp_path, unix_users):
     alice = unix_users.alice
     with trio.fail_after(HANG):
@@ -163,12 +180,14 @@ async def test_gpus_are_in_the_jobs_environment(tmp_path, unix_users):
             await runner.start("1", 1, sh('echo "$CUDA_VISIBLE_DEVICES|$RECKON_GPUS"', cwd=str(alice.home)),
                                owner=alice.owner(), gpus=(1, 3))
             await runner.exits.receive()
-            await runner.start("2", 1, sh('echo "${CUDA_VISIBLE_DEVICES-unset}|${RECKON_GPUS-unset}"'))
+            # Given none, it sees none, whatever its own pairs say (CUDA's empty list hides every GPU).
+            await runner.start("2", 1, sh('echo "${CUDA_VISIBLE_DEVICES-unset}|${RECKON_GPUS-unset}"',
+                                          env=(("CUDA_VISIBLE_DEVICES", "0,1"), ("RECKON_GPUS", "0"))))
             await runner.exits.receive()
             out1, _ = runner.log_paths("1", 1)
             out2, _ = runner.log_paths("2", 1)
     assert out1.read_text() == "1,3|1,3\n"
-    assert out2.read_text() == "unset|unset\n"
+    assert out2.read_text() == "|unset\n"
 
 
 async def test_an_output_file_the_job_names_is_its_owners_alone(open_dir, unix_users):

@@ -31,7 +31,7 @@ async def _run_env(tmp_path, job_env: dict[str, str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in out.decode().split("\0") if item)
 
 
-async def test_a_job_gets_the_base_its_pairs_and_its_identity_but_never_the_token(tmp_path, monkeypatch):
+async def test_a_job_gets_the_base_its_pairs_and_its_identity_but_never_the_agents_token(tmp_path, monkeypatch):
     token_file = tmp_path / "secret-token-file"
     token_file.write_text("s3cret\n")
     monkeypatch.setenv("RECKON_TOKEN", "s3cret")
@@ -42,22 +42,28 @@ async def test_a_job_gets_the_base_its_pairs_and_its_identity_but_never_the_toke
     monkeypatch.setenv("LC_TIME", "C")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     env = await _run_env(tmp_path, {"MY_SETTING": "42", "HOME": "/job/home", "RECKON_JOB_ID": "forged",
-                                    "RECKON_TOKEN": "passed-on"})
+                                    "RECKON_TOKEN": "passed-on", "RECKON_TOKEN_FILE": "/home/u/.reckon-token"})
     assert env["MY_SETTING"] == "42"
     assert env["HOME"] == "/job/home"  # the job's pairs override the base
     assert env["LC_TIME"] == "C" and env["PATH"] == "/usr/bin:/bin"
     assert env["RECKON_JOB_ID"] == "j7" and env["RECKON_ATTEMPT"] == "2" and env["RECKON_JOB_NAME"] == "printenv"
-    for name in ("RECKON_TOKEN", "RECKON_TOKEN_FILE", "RECKON_CONTROLLER", "SOME_AGENT_ONLY_VAR"):
+    for name in ("RECKON_CONTROLLER", "SOME_AGENT_ONLY_VAR"):
         assert name not in env
+    # The agent's token and its file never reach a job; the submitter's own pairs do (its choice:
+    # a job on a token cluster that calls the controller, as submitit's requeue does).
     assert not any("s3cret" in v or str(token_file) in v for v in env.values())
-    allowed = set(BASE_NAMES) | {"MY_SETTING", "RECKON_JOB_ID", "RECKON_ATTEMPT", "RECKON_JOB_NAME"}
+    assert (env["RECKON_TOKEN"], env["RECKON_TOKEN_FILE"]) == ("passed-on", "/home/u/.reckon-token")
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # given no GPU, it sees none
+    allowed = set(BASE_NAMES) | {"MY_SETTING", "RECKON_JOB_ID", "RECKON_ATTEMPT", "RECKON_JOB_NAME",
+                                 "CUDA_VISIBLE_DEVICES", "RECKON_TOKEN", "RECKON_TOKEN_FILE"}
     assert {k for k in env if not k.startswith("LC_")} <= allowed
 
 
 def test_the_base_has_a_path_even_when_the_agent_has_none():
     assert base_environment({"HOME": "/h", "RECKON_TOKEN": "x"}) == {"HOME": "/h", "PATH": "/usr/local/bin:/usr/bin:/bin"}
-    env = job_environment(spec("true", env={"RECKON_TOKEN_FILE": "/etc/t"}), "1", 1, {"PATH": "/bin"})
-    assert env == {"PATH": "/bin", "RECKON_JOB_ID": "1", "RECKON_ATTEMPT": "1", "RECKON_JOB_NAME": "t"}
+    env = job_environment(spec("true"), "1", 1, {"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "RECKON_JOB_ID": "1", "RECKON_ATTEMPT": "1", "RECKON_JOB_NAME": "t",
+                   "CUDA_VISIBLE_DEVICES": ""}
 
 
 @pytest.mark.parametrize("output_mode", [None, 0o640])

@@ -7,7 +7,7 @@ import trustme
 
 from reckon.daemon.client_common import UsageError, client_ssl_context
 from reckon.daemon.controller.tls import TLSConfigError, check_tls_files
-from reckon.daemon.wsconnect import cleartext_token_warning, is_loopback_host
+from reckon.daemon.wsconnect import cleartext_munge_warning, cleartext_token_warning, is_loopback_host
 
 
 @pytest.mark.parametrize("url,token,warned", [
@@ -24,6 +24,16 @@ def test_a_token_over_plain_ws_to_another_host_is_warned_about(url, token, warne
     assert (warning is not None) == warned
     if warned:
         assert "unencrypted" in warning and "wss://" in warning
+
+
+@pytest.mark.parametrize("url,warned", [("ws://10.0.0.5:7420", True), ("ws://controller.example:7420", True),
+                                        ("ws://127.0.0.1:7420", False), ("wss://controller.example:7420", False)])
+def test_a_munge_agent_over_plain_ws_to_another_host_is_warned_about(url, warned):
+    """Munge authenticates the agent, not the controller: only TLS does that."""
+    warning = cleartext_munge_warning(url)
+    assert (warning is not None) == warned
+    if warned:
+        assert url in warning and "wss://" in warning and "--ca" in warning
 
 
 @pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("::1", True), ("localhost", True),

@@ -61,6 +61,22 @@ def test_the_per_user_limits_are_options_and_config_keys(tmp_path):
     assert (found["controller"]["max_running_per_user"], found["controller"]["max_cpus_per_user"]) == (4, 8)
 
 
+def test_the_default_memory_per_cpu_is_an_option_and_a_config_key(tmp_path, capsys):
+    assert parse(["controller", "--default-mem-per-cpu", "2G"]).default_mem_per_cpu == 2 << 30
+    assert parse(["controller", "--default-mem-per-cpu", "512"]).default_mem_per_cpu == 512 << 20  # MiB, as Slurm
+    assert parse(["controller"]).default_mem_per_cpu is None  # no default: today's behaviour
+    for bad in ("0", "lots", "2Q"):
+        with pytest.raises(SystemExit):
+            parse(["controller", "--default-mem-per-cpu", bad])
+        assert "--default-mem-per-cpu: bad size" in capsys.readouterr().err
+    path = tmp_path / "reckon.toml"
+    path.write_text('[controller]\nstate-dir = "/x"\ndefault-mem-per-cpu = "1G"\n')
+    assert daemon_config.check(path, daemon_parsers(build_parser()))["controller"]["default_mem_per_cpu"] == 1 << 30
+    path.write_text('[controller]\nstate-dir = "/x"\ndefault-mem-per-cpu = "1Q"\n')
+    with pytest.raises(daemon_config.ConfigError, match="controller.default-mem-per-cpu"):
+        daemon_config.check(path, daemon_parsers(build_parser()))
+
+
 @pytest.mark.parametrize("option", ["--max-running-per-user", "--max-cpus-per-user"])
 def test_a_per_user_limit_in_token_mode_is_refused_in_one_line(option, tmp_path, capsys):
     """Token mode's jobs have no owner: a per-user limit there would limit nothing, silently."""

@@ -129,6 +129,7 @@ async def test_status_shows_the_per_user_limits(tmp_path, autojump_clock):
         async with controller(tmp_path) as ctl:
             status = (await ctl.daemon._client_op({"op": "status"}, None))["status"]
             assert status["limits"] == {"max_running_per_user": None, "max_cpus_per_user": None}
+            assert status["default_mem_per_cpu"] is None
 
 
 class ScriptedSocket:

@@ -24,7 +24,8 @@ def test_a_short_job_backfills_around_a_large_one_and_an_unbounded_one_waits(clu
     shown = cluster.wait_for(lambda: (lambda j: j if j.get("expected_start") else None)(cluster.job(wide)),
                              what="the wide job's promised start")
     assert shown["state"] == "PENDING" and shown["expected_agent"] == "a1"
-    started = cluster.job(long)["started_at"]
+    # RUNNING comes with the dispatch; the start time with the agent's report, a moment later.
+    started = cluster.wait_for(lambda: cluster.job(long).get("started_at"), what="the long job's start time")
     assert started + 600 - 5 <= shown["expected_start"] <= started + 600 + 5  # when the long job's limit ends
     assert "starts by:" in cluster.cli("show", wide)
     gate.touch()

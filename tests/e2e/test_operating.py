@@ -156,6 +156,9 @@ def test_lifecycle_log_history_drain_and_metrics(cluster, tmp_path: Path) -> Non
     assert _value(families, "reckon_group_commit_facts_count") >= 1
     assert _value(families, "reckon_agents", state="IDLE") == 1
     assert _value(families, "reckon_fact_log_bytes") > 0
+    # Accounting per user, from the job table (token mode: the jobs have no owner).
+    assert _value(families, "reckon_user_wall_seconds_total", user="(none)") > 0
+    assert _value(families, "reckon_user_cpu_seconds_total", user="(none)", mode="user") >= 0
     agent = _scrape(_metrics_port(cluster, "a1"))
     assert _value(agent, "reckon_agent_outbox_depth") == 0
     assert _value(agent, "reckon_agent_session", state="OPERATING") == 1

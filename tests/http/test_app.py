@@ -91,12 +91,18 @@ async def test_each_route_reaches_its_op_with_its_fields():
         ("POST", "/nodes/n1/forget", "", "", ("forget", {"agent": "n1"})),
         ("GET", "/status", "", "", ("status", {})),
         ("GET", "/whoami", "", "", ("whoami", {})),
+        ("GET", "/jobs/4/priority", "", "", ("priority", {"job": "4"})),
+        ("POST", "/jobs/4/priority", '{"priority": 5}', "", ("update", {"priority": 5, "job": "4"})),
+        ("GET", "/pending", "", "ids=4,7", ("pending", {"ids": ["4", "7"]})),
+        ("GET", "/partitions", "", "", ("partitions", {})),
+        ("POST", "/partitions/short", '{"remove": true}', "", ("partition_set", {"remove": True, "name": "short"})),
     ]
     for method, path, body, query, expected in cases:
         status, reply = await request(app, method, routes.API + path, body.encode(), query)
         assert status == 200, (method, path, reply)
         assert backend.calls[-1] == (*expected, "CALLER"), (method, path)
-    assert {(m, p.replace("4", "{job}").replace("7", "{job}").replace("n1", "{agent}")) for m, p, *_ in cases} == \
+    assert {(m, p.replace("4", "{job}").replace("7", "{job}").replace("n1", "{agent}").replace("short", "{name}"))
+            for m, p, *_ in cases} == \
         {(r.method, r.path) for r in routes.ROUTES}  # every route is in the table above
     status, reply = await request(app, "GET", routes.API + "/jobs/4/logs")
     assert reply["data"] == "h\u00e9llo\ufffd" and reply["next_offset"] == 0 + 7  # bytes as text; offset in bytes

@@ -59,6 +59,9 @@ async def test_the_status_page_shows_the_job_and_the_node(tmp_path, chromium):
             await c.until(lambda: _joined(c), "the agent joined")
             job = (await c.client.post("/api/v1/jobs", json={"spec": HELLO})).json()["job"]["id"]
             assert (await c.finished(job))["state"] == "COMPLETED"
+            waiting = (await c.client.post("/api/v1/jobs", json={"spec": {"name": "wide", "command": ["true"],
+                                                                          "slots": 64}, "queue_anyway": True}))
+            waiting = waiting.json()["job"]["id"]  # a live job: the page's query of live and recent jobs
             page = f"{c.url}/?job={job}#token=t0ken"  # the token once in the fragment, never sent to the server
             # --virtual-time-budget: the page's fetches and a refresh or two run before the DOM is dumped.
             shown = await trio.to_thread.run_sync(run_browser, binary, "--virtual-time-budget=5000",
@@ -68,6 +71,8 @@ async def test_the_status_page_shows_the_job_and_the_node(tmp_path, chromium):
             row = re.search(rf'<tr data-job="{job}"[^>]*>(.*?)</tr>', dom)
             assert row is not None, dom
             assert "hello" in row.group(1) and "COMPLETED" in row.group(1) and "node1" in row.group(1)
+            live = re.search(rf'<tr data-job="{waiting}"[^>]*>(.*?)</tr>', dom)
+            assert live is not None and "wide" in live.group(1) and "PENDING" in live.group(1), dom
             node = re.search(r'<tr data-node="node1">(.*?)</tr>', dom)
             assert node is not None and "IDLE" in node.group(1) and "0 / 2" in node.group(1), dom
             assert re.search(r'<pre id="output">hello from the status page\s*</pre>', dom), dom

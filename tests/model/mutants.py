@@ -162,6 +162,14 @@ RESOURCES = (
            "info.gpus_held.setdefault(index, set()).add(job.id)", "pass"),
 )
 
+# Issue #22's fair share: an attempt that ends by a requeue (its agent lost or forgotten, a cancel
+# confirmed is the other such end) is not charged.  Replay agrees with live (the same apply both
+# sides): only the oracle of tests/model/usage_check.py, from the facts alone, can tell.
+FAIRSHARE = (
+    Mutant("U1", "state: a requeued attempt is not charged its CPU-seconds", "reckon.model.state", None,
+           "_requeued", "    _charge(state, job, job.started_at, fact.requeued_at)\n", ""),
+)
+
 # Issue #22's priorities: the operator's adjustment left out of a job's priority, or taken into it
 # only at the next sweep (the controller and the scheduler then agree on the wrong order:
 # INV-SCHEDULER-VIEW is blind to both, INV-PRIORITY-ORDER must catch them), and a user's negative
@@ -176,7 +184,7 @@ PRIORITIES = (
            "reckon.model.job_ops", None, "on_update", "tx.volatile.priorities.pop(job.id, None)", "pass"),
 )
 
-ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + PRIORITIES}
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE + PRIORITIES}
 
 UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
                 "test_explore_bite.py", "test_checks_bite.py")

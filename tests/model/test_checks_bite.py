@@ -506,6 +506,62 @@ def test_bite_negative_nice_of_a_user_accepted(monkeypatch):
     assert_bites("INV-PERMISSION")
 
 
+def _lose_a_running_job(*, cancel: bool) -> X.ExploredMachine:
+    """A directed run of the machine's rules: alice's job runs, (``cancel``: she cancels it,) its
+    agent goes down and stays silent past lost_after: the attempt is requeued (or its cancel
+    confirmed).  Every invariant is checked after each step."""
+
+    m = X.ExploredMachine.start(X.Scope(agents=1, jobs=0, slots=2, lost_after=10.0))
+    m.submit(slots=[2], command=["x"], retries=0, caller=CALLERS[1])
+    m.work()
+    m.advance_time(dt=2.5, jitter=0.0, fire=False)
+    m.settle()
+    m.check()
+    if cancel:
+        m.cancel(i=0, running_only=True, caller=CALLERS[1])
+    m.agent_crash(i=0, restart_now=False, lost=[], slots=None)
+    m.settle()  # the controller sees the connection close: silence counts from here
+    for _ in range(6):
+        m.advance_time(dt=2.5, jitter=0.0, fire=True)
+        m.check()
+    return m
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_a_lost_attempt_is_charged(cancel):
+    """The control of the bite below: as the model is, the lost attempt is charged and the oracle agrees."""
+    m = _lose_a_running_job(cancel=cancel)
+    ended = F.JobCancelConfirmed if cancel else F.JobRequeued
+    assert any(isinstance(f, ended) and f.job == "1" for f in m.log)
+    assert m.controller.state.usage.at("alice", m.now) > 0
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_bite_a_lost_attempt_not_charged(monkeypatch, cancel):
+    """Issue #22: mutant U1 forgets to charge fair share for an attempt that ends by a requeue (and
+    its twin, for a confirmed cancel).  The replayed log agrees with live (the same apply both
+    sides): only INV-FAIRSHARE-REPLAY's oracle (tests/model/usage_check.py) catches it."""
+    from tests.model import mutants
+
+    if cancel:
+        mutants.apply(mutants.Mutant("U1c", "a confirmed cancel is not charged", "reckon.model.state", None,
+                                     "_cancel_confirmed", "    _charge(state, job, job.started_at, fact.confirmed_at)\n",
+                                     ""), monkeypatch.setattr, monkeypatch.setitem)
+    else:
+        mutants.apply(mutants.ALL["U1"], monkeypatch.setattr, monkeypatch.setitem)
+    with pytest.raises(AssertionError, match="INV-FAIRSHARE-REPLAY: user alice"):
+        _lose_a_running_job(cancel=cancel)
+
+
+@pytest.mark.long  # a search of over 5 s (25 s measured): `make test-long`
+def test_bite_a_requeued_attempt_not_charged_is_found_by_search(monkeypatch):
+    """U1 again, found by the machine's own search rather than a directed run."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL["U1"], monkeypatch.setattr, monkeypatch.setitem)
+    assert_bites("INV-FAIRSHARE-REPLAY")
+
+
 def _requeue_a_running_job() -> X.ExploredMachine:
     """A directed run of the machine's rules: a job runs, a user requeues it, it runs again."""
     m = X.ExploredMachine.start(X.Scope(agents=1, jobs=0))

@@ -124,10 +124,10 @@ def test_explore_bite_requeue_ignores_cancel(monkeypatch):
     """An unrecognized attempt with a cancel pending is requeued instead of confirmed: dispatched again."""
     # Every lost attempt takes the one path (Transaction.attempt_lost), so the bug is injected there.
     mutate(monkeypatch, Transaction, "attempt_lost", """        if job.cancel_requested:
-            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt))
+            self.apply(F.JobCancelConfirmed(job=job.id, attempt=job.attempt, confirmed_at=at))
         else:
-            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason))""",
-           """        self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason))""")
+            self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason, requeued_at=at))""",
+           """        self.apply(F.JobRequeued(job=job.id, attempt=job.attempt, reason=reason, requeued_at=at))""")
     assert_explorer_finds("INV-CANCELLED-NOT-DISPATCHED", scenario="two-rounds")
 
 

@@ -165,7 +165,8 @@ def test_a_disconnected_holder_with_jobs_placed_keeps_the_name_until_forgotten()
     # The operator declares the old machine gone: its jobs are requeued, the name released.
     commands = w.handle(E.ForgetAgent(agent="node1", now=4.0))
     assert facts_of(commands) == [
-        *(F.JobRequeued(job=j, attempt=1, reason="agent forgotten by the operator") for j in jobs),
+        *(F.JobRequeued(job=j, attempt=1, reason="agent forgotten by the operator", requeued_at=4.0)
+          for j in jobs),
         F.AgentForgotten(agent="node1"),
     ]
     assert "node1" not in w.controller.state.agents
@@ -195,7 +196,8 @@ def test_forget_confirms_a_requested_cancel_instead_of_requeueing() -> None:
     w.handle(E.CancelJob(job=job, now=2.0))
     w.handle(E.ConnectionClosed(conn=1, now=3.0))
     commands = w.handle(E.ForgetAgent(agent="node1", now=4.0))
-    assert facts_of(commands) == [F.JobCancelConfirmed(job=job, attempt=1), F.AgentForgotten(agent="node1")]
+    assert facts_of(commands) == [F.JobCancelConfirmed(job=job, attempt=1, confirmed_at=4.0),
+                                  F.AgentForgotten(agent="node1")]
     assert w.controller.state.jobs[job].state is JobState.CANCELLED
 
 

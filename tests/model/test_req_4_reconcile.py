@@ -185,7 +185,7 @@ def test_req_4_6_unrecognized_job_returns_to_pending() -> None:
 
     commands = _report(h, tok, _unrecognized(job))
 
-    assert facts_of(commands) == [F.JobRequeued(job=job, attempt=1, reason="unrecognized by agent")]
+    assert facts_of(commands) == [F.JobRequeued(job=job, attempt=1, reason="unrecognized by agent", requeued_at=h.now)]
     rec = h.job(job)
     assert (rec.state, rec.attempt, rec.agent, rec.requeues, rec.started_at) == (JobState.PENDING, 2, None, 1, None)
     assert h.controller.state.agents["a1"].used == 0
@@ -205,7 +205,7 @@ def test_req_4_6_unrecognized_job_with_a_cancel_request_ends_cancelled() -> None
 
     commands = _report(h, tok, _unrecognized(job))
 
-    assert facts_of(commands) == [F.JobCancelConfirmed(job=job, attempt=1)]
+    assert facts_of(commands) == [F.JobCancelConfirmed(job=job, attempt=1, confirmed_at=h.now)]
     assert h.job(job).state is JobState.CANCELLED and h.job(job).exit_code is None
 
 

@@ -16,6 +16,7 @@ from reckon.model import state as S
 from reckon.model.errors import LocalProtocolError
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.nodes import pending_reason
+from reckon.model.records import LocalJob, LocalStatus
 from reckon.model.resources import NodeResources, Usage
 
 from tests.model import mutants, resource_checks
@@ -191,6 +192,29 @@ def test_an_attempt_reported_on_a_gpu_a_dispatch_gave_away_is_adopted_where_it_r
     # An adoption naming another number of GPUs than the job asks is not one the controller could have made.
     with pytest.raises(LocalProtocolError, match=r"asks 1 GPU\(s\), its placement names \[\]"):
         S.apply(state, F.JobAdopted(job=submit(h, gpus=1), attempt=1, agent="a1"))
+
+
+def test_an_adoption_onto_a_held_gpu_through_a_round_warns_the_operator():
+    """The same case through the rejoin round the agent really answers: b, which the restored
+    controller holds PENDING, runs on GPU 0, which a holds: b is adopted there, with one warning
+    naming the GPU and the job that holds it too."""
+    h = cluster()
+    a = submit(h, gpus=1)
+    h.schedule()
+    h.pump()
+    b = submit(h, gpus=1, queue_anyway=True)
+    assert h.job(a).gpu_ids == (0,) and h.job(b).state is JobState.PENDING
+    h.disconnect("a1")
+    h.agent("a1").records[(b, 1)] = LocalJob(job=b, attempt=1, spec=JobSpec(name="b", command=("true",), gpus=1),
+                                             status=LocalStatus.RUNNING, gpus=(0,))
+    h.controller_commands.clear()
+    h.connect("a1")
+    h.pump()
+    assert h.job(b).state is JobState.RUNNING and h.job(b).gpu_ids == (0,)
+    warnings = [c.message for c in h.controller_commands if isinstance(c, E.Warn)]
+    assert warnings == [f"job {b} attempt 1 adopted on GPU 0 of a1, which job(s) {a} hold too (a restored state "
+                        f"gave it away): nothing more goes on it until they end"]
+    h.assert_replay_agrees()
 
 
 def test_old_facts_encode_as_before():

@@ -58,7 +58,7 @@ from reckon.model.partitions import Partition, may_run_on, startable
 from reckon.model.resources import NodeResources, Usage
 from reckon.model.scheduler import Scheduler
 
-from tests.model import resource_checks
+from tests.model import resource_checks, usage_check
 from tests.model.backfill_check import soonest
 
 AGENT_NAMES = ("a1", "a2", "a3")
@@ -1631,9 +1631,13 @@ class ReckonMachine(RuleBasedStateMachine):
 
     @invariant()
     def inv_fairshare_replay(self):
-        """INV-FAIRSHARE-REPLAY: fair share's usage as the log applied gives it; priorities of PENDING jobs only."""
-        assert self.durable.usage.key() == self.controller.state.usage.key(), \
-            "INV-FAIRSHARE-REPLAY: the applied log's usage differs from live"
+        """INV-FAIRSHARE-REPLAY: fair share's usage as the log applied gives it, and as the facts alone
+        give it (tests/model/usage_check.py: every ended attempt charged, however it ended);
+        priorities of PENDING jobs only."""
+        usage = self.controller.state.usage
+        assert self.durable.usage.key() == usage.key(), "INV-FAIRSHARE-REPLAY: the applied log's usage differs from live"
+        found = usage_check.differences(self.log, usage, self.now)
+        assert not found, "; ".join(found)
         jobs = self.controller.state.jobs
         left = [j for j in self.controller.volatile.priorities if jobs[j].state is not JobState.PENDING]
         assert not left, f"INV-FAIRSHARE-REPLAY: jobs {left} left PENDING and kept their priority"

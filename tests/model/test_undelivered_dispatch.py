@@ -30,7 +30,7 @@ def dispatched() -> Controller:
 def test_an_undelivered_dispatch_is_requeued():
     ctrl = dispatched()
     cmds = ctrl.handle(E.DispatchUndelivered(job="1", attempt=1, now=1.0))
-    assert facts(cmds) == [F.JobRequeued(job="1", attempt=1, reason="dispatch not delivered")]
+    assert facts(cmds) == [F.JobRequeued(job="1", attempt=1, reason="dispatch not delivered", requeued_at=1.0)]
     job = ctrl.state.jobs["1"]
     assert (job.state, job.attempt, job.agent) == (JobState.PENDING, 2, None)
     assert ctrl.state.agents["a"].used == 0
@@ -40,7 +40,7 @@ def test_an_undelivered_dispatch_of_a_cancelled_job_confirms_the_cancel():
     ctrl = dispatched()
     ctrl.handle(E.CancelJob(job="1", now=1.0))
     cmds = ctrl.handle(E.DispatchUndelivered(job="1", attempt=1, now=1.0))
-    assert facts(cmds) == [F.JobCancelConfirmed(job="1", attempt=1)]
+    assert facts(cmds) == [F.JobCancelConfirmed(job="1", attempt=1, confirmed_at=1.0)]
     assert ctrl.state.jobs["1"].state is JobState.CANCELLED
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from reckon.daemon.slurm import argv as C
 from reckon.daemon.slurm import formats as S
+from reckon.daemon.slurm import sacct_fields as A
 from reckon.daemon.slurm import layouts as L
 from reckon.daemon.slurm import values as V
 from reckon.daemon.slurm.argv import UsageProblem
@@ -86,8 +87,8 @@ def test_squeue_widths_cut_and_justify():
 def test_sacct_columns_steps_and_parsable():
     done = job("5", "COMPLETED", exit_code=0, finished_at=NOW - 10)
     cancelled = job("6", "CANCELLED", started_at=None, agent=None)
-    rows = [r for j in (done, cancelled) for r in S.sacct_rows(j, allocations=False, now=NOW)]
-    assert S.sacct_lines(rows, S.parse_sacct_format("JobID,JobName,State,ExitCode,Elapsed"), NOW, header=True,
+    rows = [r for j in (done, cancelled) for r in A.sacct_rows(j, allocations=False, now=NOW)]
+    assert A.sacct_lines(rows, A.parse_sacct_format("JobID,JobName,State,ExitCode,Elapsed"), NOW, header=True,
                          parsable=None) == [
         "JobID           JobName      State ExitCode    Elapsed ",
         "------------ ---------- ---------- -------- ---------- ",
@@ -97,23 +98,23 @@ def test_sacct_columns_steps_and_parsable():
         "6                   job CANCELLED+      0:0   00:00:00 ",
     ]
     # submitit: header, '|' between fields, steps with a dot (it skips them)
-    assert S.sacct_lines(rows, S.parse_sacct_format("JobID,State,NodeList"), NOW, header=True, parsable="|2") == [
+    assert A.sacct_lines(rows, A.parse_sacct_format("JobID,State,NodeList"), NOW, header=True, parsable="|2") == [
         "JobID|State|NodeList", "5|COMPLETED|a1", "5.batch|COMPLETED|a1", "5.extern|COMPLETED|a1",
         "6|CANCELLED by 1000|None assigned"]
-    assert S.sacct_lines(rows[:1], S.parse_sacct_format("JobID,State"), NOW, header=False, parsable="|") == [
+    assert A.sacct_lines(rows[:1], A.parse_sacct_format("JobID,State"), NOW, header=False, parsable="|") == [
         "5|COMPLETED|"]
 
 
 def test_sacct_what_parsl_and_snakemake_parse():
     jobs = [job("5", "FAILED", exit_code=2, finished_at=NOW), job("7", "RUNNING", array_id="6", array_index=2)]
-    rows = [r for j in jobs for r in S.sacct_rows(j, allocations=True, now=NOW)]
-    assert S.sacct_lines(rows, S.parse_sacct_format("jobid,state%20"), NOW, header=False, parsable=None) == [
+    rows = [r for j in jobs for r in A.sacct_rows(j, allocations=True, now=NOW)]
+    assert A.sacct_lines(rows, A.parse_sacct_format("jobid,state%20"), NOW, header=False, parsable=None) == [
         "5                          FAILED ", "6_2                       RUNNING "]
-    assert S.sacct_lines(rows, S.parse_sacct_format("JobIdRaw,State"), NOW, header=False, parsable="|2") == [
+    assert A.sacct_lines(rows, A.parse_sacct_format("JobIdRaw,State"), NOW, header=False, parsable="|2") == [
         "5|FAILED", "7|RUNNING"]
-    assert S.sacct_value("ExitCode", rows[0], NOW) == "2:0"
+    assert A.sacct_value("ExitCode", rows[0], NOW) == "2:0"
     with pytest.raises(C.UsageProblem, match='Invalid field requested: "Nope"'):
-        S.parse_sacct_format("JobID,Nope")
+        A.parse_sacct_format("JobID,Nope")
 
 
 def test_sacct_times():
@@ -192,6 +193,33 @@ def test_scontrol_show_job_and_config():
     config = L.show_config(NOW, "ws://127.0.0.1:7420", 2).splitlines()
     assert config[0].startswith("Configuration data as of ")
     assert "ClusterName             = reckon" in config and any(c.startswith("MaxArraySize ") for c in config)
+    assert "SchedulerType           = sched/builtin" in config  # first in, first out
+    assert "SchedulerType           = sched/backfill" in L.show_config(NOW, "ws://127.0.0.1:7420", 2, "backfill")
+
+
+def test_an_oom_kill_reads_as_slurms_out_of_memory_0_125():
+    oom = job("11", "FAILED", reason="oom", exit_code=137, finished_at=NOW - 1)  # the shell's 128+9
+    rows = A.sacct_rows(oom, allocations=False, now=NOW)
+    assert A.sacct_lines(rows, A.parse_sacct_format("JobID,State,ExitCode"), NOW, header=False, parsable="|2") == [
+        "11|OUT_OF_MEMORY|0:125", "11.batch|OUT_OF_MEMORY|0:125", "11.extern|COMPLETED|0:0"]
+    assert "ExitCode=0:125" in L.show_job(oom, NOW)
+
+
+def test_sacct_accounting_fields_as_snakemakes_efficiency_report_reads_them():
+    """TotalCPU, UserCPU, SystemCPU in print.c's _elapsed_time form, MaxRSS on the steps only (bytes
+    in the largest unit that divides), CPUTime as elapsed x CPUs; nothing measured yet: zeros."""
+    usage = {"cpu_user": 3.25, "cpu_system": 0.5, "max_rss": 3 * 4096 * 100, "wall": 40.0, "source": "cgroup"}
+    done = job("9", "COMPLETED", exit_code=0, finished_at=NOW - 10, cpus=2, usage=usage)
+    rows = A.sacct_rows(done, allocations=False, now=NOW)
+    fmt = A.parse_sacct_format("JobID,JobName,Elapsed,TotalCPU,UserCPU,SystemCPU,NCPUS,MaxRSS,CPUTime,CPUTimeRAW")
+    assert A.sacct_lines(rows, fmt, NOW, header=False, parsable="|2") == [
+        "9|job|00:00:40|00:03.750|00:03.250|00:00.500|2||00:01:20|80",
+        "9.batch|batch|00:00:40|00:03.750|00:03.250|00:00.500|2|1200K|00:01:20|80",
+        "9.extern|extern|00:00:40|00:00:00|00:00:00|00:00:00|2|0|00:01:20|80"]
+    running = job("10", "RUNNING", usage=usage)  # an earlier attempt's usage is not this one's
+    assert A.sacct_value("TotalCPU", {"job": running, "step": None}, NOW) == "00:00:00"
+    assert [A.cpu_time(s) for s in (0, 59.0, 61.25, 3725.9, 90061)] == [
+        "00:00:00", "00:00:59", "01:01.250", "01:02:05", "1-01:01:01"]
 
 
 def test_sacct_collapses_an_arrays_pending_members_as_submitit_reads_them():
@@ -199,8 +227,8 @@ def test_sacct_collapses_an_arrays_pending_members_as_submitit_reads_them():
             job("7", "PENDING", array_id="6", array_index=2, array_max=2),
             job("8", "PENDING", array_id="6", array_index=3, array_max=2),
             job("9", "PENDING", array_id="6", array_index=5, array_max=2, held=True)]
-    rows = [r for j in S.array_rows(jobs, expand=False) for r in S.sacct_rows(j, allocations=True, now=NOW)]
-    assert S.sacct_lines(rows, S.parse_sacct_format("JobID,JobIDRaw,State"), NOW, header=False, parsable="|2") == [
+    rows = [r for j in S.array_rows(jobs, expand=False) for r in A.sacct_rows(j, allocations=True, now=NOW)]
+    assert A.sacct_lines(rows, A.parse_sacct_format("JobID,JobIDRaw,State"), NOW, header=False, parsable="|2") == [
         "6_1|6|RUNNING", "6_[2-3%2]|7|PENDING", "6_5|9|PENDING"]
 
 
@@ -279,10 +307,10 @@ def test_mark_pending_asks_for_the_pending_jobs_and_an_older_controller_is_no_er
 
 
 def test_sacct_exit_codes_and_unstarted_jobs():
-    fields = S.parse_sacct_format("JobID,State,ExitCode,DerivedExitCode,ReqMem,AllocCPUS,Timelimit,Start")
+    fields = A.parse_sacct_format("JobID,State,ExitCode,DerivedExitCode,ReqMem,AllocCPUS,Timelimit,Start")
 
     def lines(j: dict) -> list[str]:
-        return S.sacct_lines(S.sacct_rows(j, False, NOW), fields, NOW, header=False, parsable="|2")
+        return A.sacct_lines(A.sacct_rows(j, False, NOW), fields, NOW, header=False, parsable="|2")
 
     cancelled = job(state="CANCELLED", signal=15, finished_at=NOW)
     assert lines(cancelled)[0] == "5|CANCELLED by 1000|0:0|0:0|0|1|UNLIMITED|" + S.date(NOW - 50)

@@ -66,6 +66,11 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
     start = time.strftime("%Y-%m-%dT%H:00", time.localtime(time.time() - 7200))
     assert slurm(cluster, "sacct", "-X", "--parsable2", "--clusters", "all", "--noheader", "--format=JobIdRaw,State",
                  "--starttime", start, "--endtime", "now", "--name", "wf") == f"{done}|COMPLETED\n{failed}|FAILED\n"
+    # Snakemake's efficiency report: the accounting columns, the batch step with its measured peak memory.
+    report = slurm(cluster, "sacct", "--name=wf", "--parsable2", "--noheader",
+                   "--format=JobID,JobName,Comment,Elapsed,TotalCPU,NNodes,NCPUS,MaxRSS,ReqMem").splitlines()
+    batch = [line.split("|") for line in report if line.startswith(f"{done}.batch|")]
+    assert len(batch) == 1 and len(batch[0]) == 9 and batch[0][7].endswith("K"), report  # `true`'s RSS, in K
     # dask-jobqueue's tests: sinfo -o %C (allocated/idle/other/total CPUs).
     assert slurm(cluster, "sinfo", "-o", "%C").splitlines() == ["CPUS(A/I/O/T)", "2/0/0/2"]
     assert slurm(cluster, "sinfo", "-h", "-o", "%P").strip() == "reckon*"
@@ -79,7 +84,9 @@ def test_the_query_commands_as_the_workflow_tools_call_them(cluster):
     assert cluster.job(array[2])["held"]
     slurm(cluster, "scontrol", "release", array[2])
     assert not cluster.job(array[2])["held"]
-    assert "ClusterName             = reckon" in slurm(cluster, "scontrol", "show", "config")
+    config = slurm(cluster, "scontrol", "show", "config")
+    assert "ClusterName             = reckon" in config
+    assert "SchedulerType           = sched/backfill" in config  # the controller's policy (its default)
     assert slurm(cluster, "scontrol", "show", "node", "a1").startswith("NodeName=a1 ")
     assert slurm(cluster, "scontrol", "-o", "show", "partition").startswith("PartitionName=reckon ")
     # Errors: an unknown id (exit 1, one line), a bad option (exit 1, as Slurm's sacct).

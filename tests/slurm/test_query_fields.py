@@ -1,6 +1,6 @@
 """The query op's ``fields`` selection (issue #21's polling cost): its validation, the selected
 keys and their kept encodings (daemon/encoded.py ``Selections``), the op on the wire, and that
-squeue's and sacct's column-to-key maps (daemon/slurm/formats.py) print byte for byte what the
+squeue's and sacct's column-to-key maps (daemon/slurm/formats.py, sacct_fields.py) print byte for byte what the
 whole objects print, for every column over many job shapes."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import trio
 from reckon.daemon.controller.query import EXTRA_FIELDS, JOB_FIELDS, job_object, selection
 from reckon.daemon.encoded import Selections, cbor_reply
 from reckon.daemon.slurm import formats as S
+from reckon.daemon.slurm import sacct_fields as A
 from reckon.model.jobs import JobRecord, JobSpec
 
 from tests.daemon.trio_harness import controller
@@ -100,7 +101,10 @@ def _shapes() -> list[dict]:
     shapes = [
         {}, {"held": True}, {"after": ["7"], "after_any": ["8"]}, {"requeues": 1, "attempt": 2},
         {"state": "RUNNING", **ran, "time_limit": 600.0, "mem": 3 << 30, "gpus": 2, "gres": [["fpga", 1]]},
-        {"state": "COMPLETED", **ended, "exit_code": 0, **owner},
+        {"state": "COMPLETED", **ended, "exit_code": 0, **owner,
+         "usage": {"cpu_user": 3.25, "cpu_system": 0.5, "max_rss": 12 << 20, "wall": 40.0, "source": "cgroup"}},
+        {"state": "RUNNING", **ran, "attempt": 2,  # an earlier attempt's usage: not shown while it runs
+         "usage": {"cpu_user": 1.0, "cpu_system": 0.0, "max_rss": None, "wall": 2.0, "source": "rusage"}},
         {"state": "FAILED", **ended, "exit_code": 3, "labels": {"account": "lab", "partition": "p2", "qos": "hi"}},
         {"state": "FAILED", **ended, "reason": "timeout", "time_limit": 30.0},
         {"state": "FAILED", **ended, "reason": "oom", "signal": 9},
@@ -131,8 +135,8 @@ def _squeue(jobs: list[dict], fmt: str, expand: bool, now: float) -> list[str]:
 
 
 def _sacct(jobs: list[dict], fmt: str, now: float, allocations: bool) -> list[str]:
-    rows = [r for j in S.array_rows(jobs, expand=False) for r in S.sacct_rows(j, allocations=allocations, now=now)]
-    return S.sacct_lines(rows, S.parse_sacct_format(fmt), now, header=True, parsable="|2")
+    rows = [r for j in S.array_rows(jobs, expand=False) for r in A.sacct_rows(j, allocations=allocations, now=now)]
+    return A.sacct_lines(rows, A.parse_sacct_format(fmt), now, header=True, parsable="|2")
 
 
 @pytest.mark.parametrize("code", sorted(S.SQUEUE_HEADERS))
@@ -146,10 +150,10 @@ def test_each_squeue_column_prints_the_same_from_its_selection(code):
     assert set(S.FILTER_FIELDS) <= set(S.squeue_query_fields(S.parse_squeue_format(fmt), filtered=True))
 
 
-@pytest.mark.parametrize("name", sorted(S.SACCT_FIELDS))
+@pytest.mark.parametrize("name", sorted(A.SACCT_FIELDS))
 def test_each_sacct_field_prints_the_same_from_its_selection(name):
     jobs, now = _shapes(), time.time()
-    wanted = S.sacct_query_fields(S.parse_sacct_format(name))
+    wanted = A.sacct_query_fields(A.parse_sacct_format(name))
     for allocations in (False, True):
         assert _sacct(_select(jobs, wanted), name, now, allocations) == _sacct(jobs, name, now, allocations), name
 
@@ -179,12 +183,12 @@ def test_the_maps_name_every_key_each_column_reads():
         S.squeue_value(code, reads, now)
         extra = reads.read - set(S.squeue_query_fields(S.parse_squeue_format(f"%{code}"))) - derived
         assert not extra, (code, extra)
-    for name, job in itertools.product(sorted(S.SACCT_FIELDS), _shapes()):
+    for name, job in itertools.product(sorted(A.SACCT_FIELDS), _shapes()):
         for step in (None, "batch", "extern"):
             reads = _Reads(job)
-            S.sacct_value(name, {"job": reads, "step": step}, now)
-            extra = reads.read - set(S.sacct_query_fields(S.parse_sacct_format(name))) - derived
+            A.sacct_value(name, {"job": reads, "step": step}, now)
+            extra = reads.read - set(A.sacct_query_fields(A.parse_sacct_format(name))) - derived
             assert not extra, (name, step, extra)
     # the keys the maps name are all the query op's
     assert set(S.ROW_FIELDS) | set(S.FILTER_FIELDS) <= JOB_FIELDS
-    assert {k for keys in [*S.SQUEUE_FIELDS.values(), *S.SACCT_KEYS.values()] for k in keys} <= JOB_FIELDS
+    assert {k for keys in [*S.SQUEUE_FIELDS.values(), *A.SACCT_KEYS.values()] for k in keys} <= JOB_FIELDS

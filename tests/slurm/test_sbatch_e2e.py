@@ -289,3 +289,59 @@ def test_a_command_waits_for_a_controller_that_restarts(cluster):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+REQUEUE_ONCE = """#!/bin/sh
+#SBATCH --job-name=requeue-once
+if [ ! -e {marker} ]; then
+    touch {marker}
+    scontrol requeue "$SLURM_JOB_ID" || exit 7
+    sleep 60
+fi
+echo "attempt $RECKON_ATTEMPT"
+"""
+
+
+def test_a_job_on_a_token_cluster_requeues_itself_with_the_exported_token_file(cluster):
+    """submitit's requeue from inside a job, on a cluster with a shared token: sbatch's
+    --export=ALL carries the caller's RECKON_TOKEN_FILE (never the token itself) and the job's
+    `scontrol requeue` reaches the controller with it. The token is in none of the controller's
+    files: only the file's path went into the durable spec."""
+    token = "in-job-requeue-" + "x" * 24
+    cluster.use_token(token)
+    cluster.start_controller()
+    cluster.start_agent("a1")
+    bin_dir = _commands(cluster)
+    script = cluster.base / "requeue.sh"
+    script.write_text(REQUEUE_ONCE.format(marker=cluster.base / "requeued"))
+    env = {**_env(cluster, bin_dir), "RECKON_TOKEN_FILE": str(cluster.token_file)}
+    out = subprocess.run([str(bin_dir / "sbatch"), "--parsable", str(script)], capture_output=True, text=True,
+                         timeout=HANG, env=env, cwd=cluster.base)
+    assert out.returncode == 0, out
+    job = out.stdout.strip()
+    record = cluster.wait_job(job, ("COMPLETED", "FAILED"), timeout=HANG)
+    assert (record["state"], record["attempt"]) == ("COMPLETED", 2), record
+    assert (cluster.base / f"slurm-{job}.out").read_text().endswith("attempt 2\n")
+    stored = b"".join(p.read_bytes() for p in cluster.controller_dir.iterdir() if p.is_file())
+    assert token.encode() not in stored and str(cluster.token_file).encode() in stored
+
+
+def test_a_job_no_agent_can_run_is_refused_in_slurms_words(cluster):
+    """sbatch and srun refuse a job larger than every agent in one line, as Slurm's do, and never
+    suggest reckon submit's --queue-anyway (they have no such flag)."""
+    cluster.start_controller()
+    cluster.start_agent("a1", slots=2)
+    cluster.wait_node("a1", ["IDLE"])
+    bin_dir = _commands(cluster)
+    for command, prefix in (("sbatch", "sbatch: error: Batch job submission failed: "),
+                            ("srun", "srun: error: Unable to allocate resources: ")):
+        args = ["-c", "64", "--wrap", "true"] if command == "sbatch" else ["-c", "64", "true"]
+        out = _run(cluster, bin_dir, command, *args)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert out.stderr.startswith(prefix + "no agent can ever run this job: it needs 64 slots"), out.stderr
+        assert "queue-anyway" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert cluster.jobs() == {}
+    from reckon.daemon.slurm.common import QUEUE_ANYWAY_HINT
+    from reckon.model.admission import QUEUE_ANYWAY_HINT as MODELS
+
+    assert QUEUE_ANYWAY_HINT == MODELS  # the layer's copy of the text it leaves out

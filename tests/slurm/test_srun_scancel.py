@@ -54,6 +54,8 @@ def test_srun_refusals_and_exec_failures_are_one_line(tmp_path):
     for args, line in ((["--pty", "bash"], "srun: error: --pty is not supported by reckon (reckon's jobs have no "
                                            "terminal)\n"),
                        (["-N", "3", "true"], "srun: error: --nodes=3: reckon runs single-node jobs (at most 1 node)\n"),
+                       (["--ntasks-per-node=2", "true"],  # refused, not run as one task
+                        "srun: error: --ntasks-per-node=2: reckon runs one task per job (at most 1)\n"),
                        (["/nonexistent/cmd"], "srun: error: execve(): /nonexistent/cmd: No such file or directory\n"),
                        ([], "srun: error: No command given to execute.\n")):
         out = subprocess.run(SRUN + args, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)

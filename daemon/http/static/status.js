@@ -1,4 +1,4 @@
-// The status page: polls the HTTP API (/api/v1/...) every 2 s and renders the queue, the nodes
+// The status page: polls the HTTP API (/api/v1/...) 2 s after each refresh and renders the queue, the nodes
 // and one job's attempts and output.  Plain JavaScript, no build step.
 // Auth: token mode sends the token kept in sessionStorage (typed in the field, or given once as
 // #token=... in the address, which is never sent to the server); without a token configured the
@@ -10,6 +10,11 @@ const KEY = "reckon.token";
 const OUTPUT_TAIL = 65536;  // bytes of a job's output shown (its end)
 const RECENT = 3600;  // seconds: the queue shows live jobs and those that ended this recently
 const JOB_OPTIONAL = [2, 5, 6, 8], NODE_OPTIONAL = [4, 5];  // columns a phone leaves out (class opt)
+// A row's keys only (a whole job object is ~0.5 KB: 10,000 live jobs would be megabytes a poll),
+// and at most MAX_ROWS rows, the oldest first as squeue lists them.
+const ROW_FIELDS = "id,name,user,state,held,agent,attempt,cpus,slots,signal,exit_code,submitted_at";
+const MAX_ROWS = 500;
+const PERIOD = 2000;  // ms between the end of one refresh and the start of the next
 let selected = null;
 let controllerNow = null;  // the controller's clock, from its last query reply (no skew with ours)
 
@@ -138,15 +143,18 @@ async function refresh() {
   try {
     // The query op answers from the controller's index, off its core loop (cheap to poll).
     const since = (controllerNow ?? Date.now() / 1000) - RECENT;
-    const [{jobs, now}, {nodes}, {status}] = await Promise.all([api("/query?since=" + since.toFixed(3)),
-                                                                api("/nodes"), api("/status")]);
+    const query = `/query?since=${since.toFixed(3)}&limit=${MAX_ROWS + 1}&fields=${ROW_FIELDS}`;
+    const [{jobs, now}, {nodes}, {status}] = await Promise.all([api(query), api("/nodes"), api("/status")]);
     controllerNow = now;
+    const more = jobs.length > MAX_ROWS;
+    if (more) jobs.length = MAX_ROWS;
     jobs.sort((a, b) => Number(b.id.split("_")[0]) - Number(a.id.split("_")[0]) || (a.id < b.id ? -1 : 1));
     fill("#jobs", jobs.map(jobRow), "#jobs-empty");
     fill("#nodes", nodes.map(nodeRow), "#nodes-empty");
     const counts = Object.entries(status.jobs || {}).map(([k, v]) => `${v} ${k.toLowerCase()}`).join(", ");
     document.getElementById("summary").textContent =
-      `${counts || "no jobs"}; ${nodes.length} node(s)`;
+      `${counts || "no jobs"}; ${nodes.length} node(s)` +
+      (more ? `; the oldest ${MAX_ROWS} live or recent jobs shown (reckon jobs lists them all)` : "");
     if (selected !== null) await showJob(selected);
     document.getElementById("error").hidden = true;
   } catch (e) {
@@ -174,5 +182,10 @@ document.getElementById("job-close").addEventListener("click", () => {
 });
 document.getElementById("stream").addEventListener("change", () => refresh());
 if (location.search.startsWith("?job=")) selected = decodeURIComponent(location.search.slice(5));
-refresh();
-setInterval(refresh, 2000);
+// The next refresh starts PERIOD after this one ended: a slow controller or network is never
+// asked twice at once.
+async function poll() {
+  await refresh();
+  setTimeout(poll, PERIOD);
+}
+poll();
