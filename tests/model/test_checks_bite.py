@@ -497,9 +497,37 @@ def test_bite_adjustment_not_heeded(monkeypatch, mutant):
         _prioritize_a_queued_job()
 
 
+def _submit_with_a_negative_nice(caller) -> ReckonMachine:
+    """A directed run of the machine's submit rule: ``caller`` submits a job with nice -100."""
+    m = ReckonMachine()
+    m.setup(n_agents=2, slots=[1, 1], ctrl_page=5, agent_page=5, round_timeout=30.0, lost_after=None,
+            recent_window=300.0, retry_max=4.0, initial_jobs=[], start_grace=0.0)
+    m.submit(slots=[1], command=["x"], retries=0, caller=caller, asks={"nice": -100})
+    m.work()
+    m._check_all_invariants()
+    return m
+
+
+def test_a_negative_nice_is_an_operator_s():
+    """The control of the bites below: alice's submit is refused, the operator's goes through."""
+    assert not _submit_with_a_negative_nice(CALLERS[1]).controller.state.jobs
+    [job] = _submit_with_a_negative_nice(OPERATOR).controller.state.jobs.values()
+    assert job.spec.nice == -100
+
+
 def test_bite_negative_nice_of_a_user_accepted(monkeypatch):
     """Issue #22, mutant P2: a user's submit with a negative nice (a push up the queue, an operator's
-    to give) is accepted: the search finds it."""
+    to give) is accepted."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
+    with pytest.raises(AssertionError, match="INV-PERMISSION: alice submitted with nice -100"):
+        _submit_with_a_negative_nice(CALLERS[1])
+
+
+@pytest.mark.long  # a search of over 5 s (14 s measured): `make test-long`
+def test_bite_negative_nice_of_a_user_accepted_is_found_by_search(monkeypatch):
+    """P2 again, found by the machine's own search rather than a directed run."""
     from tests.model import mutants
 
     mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
@@ -510,7 +538,6 @@ def _lose_a_running_job(*, cancel: bool) -> X.ExploredMachine:
     """A directed run of the machine's rules: alice's job runs, (``cancel``: she cancels it,) its
     agent goes down and stays silent past lost_after: the attempt is requeued (or its cancel
     confirmed).  Every invariant is checked after each step."""
-
     m = X.ExploredMachine.start(X.Scope(agents=1, jobs=0, slots=2, lost_after=10.0))
     m.submit(slots=[2], command=["x"], retries=0, caller=CALLERS[1])
     m.work()
