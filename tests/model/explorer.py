@@ -2,7 +2,10 @@
 
 A breadth-first search over every interleaving of deliveries, faults, crashes,
 cancels, process ends and time, up to a depth bound, for a small scope (e.g. one
-controller, two agents, two jobs, page size 1).  The world it explores is the
+controller, two agents, two jobs, page size 1).  Issue #22's scopes add the
+scheduler's policy (FIFO or EASY backfill), jobs with widths and time limits,
+two partitions, and operator partition changes and priority adjustments as
+budgeted steps.  The world it explores is the
 stateful machine's (``test_stateful.ReckonMachine``): the real ``Controller``,
 ``Agent`` and ``Scheduler`` models, per-connection FIFO channels of in-flight
 wire maps, a fake process table, durable agent disks and the controller's fact
@@ -38,19 +41,37 @@ from typing import Any, Callable
 from reckon.model import events as E
 from reckon.model import messages as M
 from reckon.model.jobs import JobState
+from reckon.model.partition_ops import SetPartition
+from reckon.model.scheduler import POLICIES
 
 from tests.model.test_stateful import ReckonMachine
 
 TOKEN_LEN = 16
 
+# A job of a scope (issue #22): (slots, time limit in seconds or None, partition or None: the default).
+Ask = tuple[int, float | None, str | None]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Scope:
-    """What is explored: the cluster's size and which fault kinds are enabled."""
+    """What is explored: the cluster's size, its jobs and scheduler, and which fault kinds and
+    operator changes are enabled."""
 
     agents: int = 2
-    jobs: int = 2
-    slots: int = 1  # per agent
+    jobs: int = 2  # one-slot jobs without a time limit, placed by the start's pass (unless ``job_asks``)
+    slots: int = 1  # per agent (unless ``agent_slots``)
+    agent_slots: tuple[int, ...] = ()  # per agent, a1 first: agents of different sizes
+    # Issue #22: the jobs the start's pass places, as (slots, time limit, partition); replaces ``jobs``.
+    job_asks: tuple[Ask, ...] = ()
+    # Jobs submitted once the start has settled, with no pass: the search's first pass meets them
+    # (so a blocked wide job's reservation, and what may start around it, are explored steps).
+    queued: tuple[Ask, ...] = ()
+    policy: str = "fifo"  # the scheduler's policy: "fifo" or "backfill" (EASY, model/backfill.py)
+    # Two partitions, pa (a1, the default) and pb (a2, a3), as ReckonMachine.setup(partitioned=True).
+    partitioned: bool = False
+    partition_changes: int = 0  # operator partition changes (``set_partition``) per trace
+    priority_changes: int = 0  # operator priority adjustments of a pending job (``prioritize``) per trace
+    fault_kinds: frozenset[str] | None = None  # which FAULTS a trace may take (None: all of them)
     ctrl_page: int = 1
     agent_page: int = 1
     round_timeout: float = 5.0
@@ -69,13 +90,21 @@ class Scope:
     def __post_init__(self) -> None:
         if not 1 <= self.agents <= 3 or not 0 <= self.jobs <= 6 or not 1 <= self.slots <= 3:
             raise ValueError(f"scope out of range: {self}")
+        if self.agent_slots and (len(self.agent_slots) != self.agents or not all(1 <= n <= 3 for n in self.agent_slots)):
+            raise ValueError(f"agent_slots must give 1-3 slots for each of the {self.agents} agents: {self}")
+        if len(self.job_asks) + len(self.queued) > 6 or self.policy not in POLICIES:
+            raise ValueError(f"scope out of range: {self}")
+        if self.partition_changes and not self.partitioned:
+            raise ValueError("partition changes need partitioned=True")
+        if self.fault_kinds is not None and not self.fault_kinds <= FAULTS:
+            raise ValueError(f"not fault steps: {sorted(self.fault_kinds - FAULTS)}")
 
 
 class ExploredMachine(ReckonMachine):
     """The stateful machine, driven step by step by the explorer instead of Hypothesis."""
 
-    # The scenarios are written for FIFO's placement (most free agent first); backfill's
-    # promise is checked by the stateful machine and tests/model/test_backfill.py.
+    # Most scenarios are written for FIFO's placement (most free agent first); a scope's
+    # ``policy`` sets the instance's (``start``), which the machine's set-up and restarts read.
     SCHEDULER_POLICY = "fifo"
 
     def __init__(self) -> None:  # noqa: D107 - skip Hypothesis' set-up: nothing here uses it
@@ -84,15 +113,31 @@ class ExploredMachine(ReckonMachine):
     @classmethod
     def start(cls, scope: Scope) -> "ExploredMachine":
         m = cls()
-        m.setup(n_agents=scope.agents, slots=[scope.slots] * 3, ctrl_page=scope.ctrl_page,
+        if scope.policy != cls.SCHEDULER_POLICY:
+            m.SCHEDULER_POLICY = scope.policy
+        slots = list(scope.agent_slots or (scope.slots,) * scope.agents) + [scope.slots] * 3
+        plain = not scope.job_asks  # one-slot jobs: submitted by the machine's own set-up
+        m.setup(n_agents=scope.agents, slots=slots[:3], ctrl_page=scope.ctrl_page,
                 agent_page=scope.agent_page, round_timeout=scope.round_timeout, lost_after=scope.lost_after,
-                recent_window=300.0, retry_max=4.0, initial_jobs=[1] * scope.jobs)
+                recent_window=300.0, retry_max=4.0, initial_jobs=[1] * scope.jobs if plain else [],
+                partitioned=scope.partitioned)
+        if not plain:
+            for ask in scope.job_asks:
+                m._submit_ask(ask)
+            m._schedule(None)
         if scope.settle_first:
             m._deliver_all()
             m._advance(scope.time_step, 0.0, False)  # the Started reports go out with a tick
             m._deliver_all()
+        for ask in scope.queued:
+            m._submit_ask(ask)
         m.check()
         return m
+
+    def _submit_ask(self, ask: Ask) -> None:
+        slots, time_limit, partition = ask
+        asks = {k: v for k, v in (("time_limit", time_limit), ("partition", partition)) if v is not None}
+        self._submit(slots, ("true",), asks=asks)
 
     # ---- steps the Hypothesis rules do not offer in this exact form ----------------
 
@@ -148,6 +193,18 @@ class ExploredMachine(ReckonMachine):
         """A user submits a one-slot job (a scenario's prefix only)."""
         self._submit(1, ("true",))
 
+    def set_partition(self, name: str, key: str, value: Any) -> None:
+        """The operator changes partition ``name`` at run time (``reckon partition set``): the
+        machine's ``partition_change`` rule with the partition and the new value named, so that
+        a trace reads as what the operator did.  Token mode: always allowed."""
+        self._client_op(SetPartition(name=name, changes=((key, value),), now=self.now, caller=None), "partition")
+
+    def prioritize(self, job: str, priority: int) -> None:
+        """The operator sets a job's priority adjustment (``reckon update JOB --priority N``; the
+        rule the stateful machine had, taken out of its draw): the job moves in the queue."""
+        record = self.controller.state.jobs[job]
+        self._client_op(E.UpdateJob(job=job, priority=priority, now=self.now, caller=None), "prioritize", record)
+
     def check(self, *, whole_state: bool = True) -> None:
         """Every state invariant of the machine (each ``inv_*``; ``whole_state=False``: all but the
         whole-state comparisons, for the rounds of a settling run)."""
@@ -174,9 +231,38 @@ def _step(method: str, **kwargs: Any) -> Step:
     return (method, tuple(kwargs.items()))
 
 
-def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1) -> list[Step]:
+# Operator steps with budgets of their own: at most ``Scope.partition_changes`` partition changes
+# and ``Scope.priority_changes`` priority adjustments per trace.
+PARTITION_CHANGES = frozenset({"set_partition"})
+PRIORITY_CHANGES = frozenset({"prioritize"})
+PUSH = 100_000  # an operator's adjustment that puts a job before every other (age and fair share: < 31 000)
+
+
+def steps(m: ExploredMachine, scope: Scope, faults_left: int = 1, changes_left: int = 0,
+          priorities_left: int = 0) -> list[Step]:
     out = _all_steps(m, scope)
-    return out if faults_left > 0 else [s for s in out if s[0] not in FAULTS]
+    kinds = FAULTS if scope.fault_kinds is None else scope.fault_kinds
+    out = [s for s in out if s[0] not in FAULTS or (faults_left > 0 and s[0] in kinds)]
+    if changes_left > 0 and scope.partition_changes:
+        out += _partition_steps(m)
+    if priorities_left > 0 and scope.priority_changes:
+        out += [_step("prioritize", job=job.id, priority=0 if job.priority_adjust else PUSH)
+                for job in m.controller.state.jobs.values() if job.state is JobState.PENDING]
+    return out
+
+
+def _partition_steps(m: ExploredMachine) -> list[Step]:
+    """Each change an operator can make to one partition: down or up, the default, its agents
+    moved (to one agent, or to every agent: an agent then in both partitions)."""
+    out: list[Step] = []
+    for name, part in sorted(m.controller.state.partitions.items()):
+        out.append(_step("set_partition", name=name, key="state", value="UP" if part.state == "DOWN" else "DOWN"))
+        if not part.default:
+            out.append(_step("set_partition", name=name, key="default", value=True))
+        for nodes in [(agent,) for agent in m.names] + [("a*",)]:
+            if part.nodes != nodes:
+                out.append(_step("set_partition", name=name, key="nodes", value=nodes))
+    return out
 
 
 def _all_steps(m: ExploredMachine, scope: Scope) -> list[Step]:
@@ -318,7 +404,12 @@ def canonical(m: ExploredMachine) -> Any:
     for note in m.notes:  # every use of the scheduler drains the notes first
         scheduler.notify(note)
     parts = {
-        "scheduler": scheduler.view(),
+        # The view, and what backfill and partitions keep beyond it (issue #22): the agents'
+        # partitions, pending jobs' partitions and time limits, what runs where until when, and the
+        # latest pass's reservations (``expected_start``; the liveness check reads them).
+        "scheduler": (scheduler.view(), {n: a.partitions for n, a in scheduler._agents.items()},
+                      scheduler._partition_of, scheduler._limit_of, scheduler._running_at,
+                      {job: (r.agent, r.start) for job, r in scheduler.reservations.items()}),
         "durable": m.controller.state.digest(),
         "controller": (m.controller.sessions, {conns[c]: name for c, name in m.controller.conns.items()},
                        m.controller.start_gate),
@@ -346,7 +437,7 @@ class Violation:
     liveness: bool = False  # found while running to quiescence from the trace's last state
 
     def events(self) -> str:
-        lines = [f"{k + 1:3d}. {describe(s)}" for k, s in enumerate(self.trace)]
+        lines = [f"{k + 1:3d}. {describe(s)}" for k, s in enumerate(self.trace)] or ["     (the scope's start)"]
         if self.liveness:
             lines.append("     then: faults stop, run to quiescence (teardown)")
         return "\n".join(lines)
@@ -452,14 +543,6 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
     started = time.monotonic()
     result = Result()
     check_liveness = liveness or (lambda level, leaf: leaf or level == depth)
-    root = ExploredMachine.start(scope)
-    for st in prefix:  # a scenario's way to an interesting state, then everything from there
-        run_step(root, st)
-        root.check()
-    seen = {(scope.faults, canonical(root))}
-    level: list[tuple[ExploredMachine, list[Step], int]] = [(root, list(prefix), scope.faults)]
-    result.states = 1
-    result.per_depth.append(1)
 
     def fail(exc: BaseException, trace: list[Step], live: bool) -> Result:
         result.violation = Violation(invariant=_invariant_of(exc), message=str(exc)[:2000], trace=trace,
@@ -467,12 +550,28 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
         result.seconds = time.monotonic() - started
         return result
 
+    done: list[Step] = []
+    try:  # a start that already breaks a check (the scope's first pass, say) is a finding too
+        root = ExploredMachine.start(scope)
+        for st in prefix:  # a scenario's way to an interesting state, then everything from there
+            done.append(st)
+            run_step(root, st)
+            root.check()
+    except Exception as exc:  # noqa: BLE001
+        return fail(exc, done, False)
+    # What a trace may still take: (faults, partition changes, priority changes); part of a state's key.
+    budget = (scope.faults, scope.partition_changes, scope.priority_changes)
+    seen = {(budget, canonical(root))}
+    level: list[tuple[ExploredMachine, list[Step], tuple[int, int, int]]] = [(root, list(prefix), budget)]
+    result.states = 1
+    result.per_depth.append(1)
+
     for d in range(depth + 1):
-        following: list[tuple[ExploredMachine, list[Step], int]] = []
-        for m, trace, faults_left in level:
+        following: list[tuple[ExploredMachine, list[Step], tuple[int, int, int]]] = []
+        for m, trace, (faults_left, changes_left, priorities_left) in level:
             new = 0
             if d < depth:
-                for st in steps(m, scope, faults_left):
+                for st in steps(m, scope, faults_left, changes_left, priorities_left):
                     child = _clone(m)
                     result.transitions += 1
                     try:
@@ -480,7 +579,8 @@ def explore(scope: Scope, depth: int, *, prefix: tuple[Step, ...] = (), max_stat
                         child.check()
                     except Exception as exc:  # noqa: BLE001 - any failure of the model is a finding
                         return fail(exc, trace + [st], False)
-                    left = faults_left - (st[0] in FAULTS)
+                    left = (faults_left - (st[0] in FAULTS), changes_left - (st[0] in PARTITION_CHANGES),
+                            priorities_left - (st[0] in PRIORITY_CHANGES))
                     key = (left, canonical(child))
                     if key in seen:
                         continue
@@ -594,9 +694,39 @@ ORPHAN_DYING = (S_("disconnect", i=0, lose_in_flight=False), S_("settle"), _TIME
                 S_("settle"),  # 1/2 runs on a1 beside the dying 1/1
                 _TIME, _DELIVER, _DELIVER, _DELIVER, _DELIVER, _DELIVER)  # the heartbeat's round: Kill 1/1 again
 
+# Issue #22's scheduling.  Backfill: a1 runs a 2-slot job without a time limit, a2 (2 slots) a 1-slot job
+# of 10 s; queued behind them, a 2-slot job of 60 s (blocked: it fits only once a2 empties, so the first
+# pass promises it a2 at 110), a 1-slot job without a time limit (it fits a2 now but would delay that
+# promise: it waits) and a 1-slot job of 5 s (it ends before 110: it starts on a2 now, while time has
+# not passed 105).
+BACKFILL = dict(agent_slots=(2, 2), job_asks=((2, None, None), (1, 10.0, None)),
+                queued=((2, 60.0, None), (1, None, None), (1, 5.0, None)), policy="backfill",
+                outcomes=((0, None),))
+# The same queue on a1 alone (2 slots, running the 10 s job), where a controller crash (a new
+# scheduler, fed by the recovered state's notes, behind the start gate) or a1's crash (it stays down,
+# or comes back and reconciles: no promise on an agent that is away) is the trace's fault.
+BACKFILL_FAULT = dict(agents=1, agent_slots=(2,), job_asks=((1, 10.0, None),),
+                      queued=((2, 60.0, None), (1, None, None), (1, 5.0, None)), policy="backfill",
+                      outcomes=((0, None),), agent_down=True, snapshots=False,
+                      fault_kinds=frozenset({"controller_crash", "agent_crash"}))
+# The same queue on a1 alone, no fault, and one operator priority adjustment per trace: a queued job
+# pushed before every other (or back), so the blocked job that holds the promise can change hands.
+BACKFILL_PRIORITY = dict(agents=1, agent_slots=(2,), job_asks=((1, 10.0, None),),
+                         queued=((2, 60.0, None), (1, None, None), (1, 5.0, None)), policy="backfill",
+                         outcomes=((0, None),), priority_changes=1)
+# Partitions pa (a1, the default) and pb (a2): a2 runs a pb job of 20 s; queued, a job of pa (a1 is
+# free: the first pass proposes it there) and a pb job of 30 s (blocked behind the first: promised a2
+# at 120).  One operator change per trace: a partition down or up, pb the default, a partition's
+# agents moved (to one agent, or to both: a1 then in both), while proposals are on their way.
+PARTITION_MOVED = dict(partitioned=True, partition_changes=1, job_asks=((1, 20.0, "pb"),),
+                       queued=((1, None, None), (1, 30.0, "pb")), policy="backfill", outcomes=((0, None),))
+
 # The CI bound (tests/model/test_explore.py): 1 controller x 2 agents x 2 jobs x 1 slot x page size 1
-# (5 jobs x 2 slots for "rejoining"), one fault per trace, from seven starting points (none after
-# "equal-counts"' prefix, whose own faults are two reorderings and a lost supervisor).  `make check-deep` runs DEEP.
+# (5 jobs x 2 slots for "rejoining"), one fault per trace, from eight starting points (none after
+# "equal-counts"' prefix, whose own faults are two reorderings and a lost supervisor); and issue #22's
+# four, under backfill: "backfill" (no fault: every interleaving of passes, ends, cancels and time),
+# "backfill-fault" (one controller or agent crash), "backfill-priority" (one operator priority
+# adjustment, no fault) and "partition-moved" (one operator partition change, no fault).  `make check-deep` runs DEEP.
 SCENARIOS = (
     Scenario("settled", Scope(faults=1), depth=3),  # every job running and reported
     Scenario("dispatching", Scope(settle_first=False, faults=1), depth=3),  # both Dispatches in flight
@@ -607,6 +737,10 @@ SCENARIOS = (
     Scenario("equal-counts", Scope(jobs=3, slots=2, settle_first=False, faults=0, judge_tampered=True), depth=2,
              prefix=EQUAL_COUNTS),
     Scenario("orphan-dying", Scope(agents=1, jobs=1, lost_after=4.0, faults=1), depth=2, prefix=ORPHAN_DYING),
+    Scenario("backfill", Scope(**BACKFILL, faults=0), depth=3),
+    Scenario("backfill-fault", Scope(**BACKFILL_FAULT, faults=1), depth=3),
+    Scenario("backfill-priority", Scope(**BACKFILL_PRIORITY, faults=0), depth=3),
+    Scenario("partition-moved", Scope(**PARTITION_MOVED, faults=0), depth=3),
 )
 DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that stays down, three agents
     Scenario("settled", Scope(faults=2), depth=3),
@@ -620,6 +754,10 @@ DEEP = (  # two faults per trace, "rejoining" one level deeper, an agent that st
     Scenario("orphan-dying", Scope(agents=1, jobs=1, lost_after=4.0, faults=2), depth=3, prefix=ORPHAN_DYING),
     Scenario("agent-down", Scope(agent_down=True, faults=2), depth=3),
     Scenario("three-agents", Scope(agents=3, jobs=3, faults=1), depth=3),
+    Scenario("backfill", Scope(**BACKFILL, faults=1, fault_kinds=BACKFILL_FAULT["fault_kinds"]), depth=4),
+    Scenario("backfill-fault", Scope(**BACKFILL_FAULT, faults=2), depth=4),
+    Scenario("backfill-priority", Scope(**BACKFILL_PRIORITY, faults=0), depth=4),
+    Scenario("partition-moved", Scope(**PARTITION_MOVED, faults=0), depth=4),
 )
 
 

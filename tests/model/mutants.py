@@ -170,21 +170,41 @@ FAIRSHARE = (
            "_requeued", "    _charge(state, job, job.started_at, fact.requeued_at)\n", ""),
 )
 
+# Issue #22's scheduling: backfill lets a later job start on the reserved agent whatever its end
+# (INV-BACKFILL-PROMISE); the controller checks a proposal against its partition's state but not its
+# agents, so a proposal made before the operator moved the partition is dispatched outside it
+# (INV-PARTITION); the scheduler places by free slots alone, whatever the job's partition (the
+# controller refuses such proposals: alone, a pb job proposed to a1 forever while a2 is free); the
+# scheduler keeps a reprioritized job at its old place in the queue.
+SCHEDULING = (
+    Mutant("B1", "scheduler: backfill ignores the reservation (a later job starts on the reserved agent)",
+           "reckon.model.scheduler", "Scheduler", "place",
+           "return held is None or all(r.admits(usage, now, time_limit) for r in held)", "return True"),
+    Mutant("P1", "controller: a proposal is checked against its partition's state, not its agents",
+           "reckon.model.job_ops", None, "on_dispatch",
+           "may_run_on(tx.state.partitions, job.spec, ev.agent)\n                                         and ", ""),
+    Mutant("P2", "scheduler: placement ignores the job's partition", "reckon.model.scheduler", "Scheduler", "place",
+           "partition = self._partition_of.get(job)  # issue #22", "partition = None  # issue #22"),
+    Mutant("Q1", "scheduler: a queued job's new priority is not taken (it keeps its place in the queue)",
+           "reckon.model.scheduler", "Scheduler", "notify", "if known is None or known[0] != key:",
+           "if known is None:"),
+)
+
 # Issue #22's priorities: the operator's adjustment left out of a job's priority, or taken into it
 # only at the next sweep (the controller and the scheduler then agree on the wrong order:
 # INV-SCHEDULER-VIEW is blind to both, INV-PRIORITY-ORDER must catch them), and a user's negative
 # nice accepted (INV-PERMISSION must catch it).
 PRIORITIES = (
     # model/priority.py's factors, installed where the controller calls it (model/transaction.py).
-    Mutant("P1", "priority: an operator's adjustment is not counted", "reckon.model.transaction", None, "factors",
+    Mutant("A1", "priority: an operator's adjustment is not counted", "reckon.model.transaction", None, "factors",
            "- nice + adjust", "- nice"),
-    Mutant("P2", "submit: a user's negative nice is accepted", "reckon.model.job_ops", None, "check_submit",
+    Mutant("A2", "submit: a user's negative nice is accepted", "reckon.model.job_ops", None, "check_submit",
            "if spec.nice < 0:", "if False:"),
-    Mutant("P3", "controller: an adjustment keeps the priority noted before it (until the next sweep)",
+    Mutant("A3", "controller: an adjustment keeps the priority noted before it (until the next sweep)",
            "reckon.model.job_ops", None, "on_update", "tx.volatile.priorities.pop(job.id, None)", "pass"),
 )
 
-ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE + PRIORITIES}
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE + SCHEDULING + PRIORITIES}
 
 UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
                 "test_explore_bite.py", "test_checks_bite.py")

@@ -483,9 +483,9 @@ def test_an_operator_s_adjustment_moves_a_job_up_the_queue():
     assert m.controller.scheduler_view()[0] == ("4", "3")
 
 
-@pytest.mark.parametrize("mutant", ["P1", "P3"])
+@pytest.mark.parametrize("mutant", ["A1", "A3"])
 def test_bite_adjustment_not_heeded(monkeypatch, mutant):
-    """Issue #22, mutants P1 (the operator's adjustment is left out of a job's priority) and P3 (it
+    """Issue #22, mutants A1 (the operator's adjustment is left out of a job's priority) and A3 (it
     counts only from the next sweep on).  The controller and the scheduler agree on the wrong order:
     INV-SCHEDULER-VIEW holds."""
     from tests.model import mutants
@@ -495,9 +495,9 @@ def test_bite_adjustment_not_heeded(monkeypatch, mutant):
         _prioritize_a_queued_job()
 
 
-@pytest.mark.parametrize("mutant", ["P1", "P3"])
+@pytest.mark.parametrize("mutant", ["A1", "A3"])
 def test_bite_adjustment_not_heeded_is_found_by_search(monkeypatch, mutant):
-    """P1 and P3 again, found by the machine's own search (an adjustment of -100000 left unheeded
+    """A1 and A3 again, found by the machine's own search (an adjustment of -100000 left unheeded
     keeps a job ahead of a later one: example 12 of the bite budget, about 1 s, measured)."""
     from tests.model import mutants
 
@@ -524,21 +524,21 @@ def test_a_negative_nice_is_an_operator_s():
 
 
 def test_bite_negative_nice_of_a_user_accepted(monkeypatch):
-    """Issue #22, mutant P2: a user's submit with a negative nice (a push up the queue, an operator's
+    """Issue #22, mutant A2: a user's submit with a negative nice (a push up the queue, an operator's
     to give) is accepted."""
     from tests.model import mutants
 
-    mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
+    mutants.apply(mutants.ALL["A2"], monkeypatch.setattr, monkeypatch.setitem)
     with pytest.raises(AssertionError, match="INV-PERMISSION: alice submitted with nice -100"):
         _submit_with_a_negative_nice(CALLERS[1])
 
 
 @pytest.mark.long  # a search of over 5 s (14 s measured): `make test-long`
 def test_bite_negative_nice_of_a_user_accepted_is_found_by_search(monkeypatch):
-    """P2 again, found by the machine's own search rather than a directed run."""
+    """A2 again, found by the machine's own search rather than a directed run."""
     from tests.model import mutants
 
-    mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
+    mutants.apply(mutants.ALL["A2"], monkeypatch.setattr, monkeypatch.setitem)
     assert_bites("INV-PERMISSION")
 
 

@@ -187,3 +187,51 @@ def test_explore_bite_agent_kills_by_job_alone(monkeypatch):
     mutate(monkeypatch, A.Agent, m.name, m.old, m.new)
     violation = assert_explorer_finds("INV-NO-WRONG-KILL", scenario="orphan-dying")
     assert "kills 1/2 for a Kill of 1/1" in violation.message
+
+
+# ---- issue #22: backfill's promise and partition placement --------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["backfill", "backfill-fault"])
+def test_explore_bite_backfill_ignores_the_reservation(monkeypatch, scenario):
+    """mutants.B1: a later job starts on the agent promised to a blocked wide job whatever its end:
+    the 1-slot job without a time limit takes a slot the 2-slot job was promised at 110."""
+    mutants.apply(mutants.ALL["B1"], monkeypatch.setattr, monkeypatch.setitem)
+    violation = assert_explorer_finds("INV-BACKFILL-PROMISE", scenario=scenario)
+    assert "was promised 110.0" in violation.message and "delay it to inf" in violation.message
+
+
+def test_explore_bite_dispatch_ignores_the_partitions_agents(monkeypatch):
+    """mutants.P1: the controller checks a proposal against its partition's state only.  A
+    proposal made before the operator moved pa to a2 reaches the controller after: dispatched
+    to a1, outside pa.  The scheduler's own filter cannot help (it proposed before the move)."""
+    mutants.apply(mutants.ALL["P1"], monkeypatch.setattr, monkeypatch.setitem)
+    violation = assert_explorer_finds("INV-PARTITION", scenario="partition-moved")
+    assert [step[0] for step in violation.trace] == ["scheduler_pass", "set_partition", "late_proposal"]
+    namespace: dict = {}  # the printed snippet replays it: the scope's repr and the operator's step included
+    exec(violation.snippet(), {"ExploredMachine": X.ExploredMachine, "Scope": X.Scope}, namespace)  # noqa: S102
+    with pytest.raises(AssertionError, match="INV-PARTITION: 2/1 dispatched to a1"):
+        namespace["test_found_by_explorer"]()
+
+
+def test_explore_bite_scheduler_ignores_the_partition(monkeypatch):
+    """mutants.P2: the scheduler places by free slots alone.  The controller refuses what it
+    proposes outside a job's partition, so a pb job is proposed to a1 (first by name) pass after
+    pass while a2 is free: INV-LIVENESS-SCHEDULES."""
+    mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
+    assert_explorer_finds("INV-LIVENESS-SCHEDULES", scenario="partition-moved")
+
+
+def test_explore_bite_scheduler_and_dispatch_ignore_the_partition(monkeypatch):
+    """mutants.P2 with P1, the controller's backstop, removed too: the job runs outside its partition."""
+    mutants.apply(mutants.ALL["P2"], monkeypatch.setattr, monkeypatch.setitem)
+    mutants.apply(mutants.ALL["P1"], monkeypatch.setattr, monkeypatch.setitem)
+    assert_explorer_finds("INV-PARTITION", scenario="partition-moved")
+
+
+def test_explore_bite_scheduler_ignores_a_new_priority(monkeypatch):
+    """mutants.Q1: the scheduler keeps a reprioritized job at its old place in its queue: the
+    operator's push of a queued job leaves the scheduler's order behind the controller's."""
+    mutants.apply(mutants.ALL["Q1"], monkeypatch.setattr, monkeypatch.setitem)
+    violation = assert_explorer_finds("INV-SCHEDULER-VIEW", scenario="backfill-priority")
+    assert violation.trace[-1][0] == "prioritize"
