@@ -190,7 +190,21 @@ SCHEDULING = (
            "if known is None:"),
 )
 
-ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE + SCHEDULING}
+# Issue #22's priorities: the operator's adjustment left out of a job's priority, or taken into it
+# only at the next sweep (the controller and the scheduler then agree on the wrong order:
+# INV-SCHEDULER-VIEW is blind to both, INV-PRIORITY-ORDER must catch them), and a user's negative
+# nice accepted (INV-PERMISSION must catch it).
+PRIORITIES = (
+    # model/priority.py's factors, installed where the controller calls it (model/transaction.py).
+    Mutant("A1", "priority: an operator's adjustment is not counted", "reckon.model.transaction", None, "factors",
+           "- nice + adjust", "- nice"),
+    Mutant("A2", "submit: a user's negative nice is accepted", "reckon.model.job_ops", None, "check_submit",
+           "if spec.nice < 0:", "if False:"),
+    Mutant("A3", "controller: an adjustment keeps the priority noted before it (until the next sweep)",
+           "reckon.model.job_ops", None, "on_update", "tx.volatile.priorities.pop(job.id, None)", "pass"),
+)
+
+ALL = {m.id: m for m in ISSUE_CLASSES + INVENTED + (KILL_BY_JOB,) + RESOURCES + FAIRSHARE + SCHEDULING + PRIORITIES}
 
 UNIT_IGNORES = ("test_stateful.py", "test_swarm.py", "test_swarm_bite.py", "test_explore.py",
                 "test_explore_bite.py", "test_checks_bite.py")

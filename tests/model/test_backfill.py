@@ -358,3 +358,13 @@ def test_a_full_pass_examines_a_bounded_number_of_jobs():
         pending(s, job, 1, limit=10.0, partition=f"p{job}")
     assert s.place(now=10.0) == []
     assert s.leading == set(jobs[:SCAN_WHEN_FULL])
+
+
+def test_the_check_s_soonest_start_waits_for_a_held_licence():
+    """The independent check counts generic resources too: an ask for the licence a running job
+    holds fits when that job ends, never while one without a time limit holds it (the
+    scheduler's reservation refuses such a job, the stateful machine's liveness check agrees)."""
+    ask, free = (1, None, 0, (("lic", 1),)), (2, None, 0, {"lic": 0})
+    assert soonest(ask, free, [(50.0, (1, None, 0, (("lic", 1),)))], 10.0) == 50.0
+    assert soonest(ask, free, [(math.inf, (1, None, 0, (("lic", 1),)))], 10.0) == math.inf
+    assert soonest(ask[:3], free[:3], [(math.inf, (1, None, 0))], 10.0) == 10.0  # no gres asked: CPUs free now

@@ -39,7 +39,7 @@ from reckon.model.jobs import JOB_TRANSITIONS, JobState, JobTransition
 from reckon.model.scheduler import AgentNote
 
 from tests.model import explorer as X
-from tests.model.test_stateful import ReckonMachine
+from tests.model.test_stateful import CALLERS, ReckonMachine
 
 BITE_SETTINGS = settings(
     settings.get_profile("ci"),
@@ -51,6 +51,7 @@ BITE_SETTINGS = settings(
     report_multiple_bugs=False,
     print_blob=False,
 )
+OPERATOR = CALLERS[3]
 
 
 def assert_bites(*inv_ids: str) -> None:
@@ -459,13 +460,92 @@ def test_bite_resources(monkeypatch, mutant, caught_by):
     assert_bites(caught_by)
 
 
+def _prioritize_a_queued_job() -> ReckonMachine:
+    """A directed run of the machine's rules: two agents of one slot run two jobs, two more wait;
+    the operator pushes the later one up the queue past every factor (INV-PRIORITY-ORDER judges it)."""
+    m = ReckonMachine()
+    m.setup(n_agents=2, slots=[1, 1], ctrl_page=5, agent_page=5, round_timeout=30.0, lost_after=None,
+            recent_window=300.0, retry_max=4.0, initial_jobs=[], start_grace=0.0)
+    for command in ("a", "b", "c", "d"):
+        m.submit(slots=[1], command=[command], retries=0)
+        m.work()
+        m._check_all_invariants()
+    assert m.controller.scheduler_view()[0] == ("3", "4")  # FIFO among equals
+    later = list(m.controller.state.jobs).index("4")
+    m.prioritize(i=later, priority=100_000, caller=OPERATOR)
+    m._check_all_invariants()
+    return m
+
+
+def test_an_operator_s_adjustment_moves_a_job_up_the_queue():
+    """The control of the bite below: as the model is, job 4 goes before job 3."""
+    m = _prioritize_a_queued_job()
+    assert m.controller.scheduler_view()[0] == ("4", "3")
+
+
+@pytest.mark.parametrize("mutant", ["A1", "A3"])
+def test_bite_adjustment_not_heeded(monkeypatch, mutant):
+    """Issue #22, mutants A1 (the operator's adjustment is left out of a job's priority) and A3 (it
+    counts only from the next sweep on).  The controller and the scheduler agree on the wrong order:
+    INV-SCHEDULER-VIEW holds."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
+    with pytest.raises(AssertionError, match="INV-PRIORITY-ORDER"):
+        _prioritize_a_queued_job()
+
+
+@pytest.mark.parametrize("mutant", ["A1", "A3"])
+def test_bite_adjustment_not_heeded_is_found_by_search(monkeypatch, mutant):
+    """A1 and A3 again, found by the machine's own search (an adjustment of -100000 left unheeded
+    keeps a job ahead of a later one: example 12 of the bite budget, about 1 s, measured)."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL[mutant], monkeypatch.setattr, monkeypatch.setitem)
+    assert_bites("INV-PRIORITY-ORDER")
+
+
+def _submit_with_a_negative_nice(caller) -> ReckonMachine:
+    """A directed run of the machine's submit rule: ``caller`` submits a job with nice -100."""
+    m = ReckonMachine()
+    m.setup(n_agents=2, slots=[1, 1], ctrl_page=5, agent_page=5, round_timeout=30.0, lost_after=None,
+            recent_window=300.0, retry_max=4.0, initial_jobs=[], start_grace=0.0)
+    m.submit(slots=[1], command=["x"], retries=0, caller=caller, asks={"nice": -100})
+    m.work()
+    m._check_all_invariants()
+    return m
+
+
+def test_a_negative_nice_is_an_operator_s():
+    """The control of the bites below: alice's submit is refused, the operator's goes through."""
+    assert not _submit_with_a_negative_nice(CALLERS[1]).controller.state.jobs
+    [job] = _submit_with_a_negative_nice(OPERATOR).controller.state.jobs.values()
+    assert job.spec.nice == -100
+
+
+def test_bite_negative_nice_of_a_user_accepted(monkeypatch):
+    """Issue #22, mutant A2: a user's submit with a negative nice (a push up the queue, an operator's
+    to give) is accepted."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL["A2"], monkeypatch.setattr, monkeypatch.setitem)
+    with pytest.raises(AssertionError, match="INV-PERMISSION: alice submitted with nice -100"):
+        _submit_with_a_negative_nice(CALLERS[1])
+
+
+@pytest.mark.long  # a search of over 5 s (14 s measured): `make test-long`
+def test_bite_negative_nice_of_a_user_accepted_is_found_by_search(monkeypatch):
+    """A2 again, found by the machine's own search rather than a directed run."""
+    from tests.model import mutants
+
+    mutants.apply(mutants.ALL["A2"], monkeypatch.setattr, monkeypatch.setitem)
+    assert_bites("INV-PERMISSION")
+
 
 def _lose_a_running_job(*, cancel: bool) -> X.ExploredMachine:
     """A directed run of the machine's rules: alice's job runs, (``cancel``: she cancels it,) its
     agent goes down and stays silent past lost_after: the attempt is requeued (or its cancel
     confirmed).  Every invariant is checked after each step."""
-    from tests.model.test_stateful import CALLERS
-
     m = X.ExploredMachine.start(X.Scope(agents=1, jobs=0, slots=2, lost_after=10.0))
     m.submit(slots=[2], command=["x"], retries=0, caller=CALLERS[1])
     m.work()

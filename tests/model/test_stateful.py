@@ -50,7 +50,7 @@ from reckon.model import state as S
 from reckon.model.agent import Agent, AgentConfig, LocalStatus, Retry, SessionState, refusal_retry
 from reckon.model.controller import Controller, ControllerConfig
 from reckon.model.errors import LocalProtocolError, ModelCorrupted, PermissionDenied, RemoteProtocolError
-from reckon.model.permissions import Caller, check, owner_of
+from reckon.model.permissions import JOB_ACTIONS, Caller, check, owner_of
 from reckon.model.policy import ready, user_limit_refusal
 from reckon.model.jobs import JobSpec, JobState
 from reckon.model.partition_ops import SetPartition
@@ -82,7 +82,9 @@ JOB_ASKS = ({}, {}, {"mem": _G // 2}, {"mem": _G}, {"gpus": 1}, {"gpus": 2, "mem
             {"gres": (("lic", 1),)}, {"gpus": 1, "gres": (("lic", 2),)},
             # Issue #22: time limits, which backfill's reservations count on.
             {"time_limit": 5.0}, {"time_limit": 60.0}, {"time_limit": 60.0}, {"time_limit": 90.0},
-            {"time_limit": 20.0, "mem": _G // 2}, {"time_limit": 30.0, "gpus": 1})
+            {"time_limit": 20.0, "mem": _G // 2}, {"time_limit": 30.0, "gpus": 1},
+            # Priorities: a user's own nice (a negative one is an operator's: refused for a user).
+            {"nice": 50}, {"nice": 2000, "time_limit": 60.0}, {"nice": -100})
 # Version 8 (when a job may start): (--begin this many seconds from now or None, --dependency=singleton).
 WHEN = (None, None, None, None, (0.0, False), (3.0, False), (40.0, False), (None, True), (None, True), (5.0, True))
 INDEX = st.integers(min_value=0, max_value=1 << 16)
@@ -90,6 +92,9 @@ INDEX = st.integers(min_value=0, max_value=1 << 16)
 CALLERS = (None, Caller(uid=1001, gid=1001, user="alice"), Caller(uid=1002, gid=1002, user="bob"),
            Caller(uid=0, gid=0, user="root", operator=True))
 CALLER = st.sampled_from(CALLERS)
+# An operator's priority adjustments (``reckon update JOB --priority``): the largest outweigh every
+# factor together (the default weights add up to 31000), so INV-PRIORITY-ORDER can judge them.
+PRIORITY_ADJUSTS = (-100_000, -5000, -1, 0, 1, 300, 100_000)
 
 
 def cbor_like(value: Any) -> Any:
@@ -445,7 +450,9 @@ class ReckonMachine(RuleBasedStateMachine):
                 self._violate("INV-PERMISSION", f"{action} by {caller} refused though allowed: {exc}")
             if self.controller.state.digest() != before or len(self.log) != logged:
                 self._violate("INV-PERMISSION", f"a refused {action} by {caller} changed the state")
-            if job is not None and job.owner is not None and job.owner.user not in str(exc):
+            # A refusal of a job action names the owner; an operators-only one (priority) need not.
+            if (job is not None and job.owner is not None and action in JOB_ACTIONS
+                    and job.owner.user not in str(exc)):
                 self._violate("INV-PERMISSION", f"the refusal {exc} does not name the owner {job.owner.user}")
             return False
         if expected is not None:
@@ -815,18 +822,21 @@ class ReckonMachine(RuleBasedStateMachine):
         """When ``job``'s ask fits on ``agent`` if every job running there (the controller's
         records; and ``also``, started now) ends at its time limit; inf if never."""
         state = self.controller.state
-        cpus, mem, gpus, _ = state.agents[agent].free()
+        cpus, mem, gpus, gres = state.agents[agent].free()
         started = [j for j in state.jobs.values() if j.state is JobState.RUNNING and j.agent == agent]
         running = [(float("inf") if j.spec.time_limit is None
                     else (self.now if j.started_at is None else j.started_at) + j.spec.time_limit,
-                    (j.spec.slots, j.spec.mem, j.spec.gpus)) for j in started]
+                    (j.spec.slots, j.spec.mem, j.spec.gpus, j.spec.gres)) for j in started]
         if also is not None:
             cpus, gpus = cpus - also.spec.slots, gpus - also.spec.gpus
             if mem is not None and also.spec.mem is not None:
                 mem -= also.spec.mem
+            for kind, count in also.spec.gres:
+                gres[kind] = gres.get(kind, 0) - count
             end = float("inf") if also.spec.time_limit is None else self.now + also.spec.time_limit
-            running.append((end, (also.spec.slots, also.spec.mem, also.spec.gpus)))
-        return soonest((job.spec.slots, job.spec.mem, job.spec.gpus), (cpus, mem, gpus), running, self.now)
+            running.append((end, (also.spec.slots, also.spec.mem, also.spec.gpus, also.spec.gres)))
+        return soonest((job.spec.slots, job.spec.mem, job.spec.gpus, job.spec.gres), (cpus, mem, gpus, gres),
+                       running, self.now)
 
     def _check_backfill_promise(self) -> None:
         """INV-BACKFILL-PROMISE, right after a pass's proposals reached the controller: each job
@@ -920,7 +930,18 @@ class ReckonMachine(RuleBasedStateMachine):
         uid = f"{self.submissions:016x}"
         self.owners[uid] = owner_of(caller)
         # queue_anyway: the machine explores jobs that wait for an agent restarted with more slots.
-        self._ctrl(E.SubmitJob(spec=spec, now=self.now, uid=uid, queue_anyway=True, caller=caller))
+        event = E.SubmitJob(spec=spec, now=self.now, uid=uid, queue_anyway=True, caller=caller)
+        if spec.nice < 0 and caller is not None and not caller.operator:  # a negative nice is an operator's
+            before, logged = self.controller.state.digest(), len(self.log)
+            try:
+                self._ctrl(event)
+            except PermissionDenied:
+                if (self.controller.state.digest(), len(self.log)) != (before, logged):
+                    self._violate("INV-PERMISSION", f"a refused submit by {caller.user} changed the state")
+                return
+            self._violate("INV-PERMISSION", f"{caller.user} submitted with nice {spec.nice}")
+            return
+        self._ctrl(event)
 
     @rule(slots=st.lists(st.integers(1, 2), min_size=1, max_size=3),
           command=st.lists(st.text("abcxyz/-", min_size=1, max_size=4), min_size=1, max_size=2),
@@ -959,6 +980,21 @@ class ReckonMachine(RuleBasedStateMachine):
         else:
             if allowed and action == "requeue":  # a new run: its next terminal values are new ones
                 self.terminal_seen.pop(job.id, None)
+
+    @precondition(lambda self: self.controller.state.jobs)
+    @rule(i=INDEX, priority=st.sampled_from(PRIORITY_ADJUSTS), caller=CALLER)
+    def prioritize(self, i, priority, caller=None):
+        """An operator's priority adjustment of a job (``reckon update JOB --priority``): a user's is
+        refused (INV-PERMISSION), one of an ended job is refused and changes nothing; an accepted
+        one moves the job in the scheduler's queue (INV-SCHEDULER-VIEW, INV-PRIORITY-ORDER)."""
+        jobs = list(self.controller.state.jobs.values())
+        job = jobs[i % len(jobs)]
+        before = self.controller.state.digest()
+        try:
+            self._client_op(E.UpdateJob(job=job.id, priority=priority, now=self.now, caller=caller), "prioritize", job)
+        except LocalProtocolError:
+            assert job.terminal, f"a priority adjustment of {job.state.value} job {job.id} refused"
+            assert self.controller.state.digest() == before, f"a refused adjustment of {job.id} changed the state"
 
     @precondition(lambda self: self.controller.state.jobs)
     @rule(i=INDEX, running_only=st.booleans(), caller=CALLER)
@@ -1472,6 +1508,28 @@ class ReckonMachine(RuleBasedStateMachine):
             sched.notify(note)
         got, want = sched.view(), self.controller.scheduler_view()
         assert got == want, f"INV-SCHEDULER-VIEW: scheduler sees {got}, controller says {want}"
+
+    @invariant()
+    def inv_priority_order(self):
+        """INV-PRIORITY-ORDER: the queue (the controller's order, which INV-SCHEDULER-VIEW holds the
+        scheduler's to) puts no job behind one whose adjustment minus nice is lower by more than all
+        the factors' weights together: each weighted factor lies in [0, its weight], so nothing but
+        a nice or adjustment that went unheeded can order them so.  Judged from the records alone,
+        not from the priorities the controller computed."""
+        c = self.cconf.priority
+        weights = c.weight_age + c.weight_fairshare + c.weight_partition + c.weight_jobsize
+        jobs = self.controller.state.jobs
+        lowest = None  # (adjustment - nice, job) the lowest ahead so far
+        for job_id in self.controller.scheduler_view()[0]:
+            job = jobs[job_id]
+            base = job.priority_adjust - job.spec.nice
+            if lowest is not None and base - lowest[0] > weights:
+                raise AssertionError(
+                    f"INV-PRIORITY-ORDER: job {job_id} (adjustment {job.priority_adjust}, nice {job.spec.nice}) "
+                    f"is queued behind job {lowest[1]} (adjustment minus nice {lowest[0]}), more than the "
+                    f"factors' weights ({weights}) apart")
+            if lowest is None or base < lowest[0]:
+                lowest = (base, job_id)
 
     @invariant()
     def inv_slots_accounted(self):
