@@ -113,14 +113,19 @@ def elapsed_seconds(job: dict, now: float) -> int:
     return max(0, int((end if end is not None else now) - started))
 
 
+def day_clock(seconds: int) -> tuple[int, int, int, int]:
+    """Whole ``seconds`` as (days, hours, minutes, seconds): what Slurm's time formats print."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return days, hours, minutes, secs
+
+
 def squeue_time(seconds: float | None) -> str:
     """squeue's TIME and TIME_LIMIT: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
     if seconds is None:
         return "UNLIMITED"
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
+    days, hours, minutes, secs = day_clock(int(seconds))
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
     if hours:
@@ -132,10 +137,7 @@ def sacct_time(seconds: float | None) -> str:
     """sacct's Elapsed and Timelimit (secs2time_str): ``HH:MM:SS``, ``D-HH:MM:SS``."""
     if seconds is None:
         return "UNLIMITED"
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
+    days, hours, minutes, secs = day_clock(int(seconds))
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{hours:02d}:{minutes:02d}:{secs:02d}"
@@ -531,10 +533,12 @@ ROW_FIELDS = ("id", *STATE_KEYS, "array_id", "array_index", "array_max", "held",
 FILTER_FIELDS = ("labels", "partition")
 SQUEUE_FIELDS = {
     "i": ("id", "array_id", "array_index"), "A": ("id",), "F": ("id", "array_id"), "K": ("array_id", "array_index"),
-    "j": ("name",), "t": STATE_KEYS, "T": STATE_KEYS, "u": OWNER_KEYS, "U": OWNER_KEYS, "g": OWNER_KEYS, "G": OWNER_KEYS,
+    "j": ("name",), "t": STATE_KEYS, "T": STATE_KEYS,
+    "u": OWNER_KEYS, "U": OWNER_KEYS, "g": OWNER_KEYS, "G": OWNER_KEYS,
     "B": ("state", "agent"), "p": ("held",), "Q": ("held",), "M": ELAPSED_KEYS, "l": ("time_limit",),
     "L": ("time_limit", *ELAPSED_KEYS), "D": (), "C": ("cpus", "slots"), "c": ("cpus", "slots"), "m": ("mem",),
-    "b": ("gpus", "gres"), "N": ("state", "agent"), "R": (*REASON_KEYS, "agent"), "r": REASON_KEYS, "P": ("labels", "partition"),
+    "b": ("gpus", "gres"), "N": ("state", "agent"), "R": (*REASON_KEYS, "agent"), "r": REASON_KEYS,
+    "P": ("labels", "partition"),
     "Z": ("cwd",), "o": ("command", "script"), "S": ("started_at", "state", "begin"), "V": ("submitted_at",),
     "e": (*ELAPSED_KEYS, "time_limit", "submitted_at"), "E": DEPENDS_KEYS, "a": ("labels",), "k": ("labels",),
     "q": ("labels",), "w": ("labels",), "v": ("labels",), "f": ("labels",), "y": (),

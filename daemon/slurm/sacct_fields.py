@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from reckon.daemon.slurm.argv import UsageProblem, split_list
 from reckon.daemon.slurm.formats import (CLUSTER, DEPENDS_KEYS, ELAPSED_KEYS, FILTER_FIELDS, OWNER_KEYS, REASON_KEYS,
-                                         ROW_FIELDS, STATE_KEYS, date, elapsed_seconds, eligible_time, exit_code,
-                                         job_id, label, memory, nodelist, not_eligible, owner_of, partition,
-                                         pending_reason, sacct_time, slurm_state)
+                                         ROW_FIELDS, STATE_KEYS, date, day_clock, elapsed_seconds, eligible_time,
+                                         exit_code, job_id, label, memory, nodelist, not_eligible, owner_of,
+                                         partition, pending_reason, sacct_time, slurm_state)
 
 SACCT_DEFAULT = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
 # field (as Slurm spells it) -> default width (negative: left-justified), from sacct.c's table
@@ -196,13 +196,9 @@ def cpu_time(seconds: float) -> str:
     hour, ``HH:MM:SS`` under a day, ``D-HH:MM:SS``; a whole number of seconds ``00:MM:SS``."""
     whole = int(seconds)
     millis = int(round((seconds - whole) * 1_000_000)) // 1000
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    if hours:
-        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    days, hours, minutes, secs = day_clock(whole)
+    if days or hours:  # as Elapsed then
+        return sacct_time(whole)
     if millis:
         return f"{minutes:02d}:{secs:02d}.{millis:03d}"
     return f"00:{minutes:02d}:{secs:02d}"
@@ -256,7 +252,8 @@ SACCT_KEYS = {
     "Submit": ("submitted_at",), "Eligible": ("submitted_at", "begin"), "NodeList": ("agent",), "AllocCPUS": ("cpus",),
     "NCPUS": ("cpus",), "ReqCPUS": ("cpus",), "NNodes": ("started_at",), "AllocNodes": ("started_at",),
     "ReqNodes": ("started_at",), "NTasks": (), "ReqMem": ("mem",), "AllocTRES": ("cpus", "mem", "gpus", "started_at"),
-    "ReqTRES": ("cpus", "mem", "gpus", "started_at"), "User": OWNER_KEYS, "UID": OWNER_KEYS, "GID": OWNER_KEYS, "Group": (),
+    "ReqTRES": ("cpus", "mem", "gpus", "started_at"),
+    "User": OWNER_KEYS, "UID": OWNER_KEYS, "GID": OWNER_KEYS, "Group": (),
     "Partition": ("labels", "partition"), "Account": ("labels",), "Comment": ("labels",), "WCKey": ("labels",),
     "QOS": ("labels",), "Reservation": ("labels",), "Constraints": ("labels",),
     "Timelimit": ("time_limit", "started_at", *DEPENDS_KEYS, "held"),
