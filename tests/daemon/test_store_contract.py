@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from reckon.daemon.controller.metrics import _StateCollector
+from reckon.daemon.controller.query import QueryIndex
 from reckon.daemon.store.facts import FactStore
 from reckon.daemon.store.interface import ControllerStore
 from reckon.daemon.store.postgres import Deposed, PgFactStore
@@ -290,7 +291,9 @@ async def test_an_open_store_is_the_protocol_and_says_what_it_is(backend):
 async def test_metrics_ask_the_store_what_it_is(backend):
     async with await backend.open() as store:
         await store.append(history(2))
-        collector = _StateCollector(SimpleNamespace(model=Controller(), store=store))  # type: ignore[arg-type]
+        daemon = SimpleNamespace(model=Controller(), store=store)
+        daemon.queries = QueryIndex.of(daemon)  # the job counts come from the query index
+        collector = _StateCollector(daemon)  # type: ignore[arg-type]
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                    for family in collector.collect() for s in family.samples}
         assert samples[("reckon_fact_store", (("kind", store.kind),))] == 1
