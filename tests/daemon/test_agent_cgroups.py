@@ -126,10 +126,10 @@ async def test_cpu_time_of_a_cpu_bound_job_is_its_cpu_time_and_about_its_wall_ti
     # reckon's wall time is the job's life (its shell and interpreter start-up around the loop).
     assert own_wall <= usage.wall <= own_wall * 1.1 + 1.0, (usage, own_wall)
     assert usage.cpu <= usage.wall * 1.05
-    # A CPU-bound job the machine gave a CPU (its own clocks say so: not the load average, which
-    # is about everything else) is on CPU nearly all its life, and reckon's figures show it.
-    if own_cpu >= 0.95 * own_wall:
-        assert abs(usage.cpu - usage.wall) <= 0.1 * usage.wall, (usage, own_wall)
+    # A CPU-bound job is on CPU all its life but for the time the machine gave its CPU to others,
+    # which its own clocks measure (own_wall - own_cpu: nothing on a quiet machine): reckon's CPU
+    # is within 10 % of its wall time once that is allowed for, on any load.
+    assert abs(usage.cpu - usage.wall) <= 0.1 * usage.wall + (own_wall - own_cpu), (usage, own_cpu, own_wall)
 
 
 async def test_without_cgroups_usage_comes_from_rusage(tmp_path):

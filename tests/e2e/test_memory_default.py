@@ -33,16 +33,17 @@ ALLOCATE_200M = (f"{PYTHON} -c 'import os, sys, time\nwhile not os.path.exists(s
 
 @pytest.fixture(autouse=True)
 def need_cgroups():
+    # As the other real-cgroup tests (tests/daemon/agent_real.py): a failure saying what it needs,
+    # never a skip that would let a run pass without the check.
     if os.geteuid() != 0:
-        pytest.skip("needs root: the agent makes real cgroups")
+        pytest.fail("this test needs root (the agent makes real cgroups)", pytrace=False)
     found = cgroups.detect(f"probe-{os.getpid()}")
     for base in cgroups.bases(found):
         try:
             os.rmdir(base)
         except OSError:
             pass
-    if "mem" not in found.get("kinds", ()):
-        pytest.skip(f"no memory cgroup the agent could use here: {found.get('why') or 'none'}")
+    assert "mem" in found.get("kinds", ()), f"no memory cgroup the agent could use here: {found.get('why') or 'none'}"
 
 
 def may_exempt() -> bool:
