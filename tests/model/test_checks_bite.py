@@ -588,15 +588,6 @@ def test_bite_a_lost_attempt_not_charged(monkeypatch, cancel):
         _lose_a_running_job(cancel=cancel)
 
 
-@pytest.mark.long  # a search of over 5 s (25 s measured): `make test-long`
-def test_bite_a_requeued_attempt_not_charged_is_found_by_search(monkeypatch):
-    """U1 again, found by the machine's own search rather than a directed run."""
-    from tests.model import mutants
-
-    mutants.apply(mutants.ALL["U1"], monkeypatch.setattr, monkeypatch.setitem)
-    assert_bites("INV-FAIRSHARE-REPLAY")
-
-
 def _requeue_a_running_job() -> X.ExploredMachine:
     """A directed run of the machine's rules: a job runs, a user requeues it, it runs again."""
     m = X.ExploredMachine.start(X.Scope(agents=1, jobs=0))
