@@ -189,10 +189,9 @@ class ClientRequests:
         # status page asks this every 2 s, and a table may hold millions of jobs.
         counts = {state: len(ids) for state, ids in self.queries.states.items() if ids}
         config = self.model.config
+        limits = {"max_running_per_user": config.max_running_per_user, "max_cpus_per_user": config.max_cpus_per_user}
         return {"jobs": counts, "facts": self.store.last_seq, "pid": os.getpid(), "started_at": self.started_at,
-                "scheduler": config.scheduler, "limits": {"max_running_per_user": config.max_running_per_user,
-                           "max_cpus_per_user": config.max_cpus_per_user},
-                "default_mem_per_cpu": config.default_mem_per_cpu}
+                "scheduler": config.scheduler, "limits": limits, "default_mem_per_cpu": config.default_mem_per_cpu}
 
 
 def whoami(mode: str, caller: Caller | None) -> dict:
